@@ -1,0 +1,43 @@
+// swift-tools-version:6.0
+// The package holds only what the toolchain and Debian's -dev packages provide:
+// no outside Swift package can be fetched on the machines that build it.
+import PackageDescription
+
+let package = Package(
+    name: "edgecoder-worker",
+    products: [
+        .executable(name: "edgecoder-worker", targets: ["edgecoder-worker"]),
+    ],
+    targets: [
+        // C libraries from Debian, each imported by exactly one Swift file.
+        .systemLibrary(name: "CCurl", pkgConfig: "libcurl",
+                       providers: [.apt(["libcurl4-openssl-dev"])]),
+        .systemLibrary(name: "CBluetooth", pkgConfig: "bluez",
+                       providers: [.apt(["libbluetooth-dev"])]),
+        .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd",
+                       providers: [.apt(["libsystemd-dev"])]),
+        // What Swift cannot call directly (variadic C, GNU-only structs).
+        .target(name: "CWorkerShims"),
+
+        // The pure core: values in, decisions out, no I/O.
+        .target(name: "WorkerCore"),
+        // A logger shaped like swift-log, with a journald stderr handler.
+        .target(name: "Logging"),
+        // System calls wrapped once; the reactor thread; sockets; signals.
+        .target(name: "Posix", dependencies: ["CWorkerShims"]),
+        // The state directory: atomic files, corrupt-file quarantine.
+        .target(name: "StateStore", dependencies: ["WorkerCore", "Posix"]),
+        // sd_notify and the machine's app-specific id, over libsystemd.
+        .target(name: "Systemd", dependencies: ["CSystemd"]),
+        // The daemon's wiring: services, control socket, the worker actor.
+        .target(name: "Daemon", dependencies: ["WorkerCore", "Logging", "Posix", "StateStore", "Systemd"]),
+        // The operator's command line.
+        .target(name: "WorkerCLI", dependencies: ["WorkerCore", "Daemon", "Posix", "Logging"]),
+        .executableTarget(name: "edgecoder-worker", dependencies: ["WorkerCLI"]),
+
+        .testTarget(name: "WorkerCoreTests", dependencies: ["WorkerCore"]),
+        .testTarget(name: "StateStoreTests", dependencies: ["StateStore", "WorkerCore", "Posix"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["WorkerCore"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,3 @@
+#include <systemd/sd-bus.h>
+#include <systemd/sd-daemon.h>
+#include <systemd/sd-id128.h>

@@ -1,0 +1,74 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Logging
+import Posix
+import StateStore
+import Systemd
+import WorkerCore
+
+/// The one place that wires the parts into a running daemon.
+public enum DaemonMain {
+    /// Runs the daemon until SIGTERM/SIGINT; returns the process exit code.
+    public static func run(config: WorkerConfig, paths: DaemonPaths, logger baseLogger: Logger) async -> Int32 {
+        var logger = baseLogger
+        logger.level = LogLevel(name: config.log.level.rawValue) ?? .info
+
+        // Signals first: a SIGTERM during start-up must still end in a clean stop.
+        let signals: SignalPipe
+        do { signals = try SignalPipe() } catch {
+            logger.error("cannot install signal handlers: \(error)")
+            return 1
+        }
+
+        let directory: StateDirectory
+        do { directory = try StateDirectory(path: paths.stateDirectory) } catch {
+            logger.error("cannot open the state directory: \(error). Create it writable for this user, or pass --state-dir.")
+            return 1
+        }
+        let daemon = WorkerDaemon(config: config, paths: paths, directory: directory, logger: logger)
+
+        let readGroupGID = groupID(named: config.control.readGroup)
+        if readGroupGID == nil {
+            logger.notice("group \(config.control.readGroup) does not exist: only root and \(userName(uid: getuid())) can read the daemon's state (control.readGroup)")
+        }
+        let listener: UnixListener
+        do {
+            try makeDirectories(paths.runtimeDirectory, mode: 0o755)
+            // Anyone may connect; the daemon decides per request from peer credentials,
+            // and answers a refused peer with a reason instead of a bare EACCES.
+            listener = try UnixListener(path: paths.controlSocket, mode: 0o666, group: readGroupGID)
+        } catch {
+            logger.error("cannot listen on the control socket: \(error)")
+            await daemon.stop(reason: "start-up failed: \(error)")
+            return 1
+        }
+
+        var services: [any Service] = [
+            ControlServer(listener: listener, daemon: daemon, logger: logger.labeled("control"),
+                          daemonUID: getuid(), readGroupName: config.control.readGroup, readGroupGID: readGroupGID),
+        ]
+        if let usec = ServiceManager.watchdogMicroseconds() {
+            services.append(WatchdogService(intervalMicroseconds: usec, daemon: daemon, notify: { ServiceManager.notify($0) }))
+        }
+
+        let summary = await daemon.statusLine()
+        ServiceManager.notify("READY=1\nSTATUS=\(summary)\nMAINPID=\(getpid())")
+        logger.notice("ready: \(summary); agent \(daemon.agentID); control socket \(paths.controlSocket)")
+
+        let group = ServiceGroup(services: services, logger: logger,
+                                 gracefulDeadlineNanoseconds: UInt64(config.coordinator.stopGraceMs + 2_000) * 1_000_000,
+                                 onShutdownStart: { ServiceManager.notify("STOPPING=1\nSTATUS=stopping") })
+        let exit = await group.run(signals: signals)
+        listener.close()
+        switch exit {
+        case .signal(let signo):
+            await daemon.stop(reason: "stopped by \(SignalPipe.name(signo))")
+            logger.notice("stopped")
+            return 0
+        case .serviceFailed(let why):
+            await daemon.stop(reason: "stopped after a failure: \(why)")
+            return 1
+        }
+    }
+}

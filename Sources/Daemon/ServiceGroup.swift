@@ -1,0 +1,161 @@
+import Logging
+import Posix
+import Synchronization
+
+/// A long-running part of the daemon (control socket, watchdog, coordinator loop, …).
+/// `run` returns when `shutdown` is triggered (graceful: finish what is in hand) and
+/// must also end promptly when its task is cancelled (stop now).
+public protocol Service: Sendable {
+    var name: String { get }
+    func run(shutdown: GracefulShutdown) async throws
+}
+
+/// A one-shot signal that a service should stop taking work and return.
+public final class GracefulShutdown: Sendable {
+    private struct State {
+        var triggered = false
+        var nextID = 0
+        var waiters: [Int: CheckedContinuation<Void, Never>] = [:]
+    }
+    private let state = Mutex(State())
+
+    public init() {}
+
+    public var isTriggered: Bool { state.withLock { $0.triggered } }
+
+    public func trigger() {
+        let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            guard !state.triggered else { return [] }
+            state.triggered = true
+            defer { state.waiters = [:] }
+            return Array(state.waiters.values)
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Returns once triggered, or when the waiting task is cancelled.
+    public func wait() async {
+        let id = state.withLock { state -> Int in
+            state.nextID += 1
+            return state.nextID
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let resumeNow = state.withLock { state -> Bool in
+                    if state.triggered { return true }
+                    state.waiters[id] = continuation
+                    return false
+                }
+                if resumeNow { continuation.resume() }
+            }
+        } onCancel: {
+            let waiter = state.withLock { $0.waiters.removeValue(forKey: id) }
+            waiter?.resume()
+        }
+    }
+
+    /// Runs `body` until it returns or shutdown is triggered, in which case `body` is
+    /// cancelled: for services whose graceful stop is simply "stop now".
+    public func cancelling<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T? {
+        try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask { try await body() }
+            group.addTask {
+                await self.wait()
+                return nil
+            }
+            let first = try await group.next()!
+            group.cancelAll()
+            return first
+        }
+    }
+}
+
+/// Why the group stopped.
+public enum ServiceGroupExit: Sendable, Equatable {
+    case signal(Int32)
+    case serviceFailed(String)
+}
+
+/// Runs services as child tasks and stops them in reverse order of start, gracefully,
+/// under one deadline, when a signal arrives or a service ends on its own; a second
+/// signal or the deadline cancels what is left (after swift-service-lifecycle).
+public struct ServiceGroup: Sendable {
+    public var services: [any Service]
+    public var logger: Logger
+    public var gracefulDeadlineNanoseconds: UInt64
+    /// Called once when the graceful stop begins (e.g. to tell systemd STOPPING=1).
+    public var onShutdownStart: @Sendable () -> Void
+
+    public init(services: [any Service], logger: Logger, gracefulDeadlineNanoseconds: UInt64, onShutdownStart: @escaping @Sendable () -> Void = {}) {
+        self.services = services
+        self.logger = logger
+        self.gracefulDeadlineNanoseconds = gracefulDeadlineNanoseconds
+        self.onShutdownStart = onShutdownStart
+    }
+
+    private enum Event: Sendable {
+        case finished(Int, String?)
+        case signal(Int32)
+        case deadline
+    }
+
+    public func run(signals: SignalPipe) async -> ServiceGroupExit {
+        let tokens = services.map { _ in GracefulShutdown() }
+        return await withTaskGroup(of: Event.self) { group in
+            for (index, service) in services.enumerated() {
+                group.addTask {
+                    do {
+                        try await service.run(shutdown: tokens[index])
+                        return .finished(index, nil)
+                    } catch is CancellationError {
+                        return .finished(index, nil)
+                    } catch {
+                        return .finished(index, "\(error)")
+                    }
+                }
+            }
+            group.addTask { (try? await signals.next()).map(Event.signal) ?? .deadline }
+
+            var running = Set(services.indices)
+            let exit: ServiceGroupExit
+            switch await group.next()! {
+            case .signal(let signo):
+                logger.notice("received \(SignalPipe.name(signo)); stopping")
+                exit = .signal(signo)
+            case .finished(let index, let error):
+                running.remove(index)
+                let why = error ?? "returned unexpectedly"
+                logger.error("service \(services[index].name) stopped: \(why); stopping the daemon")
+                exit = .serviceFailed("\(services[index].name): \(why)")
+            case .deadline:
+                exit = .serviceFailed("signal handling failed")
+            }
+            onShutdownStart()
+            group.addTask { (try? await signals.next()).map(Event.signal) ?? .deadline }
+            group.addTask {
+                try? await Task.sleep(nanoseconds: gracefulDeadlineNanoseconds)
+                return .deadline
+            }
+
+            // Reverse order: later services depend on earlier ones, so they stop first.
+            stopping: for index in services.indices.reversed() where running.contains(index) {
+                tokens[index].trigger()
+                while running.contains(index) {
+                    switch await group.next()! {
+                    case .finished(let done, let error):
+                        running.remove(done)
+                        if let error { logger.warning("service \(services[done].name) ended with an error while stopping: \(error)") }
+                    case .signal(let signo):
+                        logger.warning("received \(SignalPipe.name(signo)) again; stopping now")
+                        break stopping
+                    case .deadline:
+                        logger.warning("graceful stop took longer than \(gracefulDeadlineNanoseconds / 1_000_000) ms; cancelling \(running.map { services[$0].name }.sorted().joined(separator: ", "))")
+                        break stopping
+                    }
+                }
+            }
+            group.cancelAll()
+            return exit
+        }
+    }
+}

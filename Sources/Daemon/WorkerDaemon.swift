@@ -1,0 +1,283 @@
+import Logging
+import Posix
+import StateStore
+import Systemd
+import WorkerCore
+
+/// Where the daemon keeps its files, as chosen on the command line or by environment.
+public struct DaemonPaths: Sendable {
+    public var configPath: String
+    public var stateDirectory: String
+    public var runtimeDirectory: String
+    public var sysfsRoot: String
+
+    public init(configPath: String, stateDirectory: String, runtimeDirectory: String, sysfsRoot: String) {
+        self.configPath = configPath
+        self.stateDirectory = stateDirectory
+        self.runtimeDirectory = runtimeDirectory
+        self.sysfsRoot = sysfsRoot
+    }
+
+    public var controlSocket: String { runtimeDirectory + "/control.sock" }
+}
+
+/// The version reported by `version`, `status` and (later) registration.
+public let workerVersion = "0.1.0"
+
+/// The daemon's shared state: the selected mode, the event log, the agent id. Every
+/// change goes through here, is persisted before it is answered, and is recorded.
+public actor WorkerDaemon {
+    public let config: WorkerConfig
+    public let paths: DaemonPaths
+    let files: WorkerStateFiles
+    let logger: Logger
+    let clock: @Sendable () -> Int64
+    let startedAtMs: Int64
+
+    private(set) var modeState: ModeState
+    private(set) var eventLog: EventLog
+    public let agentID: String
+    private(set) var recovered: [RecoveredStateFile]
+    private var subscribers: [Int: AsyncStream<WorkerEvent>.Continuation] = [:]
+    private var nextSubscriber = 0
+    private var lastStatusLine = ""
+    /// Persisting failed (disk full, read-only): shown in status until a write succeeds.
+    private var persistenceProblem: String?
+
+    /// Opens the state directory's files and restores the persisted mode; anything that
+    /// cannot be read is moved aside and reported, never fatal.
+    public init(config: WorkerConfig, paths: DaemonPaths, directory: StateDirectory, logger: Logger,
+                clock: @escaping @Sendable () -> Int64 = wallClockMilliseconds) {
+        self.config = config
+        self.paths = paths
+        self.files = WorkerStateFiles(directory: directory)
+        self.logger = logger
+        self.clock = clock
+        let now = clock()
+        self.startedAtMs = now
+        var recovered: [RecoveredStateFile] = []
+
+        var log: EventLog
+        switch files.loadJSON(WorkerStateFiles.eventsFile, nowMs: now, decode: { EventLog.from(json: $0) }) {
+        case .absent: log = EventLog()
+        case .loaded(let loaded): log = loaded
+        case .recovered(let file): log = EventLog(); recovered.append(file)
+        }
+
+        var mode: ModeState
+        switch files.loadJSON(WorkerStateFiles.modeFile, nowMs: now, decode: { ModeState.from(json: $0) }) {
+        case .absent: mode = .fresh(nowMs: now)
+        case .loaded(let loaded): mode = loaded
+        case .recovered(let file):
+            mode = ModeState(mode: .off, sinceMs: now, reason: "mode file was unreadable and moved aside; starting in off")
+            recovered.append(file)
+        }
+
+        var agentID: String
+        if let configured = config.agentId {
+            agentID = configured
+        } else {
+            switch files.loadAgentID(nowMs: now) {
+            case .loaded(let id): agentID = id
+            case .absent: agentID = WorkerDaemon.deriveAgentID()
+            case .recovered(let file): agentID = WorkerDaemon.deriveAgentID(); recovered.append(file)
+            }
+        }
+
+        for file in recovered {
+            let text = file.movedTo.isEmpty
+                ? "state file \(file.file) \(file.problem)"
+                : "state file \(file.file) \(file.problem); moved aside to \(file.movedTo), starting from defaults"
+            logger.error(text)
+            log.append(EventDraft(kind: .stateRecovered, reason: text), timeMs: now)
+        }
+        log.append(EventDraft(kind: .daemonStarted, to: mode.mode, reason: "daemon started (version \(workerVersion), pid \(getpidValue())); restored mode \(mode.mode.rawValue)"), timeMs: now)
+
+        self.modeState = mode
+        self.eventLog = log
+        self.agentID = agentID
+        self.recovered = recovered
+        if config.agentId == nil { try? files.saveAgentID(agentID) }
+        try? files.saveMode(mode)
+        try? files.saveEvents(log)
+    }
+
+    /// `<host>-<12 hex digits>`: readable in a coordinator's list, unique per machine,
+    /// and stable across reinstalls (derived from /etc/machine-id through an HMAC).
+    static func deriveAgentID() -> String {
+        var host = String(hostName().split(separator: ".").first ?? "linux")
+        host = String(host.unicodeScalars.filter { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "-") }.map(Character.init)).lowercased()
+        if host.isEmpty { host = "linux" }
+        let suffix = ServiceManager.machineAppSpecificID().map { String($0.prefix(12)) } ?? randomHex(12)
+        return String(host.prefix(48)) + "-" + suffix
+    }
+
+    // MARK: Context for decisions
+
+    func modeContext() -> ModeContext {
+        ModeContext(runOnlyWhileCharging: config.policy.runOnlyWhileCharging, onExternalPower: nil, nowMs: clock())
+    }
+
+    /// The runtimes a mode needs; until they exist in this build, the mode stays
+    /// selected and status says what is missing instead of pretending to run.
+    nonisolated func missingRuntime(_ mode: Mode) -> String? {
+        switch mode {
+        case .off: return nil
+        case .on: return "the coordinator runtime is not part of this build yet; the mode is kept and will run once it is"
+        case .bluetooth: return "the Bluetooth runtime is not part of this build yet; the mode is kept and will run once it is"
+        }
+    }
+
+    var runtime: RuntimeState { RuntimeState.of(modeState, context: modeContext(), runtimeAvailable: missingRuntime) }
+
+    // MARK: Requests
+
+    public enum SetModeResult: Sendable {
+        case changed(ModeState, previous: Mode)
+        case unchanged(ModeState)
+        case refused(String)
+    }
+
+    /// Applies a mode request through the one decision function, persists, records.
+    public func request(_ request: ModeRequest) -> SetModeResult {
+        let previous = modeState
+        let decision = ModeRules.decide(request, current: modeState, context: modeContext())
+        let now = clock()
+        if decision.state != modeState {
+            modeState = decision.state
+            persist { try files.saveMode(modeState) }
+        }
+        if !decision.events.isEmpty {
+            for draft in decision.events { record(draft, now: now) }
+        }
+        updateServiceStatus()
+        switch decision.outcome {
+        case .changed:
+            logger.notice("mode \(previous.mode.rawValue) -> \(modeState.mode.rawValue): \(modeState.reason)")
+            return .changed(modeState, previous: previous.mode)
+        case .unchanged: return .unchanged(modeState)
+        case .refused(let message):
+            logger.warning("refused mode \(requestedMode(request)?.rawValue ?? "?"): \(message)")
+            return .refused(message)
+        }
+    }
+
+    private func requestedMode(_ request: ModeRequest) -> Mode? {
+        if case .operatorSet(let mode, _) = request { return mode }
+        return nil
+    }
+
+    /// Appends an event, persists the log and wakes `events --follow` readers.
+    func record(_ draft: EventDraft, now: Int64? = nil) {
+        let event = eventLog.append(draft, timeMs: now ?? clock())
+        persist { try files.saveEvents(eventLog) }
+        for continuation in subscribers.values { continuation.yield(event) }
+    }
+
+    private func persist(_ write: () throws -> Void) {
+        do {
+            try write()
+            if persistenceProblem != nil {
+                logger.notice("state directory writable again")
+                persistenceProblem = nil
+            }
+        } catch {
+            persistenceProblem = "cannot write the state directory \(paths.stateDirectory): \(error)"
+            logger.error(persistenceProblem!)
+        }
+    }
+
+    /// A stream of events recorded from now on; ends when the daemon stops.
+    public func subscribe() -> (backlog: [WorkerEvent], stream: AsyncStream<WorkerEvent>, id: Int) {
+        let (stream, continuation) = AsyncStream<WorkerEvent>.makeStream(bufferingPolicy: .bufferingNewest(1_000))
+        nextSubscriber += 1
+        subscribers[nextSubscriber] = continuation
+        return (eventLog.events, stream, nextSubscriber)
+    }
+
+    public func unsubscribe(_ id: Int) {
+        subscribers.removeValue(forKey: id)?.finish()
+    }
+
+    public func recentEvents(limit: Int?) -> [WorkerEvent] {
+        guard let limit else { return eventLog.events }
+        return Array(eventLog.events.suffix(limit))
+    }
+
+    /// Answers the watchdog: a reply proves the actor is not wedged.
+    public func ping() -> Bool { true }
+
+    /// Records the stop and flushes; called once, after the services have stopped.
+    public func stop(reason: String) {
+        record(EventDraft(kind: .daemonStopped, from: modeState.mode, reason: reason))
+        persist { try files.saveMode(modeState) }
+        for continuation in subscribers.values { continuation.finish() }
+        subscribers.removeAll()
+    }
+
+    // MARK: Status
+
+    /// One line for systemd's STATUS= and the first line of `status`.
+    public func statusLine() -> String {
+        let runtime = self.runtime
+        var line = "mode \(modeState.mode.rawValue), \(runtime.phase.rawValue)"
+        if runtime.phase != .running && modeState.mode != .off { line += ": " + runtime.reason }
+        if !recovered.isEmpty { line += "; \(recovered.count) state file(s) recovered" }
+        if persistenceProblem != nil { line += "; state not writable" }
+        return line
+    }
+
+    func updateServiceStatus() {
+        let line = statusLine()
+        if line != lastStatusLine {
+            lastStatusLine = line
+            ServiceManager.notify("STATUS=" + line)
+        }
+    }
+
+    public func modeJSON() -> JSONValue {
+        let runtime = self.runtime
+        return [
+            "mode": .string(modeState.mode.rawValue),
+            "since": .string(formatUTC(milliseconds: modeState.sinceMs)),
+            "sinceMs": .int(modeState.sinceMs),
+            "reason": .string(modeState.reason),
+            "downgraded": .bool(modeState.downgraded),
+            "runtime": ["state": .string(runtime.phase.rawValue), "reason": .string(runtime.reason)],
+        ]
+    }
+
+    public func statusJSON() -> JSONValue {
+        let now = clock()
+        var daemon = JSONObject([
+            ("version", .string(workerVersion)),
+            ("pid", .int(Int64(getpidValue()))),
+            ("startedAt", .string(formatUTC(milliseconds: startedAtMs))),
+            ("uptimeMs", .int(now - startedAtMs)),
+            ("config", .string(paths.configPath)),
+            ("stateDirectory", .string(paths.stateDirectory)),
+            ("controlSocket", .string(paths.controlSocket)),
+        ])
+        daemon["persistenceProblem"] = .optional(persistenceProblem)
+        return [
+            "summary": .string(statusLine()),
+            "agentId": .string(agentID),
+            "mode": modeJSON(),
+            "daemon": .object(daemon),
+            "recoveredStateFiles": .array(recovered.map(\.json)),
+            "events": ["count": .int(eventLog.events.count), "lastSeq": .int(eventLog.nextSeq - 1)],
+        ]
+    }
+}
+
+func getpidValue() -> Int32 { getpid() }
+
+func randomHex(_ count: Int) -> String {
+    var generator = SystemRandomNumberGenerator()
+    let digits = Array("0123456789abcdef")
+    return String((0..<count).map { _ in digits[Int(generator.next() % 16)] })
+}
+
+#if canImport(Glibc)
+import Glibc
+#endif

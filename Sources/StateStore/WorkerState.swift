@@ -1,0 +1,103 @@
+import Posix
+import WorkerCore
+
+/// A state file that could not be used and was moved aside (SPEC: never refuse to
+/// start over it, never drop it silently).
+public struct RecoveredStateFile: Sendable, Equatable {
+    public var file: String
+    public var movedTo: String
+    public var problem: String
+    public var timeMs: Int64
+
+    public var json: JSONValue {
+        ["file": .string(file), "movedTo": .string(movedTo), "problem": .string(problem), "time": .string(formatUTC(milliseconds: timeMs))]
+    }
+}
+
+/// The typed files of the state directory: mode, event log, agent id.
+public struct WorkerStateFiles: Sendable {
+    public static let modeFile = "mode.json"
+    public static let eventsFile = "events.json"
+    public static let agentIDFile = "agent-id"
+
+    /// No state file of ours is legitimately larger; a bigger one is corrupt.
+    public static let maxStateFileBytes = 4 * 1_048_576
+
+    public let directory: StateDirectory
+    public init(directory: StateDirectory) { self.directory = directory }
+
+    public enum Loaded<T: Sendable>: Sendable {
+        case absent
+        case loaded(T)
+        case recovered(RecoveredStateFile)
+    }
+
+    /// Reads and decodes one state file; a file that cannot be read or decoded is
+    /// quarantined and reported, and the caller starts from its default.
+    public func load<T: Sendable>(_ name: String, nowMs: Int64, limit: Int = WorkerStateFiles.maxStateFileBytes,
+                                  decode: ([UInt8]) -> Result<T, StateFileProblem>) -> Loaded<T> {
+        let problem: String
+        do {
+            guard let bytes = try directory.read(name, limit: limit) else { return .absent }
+            switch decode(bytes) {
+            case .success(let value): return .loaded(value)
+            case .failure(let why): problem = why.message
+            }
+        } catch {
+            problem = "cannot be read: \(error)"
+        }
+        do {
+            let movedTo = try directory.quarantine(name, nowMs: nowMs)
+            return .recovered(RecoveredStateFile(file: name, movedTo: movedTo, problem: problem, timeMs: nowMs))
+        } catch {
+            return .recovered(RecoveredStateFile(file: name, movedTo: "", problem: "\(problem); and moving it aside failed: \(error)", timeMs: nowMs))
+        }
+    }
+
+    /// `load` for JSON files decoded by `decode`.
+    public func loadJSON<T: Sendable>(_ name: String, nowMs: Int64, decode: (JSONValue) -> T?) -> Loaded<T> {
+        load(name, nowMs: nowMs) { bytes in
+            do {
+                let value = try JSON.parse(bytes)
+                if let decoded = decode(value) { return .success(decoded) }
+                return .failure(StateFileProblem("valid JSON but not the expected content"))
+            } catch {
+                return .failure(StateFileProblem("not valid JSON: \(error)"))
+            }
+        }
+    }
+
+    public func saveMode(_ state: ModeState) throws {
+        try directory.write(WorkerStateFiles.modeFile, Array((state.json.serialized + "\n").utf8))
+    }
+
+    public func saveEvents(_ log: EventLog) throws {
+        // One event per line inside the array keeps the file readable with less/grep.
+        var text = "{\"nextSeq\":\(log.nextSeq),\"events\":[\n"
+        for (i, event) in log.events.enumerated() {
+            text += event.json.serialized
+            text += i + 1 < log.events.count ? ",\n" : "\n"
+        }
+        text += "]}\n"
+        try directory.write(WorkerStateFiles.eventsFile, Array(text.utf8))
+    }
+
+    public func saveAgentID(_ id: String) throws {
+        try directory.write(WorkerStateFiles.agentIDFile, Array((id + "\n").utf8), mode: 0o644)
+    }
+
+    public func loadAgentID(nowMs: Int64) -> Loaded<String> {
+        load(WorkerStateFiles.agentIDFile, nowMs: nowMs, limit: 4096) { bytes in
+            let text = String(decoding: bytes, as: UTF8.self)
+            let id = text.hasSuffix("\n") ? String(text.dropLast()) : text
+            if let why = AgentID.validationProblem(id) { return .failure(StateFileProblem("not a valid agent id: \(why)")) }
+            return .success(id)
+        }
+    }
+}
+
+/// Why a state file's content is unusable.
+public struct StateFileProblem: Error, Sendable {
+    public var message: String
+    public init(_ message: String) { self.message = message }
+}

@@ -1,0 +1,77 @@
+/// A usage mistake: printed once with the command's usage, exit 64 (EX_USAGE).
+struct UsageError: Error {
+    var message: String
+    init(_ message: String) { self.message = message }
+}
+
+/// Exit codes, documented in the README.
+enum ExitCode {
+    static let ok: Int32 = 0
+    static let failure: Int32 = 1
+    static let invalidConfig: Int32 = 2
+    static let refused: Int32 = 3
+    static let usage: Int32 = 64
+    static let daemonUnavailable: Int32 = 69
+    static let permission: Int32 = 77
+}
+
+/// A minimal argument reader: flags (`--json`), options with values (`--config F` or
+/// `--config=F`) and positionals, with every unknown option an error.
+struct Arguments {
+    private var items: [String]
+    private var consumed: [Bool]
+
+    init(_ items: [String]) {
+        self.items = items
+        self.consumed = Array(repeating: false, count: items.count)
+    }
+
+    mutating func flag(_ name: String) -> Bool {
+        var found = false
+        for (i, item) in items.enumerated() where !consumed[i] && item == name {
+            consumed[i] = true
+            found = true
+        }
+        return found
+    }
+
+    mutating func option(_ name: String) throws(UsageError) -> String? {
+        var value: String?
+        var i = 0
+        while i < items.count {
+            defer { i += 1 }
+            guard !consumed[i] else { continue }
+            if items[i] == name {
+                guard i + 1 < items.count, !consumed[i + 1] else { throw UsageError("\(name) needs a value") }
+                consumed[i] = true
+                consumed[i + 1] = true
+                value = items[i + 1]
+                i += 1
+            } else if items[i].hasPrefix(name + "=") {
+                consumed[i] = true
+                value = String(items[i].dropFirst(name.count + 1))
+            }
+        }
+        if let value, value.isEmpty { throw UsageError("\(name) needs a non-empty value") }
+        return value
+    }
+
+    mutating func positionals() -> [String] {
+        var out: [String] = []
+        for (i, item) in items.enumerated() where !consumed[i] {
+            if item == "--" { consumed[i] = true; continue }
+            if item.hasPrefix("-") && item.count > 1 { continue }
+            consumed[i] = true
+            out.append(item)
+        }
+        return out
+    }
+
+    /// Fails on anything not consumed: unknown options, extra positionals.
+    func finish() throws(UsageError) {
+        for (i, item) in items.enumerated() where !consumed[i] {
+            if item.hasPrefix("-") { throw UsageError("unknown option \(item)") }
+            throw UsageError("unexpected argument \(item)")
+        }
+    }
+}

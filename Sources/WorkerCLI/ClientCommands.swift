@@ -1,0 +1,249 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Posix
+import WorkerCore
+
+/// A connection to the daemon's control socket, with errors that say what to do.
+struct ControlClient: ~Copyable {
+    let socketPath: String
+    private let client: UnixClient
+    private var buffer: [UInt8] = []
+
+    enum Failure: Error {
+        case unavailable(String)
+        case daemon(ControlError)
+    }
+
+    init(runtimeDirectory: String) throws(Failure) {
+        socketPath = runtimeDirectory + "/control.sock"
+        do {
+            client = try UnixClient.connect(path: socketPath)
+        } catch {
+            switch error.errno {
+            case ENOENT, ECONNREFUSED:
+                throw .unavailable("the daemon is not running (no control socket at \(socketPath)). Start it with 'systemctl start edgecoder-worker' or 'edgecoder-worker run', or pass --runtime-dir.")
+            case EACCES:
+                throw .unavailable("permission denied on \(socketPath): reading needs root, the daemon's user or the group edgecoder")
+            default:
+                throw .unavailable("cannot reach the daemon at \(socketPath): \(error.errnoDescription)")
+            }
+        }
+    }
+
+    mutating func send(_ request: ControlRequest) throws(Failure) {
+        do { try client.send(Array((request.json.serialized + "\n").utf8)) } catch {
+            throw .unavailable("cannot send to the daemon at \(socketPath): \(error.errnoDescription)")
+        }
+    }
+
+    /// The next JSON line from the daemon; nil when it closed the connection.
+    mutating func receive() throws(Failure) -> JSONValue? {
+        let line: [UInt8]?
+        do { line = try client.readLine(buffer: &buffer, limit: 16 * 1_048_576) } catch {
+            throw .unavailable("cannot read from the daemon at \(socketPath): \(error.errnoDescription)")
+        }
+        guard let line else { return nil }
+        do { return try JSON.parse(line) } catch {
+            throw .unavailable("the daemon sent an answer that is not JSON (\(error)); is \(socketPath) really edgecoder-worker's socket?")
+        }
+    }
+
+    /// Sends one request and returns its `result`, or throws the daemon's error.
+    mutating func call(_ request: ControlRequest) throws(Failure) -> JSONValue {
+        try send(request)
+        guard let answer = try receive() else {
+            throw .unavailable("the daemon closed the connection without answering")
+        }
+        return try ControlClient.result(of: answer)
+    }
+
+    static func result(of answer: JSONValue) throws(Failure) -> JSONValue {
+        if answer["ok"]?.boolValue == true { return answer["result"] ?? .null }
+        let code = answer["error"]?["code"]?.stringValue.flatMap(ControlError.Code.init(rawValue:)) ?? .internalError
+        let message = answer["error"]?["message"]?.stringValue ?? "the daemon refused without a reason"
+        throw .daemon(ControlError(code, message))
+    }
+}
+
+/// Runs a client command body and turns failures into a message and an exit code.
+func withDaemon(_ arguments: String, _ body: (inout ControlClient) throws(ControlClient.Failure) -> Int32) -> Int32 {
+    do {
+        var client = try ControlClient(runtimeDirectory: arguments)
+        return try body(&client)
+    } catch {
+        switch error {
+        case .unavailable(let message):
+            printErr("edgecoder-worker: \(message)")
+            return ExitCode.daemonUnavailable
+        case .daemon(let failure):
+            printErr(failure.code == .refused ? failure.message : "edgecoder-worker: \(failure.message)")
+            switch failure.code {
+            case .forbidden: return ExitCode.permission
+            case .refused: return ExitCode.refused
+            default: return ExitCode.failure
+            }
+        }
+    }
+}
+
+// MARK: - mode
+
+struct ModeCommand: Command {
+    static let name = "mode"
+    static let summary = "show or set the compute mode: off, on, bluetooth"
+    static let usage = """
+        Usage: edgecoder-worker mode [off|on|bluetooth] [--json] [--runtime-dir D]
+
+        Without an argument, prints the mode's name alone on the first line, then why
+        and since when, and the state of its runtime. With one, sets it (root or the
+        daemon's user only). A refused change (the charge gate) prints the reason and
+        exits 3; the mode stays as it was.
+        """
+    let target: Mode?
+    let json: Bool
+    let runtimeDirectory: String
+
+    init(_ arguments: inout Arguments) throws(UsageError) {
+        json = arguments.flag("--json")
+        runtimeDirectory = try WorkerCLI.runtimeDirectory(&arguments)
+        let positionals = arguments.positionals()
+        guard positionals.count <= 1 else { throw UsageError("expected at most one mode, got \(positionals.count) arguments") }
+        if let name = positionals.first {
+            guard let mode = Mode(rawValue: name) else { throw UsageError("unknown mode '\(printable(name))'; the modes are off, on and bluetooth") }
+            target = mode
+        } else {
+            target = nil
+        }
+    }
+
+    func run() async -> Int32 {
+        withDaemon(runtimeDirectory) { (client) throws(ControlClient.Failure) -> Int32 in
+            let result = try client.call(target.map { .setMode($0) } ?? .getMode)
+            if json {
+                print(result.serialized)
+                return ExitCode.ok
+            }
+            print(result["mode"]?.stringValue ?? "unknown")
+            if target != nil, let changed = result["changed"]?.boolValue {
+                print(changed ? "changed from \(result["previous"]?.stringValue ?? "?")" : "unchanged (already selected)")
+            }
+            print(ModeCommand.describe(result))
+            return ExitCode.ok
+        }
+    }
+
+    static func describe(_ mode: JSONValue) -> String {
+        var text = "selected since \(mode["since"]?.stringValue ?? "?")"
+        if let since = mode["sinceMs"]?.intValue { text += " (\(formatDuration(milliseconds: wallClockMilliseconds() - since)) ago)" }
+        text += ": \(mode["reason"]?.stringValue ?? "")"
+        if let runtime = mode["runtime"] {
+            text += "\nruntime: \(runtime["state"]?.stringValue ?? "?") — \(runtime["reason"]?.stringValue ?? "")"
+        }
+        return text
+    }
+}
+
+// MARK: - status
+
+struct StatusCommand: Command {
+    static let name = "status"
+    static let summary = "show the daemon's state"
+    static let usage = """
+        Usage: edgecoder-worker status [--json] [--runtime-dir D]
+
+        Shows the mode and why, the state of its runtime, the daemon, and any state
+        file that had to be moved aside. --json prints one object (keys in the README).
+        """
+    let json: Bool
+    let runtimeDirectory: String
+    init(_ arguments: inout Arguments) throws(UsageError) {
+        json = arguments.flag("--json")
+        runtimeDirectory = try WorkerCLI.runtimeDirectory(&arguments)
+    }
+
+    func run() async -> Int32 {
+        withDaemon(runtimeDirectory) { (client) throws(ControlClient.Failure) -> Int32 in
+            let status = try client.call(.status)
+            if json {
+                print(status.serialized)
+                return ExitCode.ok
+            }
+            var lines: [String] = []
+            lines.append("edgecoder-worker: \(status["summary"]?.stringValue ?? "")")
+            lines.append("agent:    \(status["agentId"]?.stringValue ?? "?")")
+            if let mode = status["mode"] {
+                lines.append("mode:     \(mode["mode"]?.stringValue ?? "?")\(mode["downgraded"]?.boolValue == true ? " (downgraded)" : "")")
+                lines.append("          " + ModeCommand.describe(mode).split(separator: "\n").joined(separator: "\n          "))
+            }
+            if let daemon = status["daemon"] {
+                lines.append("daemon:   version \(daemon["version"]?.stringValue ?? "?"), pid \(daemon["pid"]?.intValue ?? 0), up \(formatDuration(milliseconds: daemon["uptimeMs"]?.intValue ?? 0))")
+                lines.append("          config \(daemon["config"]?.stringValue ?? "?"), state \(daemon["stateDirectory"]?.stringValue ?? "?")")
+                if let problem = daemon["persistenceProblem"]?.stringValue { lines.append("          PROBLEM: \(problem)") }
+            }
+            for file in status["recoveredStateFiles"]?.arrayValue ?? [] {
+                lines.append("recovered: \(file["file"]?.stringValue ?? "?") at \(file["time"]?.stringValue ?? "?"): \(file["problem"]?.stringValue ?? "")"
+                             + ((file["movedTo"]?.stringValue).map { $0.isEmpty ? "" : "; kept as \($0)" } ?? ""))
+            }
+            if let events = status["events"] { lines.append("events:   \(events["count"]?.intValue ?? 0) kept (edgecoder-worker events)") }
+            print(lines.joined(separator: "\n"))
+            return ExitCode.ok
+        }
+    }
+}
+
+// MARK: - events
+
+struct EventsCommand: Command {
+    static let name = "events"
+    static let summary = "show the event log (mode changes, refusals, downgrades, …)"
+    static let usage = """
+        Usage: edgecoder-worker events [--follow] [--json] [--limit N] [--runtime-dir D]
+
+        Prints the event log, oldest first (the newest 1000 are kept). --follow keeps
+        printing new events until interrupted. --json prints {"events": [...]}, or with
+        --follow one event object per line.
+        """
+    let follow: Bool
+    let json: Bool
+    let limit: Int?
+    let runtimeDirectory: String
+
+    init(_ arguments: inout Arguments) throws(UsageError) {
+        follow = arguments.flag("--follow") || arguments.flag("-f")
+        json = arguments.flag("--json")
+        if let text = try arguments.option("--limit") {
+            guard let n = Int(text), n >= 1, n <= 100_000 else { throw UsageError("--limit must be a number in 1…100000, got '\(printable(text))'") }
+            limit = n
+        } else {
+            limit = nil
+        }
+        runtimeDirectory = try WorkerCLI.runtimeDirectory(&arguments)
+    }
+
+    func run() async -> Int32 {
+        withDaemon(runtimeDirectory) { (client) throws(ControlClient.Failure) -> Int32 in
+            let result = try client.call(.events(follow: follow, limit: limit))
+            let events = result["events"]?.arrayValue ?? []
+            if json && !follow {
+                print(JSONValue.object(JSONObject([("events", .array(events))])).serialized)
+                return ExitCode.ok
+            }
+            for event in events { show(event) }
+            guard follow else { return ExitCode.ok }
+            while let line = try client.receive() {
+                if let event = line["event"] { show(event) }
+            }
+            return ExitCode.ok
+        }
+    }
+
+    func show(_ event: JSONValue) {
+        if json {
+            print(event.serialized)
+        } else if let parsed = WorkerEvent.from(json: event) {
+            print(parsed.line)
+        }
+        fflush(nil)
+    }
+}

@@ -1,0 +1,363 @@
+/// The daemon's configuration: SPEC section 9. Every key has a default, so an
+/// absent or empty file is a valid config; every key is validated, and an unknown
+/// key is an error (a typo must never be silently ignored).
+public struct WorkerConfig: Sendable, Equatable {
+    public var agentId: String?
+
+    public struct Coordinator: Sendable, Equatable {
+        public var url: String?
+        public var registrationToken: String?
+        public var heartbeatIntervalMs: Int64 = 15_000
+        public var pullIntervalMs: Int64 = 5_000
+        public var stopGraceMs: Int64 = 10_000
+        public var connectTimeoutMs: Int64 = 5_000
+        public var requestTimeoutMs: Int64 = 30_000
+        public var maxResponseBytes: Int64 = 1_048_576
+        public init() {}
+    }
+    public var coordinator = Coordinator()
+
+    public enum BackendKind: String, Sendable, CaseIterable { case ollama, openai }
+    public enum OpenAIEndpoint: String, Sendable, CaseIterable { case completions, chat }
+    public struct Backend: Sendable, Equatable {
+        public var kind: BackendKind = .ollama
+        public var url: String = "http://127.0.0.1:11434"
+        public var model: String = "qwen2.5-coder:1.5b"
+        public var timeoutMs: Int64 = 120_000
+        public var openaiEndpoint: OpenAIEndpoint = .completions
+        public var maxOutputBytes: Int64 = 262_144
+        public init() {}
+    }
+    public var backend = Backend()
+
+    public var policy = PowerPolicy()
+
+    public struct Network: Sendable, Equatable {
+        public var pathLossGraceMs: Int64 = 1_500
+        public init() {}
+    }
+    public var network = Network()
+
+    public struct Bluetooth: Sendable, Equatable {
+        public var adapter: String?
+        public var maxRequestBytes: Int64 = 65_536
+        public var maxQueuedRequests: Int64 = 8
+        public var chunkPacingMs: Int64 = 10
+        public var maxClients: Int64 = 1
+        public init() {}
+    }
+    public var bluetooth = Bluetooth()
+
+    public struct Hooks: Sendable, Equatable {
+        public var networkRestored: String?
+        public var timeoutMs: Int64 = 10_000
+        public init() {}
+    }
+    public var hooks = Hooks()
+
+    public struct Control: Sendable, Equatable {
+        /// Members of this group may read status and events over the control socket.
+        public var readGroup: String = "edgecoder"
+        public init() {}
+    }
+    public var control = Control()
+
+    public struct Log: Sendable, Equatable {
+        public var level: LogLevelName = .info
+        public init() {}
+    }
+    public var log = Log()
+
+    public init() {}
+}
+
+/// The names of log levels as written in the config file.
+public enum LogLevelName: String, Sendable, CaseIterable {
+    case debug, info, notice, warning, error
+}
+
+/// The host power policy of SPEC 3.2. Defaults here, overridable in the config file
+/// and per host with `policy set`.
+public struct PowerPolicy: Sendable, Equatable {
+    public var runOnlyWhileCharging = false
+    public var minBatteryPct: Int64 = 20
+    public var resumeBatteryPct: Int64 = 30
+    public var holdWhileDraining = true
+    public var pauseOnLowPowerMode = true
+    public var maxThermalState: ThermalState = .fair
+    public var maxCpuUsagePct: Int64 = 90
+    public var resumeDwellSec: Int64 = 30
+    public init() {}
+}
+
+/// Thermal states, ordered from coolest to hottest.
+public enum ThermalState: String, Sendable, CaseIterable, Comparable {
+    case nominal, fair, serious, critical
+    var rank: Int { ThermalState.allCases.firstIndex(of: self)! }
+    public static func < (a: ThermalState, b: ThermalState) -> Bool { a.rank < b.rank }
+}
+
+/// One problem in a config file: the key's dotted path and what is wrong with it.
+public struct ConfigProblem: Sendable, Equatable, CustomStringConvertible {
+    public var path: String
+    public var message: String
+    public init(path: String, message: String) {
+        self.path = path
+        self.message = message
+    }
+    public var description: String { path.isEmpty ? message : "\(path): \(message)" }
+}
+
+/// A config file that cannot be used, with every problem found (not just the first),
+/// so an operator fixes the file in one pass.
+public struct ConfigError: Error, Sendable, Equatable, CustomStringConvertible {
+    public var problems: [ConfigProblem]
+    public init(_ problems: [ConfigProblem]) { self.problems = problems }
+    public var description: String { problems.map(\.description).joined(separator: "\n") }
+}
+
+extension WorkerConfig {
+    /// Larger files are not configs; refusing them early keeps a mistake (a log file
+    /// passed as --config) from costing memory.
+    public static let maxFileBytes = 1_048_576
+
+    /// Parses and validates config bytes. Empty or whitespace-only text is an error:
+    /// an operator who wrote an empty file probably lost its content.
+    public static func parse(_ bytes: [UInt8]) throws(ConfigError) -> WorkerConfig {
+        if bytes.count > maxFileBytes {
+            throw ConfigError([ConfigProblem(path: "", message: "the file is \(bytes.count) bytes; a config is at most \(maxFileBytes) bytes")])
+        }
+        let value: JSONValue
+        do {
+            value = try JSON.parse(bytes)
+        } catch {
+            throw ConfigError([ConfigProblem(path: "", message: "not valid JSON: \(error)")])
+        }
+        return try decode(value)
+    }
+
+    public static func decode(_ value: JSONValue) throws(ConfigError) -> WorkerConfig {
+        var reader = ConfigReader()
+        var config = WorkerConfig()
+        guard let root = reader.object(value, path: "") else { throw ConfigError(reader.problems) }
+        reader.members(of: root, path: "") { reader, key, value, path in
+            switch key {
+            case "agentId":
+                if let id = reader.string(value, path: path) {
+                    if let problem = AgentID.validationProblem(id) {
+                        reader.problem(path, problem)
+                    } else {
+                        config.agentId = id
+                    }
+                }
+            case "coordinator":
+                guard let object = reader.object(value, path: path) else { return }
+                reader.members(of: object, path: path) { reader, key, value, path in
+                    let c = \WorkerConfig.coordinator
+                    switch key {
+                    case "url": reader.url(value, path: path).map { config.coordinator.url = $0 }
+                    case "registrationToken":
+                        reader.string(value, path: path, maxLength: 4096, nonEmpty: true).map { config.coordinator.registrationToken = $0 }
+                    case "heartbeatIntervalMs": reader.int(value, path: path, 1_000...3_600_000).map { config[keyPath: c].heartbeatIntervalMs = $0 }
+                    case "pullIntervalMs": reader.int(value, path: path, 500...3_600_000).map { config[keyPath: c].pullIntervalMs = $0 }
+                    case "stopGraceMs": reader.int(value, path: path, 0...600_000).map { config[keyPath: c].stopGraceMs = $0 }
+                    case "connectTimeoutMs": reader.int(value, path: path, 100...120_000).map { config[keyPath: c].connectTimeoutMs = $0 }
+                    case "requestTimeoutMs": reader.int(value, path: path, 100...600_000).map { config[keyPath: c].requestTimeoutMs = $0 }
+                    case "maxResponseBytes": reader.int(value, path: path, 1_024...67_108_864).map { config[keyPath: c].maxResponseBytes = $0 }
+                    default: reader.unknown(path)
+                    }
+                }
+            case "backend":
+                guard let object = reader.object(value, path: path) else { return }
+                reader.members(of: object, path: path) { reader, key, value, path in
+                    switch key {
+                    case "kind": reader.choice(value, path: path, BackendKind.self).map { config.backend.kind = $0 }
+                    case "url": reader.url(value, path: path).map { config.backend.url = $0 }
+                    case "model": reader.string(value, path: path, maxLength: 256, nonEmpty: true).map { config.backend.model = $0 }
+                    case "timeoutMs": reader.int(value, path: path, 1_000...3_600_000).map { config.backend.timeoutMs = $0 }
+                    case "openaiEndpoint": reader.choice(value, path: path, OpenAIEndpoint.self).map { config.backend.openaiEndpoint = $0 }
+                    case "maxOutputBytes": reader.int(value, path: path, 1_024...16_777_216).map { config.backend.maxOutputBytes = $0 }
+                    default: reader.unknown(path)
+                    }
+                }
+            case "policy":
+                guard let object = reader.object(value, path: path) else { return }
+                reader.members(of: object, path: path) { reader, key, value, path in
+                    if let problem = config.policy.set(key: key, json: value) {
+                        if case .unknownKey = problem { reader.unknown(path) } else { reader.problem(path, problem.message) }
+                    }
+                }
+                if config.policy.resumeBatteryPct < config.policy.minBatteryPct {
+                    reader.problem(path + ".resumeBatteryPct", "must be at least policy.minBatteryPct (\(config.policy.minBatteryPct)), got \(config.policy.resumeBatteryPct)")
+                }
+            case "network":
+                guard let object = reader.object(value, path: path) else { return }
+                reader.members(of: object, path: path) { reader, key, value, path in
+                    switch key {
+                    case "pathLossGraceMs": reader.int(value, path: path, 0...600_000).map { config.network.pathLossGraceMs = $0 }
+                    default: reader.unknown(path)
+                    }
+                }
+            case "bluetooth":
+                guard let object = reader.object(value, path: path) else { return }
+                reader.members(of: object, path: path) { reader, key, value, path in
+                    switch key {
+                    case "adapter":
+                        if let name = reader.string(value, path: path) {
+                            if isAdapterName(name) { config.bluetooth.adapter = name } else { reader.problem(path, "must be an adapter name like \"hci0\", got \"\(printable(name))\"") }
+                        }
+                    case "maxRequestBytes": reader.int(value, path: path, 1_024...1_048_576).map { config.bluetooth.maxRequestBytes = $0 }
+                    case "maxQueuedRequests": reader.int(value, path: path, 1...1_024).map { config.bluetooth.maxQueuedRequests = $0 }
+                    case "chunkPacingMs": reader.int(value, path: path, 0...1_000).map { config.bluetooth.chunkPacingMs = $0 }
+                    case "maxClients": reader.int(value, path: path, 1...16).map { config.bluetooth.maxClients = $0 }
+                    default: reader.unknown(path)
+                    }
+                }
+            case "hooks":
+                guard let object = reader.object(value, path: path) else { return }
+                reader.members(of: object, path: path) { reader, key, value, path in
+                    switch key {
+                    case "networkRestored": reader.string(value, path: path, maxLength: 4096, nonEmpty: true).map { config.hooks.networkRestored = $0 }
+                    case "timeoutMs": reader.int(value, path: path, 100...600_000).map { config.hooks.timeoutMs = $0 }
+                    default: reader.unknown(path)
+                    }
+                }
+            case "control":
+                guard let object = reader.object(value, path: path) else { return }
+                reader.members(of: object, path: path) { reader, key, value, path in
+                    switch key {
+                    case "readGroup":
+                        if let name = reader.string(value, path: path, maxLength: 32, nonEmpty: true) {
+                            if isPosixName(name) { config.control.readGroup = name } else { reader.problem(path, "must be a group name (letters, digits, '_', '-'), got \"\(printable(name))\"") }
+                        }
+                    default: reader.unknown(path)
+                    }
+                }
+            case "log":
+                guard let object = reader.object(value, path: path) else { return }
+                reader.members(of: object, path: path) { reader, key, value, path in
+                    switch key {
+                    case "level": reader.choice(value, path: path, LogLevelName.self).map { config.log.level = $0 }
+                    default: reader.unknown(path)
+                    }
+                }
+            default:
+                reader.unknown(path)
+            }
+        }
+        if !reader.problems.isEmpty { throw ConfigError(reader.problems) }
+        return config
+    }
+
+    static func isAdapterName(_ name: String) -> Bool {
+        guard name.hasPrefix("hci"), name.count > 3, name.count <= 6 else { return false }
+        return name.dropFirst(3).allSatisfy { $0.isASCII && $0.isNumber }
+    }
+
+    static func isPosixName(_ name: String) -> Bool {
+        name.unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "_" || $0 == "-") }
+    }
+}
+
+/// A string shortened and stripped of control characters, safe to echo in an error.
+public func printable(_ text: String, limit: Int = 80) -> String {
+    var out = ""
+    for scalar in text.unicodeScalars.prefix(limit) {
+        out.unicodeScalars.append(scalar.value < 0x20 || scalar.value == 0x7F ? "?" : scalar)
+    }
+    if text.unicodeScalars.count > limit { out += "…" }
+    return out
+}
+
+/// Reads JSON values against expectations and collects every problem with its path.
+struct ConfigReader {
+    var problems: [ConfigProblem] = []
+
+    mutating func problem(_ path: String, _ message: String) {
+        problems.append(ConfigProblem(path: path, message: message))
+    }
+
+    mutating func unknown(_ path: String) {
+        problem(path, "unknown key (see the README's configuration table for the keys)")
+    }
+
+    mutating func object(_ value: JSONValue, path: String) -> JSONObject? {
+        if case .object(let object) = value { return object }
+        problem(path, "must be an object, got \(value.typeDescription)")
+        return nil
+    }
+
+    mutating func members(of object: JSONObject, path: String, _ body: (inout ConfigReader, String, JSONValue, String) -> Void) {
+        for member in object.members {
+            let childPath = path.isEmpty ? member.key : "\(path).\(member.key)"
+            body(&self, member.key, member.value, childPath)
+        }
+    }
+
+    mutating func string(_ value: JSONValue, path: String, maxLength: Int = 256, nonEmpty: Bool = false) -> String? {
+        guard case .string(let s) = value else {
+            problem(path, "must be a string, got \(value.typeDescription)")
+            return nil
+        }
+        if nonEmpty && s.isEmpty { problem(path, "must not be empty"); return nil }
+        if s.utf8.count > maxLength { problem(path, "must be at most \(maxLength) bytes, got \(s.utf8.count)"); return nil }
+        return s
+    }
+
+    mutating func int(_ value: JSONValue, path: String, _ range: ClosedRange<Int64>) -> Int64? {
+        guard let number = value.intValue else {
+            if case .double = value { problem(path, "must be a whole number in \(range.lowerBound)…\(range.upperBound), got \(value.serialized)") } else { problem(path, "must be an integer, got \(value.typeDescription)") }
+            return nil
+        }
+        guard range.contains(number) else {
+            problem(path, "must be in \(range.lowerBound)…\(range.upperBound), got \(number)")
+            return nil
+        }
+        return number
+    }
+
+    mutating func choice<E: RawRepresentable & CaseIterable>(_ value: JSONValue, path: String, _: E.Type) -> E? where E.RawValue == String {
+        guard let s = string(value, path: path) else { return nil }
+        if let choice = E(rawValue: s) { return choice }
+        problem(path, "must be one of \(E.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", ")), got \"\(printable(s))\"")
+        return nil
+    }
+
+    mutating func url(_ value: JSONValue, path: String) -> String? {
+        guard let s = string(value, path: path, maxLength: 2048, nonEmpty: true) else { return nil }
+        if let problem = HTTPURL.validationProblem(s) {
+            self.problem(path, problem)
+            return nil
+        }
+        return s
+    }
+}
+
+/// The checks an http(s) URL from the config must pass before libcurl ever sees it.
+public enum HTTPURL {
+    public static func validationProblem(_ text: String) -> String? {
+        let lower = text.lowercased()
+        let rest: Substring
+        if lower.hasPrefix("https://") { rest = text.dropFirst(8) } else if lower.hasPrefix("http://") { rest = text.dropFirst(7) } else {
+            return "must be an http:// or https:// URL, got \"\(printable(text))\""
+        }
+        if text.unicodeScalars.contains(where: { $0.value <= 0x20 || $0.value == 0x7F }) {
+            return "must not contain spaces or control characters"
+        }
+        let authority = rest.prefix(while: { $0 != "/" && $0 != "?" && $0 != "#" })
+        if authority.isEmpty { return "has no host: \"\(printable(text))\"" }
+        if authority.contains("@") { return "must not carry credentials (user@host); use coordinator.registrationToken" }
+        return nil
+    }
+}
+
+/// Agent ids travel in every coordinator call and in the Bluetooth name; they are
+/// restricted to characters that are safe in both.
+public enum AgentID {
+    public static func validationProblem(_ id: String) -> String? {
+        if id.isEmpty { return "must not be empty" }
+        if id.utf8.count > 128 { return "must be at most 128 characters, got \(id.utf8.count)" }
+        let ok = id.unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "-" || $0 == "_" || $0 == ".") }
+        return ok ? nil : "may hold only letters, digits, '-', '_' and '.', got \"\(printable(id))\""
+    }
+}

@@ -1,0 +1,140 @@
+/// The control protocol between `edgecoder-worker` clients and the daemon: one JSON
+/// object per line each way over the Unix socket in the runtime directory.
+///
+/// Request: `{"cmd": "status"}`, `{"cmd": "mode"}`, `{"cmd": "mode", "set": "on"}`,
+/// `{"cmd": "events", "follow": true, "limit": 50}`.
+/// Answer: `{"ok": true, "result": {...}}` or `{"ok": false, "error": {"code": "...", "message": "..."}}`.
+/// `events` with `follow` answers once, then sends `{"event": {...}}` lines as they happen.
+public enum ControlRequest: Sendable, Equatable {
+    case status
+    case getMode
+    case setMode(Mode)
+    case events(follow: Bool, limit: Int?)
+    case ping
+
+    /// Whether the request changes the daemon (and so needs the changing privilege).
+    public var changes: Bool {
+        if case .setMode = self { return true }
+        return false
+    }
+
+    public var json: JSONValue {
+        switch self {
+        case .status: return ["cmd": "status"]
+        case .getMode: return ["cmd": "mode"]
+        case .setMode(let mode): return ["cmd": "mode", "set": .string(mode.rawValue)]
+        case .events(let follow, let limit):
+            var object = JSONObject([("cmd", "events"), ("follow", .bool(follow))])
+            if let limit { object["limit"] = .int(limit) }
+            return .object(object)
+        case .ping: return ["cmd": "ping"]
+        }
+    }
+
+    /// Longest request line the daemon reads; anything longer is not from our client.
+    public static let maxLineBytes = 65_536
+
+    public static func parse(_ line: ArraySlice<UInt8>) -> Result<ControlRequest, ControlError> {
+        let value: JSONValue
+        do {
+            value = try JSON.parse(line, maxDepth: 8)
+        } catch {
+            return .failure(ControlError(.badRequest, "the request is not valid JSON: \(error)"))
+        }
+        guard case .object(let object) = value else {
+            return .failure(ControlError(.badRequest, "the request must be a JSON object, got \(value.typeDescription)"))
+        }
+        guard let cmd = object["cmd"]?.stringValue else {
+            return .failure(ControlError(.badRequest, "the request has no \"cmd\" string"))
+        }
+        func unexpected(_ allowed: Set<String>) -> ControlError? {
+            for key in object.keys where !allowed.contains(key) {
+                return ControlError(.badRequest, "unknown field \"\(printable(key))\" for cmd \"\(printable(cmd))\"")
+            }
+            return nil
+        }
+        switch cmd {
+        case "status":
+            if let error = unexpected(["cmd"]) { return .failure(error) }
+            return .success(.status)
+        case "ping":
+            if let error = unexpected(["cmd"]) { return .failure(error) }
+            return .success(.ping)
+        case "mode":
+            if let error = unexpected(["cmd", "set"]) { return .failure(error) }
+            guard let set = object["set"] else { return .success(.getMode) }
+            guard let name = set.stringValue, let mode = Mode(rawValue: name) else {
+                return .failure(ControlError(.badRequest, "\"set\" must be one of \"off\", \"on\", \"bluetooth\", got \(printable(set.serialized))"))
+            }
+            return .success(.setMode(mode))
+        case "events":
+            if let error = unexpected(["cmd", "follow", "limit"]) { return .failure(error) }
+            var follow = false
+            if let value = object["follow"] {
+                guard let b = value.boolValue else { return .failure(ControlError(.badRequest, "\"follow\" must be a boolean")) }
+                follow = b
+            }
+            var limit: Int?
+            if let value = object["limit"] {
+                guard let n = value.intValue, n >= 1, n <= 100_000 else { return .failure(ControlError(.badRequest, "\"limit\" must be an integer in 1…100000")) }
+                limit = Int(n)
+            }
+            return .success(.events(follow: follow, limit: limit))
+        default:
+            return .failure(ControlError(.unknownCommand, "unknown cmd \"\(printable(cmd))\""))
+        }
+    }
+}
+
+/// An error answered over the control socket; `code` is what clients match on.
+public struct ControlError: Error, Sendable, Equatable {
+    public enum Code: String, Sendable {
+        case badRequest = "bad-request"
+        case unknownCommand = "unknown-command"
+        case forbidden
+        case refused
+        case tooLong = "too-long"
+        case internalError = "internal"
+    }
+    public var code: Code
+    public var message: String
+    public init(_ code: Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    public var json: JSONValue {
+        ["ok": false, "error": ["code": .string(code.rawValue), "message": .string(message)]]
+    }
+}
+
+public enum ControlAnswer {
+    public static func ok(_ result: JSONValue) -> JSONValue { ["ok": true, "result": result] }
+}
+
+/// The peer of a control connection, from SO_PEERCRED and SO_PEERGROUPS.
+public struct PeerCredentials: Sendable, Equatable {
+    public var pid: Int32
+    public var uid: UInt32
+    public var gid: UInt32
+    public var groups: [UInt32]
+    public init(pid: Int32, uid: UInt32, gid: UInt32, groups: [UInt32]) {
+        self.pid = pid
+        self.uid = uid
+        self.gid = gid
+        self.groups = groups
+    }
+}
+
+/// What a control peer may do (SPEC 8): reading needs root, the daemon's user or the
+/// read group; changing needs root or the daemon's user.
+public enum ControlAccess: Int, Sendable, Comparable {
+    case none, read, change
+    public static func < (a: ControlAccess, b: ControlAccess) -> Bool { a.rawValue < b.rawValue }
+
+    public static func of(_ peer: PeerCredentials, daemonUID: UInt32, readGroupGID: UInt32?) -> ControlAccess {
+        if peer.uid == 0 || peer.uid == daemonUID { return .change }
+        if let gid = readGroupGID, peer.gid == gid || peer.groups.contains(gid) { return .read }
+        return .none
+    }
+}

@@ -1,0 +1,144 @@
+/// The three compute modes of SPEC 1.
+public enum Mode: String, Sendable, CaseIterable {
+    case off, on, bluetooth
+}
+
+/// The persisted mode: what was selected, since when, and why.
+public struct ModeState: Sendable, Equatable {
+    public var mode: Mode
+    /// Milliseconds since the epoch of the last change.
+    public var sinceMs: Int64
+    public var reason: String
+    /// True while the mode is `bluetooth` because the daemon downgraded itself (rule 2.3);
+    /// it decides whether a restored path records `network-restored` (rule 2.4).
+    public var downgraded: Bool
+
+    public init(mode: Mode, sinceMs: Int64, reason: String, downgraded: Bool = false) {
+        self.mode = mode
+        self.sinceMs = sinceMs
+        self.reason = reason
+        self.downgraded = downgraded
+    }
+
+    /// A fresh install starts in `off` (rule 2.1).
+    public static func fresh(nowMs: Int64) -> ModeState {
+        ModeState(mode: .off, sinceMs: nowMs, reason: "fresh install")
+    }
+
+    public var json: JSONValue {
+        ["mode": .string(mode.rawValue), "sinceMs": .int(sinceMs), "reason": .string(reason), "downgraded": .bool(downgraded)]
+    }
+
+    public static func from(json value: JSONValue) -> ModeState? {
+        guard let mode = value["mode"]?.stringValue.flatMap(Mode.init(rawValue:)),
+            let since = value["sinceMs"]?.intValue,
+            let reason = value["reason"]?.stringValue
+        else { return nil }
+        return ModeState(mode: mode, sinceMs: since, reason: reason, downgraded: value["downgraded"]?.boolValue ?? false)
+    }
+}
+
+/// Something that asks for a mode change.
+public enum ModeRequest: Sendable, Equatable {
+    /// `edgecoder-worker mode X` from an operator (with a note on who, for the event).
+    case operatorSet(Mode, by: String)
+    /// The network path was lost while in `on` (rule 2.3).
+    case pathLost(reason: String)
+    /// The network path is satisfied again (rule 2.4).
+    case pathRestored(interface: String)
+}
+
+/// What the rest of the world looks like when a mode request is decided. Later parts
+/// (the power gate, the path monitor) fill it; the decision stays one pure function.
+public struct ModeContext: Sendable, Equatable {
+    /// `policy.runOnlyWhileCharging` as in force on this host.
+    public var runOnlyWhileCharging: Bool
+    /// Whether the host is on external power; nil when not yet known.
+    public var onExternalPower: Bool?
+    public var nowMs: Int64
+
+    public init(runOnlyWhileCharging: Bool = false, onExternalPower: Bool? = nil, nowMs: Int64) {
+        self.runOnlyWhileCharging = runOnlyWhileCharging
+        self.onExternalPower = onExternalPower
+        self.nowMs = nowMs
+    }
+
+    /// The charge gate of rule 2.2 is closed when the policy demands power and the
+    /// host is known to be without it. Unknown power does not close it: a host whose
+    /// supplies cannot be read is treated like a desktop.
+    public var chargeGateClosed: Bool { runOnlyWhileCharging && onExternalPower == false }
+}
+
+/// The outcome of a mode request.
+public struct ModeDecision: Sendable, Equatable {
+    public enum Outcome: Sendable, Equatable {
+        case changed
+        case unchanged
+        /// Refused, with the operator-facing message.
+        case refused(message: String)
+    }
+    public var outcome: Outcome
+    public var state: ModeState
+    /// Events to record, in order (rule 2.5: every change, refusal, downgrade, restore).
+    public var events: [EventDraft]
+}
+
+/// The message of rule 2.2, word for word.
+public let chargeGateMessage = "Runtime blocked: connect power to start."
+
+public enum ModeRules {
+    /// The one decision function for mode changes. Values in, decision out, no I/O.
+    public static func decide(_ request: ModeRequest, current: ModeState, context: ModeContext) -> ModeDecision {
+        let now = context.nowMs
+        switch request {
+        case .operatorSet(let target, let who):
+            if target != .off && context.chargeGateClosed {
+                return ModeDecision(
+                    outcome: .refused(message: chargeGateMessage), state: current,
+                    events: [EventDraft(kind: .modeRefused, from: current.mode, to: target, reason: "not-charging: runOnlyWhileCharging is set and the host is on battery (\(who))")])
+            }
+            if target == current.mode && !(target == .bluetooth && current.downgraded) {
+                return ModeDecision(outcome: .unchanged, state: current, events: [])
+            }
+            // Choosing `bluetooth` explicitly ends a downgrade: the operator now owns it.
+            let next = ModeState(mode: target, sinceMs: now, reason: "set by \(who)", downgraded: false)
+            return ModeDecision(outcome: .changed, state: next,
+                                events: [EventDraft(kind: .modeChange, from: current.mode, to: target, reason: "set by \(who)")])
+
+        case .pathLost(let reason):
+            guard current.mode == .on else { return ModeDecision(outcome: .unchanged, state: current, events: []) }
+            let next = ModeState(mode: .bluetooth, sinceMs: now, reason: "downgrade: \(reason)", downgraded: true)
+            return ModeDecision(outcome: .changed, state: next,
+                                events: [EventDraft(kind: .downgrade, from: .on, to: .bluetooth, reason: reason)])
+
+        case .pathRestored(let interface):
+            // Rule 2.4: note it, never climb back on our own.
+            guard current.mode == .bluetooth && current.downgraded else {
+                return ModeDecision(outcome: .unchanged, state: current, events: [])
+            }
+            return ModeDecision(outcome: .unchanged, state: current,
+                                events: [EventDraft(kind: .networkRestored, from: .bluetooth, to: .bluetooth,
+                                                    reason: "network path satisfied again via \(interface); run `edgecoder-worker mode on` to rejoin the swarm")])
+        }
+    }
+}
+
+/// Why the runtime of the selected mode is or is not running.
+public struct RuntimeState: Sendable, Equatable {
+    public enum Phase: String, Sendable { case idle, running, blocked }
+    public var phase: Phase
+    public var reason: String
+    public init(phase: Phase, reason: String) {
+        self.phase = phase
+        self.reason = reason
+    }
+
+    /// The runtime for a mode, given the gate. A persisted mode whose gate is closed
+    /// stays selected but idle (rule 2.2).
+    public static func of(_ mode: ModeState, context: ModeContext, runtimeAvailable: (Mode) -> String?) -> RuntimeState {
+        if mode.mode == .off { return RuntimeState(phase: .idle, reason: "mode off") }
+        if context.chargeGateClosed { return RuntimeState(phase: .blocked, reason: "not-charging: \(chargeGateMessage)") }
+        if let missing = runtimeAvailable(mode.mode) { return RuntimeState(phase: .blocked, reason: missing) }
+        return RuntimeState(phase: .running, reason: "mode \(mode.mode.rawValue)")
+    }
+}

@@ -1,0 +1,50 @@
+#!/bin/bash
+# Stage 2 of the BlueZ test VM, run by the initramfs's /init inside the chroot (the host's
+# / read-only) with the host's bash:  guest-init.sh RESULTS_PATH
+# Sets up Bluetooth (modules, btvirt, system D-Bus, bluetoothd), runs the guest script
+# with its output in RESULTS/output.log and its exit code in RESULTS/exit-code.
+RES="$1"
+exec </dev/null >>"$RES/setup.log" 2>&1
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/libexec/bluetooth
+export HOME=/tmp/home LANG=C.UTF-8
+mkdir -p "$HOME"
+
+console() { echo "bluez-vm: $*" >/dev/console; echo "bluez-vm: $*"; }
+setup_failed() {
+  console "SETUP FAILED: $*"
+  echo "$*" >"$RES/setup-error"
+  exit 1
+}
+
+# run.env (written by run-in-vm.sh): VM_SCRIPT, VM_ARGS (array), VM_CWD, BLUEZ_VM_DIR,
+# BLUEZ_VM_CACHE, BLUEZ_VM_KVER, BLUETOOTHD_ARGS, BLUEZ_VM_NO_BLUETOOTHD, user variables.
+# shellcheck source=/dev/null
+source "$RES/run.env" || setup_failed "cannot read $RES/run.env"
+export VM_RESULTS="$RES"
+export BLUEZ_VM_KDIR="$BLUEZ_VM_CACHE/kernel-$BLUEZ_VM_KVER"
+export BLUEZ_VM_PYTHON="$BLUEZ_VM_CACHE/venv/bin/python3"
+export REPO_ROOT BLUEZ_VM_DIR BLUEZ_VM_CACHE BLUEZ_VM_KVER
+# shellcheck source=guest-lib.sh
+source "$BLUEZ_VM_DIR/guest-lib.sh" || setup_failed "cannot source guest-lib.sh"
+
+bvm_log "guest up: kernel $(uname -r)"
+load_bt_modules || setup_failed "loading Bluetooth/crypto modules from $BLUEZ_VM_KDIR"
+start_btvirt -L -l2
+wait_for_controllers 2 20 || setup_failed "btvirt did not create hci0 and hci1 (see btvirt.log)"
+bvm_log "controllers: $(ls /sys/class/bluetooth | tr '\n' ' ')"
+start_dbus || setup_failed "dbus-daemon --system"
+if [[ "${BLUEZ_VM_NO_BLUETOOTHD:-0}" != 1 ]]; then
+  # BLUETOOTHD_ARGS is split on spaces on purpose (e.g. "-f /path/main.conf -d").
+  # shellcheck disable=SC2086
+  start_bluetoothd $BLUETOOTHD_ARGS || setup_failed "bluetoothd did not come up (see bluetoothd.log)"
+  bvm_log "bluetoothd ready"
+fi
+
+cd "$VM_CWD" 2>/dev/null || cd /
+console "BEGIN $VM_SCRIPT (uptime $(cut -d' ' -f1 /proc/uptime)s)"
+bash "$VM_SCRIPT" "${VM_ARGS[@]}" </dev/null >"$RES/output.log" 2>&1
+rc=$?
+echo "$rc" >"$RES/exit-code.tmp" && mv "$RES/exit-code.tmp" "$RES/exit-code"
+console "END $VM_SCRIPT exit=$rc (uptime $(cut -d' ' -f1 /proc/uptime)s)"
+sync
+exit 0

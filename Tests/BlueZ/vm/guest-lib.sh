@@ -1,0 +1,160 @@
+# shellcheck shell=bash
+# Helpers for scripts that run INSIDE the BlueZ test VM (see run-in-vm.sh).
+# A guest script sources it:   source "$BLUEZ_VM_DIR/guest-lib.sh"
+#
+# Environment a guest script gets (set by guest-init.sh):
+#   VM_RESULTS        writable folder shared with the host (same path on both sides)
+#   BLUEZ_VM_DIR      this folder (Tests/BlueZ/vm)      REPO_ROOT   the repository
+#   BLUEZ_VM_CACHE    REPO/.cache/bluez-vm              BLUEZ_VM_KDIR, BLUEZ_VM_KVER
+#   BLUEZ_VM_PYTHON   venv python with bleak (+ system dbus/gi)
+#   HCI0_ADDR=00:AA:01:00:00:00  HCI1_ADDR=00:AA:01:01:00:01  (btvirt -L -l2)
+#   HOME=/tmp/home (the root filesystem is the host's /, read-only; /tmp, /run,
+#   /var/lib/bluetooth and /dev/shm are fresh tmpfs)
+#
+# Functions:
+#   start_bluetoothd [ARGS...]  start `bluetoothd -n ARGS` in the background (log:
+#                               $VM_RESULTS/bluetoothd.log) and wait_for_bluez
+#   stop_bluetoothd             stop it and wait until org.bluez is gone from the bus
+#   restart_bluetoothd [ARGS..] stop + start (e.g. `-f conf` with [GATT] ExchangeMTU = 247)
+#   wait_for_bluez [SECS]       until bluetoothd owns org.bluez and hci0/hci1 are powered
+#   wait_for_controllers [N] [SECS]   until N controllers (hci0..) exist in the kernel
+#   load_bt_modules / start_btvirt [ARGS] / start_dbus   (done by guest-init.sh already)
+#   ok DESC / not_ok DESC / check DESC CMD...   TAP-like result lines; tap_done returns 1
+#                               if any not_ok was seen (use: `tap_done; exit $?`)
+
+: "${VM_RESULTS:=/tmp}"
+BLUEZ_VM_RUN=/run/bluez-vm
+BLUETOOTHD=/usr/libexec/bluetooth/bluetoothd
+HCI0_ADDR=00:AA:01:00:00:00
+HCI1_ADDR=00:AA:01:01:00:01
+export HCI0_ADDR HCI1_ADDR
+mkdir -p "$BLUEZ_VM_RUN" 2>/dev/null
+
+bvm_log() { printf '[%s] %s\n' "$(cut -d' ' -f1 /proc/uptime)" "$*" >&2; }
+
+_bvm_wait() { # _bvm_wait SECS DESC CMD... : poll CMD every 0.1 s
+  local secs=$1 desc=$2; shift 2
+  local end=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS >= end)); then bvm_log "timed out after ${secs}s waiting for $desc"; return 1; fi
+    sleep 0.1
+  done
+}
+
+load_bt_modules() {
+  local m
+  for m in hci_vhci af_alg algif_hash algif_skcipher aes_generic ecb cmac; do
+    modprobe -d "$BLUEZ_VM_KDIR" "$m" || { bvm_log "modprobe $m failed"; return 1; }
+  done
+}
+
+_bvm_hci_count() { local n=0 d; for d in /sys/class/bluetooth/hci*; do [[ -e $d ]] && n=$((n + 1)); done; echo $n; }
+wait_for_controllers() { # [N=2] [SECS=20]
+  _bvm_wait "${2:-20}" "${1:-2} controllers" _bvm_hci_at_least "${1:-2}"
+}
+_bvm_hci_at_least() { (($(_bvm_hci_count) >= $1)); }
+
+start_btvirt() { # [ARGS...] default: -L -l2 (two linked LE controllers)
+  (($#)) || set -- -L -l2
+  btvirt "$@" >>"$VM_RESULTS/btvirt.log" 2>&1 &
+  echo $! >"$BLUEZ_VM_RUN/btvirt.pid"
+}
+
+start_dbus() {
+  mkdir -p /run/dbus
+  dbus-daemon --system --fork --nopidfile || return 1
+  _bvm_wait 10 "system bus" test -S /run/dbus/system_bus_socket
+}
+
+_bvm_name_owned() {
+  dbus-send --system --print-reply --dest=org.freedesktop.DBus /org/freedesktop/DBus \
+    org.freedesktop.DBus.NameHasOwner "string:$1" 2>/dev/null | grep -q 'boolean true'
+}
+_bvm_powered() {
+  dbus-send --system --print-reply --dest=org.bluez "/org/bluez/$1" \
+    org.freedesktop.DBus.Properties.Get string:org.bluez.Adapter1 string:Powered 2>/dev/null |
+    grep -q 'boolean true'
+}
+_bvm_all_powered() {
+  local d
+  for d in /sys/class/bluetooth/hci*; do
+    [[ -e $d ]] || continue
+    _bvm_powered "$(basename "$d")" || return 1
+  done
+}
+
+wait_for_bluez() { # [SECS=30]: org.bluez owned and every controller powered
+  local secs=${1:-30}
+  _bvm_wait "$secs" "org.bluez on the system bus" _bvm_name_owned org.bluez &&
+    _bvm_wait "$secs" "adapters powered" _bvm_all_powered
+}
+
+start_bluetoothd() { # [ARGS...] extra bluetoothd options, e.g. -f /path/main.conf -d
+  if [[ -s $BLUEZ_VM_RUN/bluetoothd.pid ]] && kill -0 "$(cat "$BLUEZ_VM_RUN/bluetoothd.pid")" 2>/dev/null; then
+    bvm_log "bluetoothd already running; use restart_bluetoothd"; return 1
+  fi
+  echo "=== bluetoothd -n $* ===" >>"$VM_RESULTS/bluetoothd.log"
+  "$BLUETOOTHD" -n "$@" >>"$VM_RESULTS/bluetoothd.log" 2>&1 &
+  echo $! >"$BLUEZ_VM_RUN/bluetoothd.pid"
+  wait_for_bluez
+}
+
+stop_bluetoothd() {
+  local pid
+  pid=$(cat "$BLUEZ_VM_RUN/bluetoothd.pid" 2>/dev/null) || return 0
+  rm -f "$BLUEZ_VM_RUN/bluetoothd.pid"
+  kill "$pid" 2>/dev/null || return 0
+  _bvm_wait 10 "bluetoothd to exit" _bvm_gone "$pid" || kill -9 "$pid" 2>/dev/null
+  _bvm_wait 10 "org.bluez to leave the bus" _bvm_not_owned org.bluez
+}
+_bvm_gone() { ! kill -0 "$1" 2>/dev/null; }
+_bvm_not_owned() { ! _bvm_name_owned "$1"; }
+
+restart_bluetoothd() { stop_bluetoothd && start_bluetoothd "$@"; }
+
+btmgmt_run() { # btmgmt ARGS... without a terminal: btmgmt quits at EOF on stdin before
+  # its reply arrives (prints nothing), so give it a stdin that stays open.
+  timeout 15 btmgmt "$@" < <(exec sleep 15)
+}
+
+bluez_example() { # NAME [ADAPTER=hci0]: copy BlueZ's example NAME (bluez-test-scripts,
+  # maybe gzipped) to /tmp, pinned to ADAPTER (the examples take the first adapter the
+  # bus lists, which may be hci1); prints the copy's path. Run it with /usr/bin/python3 -u.
+  local name=$1 adapter=${2:-hci0} src=/usr/share/doc/bluez-test-scripts/examples/$1
+  local dst=/tmp/bluez-example-$name-$adapter.py
+  if [[ -f $src ]]; then cp "$src" "$dst"
+  elif [[ -f $src.gz ]]; then gzip -dc "$src.gz" >"$dst"
+  else bvm_log "no BlueZ example $name (install bluez-test-scripts)"; return 1; fi
+  sed -i "s|^\( *adapter = \)find_adapter(bus)\$|\1'/org/bluez/$adapter'|" "$dst"
+  grep -q "adapter = '/org/bluez/$adapter'" "$dst" || { bvm_log "cannot pin $name to $adapter"; return 1; }
+  echo "$dst"
+}
+
+# ------------------------------------------------------------- result lines
+# TAP-style lines without numbers ("ok - DESC" / "not ok - DESC"), plan and summary at the end.
+_BVM_FAILS=0
+_BVM_COUNT=0
+ok()     { _BVM_COUNT=$((_BVM_COUNT + 1)); echo "ok - $*"; }
+not_ok() { _BVM_COUNT=$((_BVM_COUNT + 1)); _BVM_FAILS=$((_BVM_FAILS + 1)); echo "not ok - $*"; }
+check() { # check DESC CMD... : ok if CMD succeeds (its output goes to stderr)
+  local desc=$1; shift
+  if "$@" >&2; then ok "$desc"; else not_ok "$desc"; fi
+}
+run_tap() { # run_tap DESC CMD... : pass CMD's output through, counting its "ok - " and
+  # "not ok - " lines; a non-zero exit adds "not ok - DESC (exit N)"
+  local desc=$1 line rc=0; shift
+  while IFS= read -r line; do
+    case $line in
+      __run_tap_rc=*) rc=${line#__run_tap_rc=}; continue ;;
+      "ok - "*|"ok "[0-9]*) _BVM_COUNT=$((_BVM_COUNT + 1)) ;;
+      "not ok"*) _BVM_COUNT=$((_BVM_COUNT + 1)); _BVM_FAILS=$((_BVM_FAILS + 1)) ;;
+    esac
+    printf '%s\n' "$line"
+  done < <("$@" 2>&1; echo "__run_tap_rc=$?")
+  if [[ $rc != 0 ]]; then not_ok "$desc (exit $rc)"; fi
+}
+tap_done() { # prints the plan and "N passed, N failed"; returns 1 if anything failed
+  echo "1..$_BVM_COUNT"
+  echo "$((_BVM_COUNT - _BVM_FAILS)) passed, $_BVM_FAILS failed"
+  ((_BVM_FAILS == 0))
+}

@@ -1,0 +1,60 @@
+#!/bin/busybox sh
+# /init of the BlueZ test VM's initramfs (built into it by prepare.sh; edit, then rerun
+# prepare.sh). Loads virtio + 9p, mounts the host's / read-only (tag hostroot) and the
+# writable results share (tag results), then chroots into the host's / and runs
+# guest-init.sh with the host's bash. Always powers off.
+/bin/busybox mkdir -p /proc /sys /dev /bin
+/bin/busybox --install -s /bin
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev 2>/dev/null
+exec </dev/console >/dev/console 2>&1
+
+say() { echo "bluez-vm-init: $*"; }
+halt() {
+  [ -n "$1" ] && say "FATAL: $1" && [ -d /res ] && echo "$1" >>/res/init-error 2>/dev/null
+  sync
+  umount -r /newroot 2>/dev/null
+  poweroff -f
+  sleep 5
+  echo o >/proc/sysrq-trigger
+}
+
+for m in $(cat /modules.order); do
+  insmod "/lib/modules/$m" || halt "insmod $m failed"
+done
+
+OPTS=trans=virtio,version=9p2000.L,msize=262144
+mount -t 9p -o "$OPTS" results /res || halt "cannot mount the results share"
+[ -f /res/vm.conf ] || halt "no vm.conf in the results share"
+# vm.conf (written by run-in-vm.sh): RESULTS_PATH=..., GUEST_INIT=..., ROOT_CACHE=...
+. /res/vm.conf
+mount -t 9p -o "$OPTS,ro,cache=${ROOT_CACHE:-loose}" hostroot /newroot || halt "cannot mount hostroot"
+
+R=/newroot
+mount -t proc proc $R/proc || halt "proc"
+mount -t sysfs sysfs $R/sys || halt "sysfs"
+mount -t devtmpfs devtmpfs $R/dev || halt "devtmpfs"
+mkdir -p $R/dev/pts $R/dev/shm 2>/dev/null
+# devtmpfs has no /dev/fd (udev makes it); bash's <(...) needs it.
+ln -sf /proc/self/fd $R/dev/fd
+ln -sf /proc/self/fd/0 $R/dev/stdin
+ln -sf /proc/self/fd/1 $R/dev/stdout
+ln -sf /proc/self/fd/2 $R/dev/stderr
+mount -t devpts devpts $R/dev/pts 2>/dev/null
+mount -t tmpfs -o mode=1777 tmpfs $R/dev/shm 2>/dev/null
+mount -t tmpfs -o mode=1777 tmpfs $R/tmp || halt "tmpfs /tmp"
+mount -t tmpfs -o mode=755 tmpfs $R/run || halt "tmpfs /run"
+mount -t tmpfs -o mode=700 tmpfs $R/var/lib/bluetooth || halt "tmpfs /var/lib/bluetooth (is bluez installed on the host?)"
+# The results share appears in the guest at the host's path (mkdir works when that path
+# lies on one of the tmpfs above; otherwise the directory exists on the host already).
+mkdir -p "$R$RESULTS_PATH" 2>/dev/null
+mount -o bind /res "$R$RESULTS_PATH" || halt "cannot bind the results share to $RESULTS_PATH"
+
+say "chroot: $GUEST_INIT"
+chroot $R /bin/bash "$GUEST_INIT" "$RESULTS_PATH"
+say "guest-init exited $?"
+umount "$R$RESULTS_PATH" 2>/dev/null
+umount /res 2>/dev/null
+halt ""

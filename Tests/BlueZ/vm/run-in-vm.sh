@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# Run a bash script inside a throw-away VM that has Bluetooth: Debian's kernel under qemu
+# (TCG), the host's / as a read-only root, two linked virtual LE controllers (btvirt -L -l2:
+# hci0 00:AA:01:00:00:00, hci1 00:AA:01:01:00:01), the system D-Bus and bluetoothd.
+#
+#   Tests/BlueZ/vm/run-in-vm.sh [OPTIONS] SCRIPT [ARGS...]
+#
+# SCRIPT runs in the guest as `bash SCRIPT ARGS...` (cwd: the caller's cwd), at the same
+# path as on the host, so it must not live under /tmp, /run, /dev, /proc, /sys or
+# /var/lib/bluetooth (the guest has fresh file systems there). Its stdout+stderr are
+# streamed to this script's stdout; its exit code becomes this script's exit code.
+# Guest scripts can `source "$BLUEZ_VM_DIR/guest-lib.sh"` (see that file).
+#
+# Options:
+#   --timeout SECS     kill the VM after SECS (default $BLUEZ_VM_TIMEOUT or 300); exit 124
+#   --env NAME=VALUE   export NAME in the guest script (repeatable); --env NAME copies
+#                      the host's value
+#   --bluetoothd-args "ARGS"  extra options for the first bluetoothd (same as the
+#                      BLUETOOTHD_ARGS environment variable), e.g. "-f /path/main.conf"
+#   --no-bluetoothd    do not start bluetoothd (the script calls start_bluetoothd itself)
+#   --results DIR      results folder (kept); default: a fresh REPO/.cache/bluez-vm/runs/
+#                      run.XXXXXX, deleted after a run that exits 0 unless --keep
+#   --keep             keep the default results folder
+#   --verbose          also stream the guest's serial console (boot/setup log) to stderr
+#
+# Results folder (writable 9p share, same path in the guest as $VM_RESULTS):
+#   output.log  the script's stdout+stderr   exit-code   its exit code
+#   console.log serial console               setup.log   guest setup (modules, btvirt, ...)
+#   bluetoothd.log, btvirt.log               anything the script writes to $VM_RESULTS
+#
+# Exit codes: the script's own; 124 the VM timed out; 125 the VM failed before the script
+# ended (setup error, crash); 2 usage error.
+# Environment: BLUEZ_VM_TIMEOUT, BLUEZ_VM_MEM (MiB, default 1024), BLUEZ_VM_SMP (default 2),
+# BLUETOOTHD_ARGS, BLUEZ_VM_CACHE (default REPO/.cache/bluez-vm).
+set -uo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$HERE/../../.." && pwd)"
+CACHE="${BLUEZ_VM_CACHE:-$REPO/.cache/bluez-vm}"
+ME=run-in-vm.sh
+
+usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
+die() { echo "$ME: ERROR: $*" >&2; exit 2; }
+
+TIMEOUT="${BLUEZ_VM_TIMEOUT:-300}"
+RESULTS=""
+KEEP=0
+VERBOSE=0
+NO_BTD=0
+BTD_ARGS="${BLUETOOTHD_ARGS:-}"
+ENV_LINES=()
+while (($#)); do
+  case "$1" in
+    --timeout) TIMEOUT="${2:?}"; shift 2 ;;
+    --timeout=*) TIMEOUT="${1#*=}"; shift ;;
+    --env)
+      [[ $# -ge 2 ]] || usage
+      case "$2" in
+        *=*) n="${2%%=*}"; v="${2#*=}" ;;
+        *) n="$2"; v="${!2-}" ;;
+      esac
+      [[ "$n" =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || die "bad --env name: $n"
+      ENV_LINES+=("export $n=$(printf '%q' "$v")")
+      shift 2 ;;
+    --bluetoothd-args) BTD_ARGS="${2-}"; shift 2 ;;
+    --no-bluetoothd) NO_BTD=1; shift ;;
+    --results) RESULTS="${2:?}"; KEEP=1; shift 2 ;;
+    --keep) KEEP=1; shift ;;
+    --verbose|-v) VERBOSE=1; shift ;;
+    -h|--help) usage ;;
+    --) shift; break ;;
+    -*) die "unknown option $1 (see --help)" ;;
+    *) break ;;
+  esac
+done
+(($#)) || usage
+[[ "$TIMEOUT" =~ ^[0-9]+$ ]] || die "--timeout wants whole seconds"
+SCRIPT="$(realpath -e "$1" 2>/dev/null)" || die "no such script: $1"
+shift
+[[ -f "$SCRIPT" ]] || die "not a file: $SCRIPT"
+case "$SCRIPT" in
+  /tmp/*|/run/*|/dev/*|/proc/*|/sys/*|/var/lib/bluetooth/*)
+    die "$SCRIPT is not visible in the guest (it has its own /tmp, /run, /dev, /proc, /sys, /var/lib/bluetooth); put the script elsewhere" ;;
+esac
+
+# ------------------------------------------------------------ prepared?
+KVER="$(cat "$CACHE/kernel-version" 2>/dev/null || true)"
+KERNEL="$CACHE/kernel-$KVER/boot/vmlinuz-$KVER"
+INITRD="$CACHE/initramfs-$KVER.cpio.gz"
+if [[ -z "$KVER" || ! -f "$KERNEL" || ! -f "$INITRD" || ! -x "$CACHE/venv/bin/python3" ||
+      "$HERE/initramfs-init.sh" -nt "$INITRD" ]] || ! command -v qemu-system-x86_64 >/dev/null; then
+  echo "$ME: VM not prepared; running prepare.sh" >&2
+  "$HERE/prepare.sh" >&2 || { echo "$ME: prepare.sh failed" >&2; exit 125; }
+  KVER="$(cat "$CACHE/kernel-version")"
+  KERNEL="$CACHE/kernel-$KVER/boot/vmlinuz-$KVER"
+  INITRD="$CACHE/initramfs-$KVER.cpio.gz"
+fi
+
+# ------------------------------------------------------------ results share
+if [[ -n "$RESULTS" ]]; then
+  mkdir -p "$RESULTS" || die "cannot create $RESULTS"
+  RESULTS="$(realpath "$RESULTS")"
+  rm -f "$RESULTS"/{vm.conf,run.env,output.log,exit-code,exit-code.tmp,setup-error,init-error,console.log,setup.log,bluetoothd.log,btvirt.log}
+else
+  mkdir -p "$CACHE/runs"
+  RESULTS="$(mktemp -d "$CACHE/runs/run.XXXXXX")"
+fi
+[[ "$RESULTS" != *"'"* && "$RESULTS" != *" "* ]] || die "results path must not contain quotes or spaces: $RESULTS"
+chmod 755 "$RESULTS"
+
+cat >"$RESULTS/vm.conf" <<EOF
+RESULTS_PATH='$RESULTS'
+GUEST_INIT='$HERE/guest-init.sh'
+ROOT_CACHE='${BLUEZ_VM_ROOT_CACHE:-loose}'
+EOF
+VM_SCRIPT="$SCRIPT"
+VM_ARGS=("$@")
+VM_CWD="$PWD"
+REPO_ROOT="$REPO"
+BLUEZ_VM_DIR="$HERE"
+BLUEZ_VM_CACHE="$CACHE"
+BLUEZ_VM_KVER="$KVER"
+BLUETOOTHD_ARGS="$BTD_ARGS"
+BLUEZ_VM_NO_BLUETOOTHD="$NO_BTD"
+{
+  declare -p VM_SCRIPT VM_ARGS VM_CWD REPO_ROOT BLUEZ_VM_DIR BLUEZ_VM_CACHE BLUEZ_VM_KVER \
+             BLUETOOTHD_ARGS BLUEZ_VM_NO_BLUETOOTHD
+  echo "export BLUETOOTHD_ARGS"
+  ((${#ENV_LINES[@]})) && printf '%s\n' "${ENV_LINES[@]}"
+} >"$RESULTS/run.env"
+
+# ------------------------------------------------------------ boot
+q() { printf '%s' "${1//,/,,}"; }   # qemu option values escape commas by doubling
+APPEND="console=ttyS0 panic=-1 oops=panic"
+((VERBOSE)) || APPEND="$APPEND quiet loglevel=3"
+QEMU=(qemu-system-x86_64 -nodefaults -no-user-config -no-reboot
+      -accel tcg,thread=multi -cpu qemu64 -smp "${BLUEZ_VM_SMP:-2}" -m "${BLUEZ_VM_MEM:-1024}"
+      -display none -monitor none -serial "file:$RESULTS/console.log"
+      -kernel "$KERNEL" -initrd "$INITRD" -append "$APPEND"
+      -fsdev "local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap"
+      -device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot
+      -fsdev "local,id=results,path=$(q "$RESULTS"),security_model=none,multidevs=remap"
+      -device virtio-9p-pci,fsdev=results,mount_tag=results)
+
+: >"$RESULTS/output.log"
+start=$SECONDS
+timeout --kill-after=10 "$TIMEOUT" "${QEMU[@]}" </dev/null >"$RESULTS/qemu.log" 2>&1 &
+QPID=$!
+trap 'kill "$QPID" 2>/dev/null; wait "$QPID" 2>/dev/null; exit 130' INT TERM
+# Stream the script's output (and, with --verbose, the console) while the VM runs.
+tail -n +1 -F --pid="$QPID" "$RESULTS/output.log" 2>/dev/null &
+TAILS=($!)
+if ((VERBOSE)); then
+  tail -n +1 -F --pid="$QPID" "$RESULTS/console.log" 2>/dev/null | sed 's/^/[vm] /' >&2 &
+  TAILS+=($!)
+fi
+wait "$QPID"
+qrc=$?
+wait "${TAILS[@]}" 2>/dev/null
+trap - INT TERM
+elapsed=$((SECONDS - start))
+
+show_tail() { # FILE LINES
+  [[ -s "$1" ]] || return 0
+  echo "----- last $2 lines of $1 -----" >&2
+  tail -n "$2" "$1" | tr -d '\r' >&2
+  echo "-----" >&2
+}
+
+if [[ -f "$RESULTS/exit-code" ]]; then
+  rc="$(cat "$RESULTS/exit-code")"
+  kept="results: $RESULTS"
+  ((rc == 0 && KEEP == 0)) && kept="results removed; --keep keeps them"
+  echo "$ME: $(basename "$SCRIPT") exited $rc (VM ran ${elapsed}s; $kept)" >&2
+elif ((qrc == 124 || qrc == 137)); then
+  rc=124
+  echo "$ME: TIMED OUT: the VM did not finish within ${TIMEOUT}s (results: $RESULTS)" >&2
+  show_tail "$RESULTS/setup.log" 20
+  show_tail "$RESULTS/console.log" 30
+else
+  rc=125
+  reason="$(cat "$RESULTS/setup-error" "$RESULTS/init-error" 2>/dev/null)"
+  echo "$ME: VM FAILED before the script finished (qemu exit $qrc${reason:+; $reason}; results: $RESULTS)" >&2
+  show_tail "$RESULTS/qemu.log" 20
+  show_tail "$RESULTS/setup.log" 30
+  show_tail "$RESULTS/console.log" 30
+fi
+if ((rc == 0 && KEEP == 0)); then
+  rm -rf "$RESULTS"
+fi
+exit "$rc"
