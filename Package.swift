@@ -27,16 +27,19 @@ let package = Package(
         .target(name: "Posix", dependencies: ["CWorkerShims"]),
         // The state directory: atomic files, corrupt-file quarantine.
         .target(name: "StateStore", dependencies: ["WorkerCore", "Posix"]),
+        // Power telemetry read from sysfs/procfs, and the kernel's power-supply uevents.
+        .target(name: "Telemetry", dependencies: ["WorkerCore", "Posix"]),
         // sd_notify and the machine's app-specific id, over libsystemd.
         .target(name: "Systemd", dependencies: ["CSystemd"]),
         // The daemon's wiring: services, control socket, the worker actor.
-        .target(name: "Daemon", dependencies: ["WorkerCore", "Logging", "Posix", "StateStore", "Systemd"]),
+        .target(name: "Daemon", dependencies: ["WorkerCore", "Logging", "Posix", "StateStore", "Systemd", "Telemetry"]),
         // The operator's command line.
         .target(name: "WorkerCLI", dependencies: ["WorkerCore", "Daemon", "Posix", "Logging"]),
         .executableTarget(name: "edgecoder-worker", dependencies: ["WorkerCLI"]),
 
         .testTarget(name: "WorkerCoreTests", dependencies: ["WorkerCore"]),
         .testTarget(name: "StateStoreTests", dependencies: ["StateStore", "WorkerCore", "Posix"]),
+        .testTarget(name: "TelemetryTests", dependencies: ["Telemetry", "WorkerCore"]),
         .testTarget(name: "IntegrationTests", dependencies: ["WorkerCore"]),
     ],
     swiftLanguageModes: [.v6]

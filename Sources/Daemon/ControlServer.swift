@@ -57,12 +57,6 @@ public struct ControlServer: Service {
             logger.warning("cannot read a control peer's credentials: \(error)")
             return
         }
-        if access == .none {
-            let who = userName(uid: peerUID)
-            logger.info("refused control connection from \(who): not root, not the daemon's user, not in group \(readGroupName)")
-            try? await send(ControlError(.forbidden, "permission denied: \(who) may not read the daemon's state; reading needs root, the daemon's user (\(userName(uid: daemonUID))) or membership in the group \(readGroupName)").json, on: connection)
-            return
-        }
         var buffer: [UInt8] = []
         while true {
             let chunk: [UInt8]
@@ -91,9 +85,14 @@ public struct ControlServer: Service {
             return (try? await send(error.json, on: connection)) != nil
         case .success(let parsed): request = parsed
         }
-        if request.changes && access < .change {
+        if access < request.requiredAccess {
+            // Answered per request (not by hanging up) so the client reads the reason.
             let who = userName(uid: peerUID)
-            return (try? await send(ControlError(.forbidden, "permission denied: \(who) may read but not change the daemon; changing needs root or the daemon's user (\(userName(uid: daemonUID)))").json, on: connection)) != nil
+            let message = access == .none
+                ? "permission denied: \(who) may not read the daemon's state; reading needs root, the daemon's user (\(userName(uid: daemonUID))) or membership in the group \(readGroupName)"
+                : "permission denied: \(who) may read but not change the daemon; changing needs root or the daemon's user (\(userName(uid: daemonUID)))"
+            logger.info("refused \(request.json.serialized) from \(who) (uid \(peerUID))")
+            return (try? await send(ControlError(.forbidden, message).json, on: connection)) != nil
         }
         let answer: JSONValue
         switch request {

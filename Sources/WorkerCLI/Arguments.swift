@@ -56,6 +56,7 @@ struct Arguments {
         return value
     }
 
+    /// The arguments left once every option has been read: call it last.
     mutating func positionals() -> [String] {
         var out: [String] = []
         for (i, item) in items.enumerated() where !consumed[i] {

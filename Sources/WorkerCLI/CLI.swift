@@ -201,12 +201,12 @@ struct ConfigCommand: Command {
     let json: Bool
 
     init(_ arguments: inout Arguments) throws(UsageError) {
+        path = try arguments.option("--config") ?? environment("EDGECODER_WORKER_CONFIG") ?? Defaults.config
+        json = arguments.flag("--json")
         let positionals = arguments.positionals()
         guard positionals == ["check"] else {
             throw UsageError(positionals.isEmpty ? "missing subcommand: config check" : "unknown subcommand '\(printable(positionals.joined(separator: " ")))'")
         }
-        path = try arguments.option("--config") ?? environment("EDGECODER_WORKER_CONFIG") ?? Defaults.config
-        json = arguments.flag("--json")
     }
 
     func run() async -> Int32 {

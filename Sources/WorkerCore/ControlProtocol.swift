@@ -18,6 +18,9 @@ public enum ControlRequest: Sendable, Equatable {
         return false
     }
 
+    /// What a peer needs to be answered.
+    public var requiredAccess: ControlAccess { changes ? .change : .read }
+
     public var json: JSONValue {
         switch self {
         case .status: return ["cmd": "status"]

@@ -18,6 +18,9 @@
 #   restart_bluetoothd [ARGS..] stop + start (e.g. `-f conf` with [GATT] ExchangeMTU = 247)
 #   wait_for_bluez [SECS]       until bluetoothd owns org.bluez and hci0/hci1 are powered
 #   wait_for_controllers [N] [SECS]   until N controllers (hci0..) exist in the kernel
+#   start_btmon                 HCI trace of both controllers to $VM_RESULTS/btmon.log
+#   btmgmt_run ARGS...          btmgmt without a terminal (plain btmgmt prints nothing)
+#   bluez_example NAME [hciN]   copy of BlueZ's example script NAME pinned to hciN
 #   load_bt_modules / start_btvirt [ARGS] / start_dbus   (done by guest-init.sh already)
 #   ok DESC / not_ok DESC / check DESC CMD...   TAP-like result lines; tap_done returns 1
 #                               if any not_ok was seen (use: `tap_done; exit $?`)
@@ -111,6 +114,12 @@ _bvm_gone() { ! kill -0 "$1" 2>/dev/null; }
 _bvm_not_owned() { ! _bvm_name_owned "$1"; }
 
 restart_bluetoothd() { stop_bluetoothd && start_bluetoothd "$@"; }
+
+start_btmon() { # record all HCI traffic to $VM_RESULTS/btmon.log (text) until poweroff
+  btmon -T >"$VM_RESULTS/btmon.log" 2>&1 &
+  echo $! >"$BLUEZ_VM_RUN/btmon.pid"
+  sleep 0.3
+}
 
 btmgmt_run() { # btmgmt ARGS... without a terminal: btmgmt quits at EOF on stdin before
   # its reply arrives (prints nothing), so give it a stdin that stays open.

@@ -1,0 +1,128 @@
+import Testing
+@testable import WorkerCore
+
+@Suite struct ConfigValidation {
+    func problems(_ text: String) -> [ConfigProblem] {
+        do {
+            _ = try WorkerConfig.parse(Array(text.utf8))
+            return []
+        } catch {
+            return error.problems
+        }
+    }
+
+    @Test func emptyObjectGivesTheDocumentedDefaults() throws {
+        let config = try WorkerConfig.parse(Array("{}".utf8))
+        #expect(config == WorkerConfig())
+        #expect(config.coordinator.heartbeatIntervalMs == 15_000)
+        #expect(config.coordinator.pullIntervalMs == 5_000)
+        #expect(config.coordinator.stopGraceMs == 10_000)
+        #expect(config.backend.kind == .ollama)
+        #expect(config.network.pathLossGraceMs == 1_500)
+        #expect(config.bluetooth.maxRequestBytes == 65_536)
+        #expect(config.bluetooth.maxQueuedRequests == 8)
+        #expect(config.bluetooth.maxClients == 1)
+        #expect(config.policy.minBatteryPct == 20 && config.policy.resumeBatteryPct == 30)
+        #expect(config.policy.maxThermalState == .fair)
+    }
+
+    @Test func acceptsTheExampleOfTheSpec() throws {
+        let text = """
+            {"agentId": "lab-pi-7",
+             "coordinator": {"url": "https://coordinator.example", "registrationToken": "t", "heartbeatIntervalMs": 15000, "pullIntervalMs": 5000, "stopGraceMs": 10000},
+             "backend": {"kind": "openai", "url": "http://127.0.0.1:8080", "model": "qwen2.5-coder:1.5b", "timeoutMs": 120000},
+             "policy": {"runOnlyWhileCharging": true, "minBatteryPct": 20, "resumeBatteryPct": 30, "holdWhileDraining": true,
+                        "pauseOnLowPowerMode": true, "maxThermalState": "serious", "maxCpuUsagePct": 90, "resumeDwellSec": 30},
+             "network": {"pathLossGraceMs": 1500},
+             "bluetooth": {"adapter": "hci1", "maxRequestBytes": 65536, "maxQueuedRequests": 8, "chunkPacingMs": 10, "maxClients": 2},
+             "hooks": {"networkRestored": "/usr/local/bin/notify-me"}}
+            """
+        let config = try WorkerConfig.parse(Array(text.utf8))
+        #expect(config.agentId == "lab-pi-7")
+        #expect(config.backend.kind == .openai)
+        #expect(config.policy.runOnlyWhileCharging)
+        #expect(config.policy.maxThermalState == .serious)
+        #expect(config.bluetooth.adapter == "hci1")
+        #expect(config.bluetooth.maxClients == 2)
+        #expect(config.hooks.networkRestored == "/usr/local/bin/notify-me")
+    }
+
+    @Test(arguments: [
+        (#"{"coordinatr": {}}"#, "coordinatr", "unknown key"),
+        (#"{"coordinator": {"urll": "https://x"}}"#, "coordinator.urll", "unknown key"),
+        (#"{"policy": {"minBatteryPercent": 5}}"#, "policy.minBatteryPercent", "unknown key"),
+        (#"{"coordinator": {"url": "ftp://x"}}"#, "coordinator.url", "http:// or https://"),
+        (#"{"coordinator": {"url": "https://"}}"#, "coordinator.url", "no host"),
+        (#"{"coordinator": {"url": "https://user:pw@x"}}"#, "coordinator.url", "credentials"),
+        (#"{"coordinator": {"url": "https://a b"}}"#, "coordinator.url", "spaces"),
+        (#"{"backend": {"url": "file:///etc/passwd"}}"#, "backend.url", "http:// or https://"),
+        (#"{"coordinator": {"heartbeatIntervalMs": "15000"}}"#, "coordinator.heartbeatIntervalMs", "must be an integer, got a string"),
+        (#"{"coordinator": {"heartbeatIntervalMs": 10}}"#, "coordinator.heartbeatIntervalMs", "must be in 1000…3600000, got 10"),
+        (#"{"coordinator": {"pullIntervalMs": 1.5}}"#, "coordinator.pullIntervalMs", "whole number"),
+        (#"{"coordinator": {"stopGraceMs": 1e300}}"#, "coordinator.stopGraceMs", "whole number"),
+        (#"{"coordinator": {"stopGraceMs": -1}}"#, "coordinator.stopGraceMs", "must be in 0…600000"),
+        (#"{"policy": {"minBatteryPct": 101}}"#, "policy.minBatteryPct", "must be in 0…100, got 101"),
+        (#"{"policy": {"minBatteryPct": 50, "resumeBatteryPct": 40}}"#, "policy.resumeBatteryPct", "at least policy.minBatteryPct"),
+        (#"{"policy": {"runOnlyWhileCharging": "yes"}}"#, "policy.runOnlyWhileCharging", "true or false"),
+        (#"{"policy": {"maxThermalState": "hot"}}"#, "policy.maxThermalState", "must be one of"),
+        (#"{"policy": {"maxCpuUsagePct": 0}}"#, "policy.maxCpuUsagePct", "1…100"),
+        (#"{"policy": {"resumeDwellSec": 3601}}"#, "policy.resumeDwellSec", "0…3600"),
+        (#"{"backend": {"kind": "llama"}}"#, "backend.kind", "\"ollama\", \"openai\""),
+        (#"{"backend": {"model": ""}}"#, "backend.model", "must not be empty"),
+        (#"{"bluetooth": {"adapter": "wlan0"}}"#, "bluetooth.adapter", "like \"hci0\""),
+        (#"{"bluetooth": {"maxClients": 0}}"#, "bluetooth.maxClients", "1…16"),
+        (#"{"bluetooth": {"maxRequestBytes": 99999999}}"#, "bluetooth.maxRequestBytes", "must be in"),
+        (#"{"network": {"pathLossGraceMs": null}}"#, "network.pathLossGraceMs", "got null"),
+        (#"{"network": []}"#, "network", "must be an object, got an array"),
+        (#"{"agentId": "has space"}"#, "agentId", "letters, digits"),
+        (#"{"agentId": ""}"#, "agentId", "must not be empty"),
+        (#"{"hooks": {"networkRestored": 5}}"#, "hooks.networkRestored", "must be a string"),
+        (#"{"control": {"readGroup": "a;b"}}"#, "control.readGroup", "group name"),
+        (#"{"log": {"level": "loud"}}"#, "log.level", "must be one of"),
+    ])
+    func refusesABadKeyNamingItsPath(text: String, path: String, message: String) {
+        let found = problems(text)
+        #expect(found.count == 1, "\(found)")
+        #expect(found.first?.path == path)
+        #expect(found.first?.message.contains(message) == true, "\(found.first?.message ?? "none")")
+    }
+
+    @Test func reportsEveryProblemAtOnce() {
+        let found = problems(#"{"x": 1, "coordinator": {"url": "gopher://a", "pullIntervalMs": true}, "policy": {"minBatteryPct": -5}}"#)
+        #expect(found.map(\.path) == ["x", "coordinator.url", "coordinator.pullIntervalMs", "policy.minBatteryPct"])
+    }
+
+    @Test(arguments: ["", "   \n", "[]", "42", "\"config\"", "null", "{", "{\"a\":1,\"a\":2}"])
+    func refusesDocumentsThatAreNotAConfigObject(text: String) {
+        let found = problems(text)
+        #expect(found.count == 1)
+        #expect(found.first?.path == "")
+    }
+
+    @Test func refusesHugeFilesBeforeParsing() {
+        let huge = [UInt8](repeating: 0x20, count: WorkerConfig.maxFileBytes + 1)
+        var found: [ConfigProblem] = []
+        do { _ = try WorkerConfig.parse(huge) } catch { found = error.problems }
+        #expect(found.first?.message.contains("at most \(WorkerConfig.maxFileBytes) bytes") == true)
+    }
+
+    @Test func acceptsALargeButLegalFile() throws {
+        // A long token is fine as long as the file stays under the size bound.
+        let token = String(repeating: "t", count: 4_000)
+        let config = try WorkerConfig.parse(Array(#"{"coordinator": {"registrationToken": "\#(token)"}}"#.utf8))
+        #expect(config.coordinator.registrationToken?.count == 4_000)
+    }
+
+    @Test func refusesInvalidUTF8() {
+        let bytes: [UInt8] = Array(#"{"agentId": ""#.utf8) + [0xFF] + Array(#""}"#.utf8)
+        #expect(problems(String(decoding: bytes, as: UTF8.self)).isEmpty == false)
+        do { _ = try WorkerConfig.parse(bytes); Issue.record("accepted invalid UTF-8") } catch {
+            #expect(error.problems.first?.message.contains("invalid UTF-8") == true)
+        }
+    }
+
+    @Test func errorMessagesDoNotEchoControlCharacters() {
+        let found = problems("{\"backend\": {\"kind\": \"\\u001b[31mred\"}}")
+        #expect(found.first?.message.contains("\u{1b}") == false)
+    }
+}

@@ -1,0 +1,91 @@
+import Testing
+@testable import WorkerCore
+
+@Suite struct JSONParsing {
+    @Test func parsesEveryKindOfValue() throws {
+        let value = try JSON.parse(#"{"a": [1, -2.5, true, false, null, "x\n\u00e9\ud83d\ude00"], "b": {}}"#)
+        #expect(value["a"] == [1, -2.5, true, false, nil, "x\né😀"])
+        #expect(value["b"] == .object(JSONObject()))
+    }
+
+    @Test func keepsIntegersExact() throws {
+        #expect(try JSON.parse("9007199254740993") == .int(9_007_199_254_740_993))
+        #expect(try JSON.parse("-0") == .int(0))
+        #expect(try JSON.parse("1e2") == .double(100))
+        #expect(try JSON.parse("99999999999999999999") == .double(1e20))
+    }
+
+    @Test(arguments: [
+        ("", "no JSON value"),
+        ("   ", "no JSON value"),
+        ("{", "ends too early"),
+        ("{\"a\":1,}", "unexpected character '}'"),
+        ("[1,2", "ends too early"),
+        ("{\"a\" 1}", "unexpected character '1'"),
+        ("{'a':1}", "unexpected character '''"),
+        ("01", "more data after"),
+        ("1.", "invalid number"),
+        ("-", "ends too early"),
+        ("1e", "invalid number"),
+        ("tru", "ends too early"),
+        ("nul1", "unexpected character '1'"),
+        ("\"abc", "ends too early"),
+        ("\"a\u{01}b\"", "control character"),
+        ("\"\\x\"", "invalid escape"),
+        ("\"\\ud800\"", "invalid escape"),
+        ("\"\\udc00\"", "invalid escape"),
+        ("\"\\u12G4\"", "invalid escape"),
+        ("{\"a\":1,\"a\":2}", "duplicate key \"a\""),
+        ("[1] [2]", "more data after"),
+        ("1e400", "invalid number"),
+    ])
+    func rejectsMalformedInput(text: String, expected: String) {
+        do {
+            let value = try JSON.parse(text)
+            Issue.record("parsed \(value) from \(text.debugDescription)")
+        } catch {
+            #expect(error.description.contains(expected), "\(error.description)")
+        }
+    }
+
+    @Test func rejectsInvalidUTF8WithItsOffset() {
+        let bytes: [UInt8] = Array("{\"k\": \"ab".utf8) + [0xC3, 0x28] + Array("\"}".utf8)
+        #expect(throws: JSONParseError.self) { try JSON.parse(bytes) }
+        do { _ = try JSON.parse(bytes) } catch {
+            #expect(error.reason == .invalidUTF8)
+        }
+    }
+
+    @Test func refusesNestingBeyondTheLimit() {
+        let deep = String(repeating: "[", count: 10_000) + String(repeating: "]", count: 10_000)
+        do {
+            _ = try JSON.parse(deep)
+            Issue.record("accepted 10000 levels")
+        } catch {
+            #expect(error.reason == .tooDeep(limit: JSON.defaultMaxDepth))
+        }
+        #expect((try? JSON.parse(String(repeating: "[", count: 64) + String(repeating: "]", count: 64))) != nil)
+    }
+
+    @Test func reportsLineAndColumn() {
+        do { _ = try JSON.parse("{\n  \"a\": 1,\n  \"b\": x\n}") } catch {
+            #expect(error.line == 3)
+            #expect(error.column == 8)
+        }
+    }
+
+    @Test func serialisesAndParsesBackTheSameValue() throws {
+        let value: JSONValue = ["s": "quote \" backslash \\ nl \n tab \t ctl \u{01} ls \u{2028} é 😀", "n": [1, 2.5, -3, 1e300], "o": ["x": nil, "t": true]]
+        let text = value.serialized
+        #expect(!text.contains("\n"))
+        #expect(try JSON.parse(text) == value)
+    }
+
+    @Test func writesNonFiniteNumbersAsNull() {
+        #expect(JSONValue.array([.double(.nan), .double(.infinity)]).serialized == "[null,null]")
+    }
+
+    @Test func keepsMemberOrder() throws {
+        #expect(try JSON.parse(#"{"z":1,"a":2,"m":3}"#).objectValue?.keys == ["z", "a", "m"])
+    }
+}
