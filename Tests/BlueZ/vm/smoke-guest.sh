@@ -35,9 +35,10 @@ check "example-advertisement registered on hci0" \
 # 3. bleak (venv, through bluetoothd) from hci1
 central() {
   "$BLUEZ_VM_PYTHON" - "$HCI0_ADDR" <<'PY'
-import asyncio, sys
+import asyncio, os, sys
 from importlib.metadata import version
-from bleak import BleakClient, BleakScanner
+sys.path.insert(0, os.environ["BLUEZ_VM_DIR"])
+from bvm_bleak import find, connected
 
 ADDR = sys.argv[1]
 WANT = {
@@ -54,11 +55,11 @@ async def main():
         nonlocal fails
         fails += 0 if cond else 1
         print(("ok - " if cond else "not ok - ") + desc, flush=True)
-    dev = await BleakScanner.find_device_by_address(ADDR, timeout=30, bluez={"adapter": "hci1"})
+    dev = await find(ADDR)
     ok(dev is not None, f"bleak {version('bleak')} on hci1 finds {ADDR}")
     if dev is None:
         return 1
-    async with BleakClient(dev, bluez={"adapter": "hci1"}, timeout=60) as client:
+    async with connected(dev, min_services=3) as client:
         ok(client.is_connected, f"connected to {ADDR} from hci1")
         for s in client.services:
             print(f"# service {s.uuid} ({s.description}): " +

@@ -1,0 +1,82 @@
+# edgecoder-worker: build, run, test, bench, install.
+# `make run` and `make test` work from a fresh clone; `make test` installs what the
+# tests need from Debian's packages when run as root.
+
+SWIFT       ?= swift
+PREFIX      ?= /usr/local
+DESTDIR     ?=
+BIN         := .build/debug/edgecoder-worker
+RELEASE_BIN := .build/release/edgecoder-worker
+export PATH := /opt/swift/usr/bin:$(PATH)
+
+# Debian packages: the C libraries we link, and the tools the tests drive.
+APT_PACKAGES := pkg-config libcurl4-openssl-dev libbluetooth-dev libsystemd-dev \
+                util-linux systemd iproute2 python3
+
+.PHONY: all build release run test unit suites bench install deps clean
+
+all: build
+
+deps:
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing: $$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || exit 1; \
+	  else \
+	    echo "missing Debian packages: $$missing"; \
+	    echo "install them as root:  sudo apt-get install $$missing"; exit 1; \
+	  fi; \
+	fi
+
+build: deps
+	$(SWIFT) build
+
+release: deps
+	$(SWIFT) build -c release --static-swift-stdlib
+
+# The daemon in the foreground with the example config and state under ./.run (no root).
+run: build
+	@mkdir -p .run/state .run/run
+	@echo "control socket: .run/run/control.sock — try: $(BIN) status --runtime-dir .run/run"
+	exec $(BIN) run --config Config/edgecoder-worker.json --state-dir .run/state --runtime-dir .run/run
+
+# Everything: swift test, then every suite in Tests/Suites (shell scripts that exit 0
+# on success), ending with one line "N passed, N failed" for those suites.
+test: deps
+	$(SWIFT) build --build-tests
+	@$(MAKE) --no-print-directory unit suites
+
+unit:
+	$(SWIFT) test --skip-build
+
+suites:
+	@passed=0; failed=0; failures=""; \
+	for suite in Tests/Suites/*.sh; do \
+	  echo "=== suite $$suite"; \
+	  if EDGECODER_WORKER_BIN=$(CURDIR)/$(BIN) bash $$suite; then passed=$$((passed+1)); \
+	  else failed=$$((failed+1)); failures="$$failures $$suite"; fi; \
+	done; \
+	[ -z "$$failures" ] || echo "failed suites:$$failures"; \
+	echo "$$passed passed, $$failed failed"; \
+	[ $$failed -eq 0 ]
+
+# Figures, not assertions: start-up latency and idle cost against baselines run in the same command.
+bench: release
+	python3 Tests/Bench/daemon_bench.py $(RELEASE_BIN)
+
+install: release
+	install -D -m0755 $(RELEASE_BIN) $(DESTDIR)$(PREFIX)/bin/edgecoder-worker
+	install -d $(DESTDIR)/lib/systemd/system $(DESTDIR)/usr/lib/sysusers.d $(DESTDIR)/usr/lib/tmpfiles.d
+	sed 's|/usr/local|$(PREFIX)|g' systemd/edgecoder-worker.service > $(DESTDIR)/lib/systemd/system/edgecoder-worker.service
+	chmod 0644 $(DESTDIR)/lib/systemd/system/edgecoder-worker.service
+	install -m0644 systemd/sysusers.d/edgecoder-worker.conf $(DESTDIR)/usr/lib/sysusers.d/edgecoder-worker.conf
+	install -m0644 systemd/tmpfiles.d/edgecoder-worker.conf $(DESTDIR)/usr/lib/tmpfiles.d/edgecoder-worker.conf
+	install -D -m0644 README.md $(DESTDIR)$(PREFIX)/share/doc/edgecoder-worker/README.md
+	install -D -m0644 Config/edgecoder-worker.json $(DESTDIR)$(PREFIX)/share/doc/edgecoder-worker/config.example.json
+	@echo "next: systemd-sysusers edgecoder-worker.conf && systemd-tmpfiles --create edgecoder-worker.conf"
+	@echo "      copy $(PREFIX)/share/doc/edgecoder-worker/config.example.json to /etc/edgecoder-worker/config.json and edit it"
+	@echo "      systemctl daemon-reload && systemctl enable --now edgecoder-worker"
+
+clean:
+	rm -rf .build .run

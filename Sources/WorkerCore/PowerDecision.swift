@@ -1,0 +1,239 @@
+/// Why new work is held (SPEC 3.2). The declaration order is the precedence when several
+/// hold at once: the power source first (what plugging in fixes), then the battery, then
+/// the host's own state, with `cpu-busy` last because it is the most passing.
+public enum HoldReason: String, Sendable, CaseIterable, Comparable {
+    case notCharging = "not-charging"
+    case draining
+    case batteryLow = "battery-low"
+    case lowPowerMode = "low-power-mode"
+    case thermal
+    case cpuBusy = "cpu-busy"
+
+    var precedence: Int { HoldReason.allCases.firstIndex(of: self)! }
+    public static func < (a: HoldReason, b: HoldReason) -> Bool { a.precedence < b.precedence }
+
+    /// What it means and what clears it, for `status` and `doctor`.
+    public var explanation: String {
+        switch self {
+        case .notCharging: return "runOnlyWhileCharging is on and the host is not on external power; connect power"
+        case .draining: return "on external power but a battery still discharges (the charger is too weak for the load)"
+        case .batteryLow: return "the battery is at or below minBatteryPct and has not recharged to resumeBatteryPct"
+        case .lowPowerMode: return "the platform profile is low-power and pauseOnLowPowerMode is on"
+        case .thermal: return "the host is hotter than maxThermalState"
+        case .cpuBusy: return "other load keeps the CPU above maxCpuUsagePct"
+        }
+    }
+}
+
+/// What a held decision waits for before it resumes.
+public enum ResumeCondition: Sendable, Equatable {
+    /// The reason still holds; it must clear.
+    case reasonClears(HoldReason)
+    /// Held for the battery: it must reach this percentage (resumeBatteryPct).
+    case batteryAtLeast(Int64)
+    /// Every reason is clear; work resumes at this monotonic time unless one returns.
+    case dwellUntil(Int64)
+}
+
+/// The policy's decision and the state its hysteresis needs (SPEC 3.2). A value: the
+/// daemon keeps the latest and passes it back in with each new reading.
+public struct PowerDecision: Sendable, Equatable {
+    /// nil when new work is allowed (reason `ok`); otherwise why it is held. While the
+    /// resume dwell runs, the reason that held last.
+    public var reason: HoldReason?
+    /// Monotonic milliseconds when the current allowed or held period began (the reason
+    /// may change within a hold).
+    public var sinceMs: Int64
+    /// While held: monotonic milliseconds since when every reason has been clear.
+    public var clearSinceMs: Int64?
+    /// The battery fell to minBatteryPct during this hold and has not reached
+    /// resumeBatteryPct since.
+    public var batteryLatched: Bool
+    /// While held: what resuming waits for.
+    public var waitingFor: ResumeCondition?
+
+    public init(reason: HoldReason?, sinceMs: Int64, clearSinceMs: Int64? = nil, batteryLatched: Bool = false,
+                waitingFor: ResumeCondition? = nil) {
+        self.reason = reason
+        self.sinceMs = sinceMs
+        self.clearSinceMs = clearSinceMs
+        self.batteryLatched = batteryLatched
+        self.waitingFor = waitingFor
+    }
+
+    public var allowed: Bool { reason == nil }
+    /// `ok` or the hold reason: the reason string of SPEC 3.2.
+    public var reasonText: String { reason?.rawValue ?? "ok" }
+
+    /// The one decision function of SPEC 3.2. Holding is immediate; resuming waits until
+    /// every reason has been clear for `resumeDwellSec`, and after a battery hold until
+    /// the battery is back at `resumeBatteryPct`. Unknown values never hold.
+    ///
+    /// `minBatteryPct` counts only while the battery powers the host (not on external
+    /// power, or draining): a plugged-in laptop charges, and an old laptop whose worn
+    /// battery reads 0 % must still work on mains. Without a previous decision (a daemon
+    /// that just started) clear conditions allow at once: there was no hold to dwell on.
+    /// `nowMs` is monotonic.
+    public static func decide(_ telemetry: PowerTelemetry, policy: PowerPolicy, previous: PowerDecision?,
+                              nowMs: Int64) -> PowerDecision {
+        var latched = previous?.batteryLatched ?? false
+        let batteryRuns = batteryPowersHost(telemetry)
+        let resumePct = max(policy.resumeBatteryPct, policy.minBatteryPct)
+        if batteryRuns, let pct = telemetry.batteryPct {
+            if Int64(pct) <= policy.minBatteryPct {
+                latched = true
+            } else if Int64(pct) >= resumePct {
+                latched = false
+            }
+        }
+        // An unknown battery, or one not powering the host, does not hold; the latch
+        // stays so that a reading that fails once does not skip the recharge.
+        let active = activeReasons(telemetry, policy: policy, batteryLatched: latched)
+
+        if let first = active.first {
+            var sinceMs = nowMs
+            if let previous, !previous.allowed { sinceMs = previous.sinceMs }
+            let waiting: ResumeCondition = first == .batteryLow ? .batteryAtLeast(resumePct) : .reasonClears(first)
+            return PowerDecision(reason: first, sinceMs: sinceMs, clearSinceMs: nil, batteryLatched: latched,
+                                 waitingFor: waiting)
+        }
+        guard let previous, let heldFor = previous.reason else {
+            return PowerDecision(reason: nil, sinceMs: previous?.sinceMs ?? nowMs)
+        }
+        let clearSince = previous.clearSinceMs ?? nowMs
+        let resumeAt = clearSince + min(3600, max(0, policy.resumeDwellSec)) * 1000
+        if nowMs >= resumeAt {
+            return PowerDecision(reason: nil, sinceMs: nowMs)
+        }
+        return PowerDecision(reason: heldFor, sinceMs: previous.sinceMs, clearSinceMs: clearSince,
+                             batteryLatched: latched, waitingFor: .dwellUntil(resumeAt))
+    }
+
+    /// Whether the battery is what powers the host: not known to be on external power,
+    /// or on it but draining.
+    static func batteryPowersHost(_ telemetry: PowerTelemetry) -> Bool {
+        telemetry.onExternalPower != true || telemetry.draining
+    }
+
+    /// Every reason that holds for this telemetry, in precedence order.
+    public static func activeReasons(_ telemetry: PowerTelemetry, policy: PowerPolicy, batteryLatched: Bool) -> [HoldReason] {
+        checks(telemetry, policy: policy, batteryLatched: batteryLatched).filter(\.holds).map(\.reason)
+    }
+
+    /// One rule of the policy applied to one reading, for `doctor`.
+    public struct Check: Sendable, Equatable {
+        public var reason: HoldReason
+        public var holds: Bool
+        /// The values compared, in words.
+        public var detail: String
+
+        public var json: JSONValue {
+            ["reason": .string(reason.rawValue), "holds": .bool(holds), "detail": .string(detail)]
+        }
+    }
+
+    /// Every rule with its verdict and the values behind it, in precedence order.
+    public static func checks(_ t: PowerTelemetry, policy: PowerPolicy, batteryLatched: Bool) -> [Check] {
+        func describe(_ value: Bool?) -> String { value.map { $0 ? "yes" : "no" } ?? "unknown" }
+        var checks: [Check] = []
+
+        let external = describe(t.onExternalPower)
+        checks.append(Check(
+            reason: .notCharging,
+            holds: policy.runOnlyWhileCharging && t.onExternalPower == false,
+            detail: "runOnlyWhileCharging \(policy.runOnlyWhileCharging), on external power: \(external)"))
+
+        checks.append(Check(
+            reason: .draining,
+            holds: policy.holdWhileDraining && t.draining,
+            detail: "holdWhileDraining \(policy.holdWhileDraining), draining: \(t.draining ? "yes" : "no")"))
+
+        let resumePct = max(policy.resumeBatteryPct, policy.minBatteryPct)
+        let batteryHolds = batteryLatched && t.batteryPct != nil && batteryPowersHost(t)
+        let battery: String
+        if let pct = t.batteryPct {
+            battery = "battery \(pct) %" + (batteryPowersHost(t) ? "" : " (on external power: not counted)")
+        } else {
+            battery = t.hasSystemBattery ? "battery unknown" : "no system battery"
+        }
+        checks.append(Check(
+            reason: .batteryLow, holds: batteryHolds,
+            detail: "\(battery), minBatteryPct \(policy.minBatteryPct), resumeBatteryPct \(resumePct)"
+                + (batteryHolds ? ", waiting to recharge" : "")))
+
+        checks.append(Check(
+            reason: .lowPowerMode,
+            holds: policy.pauseOnLowPowerMode && t.lowPowerMode == true,
+            detail: "pauseOnLowPowerMode \(policy.pauseOnLowPowerMode), low-power mode: \(describe(t.lowPowerMode))"))
+
+        checks.append(Check(
+            reason: .thermal,
+            holds: t.thermalState.map { $0 > policy.maxThermalState } ?? false,
+            detail: "thermal state \(t.thermalState?.rawValue ?? "unknown"), maxThermalState \(policy.maxThermalState.rawValue)"))
+
+        let cpu = t.cpuUsagePct.flatMap { $0.isFinite ? $0 : nil }
+        checks.append(Check(
+            reason: .cpuBusy,
+            holds: cpu.map { $0 > Double(policy.maxCpuUsagePct) } ?? false,
+            detail: "CPU \(cpu.map { "\(($0 * 10).rounded() / 10) %" } ?? "unknown"), maxCpuUsagePct \(policy.maxCpuUsagePct)"))
+        return checks
+    }
+
+    /// For `status`: allowed, reason, how long, and what a hold waits for. Times are
+    /// durations from `nowMs` (monotonic), so the JSON needs no clock of its own.
+    public func json(nowMs: Int64) -> JSONValue {
+        var object = JSONObject()
+        object["allowed"] = .bool(allowed)
+        object["reason"] = .string(reasonText)
+        object["forMs"] = .int(max(0, nowMs - sinceMs))
+        if let reason { object["explanation"] = .string(reason.explanation) }
+        switch waitingFor {
+        case .reasonClears(let reason)?:
+            object["waitingFor"] = .string("\(reason.rawValue) to clear")
+        case .batteryAtLeast(let pct)?:
+            object["waitingFor"] = .string("battery at or above \(pct) %")
+        case .dwellUntil(let at)?:
+            object["waitingFor"] = .string("every reason to stay clear for the resume dwell")
+            object["resumeInMs"] = .int(max(0, at - nowMs))
+        case nil:
+            break
+        }
+        return .object(object)
+    }
+}
+
+/// Assignments held or refused, counted per reason (the assignment drop reasons of SPEC 3.2).
+public struct HoldCounters: Sendable, Equatable {
+    public private(set) var counts: [HoldReason: Int64] = [:]
+
+    public init() {}
+
+    public mutating func record(_ reason: HoldReason, count: Int64 = 1) {
+        let (sum, overflow) = counts[reason, default: 0].addingReportingOverflow(max(0, count))
+        counts[reason] = overflow ? Int64.max : sum
+    }
+
+    public func count(_ reason: HoldReason) -> Int64 { counts[reason, default: 0] }
+
+    public var total: Int64 {
+        counts.values.reduce(0) { $0.addingReportingOverflow($1).overflow ? Int64.max : $0 + $1 }
+    }
+
+    /// Every reason, zero included, in precedence order: `{"not-charging": 0, …}`.
+    public var json: JSONValue {
+        .object(JSONObject(HoldReason.allCases.map { ($0.rawValue, .int(count($0))) }))
+    }
+
+    /// Reads counters written by `json`; unknown keys are ignored (a newer daemon may add
+    /// reasons), a negative or non-integer count makes the whole value unusable.
+    public static func from(json value: JSONValue) -> HoldCounters? {
+        guard let object = value.objectValue else { return nil }
+        var counters = HoldCounters()
+        for reason in HoldReason.allCases {
+            guard let member = object[reason.rawValue] else { continue }
+            guard let count = member.intValue, count >= 0 else { return nil }
+            counters.counts[reason] = count
+        }
+        return counters
+    }
+}

@@ -1,0 +1,151 @@
+/// One reading of the host's power state (SPEC 3.1). nil means unknown: it is never
+/// sent, and it never holds work.
+public struct PowerTelemetry: Sendable, Equatable {
+    /// onExternalPower / onACPower.
+    public var onExternalPower: Bool?
+    /// The system batteries' combined charge, 0–100.
+    public var batteryPct: Int?
+    /// `platform_profile` is `low-power`.
+    public var lowPowerMode: Bool?
+    public var thermalState: ThermalState?
+    /// 0–100, between the last two samples of `/proc/stat`.
+    public var cpuUsagePct: Double?
+    /// 0–100.
+    public var memoryUsagePct: Double?
+    public var deviceType: DeviceType?
+    /// A system battery discharges while a non-battery supply is online.
+    public var draining: Bool
+    public var hasSystemBattery: Bool
+    /// Milliseconds since the epoch when the reading was taken.
+    public var updatedAtMs: Int64
+
+    public init(onExternalPower: Bool? = nil, batteryPct: Int? = nil, lowPowerMode: Bool? = nil,
+                thermalState: ThermalState? = nil, cpuUsagePct: Double? = nil, memoryUsagePct: Double? = nil,
+                deviceType: DeviceType? = nil, draining: Bool = false, hasSystemBattery: Bool = false,
+                updatedAtMs: Int64) {
+        self.onExternalPower = onExternalPower
+        self.batteryPct = batteryPct
+        self.lowPowerMode = lowPowerMode
+        self.thermalState = thermalState
+        self.cpuUsagePct = cpuUsagePct
+        self.memoryUsagePct = memoryUsagePct
+        self.deviceType = deviceType
+        self.draining = draining
+        self.hasSystemBattery = hasSystemBattery
+        self.updatedAtMs = updatedAtMs
+    }
+
+    /// The heartbeat's `powerTelemetry` (SPEC 3.3) in both vocabularies the coordinator
+    /// accepts, and the JSON of `edgecoder-worker telemetry --json`. A key whose value is
+    /// unknown is left out (never -1 or null). The coordinator's schema takes every
+    /// percentage as a number in 0–100: the battery goes as a whole percent, CPU and
+    /// memory with one decimal, each clamped to 0–100.
+    public var heartbeatJSON: JSONValue {
+        var object = JSONObject()
+        let battery = batteryPct.map { JSONValue.int(min(100, max(0, $0))) }
+        object["onExternalPower"] = onExternalPower.map(JSONValue.bool)
+        object["batteryLevelPct"] = battery
+        object["lowPowerMode"] = lowPowerMode.map(JSONValue.bool)
+        object["onACPower"] = onExternalPower.map(JSONValue.bool)
+        object["batteryPct"] = battery
+        object["thermalState"] = thermalState.map { .string($0.rawValue) }
+        object["cpuUsagePct"] = PowerTelemetry.percentJSON(cpuUsagePct)
+        object["memoryUsagePct"] = PowerTelemetry.percentJSON(memoryUsagePct)
+        object["deviceType"] = deviceType.map { .string($0.rawValue) }
+        object["updatedAtMs"] = .int(updatedAtMs)
+        return .object(object)
+    }
+
+    static func percentJSON(_ value: Double?) -> JSONValue? {
+        guard let value, value.isFinite else { return nil }
+        return .double((min(100, max(0, value)) * 10).rounded() / 10)
+    }
+}
+
+/// A full reading: the telemetry and every raw value behind it, for `doctor`.
+public struct PowerReading: Sendable, Equatable {
+    public var telemetry: PowerTelemetry
+    public var supplies: [PowerSupply]
+    public var sensors: [ThermalSensor]
+    /// `sys/firmware/acpi/platform_profile` as read.
+    public var platformProfile: SysfsAttributes.Read?
+    /// `sys/class/dmi/id/chassis_type` as read.
+    public var chassisType: SysfsAttributes.Read?
+    /// Whether `proc/stat` gave a sample this time and whether a previous one existed.
+    public var cpuSampled: Bool
+    public var cpuHadPreviousSample: Bool
+    /// Whether `proc/meminfo` gave both MemTotal and MemAvailable.
+    public var memoryRead: Bool
+
+    public init(telemetry: PowerTelemetry, supplies: [PowerSupply], sensors: [ThermalSensor],
+                platformProfile: SysfsAttributes.Read?, chassisType: SysfsAttributes.Read?,
+                cpuSampled: Bool, cpuHadPreviousSample: Bool, memoryRead: Bool) {
+        self.telemetry = telemetry
+        self.supplies = supplies
+        self.sensors = sensors
+        self.platformProfile = platformProfile
+        self.chassisType = chassisType
+        self.cpuSampled = cpuSampled
+        self.cpuHadPreviousSample = cpuHadPreviousSample
+        self.memoryRead = memoryRead
+    }
+
+    /// Applies the rules of SPEC 3.1 to what was read. `supplies` are already classified;
+    /// hwmon sensors that mirror a thermal zone are marked here.
+    public static func assemble(supplies: [PowerSupply], sensors: [ThermalSensor],
+                                platformProfile: SysfsAttributes.Read?, chassisType: SysfsAttributes.Read?,
+                                cpuUsagePct: Double?, cpuSampled: Bool, cpuHadPreviousSample: Bool,
+                                meminfo: [UInt8]?, nowMs: Int64) -> PowerReading {
+        let sensors = ThermalSensor.markingMirrors(sensors)
+        let hasBattery = supplies.contains { $0.role == .systemBattery }
+        let memory = MemoryInfo.usagePct(meminfo: meminfo)
+        let telemetry = PowerTelemetry(
+            onExternalPower: PowerSupply.externalPower(supplies),
+            batteryPct: PowerSupply.combinedBatteryPct(supplies),
+            lowPowerMode: PlatformProfile.lowPowerMode(platformProfile.bytes),
+            thermalState: ThermalSensor.worstState(sensors),
+            cpuUsagePct: cpuUsagePct,
+            memoryUsagePct: memory,
+            deviceType: DeviceType.resolve(chassisType: chassisType.bytes, hasSystemBattery: hasBattery),
+            draining: PowerSupply.draining(supplies),
+            hasSystemBattery: hasBattery,
+            updatedAtMs: nowMs)
+        return PowerReading(telemetry: telemetry, supplies: supplies, sensors: sensors, platformProfile: platformProfile,
+                            chassisType: chassisType, cpuSampled: cpuSampled, cpuHadPreviousSample: cpuHadPreviousSample,
+                            memoryRead: memory != nil)
+    }
+
+    /// Everything `doctor` shows about power: the telemetry, each supply and sensor with
+    /// its raw values and meaning, and the other sources.
+    public var doctorJSON: JSONValue {
+        func raw(_ read: SysfsAttributes.Read?) -> JSONValue {
+            switch read {
+            case .value(let bytes)?: return .string(SysfsText.display(bytes))
+            case .failed(let why)?: return ["error": .string(why)]
+            case nil: return .null
+            }
+        }
+        var object = JSONObject()
+        object["telemetry"] = telemetry.heartbeatJSON
+        object["draining"] = .bool(telemetry.draining)
+        object["hasSystemBattery"] = .bool(telemetry.hasSystemBattery)
+        object["powerSupplies"] = .array(supplies.map(\.json))
+        object["thermalSensors"] = .array(sensors.map(\.json))
+        object["platformProfile"] = raw(platformProfile)
+        object["chassisType"] = raw(chassisType)
+        object["deviceTypeFrom"] = .string(DeviceType(chassisType: chassisType.bytes) != nil
+            ? "chassis_type" : (telemetry.hasSystemBattery ? "fallback: has a system battery" : "fallback: no system battery"))
+        object["cpu"] = .string(cpuSampled ? (cpuHadPreviousSample ? "two samples of proc/stat" : "first sample of proc/stat; usage needs a second")
+            : "proc/stat unreadable")
+        object["memory"] = .string(memoryRead ? "proc/meminfo" : "proc/meminfo unreadable or without MemAvailable")
+        return .object(object)
+    }
+}
+
+extension Optional where Wrapped == SysfsAttributes.Read {
+    /// The bytes read, nil when missing or failed.
+    public var bytes: [UInt8]? {
+        if case .value(let bytes)? = self { return bytes }
+        return nil
+    }
+}
