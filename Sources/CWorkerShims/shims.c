@@ -70,3 +70,81 @@ void ecw_reset_signals(void) {
 int ecw_eventfd_nonblocking(void) { return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); }
 int ecw_pipe_nonblocking(int fds[2]) { return pipe2(fds, O_NONBLOCK | O_CLOEXEC); }
 int ecw_accept_nonblocking(int fd) { return accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC); }
+
+#include <linux/netlink.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+int ecw_netlink_open(int protocol, uint32_t groups, int rcvbuf) {
+    int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, protocol);
+    if (fd < 0) return -errno;
+    if (rcvbuf > 0) {
+        // Best effort: the kernel caps it at rmem_max without privilege.
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+    }
+    struct sockaddr_nl address;
+    memset(&address, 0, sizeof(address));
+    address.nl_family = AF_NETLINK;
+    address.nl_groups = groups;
+    if (bind(fd, (struct sockaddr *)&address, sizeof(address)) != 0) {
+        int saved = errno;
+        close(fd);
+        return -saved;
+    }
+    return fd;
+}
+
+extern char **environ;
+
+int ecw_spawn_shell(const char *command, char *const extra_env[], int *pidfd) {
+    *pidfd = -1;
+    size_t base = 0, extra = 0;
+    while (environ && environ[base]) base++;
+    while (extra_env && extra_env[extra]) extra++;
+    char **env = calloc(base + extra + 1, sizeof(char *));
+    if (!env) return -ENOMEM;
+    for (size_t i = 0; i < extra; i++) env[i] = extra_env[i];
+    for (size_t i = 0; i < base; i++) env[extra + i] = environ[i];
+
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    sigset_t defaults;
+    sigemptyset(&defaults);
+    sigaddset(&defaults, SIGTERM);
+    sigaddset(&defaults, SIGINT);
+    sigaddset(&defaults, SIGHUP);
+    sigaddset(&defaults, SIGPIPE);
+    sigset_t none;
+    sigemptyset(&none);
+    posix_spawnattr_setsigdefault(&attr, &defaults);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setpgroup(&attr, 0);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+
+    pid_t pid;
+    char *argv[] = {"/bin/sh", "-c", (char *)command, NULL};
+    int rc = posix_spawn(&pid, "/bin/sh", &actions, &attr, argv, env);
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attr);
+    free(env);
+    if (rc != 0) return -rc;
+#ifdef SYS_pidfd_open
+    long fd = syscall(SYS_pidfd_open, pid, 0);
+    if (fd >= 0) {
+        fcntl((int)fd, F_SETFD, FD_CLOEXEC);
+        *pidfd = (int)fd;
+    }
+#endif
+    return pid;
+}
+
+int ecw_reap(int pid, int *status) {
+    int rc = waitpid(pid, status, WNOHANG);
+    if (rc < 0) return -errno;
+    return rc == 0 ? 0 : 1;
+}

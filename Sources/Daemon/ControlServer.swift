@@ -101,24 +101,14 @@ public struct ControlServer: Service {
         case .getMode: answer = ControlAnswer.ok(await daemon.modeJSON())
         case .setMode(let mode):
             let who = "\(userName(uid: peerUID)) (uid \(peerUID))"
-            switch await daemon.request(.operatorSet(mode, by: who)) {
-            case .changed(_, let previous):
-                var result = await daemon.modeJSON()
-                if case .object(var object) = result {
-                    object["changed"] = true
-                    object["previous"] = .string(previous.rawValue)
-                    result = .object(object)
-                }
-                answer = ControlAnswer.ok(result)
-            case .unchanged:
-                var result = await daemon.modeJSON()
-                if case .object(var object) = result {
-                    object["changed"] = false
-                    result = .object(object)
-                }
-                answer = ControlAnswer.ok(result)
-            case .refused(let message):
+            let result = await daemon.request(.operatorSet(mode, by: who))
+            if case .refused(let message) = result.outcome {
                 answer = ControlError(.refused, message).json
+            } else {
+                var object = await daemon.modeJSON().objectValue ?? JSONObject()
+                object["changed"] = .bool(result.outcome == .changed)
+                if result.outcome == .changed { object["previous"] = .string(result.previous.rawValue) }
+                answer = ControlAnswer.ok(.object(object))
             }
         case .events(let follow, let limit):
             if follow { return await streamEvents(limit: limit, on: connection) }

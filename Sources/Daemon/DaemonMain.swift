@@ -30,7 +30,7 @@ public enum DaemonMain {
 
         let readGroupGID = groupID(named: config.control.readGroup)
         if readGroupGID == nil {
-            logger.notice("group \(config.control.readGroup) does not exist: only root and \(userName(uid: getuid())) can read the daemon's state (control.readGroup)")
+            logger.notice("group \(config.control.readGroup) does not exist: only root and the daemon's user (\(userName(uid: getuid()))) can read its state (control.readGroup)")
         }
         let listener: UnixListener
         do {
@@ -48,6 +48,8 @@ public enum DaemonMain {
             ControlServer(listener: listener, daemon: daemon, logger: logger.labeled("control"),
                           daemonUID: getuid(), readGroupName: config.control.readGroup, readGroupGID: readGroupGID),
         ]
+        services.append(PathMonitorService(daemon: daemon, logger: logger.labeled("path"), graceMs: config.network.pathLossGraceMs,
+                                           hook: config.hooks.networkRestored.map { ($0, config.hooks.timeoutMs) }))
         if let usec = ServiceManager.watchdogMicroseconds() {
             services.append(WatchdogService(intervalMicroseconds: usec, daemon: daemon, notify: { ServiceManager.notify($0) }))
         }

@@ -41,6 +41,9 @@ public actor WorkerDaemon {
     private var subscribers: [Int: AsyncStream<WorkerEvent>.Continuation] = [:]
     private var nextSubscriber = 0
     private var lastStatusLine = ""
+    private var path: PathStatus?
+    private var pathSinceMs: Int64 = 0
+    private var lastHook: (name: String, outcome: HookOutcome, timeMs: Int64)?
     /// Persisting failed (disk full, read-only): shown in status until a write succeeds.
     private var persistenceProblem: String?
 
@@ -132,14 +135,15 @@ public actor WorkerDaemon {
 
     // MARK: Requests
 
-    public enum SetModeResult: Sendable {
-        case changed(ModeState, previous: Mode)
-        case unchanged(ModeState)
-        case refused(String)
+    public struct ModeRequestResult: Sendable {
+        public var outcome: ModeDecision.Outcome
+        public var previous: Mode
+        public var events: [WorkerEvent]
     }
 
     /// Applies a mode request through the one decision function, persists, records.
-    public func request(_ request: ModeRequest) -> SetModeResult {
+    @discardableResult
+    public func request(_ request: ModeRequest) -> ModeRequestResult {
         let previous = modeState
         let decision = ModeRules.decide(request, current: modeState, context: modeContext())
         let now = clock()
@@ -147,19 +151,17 @@ public actor WorkerDaemon {
             modeState = decision.state
             persist { try files.saveMode(modeState) }
         }
-        if !decision.events.isEmpty {
-            for draft in decision.events { record(draft, now: now) }
-        }
+        let events = decision.events.map { record($0, now: now) }
         updateServiceStatus()
         switch decision.outcome {
         case .changed:
             logger.notice("mode \(previous.mode.rawValue) -> \(modeState.mode.rawValue): \(modeState.reason)")
-            return .changed(modeState, previous: previous.mode)
-        case .unchanged: return .unchanged(modeState)
+        case .unchanged:
+            for event in events where event.kind == .networkRestored { logger.notice(event.reason) }
         case .refused(let message):
             logger.warning("refused mode \(requestedMode(request)?.rawValue ?? "?"): \(message)")
-            return .refused(message)
         }
+        return ModeRequestResult(outcome: decision.outcome, previous: previous.mode, events: events)
     }
 
     private func requestedMode(_ request: ModeRequest) -> Mode? {
@@ -168,10 +170,12 @@ public actor WorkerDaemon {
     }
 
     /// Appends an event, persists the log and wakes `events --follow` readers.
-    func record(_ draft: EventDraft, now: Int64? = nil) {
+    @discardableResult
+    func record(_ draft: EventDraft, now: Int64? = nil) -> WorkerEvent {
         let event = eventLog.append(draft, timeMs: now ?? clock())
         persist { try files.saveEvents(eventLog) }
         for continuation in subscribers.values { continuation.yield(event) }
+        return event
     }
 
     private func persist(_ write: () throws -> Void) {
@@ -204,6 +208,22 @@ public actor WorkerDaemon {
         return Array(eventLog.events.suffix(limit))
     }
 
+    /// The path monitor's latest evaluation, for status.
+    public func updatePath(_ status: PathStatus) {
+        if path?.satisfied != status.satisfied { pathSinceMs = clock() }
+        if path != status {
+            logger.info("network path \(status.satisfied ? "satisfied" : "unsatisfied"): \(status.reason)")
+            path = status
+            updateServiceStatus()
+        }
+    }
+
+    /// Records how an operator hook ended (the event `hook-ran`).
+    public func recordHook(name: String, outcome: HookOutcome) {
+        lastHook = (name, outcome, clock())
+        record(EventDraft(kind: .hookRan, reason: "\(name) \(outcome)"))
+    }
+
     /// Answers the watchdog: a reply proves the actor is not wedged.
     public func ping() -> Bool { true }
 
@@ -222,6 +242,8 @@ public actor WorkerDaemon {
         let runtime = self.runtime
         var line = "mode \(modeState.mode.rawValue), \(runtime.phase.rawValue)"
         if runtime.phase != .running && modeState.mode != .off { line += ": " + runtime.reason }
+        if let path { line += path.satisfied ? "; network via \(path.interface ?? "?")" : "; network lost" }
+        if modeState.restoredAtMs != nil { line += "; network restored: run 'edgecoder-worker mode on' to rejoin" }
         if !recovered.isEmpty { line += "; \(recovered.count) state file(s) recovered" }
         if persistenceProblem != nil { line += "; state not writable" }
         return line
@@ -237,14 +259,35 @@ public actor WorkerDaemon {
 
     public func modeJSON() -> JSONValue {
         let runtime = self.runtime
-        return [
-            "mode": .string(modeState.mode.rawValue),
-            "since": .string(formatUTC(milliseconds: modeState.sinceMs)),
-            "sinceMs": .int(modeState.sinceMs),
-            "reason": .string(modeState.reason),
-            "downgraded": .bool(modeState.downgraded),
-            "runtime": ["state": .string(runtime.phase.rawValue), "reason": .string(runtime.reason)],
-        ]
+        var object = JSONObject([
+            ("mode", .string(modeState.mode.rawValue)),
+            ("since", .string(formatUTC(milliseconds: modeState.sinceMs))),
+            ("sinceMs", .int(modeState.sinceMs)),
+            ("reason", .string(modeState.reason)),
+            ("downgraded", .bool(modeState.downgraded)),
+            ("runtime", ["state": .string(runtime.phase.rawValue), "reason": .string(runtime.reason)]),
+        ])
+        if let restored = modeState.restoredAtMs {
+            object["networkRestoredAt"] = .string(formatUTC(milliseconds: restored))
+            object["networkRestoredNotice"] = "the network path is back; the worker stays in bluetooth until an operator runs 'edgecoder-worker mode on'"
+        }
+        return .object(object)
+    }
+
+    func networkJSON() -> JSONValue {
+        guard let path else { return ["state": "unknown", "reason": "the path monitor has not reported yet"] }
+        var object = JSONObject([
+            ("state", .string(path.satisfied ? "satisfied" : "unsatisfied")),
+            ("satisfied", .bool(path.satisfied)),
+            ("since", .string(formatUTC(milliseconds: pathSinceMs))),
+            ("reason", .string(path.reason)),
+        ])
+        object["interface"] = .optional(path.interface)
+        if let lastHook {
+            object["lastHook"] = ["name": .string(lastHook.name), "outcome": .string(lastHook.outcome.description),
+                                  "ok": .bool(lastHook.outcome.succeeded), "time": .string(formatUTC(milliseconds: lastHook.timeMs))]
+        }
+        return .object(object)
     }
 
     public func statusJSON() -> JSONValue {
@@ -263,6 +306,7 @@ public actor WorkerDaemon {
             "summary": .string(statusLine()),
             "agentId": .string(agentID),
             "mode": modeJSON(),
+            "network": networkJSON(),
             "daemon": .object(daemon),
             "recoveredStateFiles": .array(recovered.map(\.json)),
             "events": ["count": .int(eventLog.events.count), "lastSeq": .int(eventLog.nextSeq - 1)],

@@ -176,6 +176,18 @@ struct StatusCommand: Command {
                 lines.append("mode:     \(mode["mode"]?.stringValue ?? "?")\(mode["downgraded"]?.boolValue == true ? " (downgraded)" : "")")
                 lines.append("          " + ModeCommand.describe(mode).split(separator: "\n").joined(separator: "\n          "))
             }
+            if let network = status["network"] {
+                var line = "network:  \(network["state"]?.stringValue ?? "?")"
+                if let interface = network["interface"]?.stringValue { line += " (\(interface))" }
+                if let since = network["since"]?.stringValue { line += " since \(since)" }
+                lines.append(line + ": \(network["reason"]?.stringValue ?? "")")
+                if let hook = network["lastHook"] {
+                    lines.append("          last hook \(hook["name"]?.stringValue ?? "?") at \(hook["time"]?.stringValue ?? "?"): \(hook["outcome"]?.stringValue ?? "?")")
+                }
+            }
+            if let notice = status["mode"]?["networkRestoredNotice"]?.stringValue {
+                lines.append("NOTICE:   \(notice) (restored at \(status["mode"]?["networkRestoredAt"]?.stringValue ?? "?"))")
+            }
             if let daemon = status["daemon"] {
                 lines.append("daemon:   version \(daemon["version"]?.stringValue ?? "?"), pid \(daemon["pid"]?.intValue ?? 0), up \(formatDuration(milliseconds: daemon["uptimeMs"]?.intValue ?? 0))")
                 lines.append("          config \(daemon["config"]?.stringValue ?? "?"), state \(daemon["stateDirectory"]?.stringValue ?? "?")")

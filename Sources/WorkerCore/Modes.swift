@@ -12,12 +12,16 @@ public struct ModeState: Sendable, Equatable {
     /// True while the mode is `bluetooth` because the daemon downgraded itself (rule 2.3);
     /// it decides whether a restored path records `network-restored` (rule 2.4).
     public var downgraded: Bool
+    /// When `network-restored` was recorded for the current downgrade (rule 2.4), so it
+    /// is noted once per outage, not at every restart.
+    public var restoredAtMs: Int64?
 
-    public init(mode: Mode, sinceMs: Int64, reason: String, downgraded: Bool = false) {
+    public init(mode: Mode, sinceMs: Int64, reason: String, downgraded: Bool = false, restoredAtMs: Int64? = nil) {
         self.mode = mode
         self.sinceMs = sinceMs
         self.reason = reason
         self.downgraded = downgraded
+        self.restoredAtMs = restoredAtMs
     }
 
     /// A fresh install starts in `off` (rule 2.1).
@@ -26,7 +30,9 @@ public struct ModeState: Sendable, Equatable {
     }
 
     public var json: JSONValue {
-        ["mode": .string(mode.rawValue), "sinceMs": .int(sinceMs), "reason": .string(reason), "downgraded": .bool(downgraded)]
+        var object = JSONObject([("mode", .string(mode.rawValue)), ("sinceMs", .int(sinceMs)), ("reason", .string(reason)), ("downgraded", .bool(downgraded))])
+        if let restoredAtMs { object["restoredAtMs"] = .int(restoredAtMs) }
+        return .object(object)
     }
 
     public static func from(json value: JSONValue) -> ModeState? {
@@ -34,7 +40,8 @@ public struct ModeState: Sendable, Equatable {
             let since = value["sinceMs"]?.intValue,
             let reason = value["reason"]?.stringValue
         else { return nil }
-        return ModeState(mode: mode, sinceMs: since, reason: reason, downgraded: value["downgraded"]?.boolValue ?? false)
+        return ModeState(mode: mode, sinceMs: since, reason: reason, downgraded: value["downgraded"]?.boolValue ?? false,
+                         restoredAtMs: value["restoredAtMs"]?.intValue)
     }
 }
 
@@ -106,6 +113,12 @@ public enum ModeRules {
                                 events: [EventDraft(kind: .modeChange, from: current.mode, to: target, reason: "set by \(who)")])
 
         case .pathLost(let reason):
+            if current.mode == .bluetooth && current.downgraded && current.restoredAtMs != nil {
+                // Lost again after a restore was noted: the next restore is news again.
+                var next = current
+                next.restoredAtMs = nil
+                return ModeDecision(outcome: .unchanged, state: next, events: [])
+            }
             guard current.mode == .on else { return ModeDecision(outcome: .unchanged, state: current, events: []) }
             let next = ModeState(mode: .bluetooth, sinceMs: now, reason: "downgrade: \(reason)", downgraded: true)
             return ModeDecision(outcome: .changed, state: next,
@@ -113,10 +126,12 @@ public enum ModeRules {
 
         case .pathRestored(let interface):
             // Rule 2.4: note it, never climb back on our own.
-            guard current.mode == .bluetooth && current.downgraded else {
+            guard current.mode == .bluetooth && current.downgraded && current.restoredAtMs == nil else {
                 return ModeDecision(outcome: .unchanged, state: current, events: [])
             }
-            return ModeDecision(outcome: .unchanged, state: current,
+            var next = current
+            next.restoredAtMs = now
+            return ModeDecision(outcome: .unchanged, state: next,
                                 events: [EventDraft(kind: .networkRestored, from: .bluetooth, to: .bluetooth,
                                                     reason: "network path satisfied again via \(interface); run `edgecoder-worker mode on` to rejoin the swarm")])
         }

@@ -78,7 +78,7 @@ public struct PowerDecision: Sendable, Equatable {
                               nowMs: Int64) -> PowerDecision {
         var latched = previous?.batteryLatched ?? false
         let batteryRuns = batteryPowersHost(telemetry)
-        let resumePct = max(policy.resumeBatteryPct, policy.minBatteryPct)
+        let resumePct = effectiveResumePct(policy)
         if batteryRuns, let pct = telemetry.batteryPct {
             if Int64(pct) <= policy.minBatteryPct {
                 latched = true
@@ -107,6 +107,12 @@ public struct PowerDecision: Sendable, Equatable {
         }
         return PowerDecision(reason: heldFor, sinceMs: previous.sinceMs, clearSinceMs: clearSince,
                              batteryLatched: latched, waitingFor: .dwellUntil(resumeAt))
+    }
+
+    /// The battery level that ends a battery hold: `resumeBatteryPct`, and at least one
+    /// above `minBatteryPct` (a level at the minimum holds, so it cannot also resume).
+    public static func effectiveResumePct(_ policy: PowerPolicy) -> Int64 {
+        max(policy.resumeBatteryPct, policy.minBatteryPct + 1)
     }
 
     /// Whether the battery is what powers the host: not known to be on external power,
@@ -148,7 +154,7 @@ public struct PowerDecision: Sendable, Equatable {
             holds: policy.holdWhileDraining && t.draining,
             detail: "holdWhileDraining \(policy.holdWhileDraining), draining: \(t.draining ? "yes" : "no")"))
 
-        let resumePct = max(policy.resumeBatteryPct, policy.minBatteryPct)
+        let resumePct = effectiveResumePct(policy)
         let batteryHolds = batteryLatched && t.batteryPct != nil && batteryPowersHost(t)
         let battery: String
         if let pct = t.batteryPct {

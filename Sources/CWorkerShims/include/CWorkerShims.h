@@ -27,4 +27,17 @@ void ecw_reset_signals(void);
 int ecw_eventfd_nonblocking(void);
 int ecw_pipe_nonblocking(int fds[2]);
 int ecw_accept_nonblocking(int fd);
+
+/// Opens a non-blocking AF_NETLINK socket of `protocol`, bound to the multicast
+/// `groups`, with a receive buffer of `rcvbuf` bytes. Returns the fd or -errno.
+int ecw_netlink_open(int protocol, uint32_t groups, int rcvbuf);
+
+/// Spawns `/bin/sh -c command` in its own process group with default signal
+/// handling, stdin from /dev/null, stdout/stderr inherited, and `envp` added to the
+/// environment. Returns the pid (and a pidfd in *pidfd, or -1) or -errno.
+int ecw_spawn_shell(const char *command, char *const extra_env[], int *pidfd);
+
+/// Reaps `pid` without blocking: returns 1 and the wait status when it has exited,
+/// 0 when still running, -errno on error.
+int ecw_reap(int pid, int *status);
 #endif

@@ -1,0 +1,47 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CWorkerShims
+
+/// A netlink socket (rtnetlink, uevents), non-blocking, read through the reactor.
+public final class NetlinkSocket: Sendable {
+    public static let route: Int32 = 0  // NETLINK_ROUTE
+    public static let kobjectUevent: Int32 = 15  // NETLINK_KOBJECT_UEVENT
+
+    public let fd: Int32
+
+    public init(protocol: Int32, groups: UInt32, receiveBuffer: Int32 = 1 << 20) throws(SystemError) {
+        let rc = ecw_netlink_open(`protocol`, groups, receiveBuffer)
+        if rc < 0 { throw SystemError("netlink socket", errno: -rc, detail: "protocol \(`protocol`)") }
+        fd = rc
+    }
+
+    deinit { close(fd) }
+
+    /// Sends a request to the kernel.
+    public func send(_ bytes: [UInt8]) throws(SystemError) {
+        _ = try systemCall("send", "netlink") { bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, 0) } }
+    }
+
+    public enum Received: Sendable {
+        case datagram([UInt8])
+        /// The kernel dropped messages (ENOBUFS): whatever state was built from them is stale.
+        case overrun
+    }
+
+    /// The next datagram, suspending until one arrives. Datagrams larger than the
+    /// buffer are truncated by the kernel (MSG_TRUNC tells us), and reported as an overrun.
+    public func receive() async throws -> Received {
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_TRUNC)) }
+            if n > buffer.count { return .overrun }
+            if n >= 0 { return .datagram(Array(buffer[0..<n])) }
+            switch errno {
+            case EAGAIN, EINTR: try await Reactor.shared.waitReadable(fd)
+            case ENOBUFS: return .overrun
+            default: throw SystemError("recv", errno: errno, detail: "netlink")
+            }
+        }
+    }
+}
