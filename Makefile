@@ -64,6 +64,7 @@ suites:
 # Figures, not assertions: start-up latency and idle cost against baselines run in the same command.
 bench: release
 	python3 Tests/Bench/daemon_bench.py $(RELEASE_BIN)
+	python3 Tests/Bench/path_bench.py $(RELEASE_BIN)
 
 install: release
 	install -D -m0755 $(RELEASE_BIN) $(DESTDIR)$(PREFIX)/bin/edgecoder-worker
