@@ -18,6 +18,7 @@ let package = Package(
                        providers: [.apt(["libsystemd-dev"])]),
         // What Swift cannot call directly (variadic C, GNU-only structs).
         .target(name: "CWorkerShims"),
+        .target(name: "CCurlShims", dependencies: ["CCurl"]),
 
         // The pure core: values in, decisions out, no I/O.
         .target(name: "WorkerCore"),
@@ -29,10 +30,12 @@ let package = Package(
         .target(name: "StateStore", dependencies: ["WorkerCore", "Posix"]),
         // Power telemetry read from sysfs/procfs, and the kernel's power-supply uevents.
         .target(name: "Telemetry", dependencies: ["WorkerCore", "Posix"]),
+        // HTTP over libcurl, driven by the multi interface on a thread of its own.
+        .target(name: "HTTP", dependencies: ["CCurl", "CCurlShims", "Posix"]),
         // sd_notify and the machine's app-specific id, over libsystemd.
         .target(name: "Systemd", dependencies: ["CSystemd"]),
         // The daemon's wiring: services, control socket, the worker actor.
-        .target(name: "Daemon", dependencies: ["WorkerCore", "Logging", "Posix", "StateStore", "Systemd", "Telemetry"]),
+        .target(name: "Daemon", dependencies: ["WorkerCore", "Logging", "Posix", "StateStore", "Systemd", "Telemetry", "HTTP"]),
         // The operator's command line.
         .target(name: "WorkerCLI", dependencies: ["WorkerCore", "Daemon", "Posix", "Logging"]),
         .executableTarget(name: "edgecoder-worker", dependencies: ["WorkerCLI"]),
@@ -40,6 +43,7 @@ let package = Package(
         .testTarget(name: "WorkerCoreTests", dependencies: ["WorkerCore"]),
         .testTarget(name: "StateStoreTests", dependencies: ["StateStore", "WorkerCore", "Posix"]),
         .testTarget(name: "TelemetryTests", dependencies: ["Telemetry", "WorkerCore"]),
+        .testTarget(name: "HTTPTests", dependencies: ["HTTP"]),
         .testTarget(name: "IntegrationTests", dependencies: ["WorkerCore"]),
     ],
     swiftLanguageModes: [.v6]

@@ -19,14 +19,17 @@ public struct TelemetryReader: Sendable {
     /// Trip points looked at per thermal zone.
     public static let maxTripPoints = 32
 
+    /// The directory holding `sys` and `proc`: `/`, or a fake tree in tests.
     public let root: String
+    /// `root` without its trailing slashes, so paths join with one.
+    private let prefix: String
     private var previousCPU: CPUTimes?
 
-    /// `root` is the directory holding `sys` and `proc`: `/`, or a fake tree in tests.
     public init(root: String = "/") {
-        var root = root
-        while root.count > 1 && root.hasSuffix("/") { root.removeLast() }
-        self.root = root == "/" ? "" : root
+        self.root = root
+        var prefix = root
+        while prefix.hasSuffix("/") { prefix.removeLast() }
+        self.prefix = prefix
     }
 
     /// Takes one reading. `nowMs` is milliseconds since the epoch, the reading's
@@ -49,7 +52,7 @@ public struct TelemetryReader: Sendable {
             nowMs: nowMs)
     }
 
-    func path(_ relative: String) -> String { root + "/" + relative }
+    func path(_ relative: String) -> String { prefix + "/" + relative }
 
     func readSupplies() -> [PowerSupply] {
         let directory = path("sys/class/power_supply")

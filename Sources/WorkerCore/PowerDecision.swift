@@ -76,18 +76,15 @@ public struct PowerDecision: Sendable, Equatable {
     /// `nowMs` is monotonic.
     public static func decide(_ telemetry: PowerTelemetry, policy: PowerPolicy, previous: PowerDecision?,
                               nowMs: Int64) -> PowerDecision {
+        // The latch records that this hold met the battery minimum; it ends only with
+        // the hold, so an unreadable battery or a dip below resumeBatteryPct during the
+        // dwell cannot skip the recharge. Unknown or not powering the host, the battery
+        // does not hold, as every unknown value.
         var latched = previous?.batteryLatched ?? false
-        let batteryRuns = batteryPowersHost(telemetry)
         let resumePct = effectiveResumePct(policy)
-        if batteryRuns, let pct = telemetry.batteryPct {
-            if Int64(pct) <= policy.minBatteryPct {
-                latched = true
-            } else if Int64(pct) >= resumePct {
-                latched = false
-            }
+        if batteryPowersHost(telemetry), let pct = telemetry.batteryPct, Int64(pct) <= policy.minBatteryPct {
+            latched = true
         }
-        // An unknown battery, or one not powering the host, does not hold; the latch
-        // stays so that a reading that fails once does not skip the recharge.
         let active = activeReasons(telemetry, policy: policy, batteryLatched: latched)
 
         if let first = active.first {
@@ -123,7 +120,23 @@ public struct PowerDecision: Sendable, Equatable {
 
     /// Every reason that holds for this telemetry, in precedence order.
     public static func activeReasons(_ telemetry: PowerTelemetry, policy: PowerPolicy, batteryLatched: Bool) -> [HoldReason] {
-        checks(telemetry, policy: policy, batteryLatched: batteryLatched).filter(\.holds).map(\.reason)
+        HoldReason.allCases.filter { holds($0, telemetry, policy: policy, batteryLatched: batteryLatched) }
+    }
+
+    /// One rule of SPEC 3.2; an unknown value never holds.
+    static func holds(_ reason: HoldReason, _ t: PowerTelemetry, policy: PowerPolicy, batteryLatched: Bool) -> Bool {
+        switch reason {
+        case .notCharging: return policy.runOnlyWhileCharging && t.onExternalPower == false
+        case .draining: return policy.holdWhileDraining && t.draining
+        case .batteryLow:
+            guard batteryLatched, batteryPowersHost(t), let pct = t.batteryPct else { return false }
+            return Int64(pct) < effectiveResumePct(policy)
+        case .lowPowerMode: return policy.pauseOnLowPowerMode && t.lowPowerMode == true
+        case .thermal: return t.thermalState.map { $0 > policy.maxThermalState } ?? false
+        case .cpuBusy:
+            guard let cpu = t.cpuUsagePct, cpu.isFinite else { return false }
+            return cpu > Double(policy.maxCpuUsagePct)
+        }
     }
 
     /// One rule of the policy applied to one reading, for `doctor`.
@@ -141,48 +154,32 @@ public struct PowerDecision: Sendable, Equatable {
     /// Every rule with its verdict and the values behind it, in precedence order.
     public static func checks(_ t: PowerTelemetry, policy: PowerPolicy, batteryLatched: Bool) -> [Check] {
         func describe(_ value: Bool?) -> String { value.map { $0 ? "yes" : "no" } ?? "unknown" }
-        var checks: [Check] = []
-
-        let external = describe(t.onExternalPower)
-        checks.append(Check(
-            reason: .notCharging,
-            holds: policy.runOnlyWhileCharging && t.onExternalPower == false,
-            detail: "runOnlyWhileCharging \(policy.runOnlyWhileCharging), on external power: \(external)"))
-
-        checks.append(Check(
-            reason: .draining,
-            holds: policy.holdWhileDraining && t.draining,
-            detail: "holdWhileDraining \(policy.holdWhileDraining), draining: \(t.draining ? "yes" : "no")"))
-
-        let resumePct = effectiveResumePct(policy)
-        let batteryHolds = batteryLatched && t.batteryPct != nil && batteryPowersHost(t)
-        let battery: String
-        if let pct = t.batteryPct {
-            battery = "battery \(pct) %" + (batteryPowersHost(t) ? "" : " (on external power: not counted)")
-        } else {
-            battery = t.hasSystemBattery ? "battery unknown" : "no system battery"
+        return HoldReason.allCases.map { reason in
+            let detail: String
+            switch reason {
+            case .notCharging:
+                detail = "runOnlyWhileCharging \(policy.runOnlyWhileCharging), on external power: \(describe(t.onExternalPower))"
+            case .draining:
+                detail = "holdWhileDraining \(policy.holdWhileDraining), draining: \(t.draining ? "yes" : "no")"
+            case .batteryLow:
+                var battery: String
+                if let pct = t.batteryPct {
+                    battery = "battery \(pct) %" + (batteryPowersHost(t) ? "" : " (on external power: not counted)")
+                } else {
+                    battery = t.hasSystemBattery ? "battery unknown" : "no system battery"
+                }
+                battery += ", minBatteryPct \(policy.minBatteryPct), resumeBatteryPct \(effectiveResumePct(policy))"
+                detail = battery + (batteryLatched ? ", fell to the minimum during this hold" : "")
+            case .lowPowerMode:
+                detail = "pauseOnLowPowerMode \(policy.pauseOnLowPowerMode), low-power mode: \(describe(t.lowPowerMode))"
+            case .thermal:
+                detail = "thermal state \(t.thermalState?.rawValue ?? "unknown"), maxThermalState \(policy.maxThermalState.rawValue)"
+            case .cpuBusy:
+                let cpu = t.cpuUsagePct.flatMap { $0.isFinite ? "\(($0 * 10).rounded() / 10) %" : nil } ?? "unknown"
+                detail = "CPU \(cpu), maxCpuUsagePct \(policy.maxCpuUsagePct)"
+            }
+            return Check(reason: reason, holds: holds(reason, t, policy: policy, batteryLatched: batteryLatched), detail: detail)
         }
-        checks.append(Check(
-            reason: .batteryLow, holds: batteryHolds,
-            detail: "\(battery), minBatteryPct \(policy.minBatteryPct), resumeBatteryPct \(resumePct)"
-                + (batteryHolds ? ", waiting to recharge" : "")))
-
-        checks.append(Check(
-            reason: .lowPowerMode,
-            holds: policy.pauseOnLowPowerMode && t.lowPowerMode == true,
-            detail: "pauseOnLowPowerMode \(policy.pauseOnLowPowerMode), low-power mode: \(describe(t.lowPowerMode))"))
-
-        checks.append(Check(
-            reason: .thermal,
-            holds: t.thermalState.map { $0 > policy.maxThermalState } ?? false,
-            detail: "thermal state \(t.thermalState?.rawValue ?? "unknown"), maxThermalState \(policy.maxThermalState.rawValue)"))
-
-        let cpu = t.cpuUsagePct.flatMap { $0.isFinite ? $0 : nil }
-        checks.append(Check(
-            reason: .cpuBusy,
-            holds: cpu.map { $0 > Double(policy.maxCpuUsagePct) } ?? false,
-            detail: "CPU \(cpu.map { "\(($0 * 10).rounded() / 10) %" } ?? "unknown"), maxCpuUsagePct \(policy.maxCpuUsagePct)"))
-        return checks
     }
 
     /// For `status`: allowed, reason, how long, and what a hold waits for. Times are
@@ -210,19 +207,21 @@ public struct PowerDecision: Sendable, Equatable {
 
 /// Assignments held or refused, counted per reason (the assignment drop reasons of SPEC 3.2).
 public struct HoldCounters: Sendable, Equatable {
-    public private(set) var counts: [HoldReason: Int64] = [:]
+    /// One count per reason, in precedence order.
+    private var counts = [Int64](repeating: 0, count: HoldReason.allCases.count)
 
     public init() {}
 
+    /// Adds `count` (saturating at Int64.max; negative counts are ignored).
     public mutating func record(_ reason: HoldReason, count: Int64 = 1) {
-        let (sum, overflow) = counts[reason, default: 0].addingReportingOverflow(max(0, count))
-        counts[reason] = overflow ? Int64.max : sum
+        let (sum, overflow) = counts[reason.precedence].addingReportingOverflow(max(0, count))
+        counts[reason.precedence] = overflow ? Int64.max : sum
     }
 
-    public func count(_ reason: HoldReason) -> Int64 { counts[reason, default: 0] }
+    public func count(_ reason: HoldReason) -> Int64 { counts[reason.precedence] }
 
     public var total: Int64 {
-        counts.values.reduce(0) { $0.addingReportingOverflow($1).overflow ? Int64.max : $0 + $1 }
+        counts.reduce(0) { $0.addingReportingOverflow($1).overflow ? Int64.max : $0 + $1 }
     }
 
     /// Every reason, zero included, in precedence order: `{"not-charging": 0, …}`.
@@ -238,7 +237,7 @@ public struct HoldCounters: Sendable, Equatable {
         for reason in HoldReason.allCases {
             guard let member = object[reason.rawValue] else { continue }
             guard let count = member.intValue, count >= 0 else { return nil }
-            counters.counts[reason] = count
+            counters.counts[reason.precedence] = count
         }
         return counters
     }

@@ -50,13 +50,18 @@ func runCommand(_ executable: String, _ arguments: [String], environment: [Strin
     let deadline = Date().addingTimeInterval(timeout)
     while process.isRunning && Date() < deadline { usleep(10_000) }
     if process.isRunning {
-        process.terminate()
-        process.waitUntilExit()
+        kill(process.processIdentifier, SIGKILL)
+        waitForExit(process, seconds: 5)
         throw HarnessError("\(executable) \(arguments.joined(separator: " ")) did not finish within \(timeout) s")
     }
-    process.waitUntilExit()
     group.wait()
     return CommandResult(status: process.terminationStatus, stdout: String(decoding: outData, as: UTF8.self), stderr: String(decoding: errData, as: UTF8.self))
+}
+
+/// Foundation's waitUntilExit can spin on Linux; poll instead, with a bound.
+func waitForExit(_ process: Process, seconds: Double) {
+    let deadline = Date().addingTimeInterval(seconds)
+    while process.isRunning && Date() < deadline { usleep(5_000) }
 }
 
 struct HarnessError: Error, CustomStringConvertible {
@@ -133,7 +138,7 @@ final class DaemonHarness {
     deinit {
         if let process, process.isRunning {
             kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
+            waitForExit(process, seconds: 5)
         }
         try? FileManager.default.removeItem(atPath: root)
     }
@@ -171,7 +176,7 @@ final class DaemonHarness {
         let took = Date().timeIntervalSince(started)
         if process.isRunning {
             kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
+            waitForExit(process, seconds: 5)
             throw HarnessError("the daemon did not exit within \(timeout) s of signal \(signal)")
         }
         return (process.terminationStatus, took)

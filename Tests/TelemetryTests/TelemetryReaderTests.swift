@@ -316,3 +316,20 @@ enum Broken: String, Sendable, CaseIterable {
         #expect(reader.read(nowMs: now).telemetry.thermalState == .serious)
     }
 }
+
+@Suite struct TelemetryReaderRealHostTests {
+    @Test func readsThisHostTwiceIntoPlausibleValues() async throws {
+        var reader = TelemetryReader()
+        let first = reader.read(nowMs: now)
+        #expect(first.cpuSampled)
+        #expect(first.telemetry.cpuUsagePct == nil)
+        try await Task.sleep(nanoseconds: 250_000_000)
+        let second = reader.read(nowMs: now)
+        let cpu = try #require(second.telemetry.cpuUsagePct)
+        #expect((0...100).contains(cpu))
+        let memory = try #require(second.telemetry.memoryUsagePct)
+        #expect(memory > 0 && memory < 100)
+        #expect(second.telemetry.deviceType != nil)
+        #expect(second.doctorJSON["telemetry"] == second.telemetry.heartbeatJSON)
+    }
+}

@@ -1,7 +1,7 @@
 import Testing
 @testable import WorkerCore
 
-private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
+private func sysfsBytes(_ text: String) -> [UInt8] { Array(text.utf8) }
 
 @Suite struct PowerSysfsTextTests {
     @Test(arguments: [
@@ -24,7 +24,7 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         ("42.0", nil),
     ])
     func percentageAttributeIsUnknownUnlessAWholeNumberInRange(text: String, expected: Int64?) {
-        #expect(SysfsText.integer(bytes(text), in: 0...100) == expected)
+        #expect(SysfsText.integer(sysfsBytes(text), in: 0...100) == expected)
     }
 
     @Test func missingAttributeIsUnknown() {

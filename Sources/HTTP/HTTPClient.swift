@@ -1,0 +1,276 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CCurl
+import CCurlShims
+import Posix
+import Synchronization
+
+/// An HTTP request: always a full URL, a method, headers and an optional body.
+public struct HTTPRequest: Sendable {
+    public var method: String
+    public var url: String
+    public var headers: [(String, String)]
+    public var body: [UInt8]?
+    public var connectTimeoutMs: Int64
+    public var totalTimeoutMs: Int64
+    /// Larger response bodies are an error (`responseTooLarge`), never buffered whole.
+    public var maxResponseBytes: Int
+
+    public init(method: String = "GET", url: String, headers: [(String, String)] = [], body: [UInt8]? = nil,
+                connectTimeoutMs: Int64 = 5_000, totalTimeoutMs: Int64 = 30_000, maxResponseBytes: Int = 1_048_576) {
+        self.method = method
+        self.url = url
+        self.headers = headers
+        self.body = body
+        self.connectTimeoutMs = connectTimeoutMs
+        self.totalTimeoutMs = totalTimeoutMs
+        self.maxResponseBytes = maxResponseBytes
+    }
+}
+
+public struct HTTPResponse: Sendable {
+    public var status: Int
+    public var body: [UInt8]
+    /// From the start of the transfer to its end.
+    public var durationMicroseconds: Int64
+}
+
+/// Why a request got no HTTP answer. `kind` is what callers match on.
+public struct HTTPError: Error, Sendable, Equatable, CustomStringConvertible {
+    public enum Kind: String, Sendable {
+        case couldNotResolve = "could-not-resolve"
+        case couldNotConnect = "could-not-connect"
+        case timedOut = "timed-out"
+        case tls
+        case responseTooLarge = "response-too-large"
+        case badURL = "bad-url"
+        case transfer
+    }
+    public var kind: Kind
+    public var message: String
+    public var description: String { message }
+}
+
+/// One thin wrapper over libcurl: every transfer runs on one dedicated thread through
+/// the multi interface, so no Swift-concurrency thread ever blocks on the network. The
+/// only file that touches CURL pointers; each easy handle belongs to that thread.
+public final class HTTPClient: Sendable {
+    public static let shared: HTTPClient = {
+        do { return try HTTPClient() } catch { fatalError("cannot start libcurl: \(error)") }
+    }()
+
+    public static let userAgent = "edgecoder-worker"
+
+    private struct Pending {
+        var request: HTTPRequest
+        var continuation: CheckedContinuation<HTTPResponse, any Error>
+    }
+
+    private struct State {
+        var nextID: UInt64 = 0
+        var submitted: [(UInt64, Pending)] = []
+        var cancelled: Set<UInt64> = []
+    }
+
+    private let state = Mutex(State())
+    // The multi handle is used only by the transfer thread, except curl_multi_wakeup,
+    // which libcurl documents as callable from any thread.
+    nonisolated(unsafe) private let multi: UnsafeMutableRawPointer
+
+    private init() throws(HTTPError) {
+        curl_global_init(Int(CURL_GLOBAL_DEFAULT))
+        guard let multi = curl_multi_init() else { throw HTTPError(kind: .transfer, message: "curl_multi_init failed") }
+        self.multi = multi
+        var thread = pthread_t()
+        let context = Unmanaged.passRetained(self).toOpaque()
+        let rc = pthread_create(&thread, nil, { raw in
+            Unmanaged<HTTPClient>.fromOpaque(raw!).takeUnretainedValue().loop()
+            return nil
+        }, context)
+        if rc != 0 { throw HTTPError(kind: .transfer, message: "pthread_create: \(rc)") }
+        pthread_detach(thread)
+    }
+
+    /// The libcurl version, for `doctor` and status.
+    public static var curlVersion: String { String(cString: curl_version()) }
+
+    /// Performs `request`; throws HTTPError, or CancellationError when the task is cancelled.
+    public func perform(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let id = state.withLock { state -> UInt64 in
+            state.nextID += 1
+            return state.nextID
+        }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<HTTPResponse, any Error>) in
+                let cancelledAlready = Task.isCancelled
+                state.withLock { state in
+                    state.submitted.append((id, Pending(request: request, continuation: continuation)))
+                    // A cancellation that ran before this submission was already consumed.
+                    if cancelledAlready { state.cancelled.insert(id) }
+                }
+                curl_multi_wakeup(multi)
+            }
+        } onCancel: {
+            state.withLock { _ = $0.cancelled.insert(id) }
+            curl_multi_wakeup(multi)
+        }
+    }
+
+    /// A transfer in flight, owned by the transfer thread.
+    private final class Transfer {
+        let id: UInt64
+        let easy: UnsafeMutableRawPointer
+        let continuation: CheckedContinuation<HTTPResponse, any Error>
+        let maxBytes: Int
+        var body: [UInt8] = []
+        var tooLarge = false
+        var headers: UnsafeMutablePointer<curl_slist>?
+        // libcurl writes its error text here; memory of our own, freed in `finish`.
+        let errorBuffer: UnsafeMutablePointer<CChar> = {
+            let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: Int(CURL_ERROR_SIZE) + 1)
+            buffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE) + 1)
+            return buffer
+        }()
+        let started = monotonicNanoseconds()
+
+        init(id: UInt64, easy: UnsafeMutableRawPointer, continuation: CheckedContinuation<HTTPResponse, any Error>, maxBytes: Int) {
+            self.id = id
+            self.easy = easy
+            self.continuation = continuation
+            self.maxBytes = maxBytes
+        }
+    }
+
+    private func loop() {
+        var transfers: [UnsafeMutableRawPointer: Transfer] = [:]
+        while true {
+            let (submitted, cancelled) = state.withLock { state -> ([(UInt64, Pending)], Set<UInt64>) in
+                defer {
+                    state.submitted.removeAll()
+                    state.cancelled.removeAll()
+                }
+                return (state.submitted, state.cancelled)
+            }
+            for (id, pending) in submitted {
+                if cancelled.contains(id) {
+                    pending.continuation.resume(throwing: CancellationError())
+                    continue
+                }
+                switch start(id: id, pending) {
+                case .success(let transfer): transfers[transfer.easy] = transfer
+                case .failure(let error): pending.continuation.resume(throwing: error)
+                }
+            }
+            // A cancellation that arrived before its submission stays pending for it.
+            let lateCancels = cancelled.filter { id in !submitted.contains { $0.0 == id } }
+            for (easy, transfer) in transfers where lateCancels.contains(transfer.id) {
+                finish(transfers.removeValue(forKey: easy)!, result: .failure(CancellationError()))
+            }
+
+            var running: Int32 = 0
+            curl_multi_perform(multi, &running)
+            var queued: Int32 = 0
+            while let message = curl_multi_info_read(multi, &queued) {
+                guard message.pointee.msg == CURLMSG_DONE, let easy = message.pointee.easy_handle,
+                      let transfer = transfers.removeValue(forKey: easy) else { continue }
+                let code = message.pointee.data.result
+                finish(transfer, result: outcome(of: transfer, code: code))
+            }
+            var ready: Int32 = 0
+            curl_multi_poll(multi, nil, 0, transfers.isEmpty ? 10_000 : 1_000, &ready)
+        }
+    }
+
+    private func start(id: UInt64, _ pending: Pending) -> Result<Transfer, any Error> {
+        let request = pending.request
+        guard let easy = curl_easy_init() else { return .failure(HTTPError(kind: .transfer, message: "curl_easy_init failed")) }
+        let transfer = Transfer(id: id, easy: easy, continuation: pending.continuation, maxBytes: request.maxResponseBytes)
+        func check(_ code: CURLcode, _ what: String) throws(HTTPError) {
+            if code != CURLE_OK { throw HTTPError(kind: code == CURLE_URL_MALFORMAT ? .badURL : .transfer, message: "\(what): \(String(cString: curl_easy_strerror(code)))") }
+        }
+        do {
+            try check(ecw_curl_set_string(easy, CURLOPT_URL, request.url), "URL \(request.url)")
+            // Only http and https, also across redirects (which we do not follow anyway).
+            try check(ecw_curl_set_string(easy, CURLOPT_PROTOCOLS_STR, "http,https"), "protocols")
+            try check(ecw_curl_set_long(easy, CURLOPT_FOLLOWLOCATION, 0), "redirects")
+            // TLS is verified, always; there is deliberately no way to turn it off.
+            try check(ecw_curl_set_long(easy, CURLOPT_SSL_VERIFYPEER, 1), "TLS peer verification")
+            try check(ecw_curl_set_long(easy, CURLOPT_SSL_VERIFYHOST, 2), "TLS host verification")
+            try check(ecw_curl_set_long(easy, CURLOPT_NOSIGNAL, 1), "nosignal")
+            try check(ecw_curl_set_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(request.connectTimeoutMs)), "connect timeout")
+            try check(ecw_curl_set_long(easy, CURLOPT_TIMEOUT_MS, Int(request.totalTimeoutMs)), "timeout")
+            try check(ecw_curl_set_string(easy, CURLOPT_USERAGENT, HTTPClient.userAgent), "user agent")
+            try check(ecw_curl_set_string(easy, CURLOPT_CUSTOMREQUEST, request.method), "method")
+            try check(ecw_curl_set_pointer(easy, CURLOPT_ERRORBUFFER, transfer.errorBuffer), "error buffer")
+            if let body = request.body {
+                try check(ecw_curl_set_offset(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.count)), "body size")
+                try body.withUnsafeBufferPointer { (buffer) throws(HTTPError) in
+                    // COPYPOSTFIELDS: libcurl keeps its own copy, so our array may go.
+                    try check(ecw_curl_set_pointer(easy, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: buffer.baseAddress ?? UnsafePointer(bitPattern: 1)!)), "body")
+                }
+            }
+            for (name, value) in request.headers {
+                transfer.headers = curl_slist_append(transfer.headers, "\(name): \(value)")
+            }
+            // An empty Expect: stops libcurl from waiting for "100 Continue" on larger bodies.
+            transfer.headers = curl_slist_append(transfer.headers, "Expect:")
+            try check(ecw_curl_set_pointer(easy, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(transfer.headers)), "headers")
+            let context = Unmanaged.passUnretained(transfer).toOpaque()
+            try check(ecw_curl_set_write_function(easy, { data, size, count, context in
+                let transfer = Unmanaged<Transfer>.fromOpaque(context!).takeUnretainedValue()
+                let n = size * count
+                if transfer.body.count + n > transfer.maxBytes {
+                    transfer.tooLarge = true
+                    return 0  // makes libcurl stop with CURLE_WRITE_ERROR
+                }
+                if let data { transfer.body.append(contentsOf: UnsafeRawBufferPointer(start: data, count: n)) }
+                return n
+            }, context), "write function")
+            let added = curl_multi_add_handle(multi, easy)
+            if added != CURLM_OK { throw HTTPError(kind: .transfer, message: "curl_multi_add_handle: \(String(cString: curl_multi_strerror(added)))") }
+            return .success(transfer)
+        } catch {
+            if let headers = transfer.headers { curl_slist_free_all(headers) }
+            curl_easy_cleanup(easy)
+            transfer.errorBuffer.deallocate()
+            return .failure(error)
+        }
+    }
+
+    private func outcome(of transfer: Transfer, code: CURLcode) -> Result<HTTPResponse, any Error> {
+        if transfer.tooLarge {
+            return .failure(HTTPError(kind: .responseTooLarge, message: "the answer is larger than \(transfer.maxBytes) bytes"))
+        }
+        guard code == CURLE_OK else {
+            let detail = String(cString: transfer.errorBuffer)
+            let message = detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail
+            let kind: HTTPError.Kind
+            switch code {
+            case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY: kind = .couldNotResolve
+            case CURLE_COULDNT_CONNECT: kind = .couldNotConnect
+            case CURLE_OPERATION_TIMEDOUT: kind = .timedOut
+            case CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER, CURLE_SSL_CACERT_BADFILE:
+                kind = .tls
+            case CURLE_URL_MALFORMAT, CURLE_UNSUPPORTED_PROTOCOL: kind = .badURL
+            default: kind = .transfer
+            }
+            return .failure(HTTPError(kind: kind, message: message))
+        }
+        var status = 0
+        _ = ecw_curl_get_long(transfer.easy, CURLINFO_RESPONSE_CODE, &status)
+        let micros = Int64((monotonicNanoseconds() - transfer.started) / 1_000)
+        return .success(HTTPResponse(status: status, body: transfer.body, durationMicroseconds: micros))
+    }
+
+    private func finish(_ transfer: Transfer, result: Result<HTTPResponse, any Error>) {
+        curl_multi_remove_handle(multi, transfer.easy)
+        curl_easy_cleanup(transfer.easy)
+        if let headers = transfer.headers { curl_slist_free_all(headers) }
+        transfer.errorBuffer.deallocate()
+        switch result {
+        case .success(let response): transfer.continuation.resume(returning: response)
+        case .failure(let error): transfer.continuation.resume(throwing: error)
+        }
+    }
+}

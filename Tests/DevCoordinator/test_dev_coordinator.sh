@@ -1,0 +1,411 @@
+#!/usr/bin/env bash
+# Self-test of the development coordinator: starts it on loopback, drives every worker call
+# with curl (valid and invalid bodies for each EdgeCoder schema, the mesh-token lifecycle,
+# every switch), prints "ok - ..." / "not ok - ...", exits non-zero on any failure.
+set -u
+HERE="$(cd "$(dirname "$0")" && pwd)"
+DC="$HERE/dev_coordinator.py"
+command -v curl >/dev/null || { echo "not ok - curl is required"; exit 1; }
+command -v "${PYTHON:-python3}" >/dev/null || { echo "not ok - python3 is required"; exit 1; }
+# the interpreter itself, not a version-manager shim (the test runs python ~200 times)
+PY="$("${PYTHON:-python3}" -c 'import sys; print(sys.executable)')"
+export PY
+
+WORK="$(mktemp -d)"
+PIDS=()
+PASS=0
+FAIL=0
+cleanup() {
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+ok() { PASS=$((PASS + 1)); echo "ok - $*"; }
+notok() { FAIL=$((FAIL + 1)); echo "not ok - $*"; }
+check() { # check "description" condition-command...
+  local d="$1"; shift
+  if "$@"; then ok "$d"; else notok "$d (code=$CODE rc=$RC body=$(head -c 300 "$WORK/body"))"; fi
+}
+
+# start NAME [args...]: starts a coordinator, sets URL_<NAME> and PID_<NAME>
+start() {
+  local name="$1"; shift
+  "$PY" "$DC" --port 0 "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
+  local pid=$!
+  PIDS+=("$pid")
+  local i
+  for i in $(seq 100); do grep -q '^listening on ' "$WORK/$name.out" 2>/dev/null && break; sleep 0.05; done
+  local line; line="$(head -n1 "$WORK/$name.out")"
+  case "$line" in
+    "listening on http://127.0.0.1:"*) ;;
+    *) echo "not ok - $name did not start: $(cat "$WORK/$name.err")"; exit 1 ;;
+  esac
+  printf -v "URL_$name" '%s' "${line#listening on }"
+  printf -v "PID_$name" '%s' "$pid"
+}
+
+# req URL METHOD PATH [BODY] [extra curl args...] -> CODE, RC, $WORK/body, TIME
+req() {
+  local url="$1" method="$2" path="$3" body="${4-}"; shift 4 2>/dev/null || shift $#
+  local args=(-s -o "$WORK/body" -w '%{http_code} %{time_total}' -X "$method" --max-time 10)
+  if [ -n "$body" ]; then args+=(-H 'content-type: application/json' --data-binary "$body"); fi
+  local out
+  : >"$WORK/body"
+  out="$(curl "${args[@]}" "$@" "$url$path")"; RC=$?
+  CODE="${out%% *}"; TIME="${out##* }"
+}
+# j 'python expression on j' -> true when truthy (body parsed as JSON)
+j() { "$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); sys.exit(0 if eval(sys.argv[2]) else 1)' "$WORK/body" "$1" 2>/dev/null; }
+jv() { "$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$WORK/body" "$1"; }
+code() { [ "$CODE" = "$1" ]; }
+both() { code "$1" && j "$2"; }
+
+REG='{"agentId":"agent-1","os":"linux","version":"0.1.0","mode":"swarm-only","localModelProvider":"ollama-local","clientType":"edgecoder-linux-worker","maxConcurrentTasks":1,"powerTelemetry":{"onExternalPower":true,"batteryLevelPct":80,"lowPowerMode":false,"onACPower":true,"batteryPct":80,"thermalState":"nominal","cpuUsagePct":12.5,"memoryUsagePct":40.25,"deviceType":"laptop","updatedAtMs":1767225600000}}'
+reg_with() { # reg_with 'python dict update expression' -> JSON
+  "$PY" -c 'import json,sys; d=json.loads(sys.argv[1]); exec(sys.argv[2]); print(json.dumps(d))' "$REG" "$1"
+}
+
+# ======================================================================================
+start A
+U="$URL_A"
+req "$U" GET /_dev/health ""
+check "health answers" both 200 'j["ok"] is True'
+
+# ---- /register -----------------------------------------------------------------------
+req "$U" POST /heartbeat '{"agentId":"agent-1"}'
+check "heartbeat before any registration: 401 agent_not_registered" both 401 'j=={"error":"mesh_unauthorized","reason":"agent_not_registered"}'
+
+req "$U" POST /register '{"agentId":"agent-1","os":"linux","version":"0.1.0","mode":"swarm-only"}'
+check "register minimal body (defaults apply)" both 200 'j["accepted"] is True and isinstance(j["meshToken"],str) and j["mode"]=="swarm-only" and j["policy"]["maxConcurrentTasks"]==1'
+TOKEN="$(jv 'j["meshToken"]')"
+
+req "$U" POST /register "$REG"
+check "register full body with both telemetry vocabularies" both 200 "j['meshToken']=='$TOKEN'"
+
+bad_register() { # description, python update
+  req "$U" POST /register "$(reg_with "$2")"
+  check "register rejects $1" both 400 "j['error']=='invalid_body' and j['field']==$3"
+}
+bad_register "missing agentId" 'del d["agentId"]' '"agentId"'
+bad_register "agentId number" 'd["agentId"]=5' '"agentId"'
+bad_register "missing os" 'del d["os"]' '"os"'
+bad_register "os of 1 char" 'd["os"]="l"' '"os"'
+bad_register "missing version" 'del d["version"]' '"version"'
+bad_register "mode not in enum" 'd["mode"]="swarm"' '"mode"'
+bad_register "missing mode" 'del d["mode"]' '"mode"'
+bad_register "localModelProvider not in enum" 'd["localModelProvider"]="llama"' '"localModelProvider"'
+bad_register "clientType of 65 chars" 'd["clientType"]="x"*65' '"clientType"'
+bad_register "empty clientType" 'd["clientType"]=""' '"clientType"'
+bad_register "maxConcurrentTasks 0" 'd["maxConcurrentTasks"]=0' '"maxConcurrentTasks"'
+bad_register "maxConcurrentTasks 65" 'd["maxConcurrentTasks"]=65' '"maxConcurrentTasks"'
+bad_register "maxConcurrentTasks 1.5" 'd["maxConcurrentTasks"]=1.5' '"maxConcurrentTasks"'
+bad_register "maxConcurrentTasks as string" 'd["maxConcurrentTasks"]="2"' '"maxConcurrentTasks"'
+bad_register "deviceId of 2 chars" 'd["deviceId"]="ab"' '"deviceId"'
+bad_register "deviceId of 129 chars" 'd["deviceId"]="d"*129' '"deviceId"'
+bad_register "registrationToken null" 'd["registrationToken"]=None' '"registrationToken"'
+bad_register "powerTelemetry null" 'd["powerTelemetry"]=None' '"powerTelemetry"'
+bad_register "batteryPct 100.5" 'd["powerTelemetry"]["batteryPct"]=100.5' '"powerTelemetry.batteryPct"'
+bad_register "batteryLevelPct -1" 'd["powerTelemetry"]["batteryLevelPct"]=-1' '"powerTelemetry.batteryLevelPct"'
+bad_register "cpuUsagePct as string" 'd["powerTelemetry"]["cpuUsagePct"]="12"' '"powerTelemetry.cpuUsagePct"'
+bad_register "memoryUsagePct null" 'd["powerTelemetry"]["memoryUsagePct"]=None' '"powerTelemetry.memoryUsagePct"'
+bad_register "onACPower as 1" 'd["powerTelemetry"]["onACPower"]=1' '"powerTelemetry.onACPower"'
+bad_register "thermalState not in enum" 'd["powerTelemetry"]["thermalState"]="hot"' '"powerTelemetry.thermalState"'
+bad_register "deviceType not in enum" 'd["powerTelemetry"]["deviceType"]="vm"' '"powerTelemetry.deviceType"'
+bad_register "updatedAtMs as string" 'd["powerTelemetry"]["updatedAtMs"]="1"' '"powerTelemetry.updatedAtMs"'
+bad_register "sandboxMode not in enum" 'd["sandboxMode"]="chroot"' '"sandboxMode"'
+bad_register "binaryIntegrity missing keys" 'd["binaryIntegrity"]={"distHash":"x"}' '"binaryIntegrity.releaseVersion"'
+
+req "$U" POST /register "$(reg_with 'd["maxConcurrentTasks"]=64.0; d["clientType"]="c"*64; d["deviceId"]="dev"; d["os"]="li"')"
+check "register accepts integral 64.0, clientType of 64, deviceId of 3, os of 2" code 200
+req "$U" POST /register "$(reg_with 'd["clientType"]="é"*64')"
+check "register counts string length like JavaScript (64 x U+00E9 ok)" code 200
+req "$U" POST /register "$(reg_with 'd["clientType"]="😀"*33')"
+check "register counts UTF-16 units (33 emoji = 66 > 64)" both 400 'j["field"]=="clientType"'
+req "$U" POST /register "$(reg_with 'd["powerTelemetry"]={"batteryPct":0,"cpuUsagePct":100,"updatedAtMs":-5.5}')"
+check "register accepts bounds 0 and 100 and any updatedAtMs number" code 200
+req "$U" POST /register "$(reg_with 'd["extraField"]={"x":1}; d["powerTelemetry"]["batteryPercent"]=3')"
+check "register strips unknown keys like z.object (accepted)" code 200
+req "$U" GET /_dev/state ""
+check "state lists the stripped unknown keys" j 'any("extraField" in u["keys"] and "powerTelemetry.batteryPercent" in u["keys"] for u in j["unknownKeys"])'
+req "$U" POST /register '[1,2]'
+check "register rejects a JSON array body" both 400 'j["field"]=="(body)"'
+req "$U" POST /register '{"agentId":"a","os":"linux","version":"1","mode":"swarm-only","maxConcurrentTasks":NaN}'
+check "register rejects NaN literal as invalid JSON" both 400 'j["error"]=="Bad Request"'
+req "$U" POST /register '{"agentId":'
+check "register rejects truncated JSON" code 400
+req "$U" POST /register '{"__proto__":{"x":1},"agentId":"a","os":"linux","version":"1","mode":"swarm-only"}'
+check "register rejects __proto__ (secure-json-parse)" code 400
+req "$U" POST /register '' -H 'content-type: application/json'
+check "register rejects an empty JSON body" both 400 'j["code"]=="FST_ERR_CTP_EMPTY_JSON_BODY"'
+req "$U" POST /register '' -H 'content-type: text/plain' --data-binary 'hello'
+check "register rejects text/plain with 415" code 415
+req "$U" POST /register ''
+check "register with no body at all: schema failure on the body (undefined)" both 400 'j["field"]=="(body)" and "undefined" in j["message"]'
+req "$U" POST /register '' -H 'content-type: application/json' -H 'Transfer-Encoding: chunked' --data-binary "$REG"
+check "register accepts a chunked request body" code 200
+req "$U" POST /register '' -H 'content-type: application/json; charset=utf-8' --data-binary "$REG"
+check "register accepts content-type with charset" code 200
+"$PY" -c 'import json; print(json.dumps({"agentId":"a","os":"linux","version":"1","mode":"swarm-only","pad":"x"*(1048576)}))' >"$WORK/big.json"
+req "$U" POST /register '' -H 'content-type: application/json' --data-binary "@$WORK/big.json"
+check "register rejects a body over 1 MiB with 413" both 413 'j["code"]=="FST_ERR_CTP_BODY_TOO_LARGE"'
+
+# ---- /heartbeat ----------------------------------------------------------------------
+H=(-H "x-mesh-token: $TOKEN")
+req "$U" POST /heartbeat '{"agentId":"agent-1"}'
+check "heartbeat without x-mesh-token: 401 mesh_unauthorized" both 401 'j=={"error":"mesh_unauthorized"}'
+req "$U" POST /heartbeat '{"agentId":"agent-1"}' -H "x-mesh-token: nope"
+check "heartbeat with a wrong token: 401" both 401 'j=={"error":"mesh_unauthorized"}'
+req "$U" POST /heartbeat '{"agentId":"agent-1"}' "${H[@]}"
+check "heartbeat minimal" both 200 'j["ok"] is True and j["policy"]["cpuCapPercent"]==50 and "blacklist" in j'
+req "$U" POST /heartbeat '{"agentId":"agent-1","powerTelemetry":{"onACPower":false,"batteryPct":33.3,"thermalState":"fair","cpuUsagePct":5,"memoryUsagePct":50,"deviceType":"laptop","updatedAtMs":1767225600123},"activeModel":"tiny","activeModelParamSize":0.5,"modelSwapInProgress":false,"sandboxMode":"none"}' "${H[@]}"
+check "heartbeat full body" both 200 'j["ok"] is True'
+req "$U" POST /heartbeat '{"agentId":"ghost"}' "${H[@]}"
+check "heartbeat of an unregistered agent: 401 agent_not_registered" both 401 'j["reason"]=="agent_not_registered"'
+for case in 'missing agentId|{}|agentId' 'activeModel number|{"agentId":"agent-1","activeModel":5}|activeModel' \
+            'modelSwapInProgress string|{"agentId":"agent-1","modelSwapInProgress":"no"}|modelSwapInProgress' \
+            'activeModelParamSize string|{"agentId":"agent-1","activeModelParamSize":"7"}|activeModelParamSize' \
+            'sandboxMode invalid|{"agentId":"agent-1","sandboxMode":"jail"}|sandboxMode' \
+            'cpuUsagePct 100.01|{"agentId":"agent-1","powerTelemetry":{"cpuUsagePct":100.01}}|powerTelemetry.cpuUsagePct' \
+            'telemetry as array|{"agentId":"agent-1","powerTelemetry":[]}|powerTelemetry'; do
+  IFS='|' read -r d b f <<<"$case"
+  req "$U" POST /heartbeat "$b" "${H[@]}"
+  check "heartbeat rejects $d" both 400 "j['field']=='$f'"
+done
+req "$U" GET /_dev/state ""
+check "state records heartbeat bodies and receive times" j 'j["heartbeatCount"]==2 and j["heartbeats"][1]["body"]["powerTelemetry"]["batteryPct"]==33.3 and j["heartbeats"][1]["receivedAtMs"]>0'
+
+# ---- /pull and /result -----------------------------------------------------------------
+req "$U" POST /pull '{"agentId":"agent-1"}' "${H[@]}"
+check "pull with an empty queue: {subtask:null}" both 200 'j=={"subtask":None}'
+req "$U" POST /pull '{}' "${H[@]}"
+check "pull rejects a missing agentId" both 400 'j["field"]=="agentId"'
+req "$U" POST /pull '{"agentId":7}' "${H[@]}"
+check "pull rejects a numeric agentId" both 400 'j["field"]=="agentId"'
+req "$U" POST /pull '{"agentId":"agent-1"}'
+check "pull without token: 401" code 401
+req "$U" POST /_dev/subtasks '{"input":"print(1)","timeoutMs":5000,"language":"python"}'
+check "enqueue one subtask" both 200 'len(j["ids"])==1'
+S1="$(jv 'j["ids"][0]')"; T1="$(jv 'j["taskIds"][0]')"
+req "$U" POST /_dev/subtasks '[{"input":"a"},{"input":"b","kind":"micro_loop","language":"javascript"}]'
+check "enqueue a list" both 200 'len(j["ids"])==2'
+S2="$(jv 'j["ids"][0]')"; T2="$(jv 'j["taskIds"][0]')"
+req "$U" POST /_dev/subtasks '{"input":""}'
+check "enqueue rejects an empty input" both 400 'j["field"]=="input"'
+req "$U" POST /pull '{"agentId":"agent-1"}' "${H[@]}"
+check "pull hands out the first subtask with every field" both 200 "j['subtask']['id']=='$S1' and j['subtask']['taskId']=='$T1' and j['subtask']['kind']=='single_step' and j['subtask']['language']=='python' and j['subtask']['input']=='print(1)' and j['subtask']['timeoutMs']==5000 and j['subtask']['snapshotRef']=='debug' and j['subtask']['projectMeta']['resourceClass']=='cpu'"
+RES="{\"subtaskId\":\"$S1\",\"taskId\":\"$T1\",\"agentId\":\"agent-1\",\"ok\":true,\"output\":\"1\",\"durationMs\":12.5}"
+bad_result() {
+  req "$U" POST /result "$("$PY" -c 'import json,sys; d=json.loads(sys.argv[1]); exec(sys.argv[2]); print(json.dumps(d))' "$RES" "$2")" "${H[@]}"
+  check "result rejects $1" both 400 "j['field']==$3"
+}
+bad_result "missing output" 'del d["output"]' '"output"'
+bad_result "missing durationMs" 'del d["durationMs"]' '"durationMs"'
+bad_result "ok as string" 'd["ok"]="true"' '"ok"'
+bad_result "durationMs as string" 'd["durationMs"]="5"' '"durationMs"'
+bad_result "error null" 'd["error"]=None' '"error"'
+bad_result "missing taskId" 'del d["taskId"]' '"taskId"'
+bad_result "missing agentId" 'del d["agentId"]' '"agentId"'
+bad_result "a subtask never handed out" "d['subtaskId']='$S2'; d['taskId']='$T2'" '"subtaskId"'
+bad_result "an unknown subtask" 'd["subtaskId"]="nope"' '"subtaskId"'
+bad_result "a taskId that does not match" 'd["taskId"]="other"' '"taskId"'
+bad_result "an agentId that did not pull it" 'd["agentId"]="agent-2"' '"agentId"'
+req "$U" POST /result "$RES"
+check "result without token: 401" code 401
+req "$U" POST /result "$RES" "${H[@]}"
+check "result accepted: {ok:true}" both 200 'j=={"ok":True}'
+req "$U" GET /_dev/results ""
+check "results: count 1, no duplicate" j "j['counts']=={'$S1':1} and j['duplicates']==[] and j['delivered']==['$S1'] and j['results'][0]['output']=='1'"
+req "$U" POST /result "$RES" "${H[@]}"
+check "a duplicate result still answers {ok:true}" both 200 'j=={"ok":True}'
+req "$U" GET /_dev/results ""
+check "duplicate is recorded and flagged" j "j['counts']['$S1']==2 and j['duplicates']==['$S1'] and j['results'][1]['duplicate'] is True and j['total']==2"
+req "$U" POST /pull '{"agentId":"agent-1"}' "${H[@]}"
+check "a finished subtask is not handed out again" both 200 "j['subtask']['id']=='$S2'"
+req "$U" POST /result "{\"subtaskId\":\"$S2\",\"taskId\":\"$T2\",\"agentId\":\"agent-1\",\"ok\":false,\"output\":\"\",\"error\":\"worker_restarted\",\"durationMs\":0}" "${H[@]}"
+check "a failed result with empty output and error string" both 200 'j=={"ok":True}'
+req "$U" GET /_dev/state ""
+check "state counts pulls" j 'j["pulls"]==3 and j["pullAnswers"]=={"empty":1,"subtask":2}'
+
+# ---- token lifecycle: unauthorized-once --------------------------------------------------
+req "$U" POST /_dev/switch '{"mode":"unauthorized-once"}'
+check "switch unauthorized-once" code 200
+req "$U" POST /register "$REG"
+check "register is not an authenticated call (unaffected)" both 200 "j['meshToken']=='$TOKEN'"
+req "$U" POST /heartbeat '{"agentId":"agent-1"}' "${H[@]}"
+check "unauthorized-once: next authenticated call gets 401 mesh_unauthorized" both 401 'j=={"error":"mesh_unauthorized"}'
+req "$U" POST /heartbeat '{"agentId":"agent-1"}' "${H[@]}"
+check "the old token stays refused" both 401 'j=={"error":"mesh_unauthorized"}'
+req "$U" POST /register "$REG"
+check "re-register issues a new token" both 200 "j['meshToken']!='$TOKEN'"
+TOKEN="$(jv 'j["meshToken"]')"; H=(-H "x-mesh-token: $TOKEN")
+req "$U" POST /heartbeat '{"agentId":"agent-1"}' "${H[@]}"
+check "the new token works and the switch went back to normal" both 200 'j["ok"] is True'
+req "$U" GET /_dev/state ""
+check "state shows mode normal and one rotation" j 'j["switch"]["mode"]=="normal" and j["tokenRotations"]==1'
+
+# ---- forbidden / blacklisted ---------------------------------------------------------------
+req "$U" POST /_dev/switch '{"mode":"forbidden","error":"node_not_activated","reason":"owner_not_verified","paths":["/register"]}'
+req "$U" POST /register "$REG"
+check "forbidden (register): 403 node_not_activated with reason" both 403 'j=={"error":"node_not_activated","reason":"owner_not_verified"}'
+req "$U" POST /heartbeat '{"agentId":"agent-1"}' "${H[@]}"
+check "forbidden limited to /register leaves heartbeat alone" code 200
+req "$U" POST /_dev/switch '{"mode":"forbidden"}'
+for p in heartbeat pull; do
+  req "$U" POST /$p '{"agentId":"agent-1"}' "${H[@]}"
+  check "forbidden ($p): 403 agent_blacklisted" both 403 'j["error"]=="agent_blacklisted" and isinstance(j["reason"],str)'
+done
+req "$U" POST /_dev/switch '{"mode":"blacklisted","reason":"abuse"}'
+req "$U" POST /heartbeat '{"agentId":"agent-1"}' "${H[@]}"
+check "blacklisted: heartbeat {ok:false, blacklisted:true, reason}" both 200 'j["ok"] is False and j["blacklisted"] is True and j["reason"]=="abuse"'
+req "$U" POST /pull '{"agentId":"agent-1"}' "${H[@]}"
+check "blacklisted: pull {subtask:null, blocked:true}" both 200 'j["subtask"] is None and j["blocked"] is True'
+req "$U" POST /register "$REG"
+check "blacklisted: register 403 agent_blacklisted" both 403 'j=={"error":"agent_blacklisted","reason":"abuse"}'
+
+# ---- power -----------------------------------------------------------------------------------
+req "$U" POST /_dev/switch '{"mode":"power-deferred","deferMs":1234,"reason":"thermal_throttle"}'
+req "$U" POST /pull '{"agentId":"agent-1"}' "${H[@]}"
+check "power-deferred: pull answer with deferMs" both 200 'j=={"subtask":None,"powerDeferred":True,"reason":"thermal_throttle","deferMs":1234}'
+req "$U" POST /heartbeat '{"agentId":"agent-1"}' "${H[@]}"
+check "power-deferred leaves heartbeat alone" both 200 'j["ok"] is True'
+req "$U" POST /_dev/switch '{"mode":"power-deferred","deferMs":null}'
+req "$U" POST /pull '{"agentId":"agent-1"}' "${H[@]}"
+check "power-deferred without deferMs (EdgeCoder's deny shape)" both 200 'j["powerDeferred"] is True and "deferMs" not in j'
+req "$U" POST /_dev/switch '{"mode":"power-policy"}'
+req "$U" POST /heartbeat '{"agentId":"agent-1","powerTelemetry":{"cpuUsagePct":90,"deviceType":"laptop","onACPower":true}}' "${H[@]}"
+req "$U" POST /pull '{"agentId":"agent-1"}' "${H[@]}"
+check "power-policy: cpu > 85 gives high_cpu_defer 5000" both 200 'j=={"subtask":None,"powerDeferred":True,"deferMs":5000,"reason":"high_cpu_defer"}'
+req "$U" POST /heartbeat '{"agentId":"agent-1","powerTelemetry":{"onACPower":false,"batteryPct":10,"deviceType":"laptop"}}' "${H[@]}"
+req "$U" POST /pull '{"agentId":"agent-1"}' "${H[@]}"
+check "power-policy: battery 10% on battery denies without deferMs" both 200 'j=={"subtask":None,"powerDeferred":True,"reason":"laptop_battery_critical"}'
+req "$U" POST /heartbeat '{"agentId":"agent-1","powerTelemetry":{"cpuUsagePct":99,"deviceType":"server"}}' "${H[@]}"
+req "$U" POST /pull '{"agentId":"agent-1"}' "${H[@]}"
+check "power-policy: deviceType server is never deferred" both 200 '"powerDeferred" not in j and j["subtask"] is not None'
+
+# ---- answers the worker must survive ---------------------------------------------------
+req "$U" POST /_dev/switch '{"mode":"malformed","paths":["/pull"]}'
+req "$U" POST /pull '{"agentId":"agent-1"}' "${H[@]}"
+check "malformed: status 200 with invalid JSON" bash -c '[ "$0" = 200 ] && ! "$PY" -c "import json,sys; json.load(open(sys.argv[1]))" "$1" 2>/dev/null' "$CODE" "$WORK/body"
+req "$U" POST /_dev/switch '{"mode":"oversized","paths":["/pull"]}'
+req "$U" POST /pull '{"agentId":"agent-1"}' "${H[@]}"
+check "oversized: 200 and a valid JSON body of 5 MiB" bash -c '[ "$0" = 200 ] && [ "$(stat -c %s "$1")" -ge 5242880 ] && "$PY" -c "import json,sys; json.load(open(sys.argv[1]))" "$1"' "$CODE" "$WORK/body"
+req "$U" POST /_dev/switch '{"mode":"slow","delayMs":700}'
+req "$U" POST /heartbeat '{"agentId":"agent-1"}' "${H[@]}"
+check "slow: answers after delayMs" bash -c '[ "$0" = 200 ] && "$PY" -c "import sys; sys.exit(0 if float(sys.argv[1])>=0.7 else 1)" "$1"' "$CODE" "$TIME"
+req "$U" POST /_dev/switch '{"mode":"down"}'
+req "$U" POST /heartbeat '{"agentId":"agent-1"}' "${H[@]}"
+check "down: connection closed without an answer" bash -c '[ "$0" != 0 ] && [ "$1" = 000 ]' "$RC" "$CODE"
+req "$U" GET /_dev/health ""
+check "control endpoints still answer while down" code 200
+
+req "$U" POST /_dev/switch '{"mode":"hang"}'
+req "$U" POST /heartbeat '{"agentId":"agent-1"}' "${H[@]}" --max-time 1
+check "hang: no answer within the client timeout (curl 28)" bash -c '[ "$0" = 28 ]' "$RC"
+# a hung request released by switching back is answered
+( sleep 0.6; curl -s -o /dev/null -X POST -d '{"mode":"normal"}' "$U/_dev/switch" ) &
+BG=$!
+req "$U" POST /heartbeat '{"agentId":"agent-1"}' "${H[@]}"
+check "hang: answered once switched back" bash -c '[ "$0" = 200 ] && "$PY" -c "import sys; sys.exit(0 if float(sys.argv[1])>=0.5 else 1)" "$1"' "$CODE" "$TIME"
+wait "$BG"
+req "$U" POST /_dev/switch '{"mode":"hang","capSeconds":1}'
+req "$U" POST /heartbeat '{"agentId":"agent-1"}' "${H[@]}"
+check "hang: the cap closes the connection without an answer" bash -c '[ "$0" = 52 ] && "$PY" -c "import sys; sys.exit(0 if float(sys.argv[1])>=0.9 else 1)" "$1"' "$RC" "$TIME"
+
+# lost-answer: processed, then the connection is closed (a result is recorded, the worker sees no answer)
+req "$U" POST /_dev/switch '{"mode":"normal"}'
+req "$U" POST /_dev/subtasks '{"input":"lost"}'
+S3="$(jv 'j["ids"][0]')"; T3="$(jv 'j["taskIds"][0]')"
+req "$U" POST /pull '{"agentId":"agent-1"}' "${H[@]}"
+req "$U" POST /_dev/switch '{"mode":"lost-answer","paths":["/result"]}'
+req "$U" POST /result "{\"subtaskId\":\"$S3\",\"taskId\":\"$T3\",\"agentId\":\"agent-1\",\"ok\":true,\"output\":\"x\",\"durationMs\":1}" "${H[@]}"
+check "lost-answer: no answer" bash -c '[ "$0" != 0 ]' "$RC"
+req "$U" GET /_dev/results ""
+check "lost-answer: the result was nevertheless recorded" j "j['counts'].get('$S3')==1"
+
+# ---- offline: the listening socket goes away and comes back on the same port ----------------
+req "$U" POST /_dev/switch '{"mode":"offline","seconds":2}'
+check "switch offline" both 200 'j["offlineSeconds"]==2'
+sleep 0.4
+req "$U" GET /_dev/health "" --max-time 2
+check "offline: connection refused (curl 7)" bash -c '[ "$0" = 7 ]' "$RC"
+back=0
+for i in $(seq 60); do
+  req "$U" GET /_dev/health "" --max-time 1
+  [ "$CODE" = 200 ] && { back=1; break; }
+  sleep 0.1
+done
+check "offline: listening again on the same port after ~2 s" test "$back" = 1
+req "$U" POST /heartbeat '{"agentId":"agent-1"}' "${H[@]}"
+check "after offline the state (token, registration) is kept" code 200
+
+req "$U" GET "/_dev/requests?since=0" ""
+check "request log with seq, path, status, outcome and monotonic times" j 'j["lastSeq"]==j["requests"][-1]["seq"] and any(r["outcome"]=="down" for r in j["requests"]) and all("monoMs" in r for r in j["requests"])'
+SEQ="$(jv 'j["lastSeq"]')"
+req "$U" GET "/_dev/requests?since=$SEQ" ""
+check "request log since the last seq is empty" j 'j["requests"]==[]'
+
+# ---- reset -------------------------------------------------------------------------------------
+req "$U" POST /_dev/reset ""
+req "$U" GET /_dev/results ""
+check "reset clears results" j 'j["total"]==0'
+req "$U" POST /heartbeat '{"agentId":"agent-1"}' "${H[@]}"
+check "reset forgets the token and the registrations" code 401
+
+# ---- a registration token, and no mesh token --------------------------------------------------
+start B --registration-token s3cret --no-mesh-token --requeue-stale-ms 300
+UB="$URL_B"
+req "$UB" POST /register "$REG"
+check "registration token missing: 403 node_not_activated registration_token_required" both 403 'j=={"error":"node_not_activated","reason":"registration_token_required"}'
+req "$UB" POST /register "$(reg_with 'd["registrationToken"]="wrong"')"
+check "registration token wrong: 403 node_not_activated" both 403 'j["error"]=="node_not_activated"'
+req "$UB" POST /register "$(reg_with 'd["registrationToken"]="s3cret"')"
+check "registration token right: accepted, no meshToken key (--no-mesh-token)" both 200 'j["accepted"] is True and "meshToken" not in j'
+req "$UB" POST /heartbeat '{"agentId":"agent-1"}'
+check "no mesh token: heartbeat without x-mesh-token" code 200
+req "$UB" POST /_dev/subtasks '{"input":"stale"}'
+S4="$(jv 'j["ids"][0]')"
+req "$UB" POST /pull '{"agentId":"agent-1"}'
+sleep 0.4
+req "$UB" POST /heartbeat '{"agentId":"agent-1"}'
+check "requeue-stale: heartbeat re-queues an unanswered subtask" both 200 'j["requeued"]==1'
+req "$UB" POST /pull '{"agentId":"agent-1"}'
+check "requeue-stale: the same subtask is handed out again" both 200 "j['subtask']['id']=='$S4'"
+req "$UB" POST /_dev/switch '{"mode":"unauthorized-once"}'
+req "$UB" POST /pull '{"agentId":"agent-1"}'
+check "unauthorized-once without mesh tokens: 401" both 401 'j=={"error":"mesh_unauthorized"}'
+req "$UB" POST /pull '{"agentId":"agent-1"}'
+check "... and the registration is forgotten (agent_not_registered)" both 401 'j["reason"]=="agent_not_registered"'
+
+# ---- a fixed mesh token, EdgeCoder's invalid status, lenient results, --reject-unknown ----------
+start C --mesh-token fixedtok --invalid-status 500 --lenient-results --reject-unknown --mode power-deferred --defer-ms -1
+UC="$URL_C"
+req "$UC" POST /register "$REG"
+check "fixed mesh token is handed out" both 200 'j["meshToken"]=="fixedtok"'
+req "$UC" POST /pull '{"agentId":"agent-1"}' -H 'x-mesh-token: fixedtok'
+check "--mode power-deferred --defer-ms -1 from the command line" both 200 'j["powerDeferred"] is True and "deferMs" not in j'
+req "$UC" POST /pull '{"agentId":"agent-1","x":1}' -H 'x-mesh-token: fixedtok'
+check "--reject-unknown and --invalid-status 500" both 500 'j["field"]=="x"'
+req "$UC" POST /result '{"subtaskId":"s","taskId":"t","agentId":"agent-1","ok":true,"output":"","durationMs":1}' -H 'x-mesh-token: fixedtok'
+check "--lenient-results accepts an unknown subtask like EdgeCoder" both 200 'j=={"ok":True}'
+req "$UC" GET /_dev/results ""
+check "... and flags it" j 'j["results"][0]["flag"]=="unknown_subtask" and len(j["rejected"])==1'
+
+# ---- clean exit ----------------------------------------------------------------------------------
+req "$UC" POST /_dev/switch '{"mode":"hang"}'
+( curl -s -o /dev/null --max-time 10 -X POST -H 'content-type: application/json' -H 'x-mesh-token: fixedtok' -d '{"agentId":"agent-1"}' "$UC/heartbeat" ) &
+BG=$!
+sleep 0.3
+for n in A B C; do
+  pidvar="PID_$n"; pid="${!pidvar}"
+  sig=TERM; [ "$n" = B ] && sig=INT
+  t0=$(date +%s%N)
+  kill -s $sig "$pid"
+  rc=0; wait "$pid" || rc=$?
+  ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  if [ "$rc" = 0 ] && [ "$ms" -lt 3000 ]; then ok "SIG$sig: $n exits 0 in ${ms} ms"; else notok "SIG$sig: $n rc=$rc after ${ms} ms"; fi
+done
+wait "$BG"
+
+echo "# $PASS passed, $FAIL failed"
+[ "$FAIL" = 0 ]

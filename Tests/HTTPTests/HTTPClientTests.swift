@@ -1,0 +1,178 @@
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+@testable import HTTP
+
+/// A tiny HTTP server on loopback, written with Python's standard library, so the
+/// client is tested against a real server over a real socket.
+final class LoopbackServer {
+    let process = Process()
+    let port: Int
+
+    init() throws {
+        let script = #"""
+import http.server, json, sys, time, socketserver
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *a): pass
+    def reply(self, status, body, ctype="application/json"):
+        self.send_response(status); self.send_header("content-type", ctype)
+        self.send_header("content-length", str(len(body))); self.end_headers(); self.wfile.write(body)
+    def do_GET(self):
+        if self.path == "/big": self.reply(200, b"x" * 3_000_000)
+        elif self.path == "/slow": time.sleep(3); self.reply(200, b"{}")
+        elif self.path == "/status/503": self.reply(503, b'{"error":"busy"}')
+        else: self.reply(404, b'{"error":"not found"}')
+    def do_POST(self):
+        n = int(self.headers.get("content-length", 0)); body = self.rfile.read(n)
+        echo = {"method": "POST", "path": self.path, "body": body.decode(), "token": self.headers.get("x-mesh-token"),
+                "type": self.headers.get("content-type"), "agent": self.headers.get("user-agent")}
+        self.reply(200, json.dumps(echo).encode())
+class S(socketserver.ThreadingMixIn, http.server.HTTPServer): daemon_threads = True
+s = S(("127.0.0.1", 0), H); print(s.server_address[1], flush=True); s.serve_forever()
+"""#
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", "-c", script]
+        let out = Pipe()
+        process.standardOutput = out
+        try process.run()
+        var line = Data()
+        while !line.contains(0x0A) {
+            let chunk = out.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            line.append(chunk)
+        }
+        guard let port = Int(String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) else {
+            throw URLError(.cannotConnectToHost)
+        }
+        self.port = port
+    }
+
+    deinit {
+        // Foundation's waitUntilExit can spin on Linux; poll instead, with a bound.
+        kill(process.processIdentifier, SIGKILL)
+        for _ in 0..<200 where process.isRunning { usleep(10_000) }
+    }
+    var base: String { "http://127.0.0.1:\(port)" }
+}
+
+@Suite(.serialized) struct HTTPClientAgainstALoopbackServer {
+    let server: LoopbackServer
+    init() throws { server = try LoopbackServer() }
+
+    @Test func postsABodyWithHeadersAndReadsTheAnswer() async throws {
+        let body = Array(#"{"agentId":"a"}"#.utf8)
+        let response = try await HTTPClient.shared.perform(HTTPRequest(method: "POST", url: server.base + "/register",
+            headers: [("content-type", "application/json"), ("x-mesh-token", "tok")], body: body))
+        #expect(response.status == 200)
+        let echo = try JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any]
+        #expect(echo?["body"] as? String == #"{"agentId":"a"}"#)
+        #expect(echo?["token"] as? String == "tok")
+        #expect(echo?["type"] as? String == "application/json")
+        #expect((echo?["agent"] as? String)?.hasPrefix("edgecoder-worker") == true)
+    }
+
+    @Test func returnsErrorStatusesAsAnswers() async throws {
+        let response = try await HTTPClient.shared.perform(HTTPRequest(url: server.base + "/status/503"))
+        #expect(response.status == 503)
+    }
+
+    @Test func capsTheResponseBody() async throws {
+        do {
+            _ = try await HTTPClient.shared.perform(HTTPRequest(url: server.base + "/big", maxResponseBytes: 1_048_576))
+            Issue.record("a 3 MB answer passed a 1 MiB cap")
+        } catch let error as HTTPError {
+            #expect(error.kind == .responseTooLarge)
+        }
+        let big = try await HTTPClient.shared.perform(HTTPRequest(url: server.base + "/big", maxResponseBytes: 4_000_000))
+        #expect(big.body.count == 3_000_000)
+    }
+
+    @Test func theTotalTimeoutHolds() async throws {
+        let started = Date()
+        do {
+            _ = try await HTTPClient.shared.perform(HTTPRequest(url: server.base + "/slow", totalTimeoutMs: 300))
+            Issue.record("a 3 s answer beat a 300 ms timeout")
+        } catch let error as HTTPError {
+            #expect(error.kind == .timedOut)
+        }
+        #expect(Date().timeIntervalSince(started) < 2.5)
+    }
+
+    @Test func cancellationEndsATransferAtOnce() async throws {
+        let url = server.base + "/slow"
+        let task = Task { try await HTTPClient.shared.perform(HTTPRequest(url: url, totalTimeoutMs: 10_000)) }
+        try await Task.sleep(nanoseconds: 200_000_000)
+        let started = Date()
+        task.cancel()
+        do {
+            _ = try await task.value
+            Issue.record("a cancelled transfer completed")
+        } catch {
+            #expect(error is CancellationError)
+        }
+        #expect(Date().timeIntervalSince(started) < 2)
+    }
+
+    @Test func manyTransfersRunConcurrently() async throws {
+        let base = server.base
+        let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+            for i in 0..<20 {
+                group.addTask { try await HTTPClient.shared.perform(HTTPRequest(method: "POST", url: base + "/n\(i)", body: Array("\(i)".utf8))).status }
+            }
+            return try await group.reduce(into: [Int]()) { $0.append($1) }
+        }
+        #expect(statuses == Array(repeating: 200, count: 20))
+    }
+}
+
+@Suite struct HTTPClientFailures {
+    @Test func refusedConnectionsAreCouldNotConnect() async throws {
+        do {
+            _ = try await HTTPClient.shared.perform(HTTPRequest(url: "http://127.0.0.1:9/", connectTimeoutMs: 1_000))
+            Issue.record("connected to the discard port")
+        } catch let error as HTTPError {
+            #expect(error.kind == .couldNotConnect)
+        }
+    }
+
+    @Test(arguments: ["ftp://127.0.0.1/x", "file:///etc/passwd", "gopher://127.0.0.1/"])
+    func onlyHTTPAndHTTPSAreSpoken(url: String) async throws {
+        do {
+            _ = try await HTTPClient.shared.perform(HTTPRequest(url: url))
+            Issue.record("\(url) was fetched")
+        } catch let error as HTTPError {
+            #expect(error.kind == .badURL)
+        }
+    }
+
+    @Test func aTLSServerWithAnUntrustedCertificateIsRefused() async throws {
+        // openssl s_server with a self-signed certificate: verification must fail.
+        let dir = NSTemporaryDirectory() + "ecw-tls-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let gen = Process()
+        gen.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+        gen.arguments = ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", dir + "/k.pem", "-out", dir + "/c.pem", "-days", "1", "-subj", "/CN=127.0.0.1"]
+        gen.standardError = FileHandle.nullDevice
+        try gen.run()
+        for _ in 0..<3000 where gen.isRunning { usleep(10_000) }
+        let port = Int.random(in: 40_000..<50_000)
+        let server = Process()
+        server.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+        server.arguments = ["s_server", "-accept", "127.0.0.1:\(port)", "-key", dir + "/k.pem", "-cert", dir + "/c.pem", "-www", "-quiet"]
+        server.standardOutput = FileHandle.nullDevice
+        server.standardError = FileHandle.nullDevice
+        try server.run()
+        defer { server.terminate() }
+        try await Task.sleep(nanoseconds: 500_000_000)
+        do {
+            _ = try await HTTPClient.shared.perform(HTTPRequest(url: "https://127.0.0.1:\(port)/", connectTimeoutMs: 3_000))
+            Issue.record("an untrusted certificate was accepted")
+        } catch let error as HTTPError {
+            #expect(error.kind == .tls, "\(error)")
+        }
+    }
+}
