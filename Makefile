@@ -65,6 +65,7 @@ suites:
 bench: release
 	python3 Tests/Bench/daemon_bench.py $(RELEASE_BIN)
 	python3 Tests/Bench/path_bench.py $(RELEASE_BIN)
+	.build/release/worker-bench
 
 install: release
 	install -D -m0755 $(RELEASE_BIN) $(DESTDIR)$(PREFIX)/bin/edgecoder-worker

@@ -39,11 +39,14 @@ let package = Package(
         // The operator's command line.
         .target(name: "WorkerCLI", dependencies: ["WorkerCore", "Daemon", "Posix", "Logging"]),
         .executableTarget(name: "edgecoder-worker", dependencies: ["WorkerCLI"]),
+        // Micro-benchmarks for `make bench` (not installed).
+        .executableTarget(name: "worker-bench", dependencies: ["Telemetry", "WorkerCore", "Posix"]),
 
         .testTarget(name: "WorkerCoreTests", dependencies: ["WorkerCore"]),
         .testTarget(name: "StateStoreTests", dependencies: ["StateStore", "WorkerCore", "Posix"]),
         .testTarget(name: "TelemetryTests", dependencies: ["Telemetry", "WorkerCore"]),
         .testTarget(name: "HTTPTests", dependencies: ["HTTP"]),
+        .testTarget(name: "DaemonTests", dependencies: ["Daemon", "WorkerCore", "StateStore", "Logging"]),
         .testTarget(name: "IntegrationTests", dependencies: ["WorkerCore"]),
     ],
     swiftLanguageModes: [.v6]

@@ -110,6 +110,13 @@ public struct ControlServer: Service {
                 if result.outcome == .changed { object["previous"] = .string(result.previous.rawValue) }
                 answer = ControlAnswer.ok(.object(object))
             }
+        case .policyShow:
+            answer = ControlAnswer.ok(await daemon.policyJSON())
+        case .policyChange(let change):
+            switch await daemon.changePolicy(change, by: "\(userName(uid: peerUID)) (uid \(peerUID))") {
+            case .success(let policy): answer = ControlAnswer.ok(policy)
+            case .failure(let error): answer = error.json
+            }
         case .events(let follow, let limit):
             if follow { return await streamEvents(limit: limit, on: connection) }
             let events = await daemon.recentEvents(limit: limit)

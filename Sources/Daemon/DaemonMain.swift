@@ -5,6 +5,7 @@ import Logging
 import Posix
 import StateStore
 import Systemd
+import Telemetry
 import WorkerCore
 
 /// The one place that wires the parts into a running daemon.
@@ -27,6 +28,9 @@ public enum DaemonMain {
             return 1
         }
         let daemon = WorkerDaemon(config: config, paths: paths, directory: directory, logger: logger)
+        // The first reading before READY, so the charge gate and status are decided from the start.
+        var reader = TelemetryReader(root: paths.sysfsRoot)
+        await daemon.updateReading(reader.read(), monotonicMs: Int64(monotonicNanoseconds() / 1_000_000))
 
         let readGroupGID = groupID(named: config.control.readGroup)
         if readGroupGID == nil {
@@ -48,6 +52,7 @@ public enum DaemonMain {
             ControlServer(listener: listener, daemon: daemon, logger: logger.labeled("control"),
                           daemonUID: getuid(), readGroupName: config.control.readGroup, readGroupGID: readGroupGID),
         ]
+        services.append(PowerMonitorService(daemon: daemon, logger: logger.labeled("power"), reader: reader))
         services.append(PathMonitorService(daemon: daemon, logger: logger.labeled("path"), graceMs: config.network.pathLossGraceMs,
                                            hook: config.hooks.networkRestored.map { ($0, config.hooks.timeoutMs) }))
         if let usec = ServiceManager.watchdogMicroseconds() {

@@ -41,6 +41,14 @@ public actor WorkerDaemon {
     private var subscribers: [Int: AsyncStream<WorkerEvent>.Continuation] = [:]
     private var nextSubscriber = 0
     private var lastStatusLine = ""
+    private(set) var policyOverrides: PolicyOverrides
+    private var reading: PowerReading?
+    private var readingAtMonotonicMs: Int64 = 0
+    private(set) var powerDecision: PowerDecision?
+    private(set) var holdCounters = HoldCounters()
+    /// Rule 2.2 at start: the persisted mode stays selected but idle until power returns.
+    private var gateBlocked = false
+    private var gateEvaluated = false
     private var path: PathStatus?
     private var pathSinceMs: Int64 = 0
     private var lastHook: (name: String, outcome: HookOutcome, timeMs: Int64)?
@@ -76,6 +84,13 @@ public actor WorkerDaemon {
             recovered.append(file)
         }
 
+        var overrides = PolicyOverrides()
+        switch files.loadJSON(WorkerStateFiles.policyFile, nowMs: now, decode: { PolicyOverrides.from(json: $0) }) {
+        case .absent: break
+        case .loaded(let loaded): overrides = loaded
+        case .recovered(let file): recovered.append(file)
+        }
+
         var agentID: String
         if let configured = config.agentId {
             agentID = configured
@@ -97,6 +112,7 @@ public actor WorkerDaemon {
         log.append(EventDraft(kind: .daemonStarted, to: mode.mode, reason: "daemon started (version \(workerVersion), pid \(getpidValue())); restored mode \(mode.mode.rawValue)"), timeMs: now)
 
         self.modeState = mode
+        self.policyOverrides = overrides
         self.eventLog = log
         self.agentID = agentID
         self.recovered = recovered
@@ -117,8 +133,11 @@ public actor WorkerDaemon {
 
     // MARK: Context for decisions
 
+    var effectivePolicy: (policy: PowerPolicy, sources: [String: PolicySource]) { policyOverrides.apply(to: config) }
+
     func modeContext() -> ModeContext {
-        ModeContext(runOnlyWhileCharging: config.policy.runOnlyWhileCharging, onExternalPower: nil, nowMs: clock())
+        ModeContext(runOnlyWhileCharging: effectivePolicy.policy.runOnlyWhileCharging,
+                    onExternalPower: reading?.telemetry.onExternalPower, nowMs: clock())
     }
 
     /// The runtimes a mode needs; until they exist in this build, the mode stays
@@ -131,7 +150,7 @@ public actor WorkerDaemon {
         }
     }
 
-    var runtime: RuntimeState { RuntimeState.of(modeState, context: modeContext(), runtimeAvailable: missingRuntime) }
+    var runtime: RuntimeState { RuntimeState.of(modeState, gateBlocked: gateBlocked, runtimeAvailable: missingRuntime) }
 
     // MARK: Requests
 
@@ -151,6 +170,8 @@ public actor WorkerDaemon {
             modeState = decision.state
             persist { try files.saveMode(modeState) }
         }
+        // A mode chosen now passed the gate (or is off): nothing waits for power.
+        if decision.outcome == .changed { gateBlocked = false }
         let events = decision.events.map { record($0, now: now) }
         updateServiceStatus()
         switch decision.outcome {
@@ -208,6 +229,89 @@ public actor WorkerDaemon {
         return Array(eventLog.events.suffix(limit))
     }
 
+    // MARK: Power
+
+    /// A new telemetry reading: decides the policy (hysteresis needs the previous
+    /// decision and a monotonic clock) and opens the start-up charge gate when power returns.
+    public func updateReading(_ new: PowerReading, monotonicMs: Int64) {
+        reading = new
+        readingAtMonotonicMs = monotonicMs
+        let policy = effectivePolicy.policy
+        let previous = powerDecision
+        let decision = PowerDecision.decide(new.telemetry, policy: policy, previous: previous, nowMs: monotonicMs)
+        powerDecision = decision
+        if let previous, previous.allowed != decision.allowed {
+            if decision.allowed {
+                record(EventDraft(kind: .powerResume, reason: "new work allowed again (was held: \(previous.reasonText))"))
+                logger.notice("power policy: new work allowed again")
+            } else {
+                record(EventDraft(kind: .powerHold, reason: "new work held: \(decision.reasonText) (\(decision.reason?.explanation ?? ""))"))
+                logger.notice("power policy: holding new work: \(decision.reasonText)")
+            }
+        }
+        let gateClosed = modeContext().chargeGateClosed
+        if !gateEvaluated {
+            gateEvaluated = true
+            if modeState.mode != .off && gateClosed {
+                gateBlocked = true
+                logger.warning("mode \(modeState.mode.rawValue) restored but the host is on battery and runOnlyWhileCharging is set: the runtime stays idle until power returns")
+            }
+        } else if gateBlocked && !gateClosed {
+            gateBlocked = false
+            logger.notice("external power connected: starting the \(modeState.mode.rawValue) runtime")
+            record(EventDraft(kind: .powerResume, to: modeState.mode, reason: "external power connected: the \(modeState.mode.rawValue) runtime starts"))
+        }
+        updateServiceStatus()
+    }
+
+    /// Whether new work may be taken now (SPEC 3.2 "hold new work"): the one question the
+    /// coordinator loop and the Bluetooth service ask before taking work. A held answer
+    /// is counted under its reason (the assignment drop reasons).
+    public func admitNewWork() -> HoldReason? {
+        guard let decision = powerDecision, let reason = decision.reason else { return nil }
+        holdCounters.record(reason)
+        return reason
+    }
+
+    /// Changes a per-host policy key; persists it and decides again at once.
+    public func changePolicy(_ change: PolicyOverrides.Change, by who: String) -> Result<JSONValue, ControlError> {
+        switch policyOverrides.applying(change, over: config) {
+        case .failure(let problem):
+            return .failure(ControlError(.badRequest, "policy \(problem.path): \(problem.message)"))
+        case .success(let next):
+            policyOverrides = next
+            persist { try files.savePolicy(next) }
+            let text: String
+            switch change {
+            case .set(let key, let value): text = "\(key) set to \(value.serialized) by \(who)"
+            case .unset(let key): text = "\(key) reset to the config's value by \(who)"
+            }
+            record(EventDraft(kind: .policyChanged, reason: text))
+            logger.notice("policy: \(text)")
+            if let reading { updateReading(reading, monotonicMs: max(readingAtMonotonicMs, Int64(monotonicNanoseconds() / 1_000_000))) }
+            return .success(policyJSON())
+        }
+    }
+
+    public func policyJSON() -> JSONValue {
+        let (policy, sources) = effectivePolicy
+        return PowerPolicy.showJSON(policy, sources: sources)
+    }
+
+    func powerJSON() -> JSONValue {
+        var object = JSONObject()
+        if let reading {
+            object["telemetry"] = reading.telemetry.heartbeatJSON
+            object["ageMs"] = .int(max(0, Int64(monotonicNanoseconds() / 1_000_000) - readingAtMonotonicMs))
+        } else {
+            object["telemetry"] = .null
+        }
+        if let powerDecision { object["decision"] = powerDecision.json(nowMs: Int64(monotonicNanoseconds() / 1_000_000)) }
+        object["chargeGate"] = gateBlocked ? "blocked: connect power to start" : "open"
+        object["held"] = holdCounters.json
+        return .object(object)
+    }
+
     /// The path monitor's latest evaluation, for status.
     public func updatePath(_ status: PathStatus) {
         if path?.satisfied != status.satisfied { pathSinceMs = clock() }
@@ -242,6 +346,7 @@ public actor WorkerDaemon {
         let runtime = self.runtime
         var line = "mode \(modeState.mode.rawValue), \(runtime.phase.rawValue)"
         if runtime.phase != .running && modeState.mode != .off { line += ": " + runtime.reason }
+        if let decision = powerDecision, !decision.allowed { line += "; new work held: \(decision.reasonText)" }
         if let path { line += path.satisfied ? "; network via \(path.interface ?? "?")" : "; network lost" }
         if modeState.restoredAtMs != nil { line += "; network restored: run 'edgecoder-worker mode on' to rejoin" }
         if !recovered.isEmpty { line += "; \(recovered.count) state file(s) recovered" }
@@ -307,6 +412,8 @@ public actor WorkerDaemon {
             "agentId": .string(agentID),
             "mode": modeJSON(),
             "network": networkJSON(),
+            "power": powerJSON(),
+            "policy": policyJSON(),
             "daemon": .object(daemon),
             "recoveredStateFiles": .array(recovered.map(\.json)),
             "events": ["count": .int(eventLog.events.count), "lastSeq": .int(eventLog.nextSeq - 1)],

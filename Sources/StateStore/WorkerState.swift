@@ -19,6 +19,7 @@ public struct WorkerStateFiles: Sendable {
     public static let modeFile = "mode.json"
     public static let eventsFile = "events.json"
     public static let agentIDFile = "agent-id"
+    public static let policyFile = "policy.json"
 
     /// No state file of ours is legitimately larger; a bigger one is corrupt.
     public static let maxStateFileBytes = 4 * 1_048_576
@@ -80,6 +81,10 @@ public struct WorkerStateFiles: Sendable {
         }
         text += "]}\n"
         try directory.write(WorkerStateFiles.eventsFile, Array(text.utf8))
+    }
+
+    public func savePolicy(_ overrides: PolicyOverrides) throws {
+        try directory.write(WorkerStateFiles.policyFile, Array((overrides.json.serialized + "\n").utf8))
     }
 
     public func saveAgentID(_ id: String) throws {

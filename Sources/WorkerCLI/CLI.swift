@@ -24,8 +24,8 @@ protocol Command {
 
 var commands: [any Command.Type] {
     [
-    RunCommand.self, ModeCommand.self, StatusCommand.self, EventsCommand.self,
-    ConfigCommand.self, VersionCommand.self,
+    RunCommand.self, ModeCommand.self, StatusCommand.self, EventsCommand.self, PolicyCommand.self,
+    TelemetryCommand.self, DoctorCommand.self, ConfigCommand.self, VersionCommand.self,
     ]
 }
 

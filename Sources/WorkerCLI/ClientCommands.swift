@@ -185,6 +185,23 @@ struct StatusCommand: Command {
                     lines.append("          last hook \(hook["name"]?.stringValue ?? "?") at \(hook["time"]?.stringValue ?? "?"): \(hook["outcome"]?.stringValue ?? "?")")
                 }
             }
+            if let power = status["power"] {
+                if let decision = power["decision"] {
+                    var line = "power:    new work \(decision["allowed"]?.boolValue == true ? "allowed" : "HELD: \(decision["reason"]?.stringValue ?? "?")")"
+                    if let waiting = decision["waitingFor"]?.stringValue { line += " (waiting for \(waiting))" }
+                    lines.append(line)
+                }
+                if power["chargeGate"]?.stringValue != "open", let gate = power["chargeGate"]?.stringValue { lines.append("          charge gate \(gate)") }
+                if let telemetry = power["telemetry"], case .object = telemetry {
+                    let age = power["ageMs"]?.intValue.map { " (read \(formatDuration(milliseconds: $0)) ago)" } ?? ""
+                    let parts = (telemetry.objectValue?.members ?? []).filter { !["updatedAtMs", "onACPower", "batteryLevelPct"].contains($0.key) }
+                        .map { "\($0.key) \($0.value.stringValue ?? $0.value.serialized)" }
+                    lines.append("          " + parts.joined(separator: ", ") + age)
+                }
+                if let held = power["held"]?.objectValue, held.members.contains(where: { ($0.value.intValue ?? 0) > 0 }) {
+                    lines.append("          held or refused: " + held.members.map { "\($0.key) \($0.value.serialized)" }.joined(separator: ", "))
+                }
+            }
             if let notice = status["mode"]?["networkRestoredNotice"]?.stringValue {
                 lines.append("NOTICE:   \(notice) (restored at \(status["mode"]?["networkRestoredAt"]?.stringValue ?? "?"))")
             }

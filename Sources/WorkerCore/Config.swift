@@ -31,6 +31,8 @@ public struct WorkerConfig: Sendable, Equatable {
     public var backend = Backend()
 
     public var policy = PowerPolicy()
+    /// The policy keys the config file sets (for `policy show`'s sources).
+    public var policyKeysInFile: Set<String> = []
 
     public struct Network: Sendable, Equatable {
         public var pathLossGraceMs: Int64 = 1_500
@@ -98,7 +100,7 @@ public enum ThermalState: String, Sendable, CaseIterable, Comparable {
 }
 
 /// One problem in a config file: the key's dotted path and what is wrong with it.
-public struct ConfigProblem: Sendable, Equatable, CustomStringConvertible {
+public struct ConfigProblem: Error, Sendable, Equatable, CustomStringConvertible {
     public var path: String
     public var message: String
     public init(path: String, message: String) {
@@ -185,6 +187,8 @@ extension WorkerConfig {
                 reader.members(of: object, path: path) { reader, key, value, path in
                     if let problem = config.policy.set(key: key, json: value) {
                         if case .unknownKey = problem { reader.unknown(path) } else { reader.problem(path, problem.message) }
+                    } else {
+                        config.policyKeysInFile.insert(key)
                     }
                 }
                 if config.policy.resumeBatteryPct < config.policy.minBatteryPct {

@@ -10,12 +10,16 @@ public enum ControlRequest: Sendable, Equatable {
     case getMode
     case setMode(Mode)
     case events(follow: Bool, limit: Int?)
+    case policyShow
+    case policyChange(PolicyOverrides.Change)
     case ping
 
     /// Whether the request changes the daemon (and so needs the changing privilege).
     public var changes: Bool {
-        if case .setMode = self { return true }
-        return false
+        switch self {
+        case .setMode, .policyChange: return true
+        default: return false
+        }
     }
 
     /// What a peer needs to be answered.
@@ -30,6 +34,9 @@ public enum ControlRequest: Sendable, Equatable {
             var object = JSONObject([("cmd", "events"), ("follow", .bool(follow))])
             if let limit { object["limit"] = .int(limit) }
             return .object(object)
+        case .policyShow: return ["cmd": "policy"]
+        case .policyChange(.set(let key, let value)): return ["cmd": "policy", "set": .string(key), "value": value]
+        case .policyChange(.unset(let key)): return ["cmd": "policy", "unset": .string(key)]
         case .ping: return ["cmd": "ping"]
         }
     }
@@ -83,6 +90,15 @@ public enum ControlRequest: Sendable, Equatable {
                 limit = Int(n)
             }
             return .success(.events(follow: follow, limit: limit))
+        case "policy":
+            if let error = unexpected(["cmd", "set", "value", "unset"]) { return .failure(error) }
+            switch (object["set"], object["value"], object["unset"]) {
+            case (nil, nil, nil): return .success(.policyShow)
+            case (.string(let key)?, let value?, nil): return .success(.policyChange(.set(key: key, value: value)))
+            case (nil, nil, .string(let key)?): return .success(.policyChange(.unset(key: key)))
+            default:
+                return .failure(ControlError(.badRequest, "policy takes either \"set\" (a key) with \"value\", or \"unset\" (a key)"))
+            }
         default:
             return .failure(ControlError(.unknownCommand, "unknown cmd \"\(printable(cmd))\""))
         }

@@ -148,11 +148,12 @@ public struct RuntimeState: Sendable, Equatable {
         self.reason = reason
     }
 
-    /// The runtime for a mode, given the gate. A persisted mode whose gate is closed
-    /// stays selected but idle (rule 2.2).
-    public static func of(_ mode: ModeState, context: ModeContext, runtimeAvailable: (Mode) -> String?) -> RuntimeState {
+    /// The runtime for a mode. A persisted mode whose charge gate was closed at start
+    /// stays selected but idle until power returns (rule 2.2); once running, unplugging
+    /// only holds new work (the policy), it does not stop the runtime.
+    public static func of(_ mode: ModeState, gateBlocked: Bool, runtimeAvailable: (Mode) -> String?) -> RuntimeState {
         if mode.mode == .off { return RuntimeState(phase: .idle, reason: "mode off") }
-        if context.chargeGateClosed { return RuntimeState(phase: .blocked, reason: "not-charging: \(chargeGateMessage)") }
+        if gateBlocked { return RuntimeState(phase: .blocked, reason: "not-charging: \(chargeGateMessage)") }
         if let missing = runtimeAvailable(mode.mode) { return RuntimeState(phase: .blocked, reason: missing) }
         return RuntimeState(phase: .running, reason: "mode \(mode.mode.rawValue)")
     }

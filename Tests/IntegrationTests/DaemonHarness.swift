@@ -145,12 +145,12 @@ final class DaemonHarness {
 
     /// Starts the daemon and waits for READY=1. Returns the notifications up to READY.
     @discardableResult
-    func start(extraEnvironment: [String: String] = [:]) throws -> [String] {
+    func start(extraEnvironment: [String: String] = [:], extraArguments: [String] = []) throws -> [String] {
         let notify = try NotifySocket(path: root + "/notify-\(UUID().uuidString.prefix(6)).sock")
         self.notify = notify
         let process = Process()
         process.executableURL = URL(fileURLWithPath: workerBinary)
-        process.arguments = ["run", "--config", configPath, "--state-dir", stateDirectory, "--runtime-dir", runtimeDirectory]
+        process.arguments = ["run", "--config", configPath, "--state-dir", stateDirectory, "--runtime-dir", runtimeDirectory] + extraArguments
         var env = ProcessInfo.processInfo.environment
         env["NOTIFY_SOCKET"] = notify.path
         for (key, value) in extraEnvironment { env[key] = value }

@@ -74,12 +74,12 @@ import Testing
     }
 
     @Test func runtimeOfAGatedModeIsBlockedWithTheReason() {
-        let context = ModeContext(runOnlyWhileCharging: true, onExternalPower: false, nowMs: now)
-        let runtime = RuntimeState.of(state(.on), context: context, runtimeAvailable: { _ in nil })
+        let runtime = RuntimeState.of(state(.on), gateBlocked: true, runtimeAvailable: { _ in nil })
         #expect(runtime.phase == .blocked)
         #expect(runtime.reason.contains("connect power"))
-        #expect(RuntimeState.of(state(.on), context: ModeContext(nowMs: now), runtimeAvailable: { _ in nil }).phase == .running)
-        #expect(RuntimeState.of(state(.off), context: context, runtimeAvailable: { _ in nil }).phase == .idle)
+        #expect(RuntimeState.of(state(.on), gateBlocked: false, runtimeAvailable: { _ in nil }).phase == .running)
+        #expect(RuntimeState.of(state(.off), gateBlocked: true, runtimeAvailable: { _ in nil }).phase == .idle)
+        #expect(RuntimeState.of(state(.bluetooth), gateBlocked: false, runtimeAvailable: { _ in "not built" }) == RuntimeState(phase: .blocked, reason: "not built"))
     }
 
     @Test func modeStateRoundTripsThroughJSON() {
@@ -139,7 +139,8 @@ import Testing
         #expect(try parse(#"{"cmd":"mode"}"#).get() == .getMode)
         #expect(try parse(#"{"cmd":"mode","set":"bluetooth"}"#).get() == .setMode(.bluetooth))
         #expect(try parse(#"{"cmd":"events","follow":true,"limit":5}"#).get() == .events(follow: true, limit: 5))
-        for request in [ControlRequest.status, .getMode, .setMode(.on), .events(follow: false, limit: nil), .ping] {
+        for request in [ControlRequest.status, .getMode, .setMode(.on), .events(follow: false, limit: nil), .ping, .policyShow,
+                        .policyChange(.set(key: "minBatteryPct", value: 40)), .policyChange(.unset(key: "minBatteryPct"))] {
             #expect(try parse(request.json.serialized).get() == request)
         }
     }
@@ -154,6 +155,9 @@ import Testing
         (#"{"cmd": "status", "extra": 1}"#, .badRequest),
         (#"{"cmd": "events", "limit": 0}"#, .badRequest),
         (#"{"cmd": "events", "follow": "yes"}"#, .badRequest),
+        (#"{"cmd": "policy", "set": "minBatteryPct"}"#, .badRequest),
+        (#"{"cmd": "policy", "set": 5, "value": 1}"#, .badRequest),
+        (#"{"cmd": "policy", "set": "a", "value": 1, "unset": "b"}"#, .badRequest),
     ])
     func answersBadRequestsWithACode(text: String, code: ControlError.Code) {
         switch parse(text) {
@@ -162,8 +166,9 @@ import Testing
         }
     }
 
-    @Test func onlySettingTheModeChangesTheDaemon() {
+    @Test func onlySettingTheModeOrThePolicyChangesTheDaemon() {
         #expect(ControlRequest.setMode(.on).changes)
+        #expect(ControlRequest.policyChange(.unset(key: "x")).changes && !ControlRequest.policyShow.changes)
         #expect(!ControlRequest.getMode.changes && !ControlRequest.status.changes && !ControlRequest.events(follow: true, limit: nil).changes)
     }
 

@@ -1,0 +1,236 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Posix
+import Telemetry
+import WorkerCore
+
+/// One telemetry reading with a CPU figure: /proc/stat needs two samples.
+func readTelemetryOnce(root: String) -> PowerReading {
+    var reader = TelemetryReader(root: root)
+    _ = reader.read()
+    usleep(250_000)
+    return reader.read()
+}
+
+/// Renders JSON as an indented outline for people (doctor, policy show).
+func outline(_ value: JSONValue, indent: String = "") -> [String] {
+    switch value {
+    case .object(let object):
+        return object.members.flatMap { member -> [String] in
+            switch member.value {
+            case .object(let inner) where !inner.isEmpty:
+                return ["\(indent)\(member.key):"] + outline(member.value, indent: indent + "  ")
+            case .array(let items) where !items.isEmpty:
+                return ["\(indent)\(member.key):"] + outline(member.value, indent: indent + "  ")
+            default:
+                return ["\(indent)\(member.key): \(scalarText(member.value))"]
+            }
+        }
+    case .array(let items):
+        return items.flatMap { item -> [String] in
+            let lines = outline(item, indent: indent + "  ")
+            guard let first = lines.first else { return ["\(indent)- \(scalarText(item))"] }
+            if case .object = item {
+                return ["\(indent)- " + first.dropFirst(indent.count + 2)] + lines.dropFirst()
+            }
+            return ["\(indent)- \(scalarText(item))"]
+        }
+    default:
+        return ["\(indent)\(scalarText(value))"]
+    }
+}
+
+private func scalarText(_ value: JSONValue) -> String {
+    switch value {
+    case .string(let s): return s
+    case .null: return "unknown"
+    case .array(let items) where items.isEmpty: return "none"
+    case .object(let o) where o.isEmpty: return "none"
+    default: return value.serialized
+    }
+}
+
+// MARK: - telemetry
+
+struct TelemetryCommand: Command {
+    static let name = "telemetry"
+    static let summary = "print one power telemetry reading (no daemon needed)"
+    static let usage = """
+        Usage: edgecoder-worker telemetry [--json] [--sysfs-root D]
+
+        Reads power supplies, battery, platform profile, thermal sensors, CPU (two
+        /proc/stat samples 250 ms apart), memory and the chassis type, as the daemon
+        does. --json prints exactly the heartbeat's powerTelemetry keys, unknown values
+        omitted.
+        """
+    let json: Bool
+    let root: String
+    init(_ arguments: inout Arguments) throws(UsageError) {
+        json = arguments.flag("--json")
+        root = try arguments.option("--sysfs-root") ?? "/"
+    }
+
+    func run() async -> Int32 {
+        let telemetry = readTelemetryOnce(root: root).telemetry
+        if json {
+            print(telemetry.heartbeatJSON.serialized)
+            return ExitCode.ok
+        }
+        print(TelemetryCommand.describe(telemetry).joined(separator: "\n"))
+        return ExitCode.ok
+    }
+
+    static func describe(_ t: PowerTelemetry) -> [String] {
+        func yesNo(_ value: Bool?) -> String { value.map { $0 ? "yes" : "no" } ?? "unknown" }
+        let battery: String
+        if let pct = t.batteryPct { battery = "\(pct) %" + (t.draining ? " (discharging on external power)" : "") } else { battery = t.hasSystemBattery ? "unknown" : "no system battery" }
+        return [
+            "external power: \(yesNo(t.onExternalPower))",
+            "battery:        \(battery)",
+            "low-power mode: \(yesNo(t.lowPowerMode))",
+            "thermal state:  \(t.thermalState?.rawValue ?? "unknown (no sensor)")",
+            "CPU usage:      \(t.cpuUsagePct.map { "\(($0 * 10).rounded() / 10) %" } ?? "unknown")",
+            "memory usage:   \(t.memoryUsagePct.map { "\(($0 * 10).rounded() / 10) %" } ?? "unknown")",
+            "device type:    \(t.deviceType?.rawValue ?? "unknown")",
+        ]
+    }
+}
+
+// MARK: - policy
+
+struct PolicyCommand: Command {
+    static let name = "policy"
+    static let summary = "show or change this host's power policy: policy show|set|unset"
+    static let usage = """
+        Usage: edgecoder-worker policy show [--json] [--runtime-dir D]
+               edgecoder-worker policy set KEY VALUE [--runtime-dir D]
+               edgecoder-worker policy unset KEY [--runtime-dir D]
+
+        The host power policy (SPEC 3.2). `show` prints each key's value and where it
+        came from (default, config, host). `set` changes one key on this host, persists
+        it and takes effect at once (root or the daemon's user); `unset` returns it to
+        the config's value. A bad key or value is refused with exit 2.
+
+        Keys: \(PowerPolicy.keys.joined(separator: ", ")).
+        """
+    enum Action { case show, set(String, String), unset(String) }
+    let action: Action
+    let json: Bool
+    let runtimeDirectory: String
+
+    init(_ arguments: inout Arguments) throws(UsageError) {
+        json = arguments.flag("--json")
+        runtimeDirectory = try WorkerCLI.runtimeDirectory(&arguments)
+        let words = arguments.positionals()
+        switch words.first {
+        case "show"?:
+            guard words.count == 1 else { throw UsageError("policy show takes no arguments") }
+            action = .show
+        case "set"?:
+            guard words.count == 3 else { throw UsageError("usage: policy set KEY VALUE") }
+            action = .set(words[1], words[2])
+        case "unset"?:
+            guard words.count == 2 else { throw UsageError("usage: policy unset KEY") }
+            action = .unset(words[1])
+        case nil: throw UsageError("missing subcommand: show, set or unset")
+        case let other?: throw UsageError("unknown subcommand '\(printable(other))'")
+        }
+    }
+
+    func run() async -> Int32 {
+        let status = withDaemon(runtimeDirectory) { (client) throws(ControlClient.Failure) -> Int32 in
+            let request: ControlRequest
+            switch action {
+            case .show: request = .policyShow
+            case .set(let key, let value): request = .policyChange(.set(key: key, value: PolicyOverrides.value(fromArgument: value)))
+            case .unset(let key): request = .policyChange(.unset(key: key))
+            }
+            let result = try client.call(request)
+            if json {
+                print(result.serialized)
+            } else {
+                for member in result.objectValue?.members ?? [] {
+                    let padded = member.key + String(repeating: " ", count: max(1, 22 - member.key.count))
+                    print("\(padded)\((member.value["value"] ?? .null).serialized)  (\(member.value["source"]?.stringValue ?? "?"))")
+                }
+            }
+            return ExitCode.ok
+        }
+        // A refused value is a usage-level problem of the value: exit 2 like the config's.
+        return status == ExitCode.failure ? ExitCode.invalidConfig : status
+    }
+}
+
+// MARK: - doctor
+
+struct DoctorCommand: Command {
+    static let name = "doctor"
+    static let summary = "every raw reading behind the current state, and what to do"
+    static let usage = """
+        Usage: edgecoder-worker doctor [--json] [--sysfs-root D] [--runtime-dir D] [--config F]
+
+        Reads every power supply and thermal sensor itself (raw values and what they
+        mean), asks the daemon for its policy and state (or reads the config when the
+        daemon is not running), and explains what the policy decides and why.
+        """
+    let json: Bool
+    let root: String
+    let runtimeDirectory: String
+    let configPath: String
+
+    init(_ arguments: inout Arguments) throws(UsageError) {
+        json = arguments.flag("--json")
+        root = try arguments.option("--sysfs-root") ?? "/"
+        configPath = try arguments.option("--config") ?? environment("EDGECODER_WORKER_CONFIG") ?? Defaults.config
+        runtimeDirectory = try WorkerCLI.runtimeDirectory(&arguments)
+    }
+
+    func run() async -> Int32 {
+        let reading = readTelemetryOnce(root: root)
+        var advice: [String] = []
+        // The policy in force: the daemon's (with this host's overrides) when it answers.
+        var policy = PowerPolicy()
+        var policySource = "built-in defaults"
+        var daemonStatus: JSONValue = .null
+        do {
+            var client = try ControlClient(runtimeDirectory: runtimeDirectory)
+            let shown = try client.call(.policyShow)
+            for member in shown.objectValue?.members ?? [] {
+                _ = policy.set(key: member.key, json: member.value["value"] ?? .null)
+            }
+            policySource = "the running daemon (config and this host's overrides)"
+            daemonStatus = try client.call(.status)
+        } catch {
+            switch loadConfig(path: configPath, explicit: false) {
+            case .success(let config):
+                policy = config.policy
+                policySource = "\(configPath) (the daemon is not running: this host's overrides are not shown)"
+            case .failure(let failure):
+                advice.append("the config cannot be used: \(failure.lines.joined(separator: "; "))")
+            }
+            if case .unavailable(let message) = error { advice.append(message) }
+        }
+        let decision = PowerDecision.decide(reading.telemetry, policy: policy, previous: nil, nowMs: 0)
+        let checks = PowerDecision.checks(reading.telemetry, policy: policy, batteryLatched: decision.batteryLatched)
+        for check in checks where check.holds { advice.append("\(check.reason.rawValue): \(check.reason.explanation) (\(check.detail))") }
+        if reading.supplies.isEmpty { advice.append("no power supply in \(root)sys/class/power_supply: treated as a desktop on mains") }
+        if reading.telemetry.thermalState == nil { advice.append("no temperature sensor was readable: the thermal rule cannot hold work") }
+
+        var report = JSONObject()
+        report["power"] = reading.doctorJSON
+        report["policyFrom"] = .string(policySource)
+        report["policy"] = policy.json
+        report["checks"] = .array(checks.map(\.json))
+        report["decision"] = ["allowed": .bool(decision.allowed), "reason": .string(decision.reasonText)]
+        if let summary = daemonStatus["summary"] { report["daemon"] = summary }
+        if let network = daemonStatus["network"] { report["network"] = network }
+        report["advice"] = .array(advice.map { .string($0) })
+        if json {
+            print(JSONValue.object(report).serialized)
+        } else {
+            print(outline(.object(report)).joined(separator: "\n"))
+        }
+        return ExitCode.ok
+    }
+}

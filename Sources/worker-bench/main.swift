@@ -1,0 +1,87 @@
+// Micro-benchmarks run by `make bench`: each figure beside a baseline measured in the
+// same run, so the ratio means something on any machine. Figures, not assertions.
+#if canImport(Glibc)
+import Glibc
+#endif
+import Posix
+import Telemetry
+import WorkerCore
+
+func measure(_ label: String, iterations: Int, batches: Int = 15, _ body: () -> Void) -> Double {
+    var perCall: [Double] = []
+    for _ in 0..<batches {
+        let start = monotonicNanoseconds()
+        for _ in 0..<iterations { body() }
+        perCall.append(Double(monotonicNanoseconds() - start) / Double(iterations) / 1_000)
+    }
+    perCall.sort()
+    return perCall[perCall.count / 2]
+}
+
+func write(_ root: String, _ path: String, _ text: String) {
+    let full = root + "/" + path
+    var dir = full
+    while dir.last != "/" { dir.removeLast() }
+    try? makeDirectories(String(dir.dropLast()), mode: 0o755)
+    let fd = open(full, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+    try? writeAll(fd: fd, Array((text + "\n").utf8), name: full)
+    close(fd)
+}
+
+// A laptop tree with two batteries, an adapter, a mouse, three zones and hwmon sensors.
+let root = "/tmp/ecw-bench-sysfs-\(getpid())"
+write(root, "sys/class/power_supply/AC/type", "Mains")
+write(root, "sys/class/power_supply/AC/online", "1")
+for (name, capacity) in [("BAT0", "42"), ("BAT1", "80")] {
+    write(root, "sys/class/power_supply/\(name)/type", "Battery")
+    write(root, "sys/class/power_supply/\(name)/status", "Charging")
+    write(root, "sys/class/power_supply/\(name)/capacity", capacity)
+    write(root, "sys/class/power_supply/\(name)/energy_full", "50000000")
+}
+write(root, "sys/class/power_supply/hidpp_battery_0/type", "Battery")
+write(root, "sys/class/power_supply/hidpp_battery_0/scope", "Device")
+write(root, "sys/class/power_supply/hidpp_battery_0/capacity", "90")
+for zone in 0..<3 {
+    write(root, "sys/class/thermal/thermal_zone\(zone)/type", "acpitz\(zone)")
+    write(root, "sys/class/thermal/thermal_zone\(zone)/temp", "48000")
+    write(root, "sys/class/thermal/thermal_zone\(zone)/trip_point_0_type", "passive")
+    write(root, "sys/class/thermal/thermal_zone\(zone)/trip_point_0_temp", "90000")
+    write(root, "sys/class/thermal/thermal_zone\(zone)/trip_point_1_type", "critical")
+    write(root, "sys/class/thermal/thermal_zone\(zone)/trip_point_1_temp", "105000")
+}
+write(root, "sys/class/hwmon/hwmon0/name", "coretemp")
+for i in 1...4 { write(root, "sys/class/hwmon/hwmon0/temp\(i)_input", "5\(i)000") }
+write(root, "sys/firmware/acpi/platform_profile", "balanced")
+write(root, "sys/class/dmi/id/chassis_type", "10")
+write(root, "proc/stat", "cpu  1000 0 500 90000 100 0 0 0 0 0\n")
+write(root, "proc/meminfo", "MemTotal: 16000000 kB\nMemFree: 1000000 kB\nMemAvailable: 9000000 kB\n")
+
+var laptop = TelemetryReader(root: root)
+var host = TelemetryReader(root: "/")
+let oneFile = measure("one small file", iterations: 2_000) { _ = try? readFile(root + "/sys/class/power_supply/AC/online", limit: 64) }
+let laptopRead = measure("fake laptop", iterations: 200) { _ = laptop.read() }
+let hostRead = measure("this host", iterations: 200) { _ = host.read() }
+let reading = laptop.read()
+var policy = PowerPolicy()
+policy.maxCpuUsagePct = 50
+var previous: PowerDecision? = nil
+var now: Int64 = 0
+let decision = measure("decision", iterations: 200_000) {
+    now += 1
+    previous = PowerDecision.decide(reading.telemetry, policy: policy, previous: previous, nowMs: now)
+}
+let heartbeat = measure("heartbeat JSON", iterations: 50_000) { _ = reading.telemetry.heartbeatJSON.serialized }
+
+func format(_ value: Double) -> String {
+    let rounded = (value * 100).rounded() / 100
+    return String(rounded)
+}
+print("== power telemetry (release build; medians of 15 batches)")
+print("   one full reading, fake laptop (2 batteries, AC, mouse, 7 sensors):    \(format(laptopRead)) µs")
+print("   one full reading, this host:                                        \(format(hostRead)) µs")
+print("   baseline: open+read+close of one sysfs-sized file:                  \(format(oneFile)) µs   (laptop reading = \(format(laptopRead / oneFile))x one file)")
+print("   one policy decision:                                                \(format(decision)) µs")
+print("   heartbeat powerTelemetry JSON:                                      \(format(heartbeat)) µs")
+_ = previous
+// Clean up the tree.
+_ = system("rm -rf '\(root)'")
