@@ -32,10 +32,12 @@ let package = Package(
         .target(name: "Telemetry", dependencies: ["WorkerCore", "Posix"]),
         // HTTP over libcurl, driven by the multi interface on a thread of its own.
         .target(name: "HTTP", dependencies: ["CCurl", "CCurlShims", "Posix"]),
+        // The local model server (Ollama, llama.cpp's OpenAI-compatible server).
+        .target(name: "ModelBackend", dependencies: ["HTTP", "WorkerCore", "Posix"]),
         // sd_notify and the machine's app-specific id, over libsystemd.
         .target(name: "Systemd", dependencies: ["CSystemd"]),
         // The daemon's wiring: services, control socket, the worker actor.
-        .target(name: "Daemon", dependencies: ["WorkerCore", "Logging", "Posix", "StateStore", "Systemd", "Telemetry", "HTTP"]),
+        .target(name: "Daemon", dependencies: ["WorkerCore", "Logging", "Posix", "StateStore", "Systemd", "Telemetry", "HTTP", "ModelBackend"]),
         // The operator's command line.
         .target(name: "WorkerCLI", dependencies: ["WorkerCore", "Daemon", "Posix", "Logging"]),
         .executableTarget(name: "edgecoder-worker", dependencies: ["WorkerCLI"]),
@@ -46,6 +48,7 @@ let package = Package(
         .testTarget(name: "StateStoreTests", dependencies: ["StateStore", "WorkerCore", "Posix"]),
         .testTarget(name: "TelemetryTests", dependencies: ["Telemetry", "WorkerCore"]),
         .testTarget(name: "HTTPTests", dependencies: ["HTTP"]),
+        .testTarget(name: "ModelBackendTests", dependencies: ["ModelBackend", "WorkerCore"]),
         .testTarget(name: "DaemonTests", dependencies: ["Daemon", "WorkerCore", "StateStore", "Logging"]),
         .testTarget(name: "IntegrationTests", dependencies: ["WorkerCore"]),
     ],

@@ -110,6 +110,8 @@ public struct ControlServer: Service {
                 if result.outcome == .changed { object["previous"] = .string(result.previous.rawValue) }
                 answer = ControlAnswer.ok(.object(object))
             }
+        case .tasks(let limit):
+            answer = ControlAnswer.ok(await daemon.tasksJSON(limit: limit))
         case .policyShow:
             answer = ControlAnswer.ok(await daemon.policyJSON())
         case .policyChange(let change):

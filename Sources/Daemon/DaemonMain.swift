@@ -52,6 +52,7 @@ public enum DaemonMain {
             ControlServer(listener: listener, daemon: daemon, logger: logger.labeled("control"),
                           daemonUID: getuid(), readGroupName: config.control.readGroup, readGroupGID: readGroupGID),
         ]
+        services.append(CoordinatorService(daemon: daemon, config: config, directory: directory, logger: logger.labeled("coordinator")))
         services.append(PowerMonitorService(daemon: daemon, logger: logger.labeled("power"), reader: reader))
         services.append(PathMonitorService(daemon: daemon, logger: logger.labeled("path"), graceMs: config.network.pathLossGraceMs,
                                            hook: config.hooks.networkRestored.map { ($0, config.hooks.timeoutMs) }))

@@ -41,8 +41,10 @@ public final class GracefulShutdown: Sendable {
         }
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                // A cancellation that ran before this registration found no waiter to
+                // resume: the task's flag is already set, so check it under the lock.
                 let resumeNow = state.withLock { state -> Bool in
-                    if state.triggered { return true }
+                    if state.triggered || Task.isCancelled { return true }
                     state.waiters[id] = continuation
                     return false
                 }

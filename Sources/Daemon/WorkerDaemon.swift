@@ -49,6 +49,10 @@ public actor WorkerDaemon {
     /// Rule 2.2 at start: the persisted mode stays selected but idle until power returns.
     private var gateBlocked = false
     private var gateEvaluated = false
+    private var coordinator: CoordinatorStatus?
+    private var tasks: TaskHistory
+    /// Whether mode `on`'s runtime should run; the coordinator service waits on it.
+    public nonisolated let coordinatorRuntime = StateSignal(false)
     private var path: PathStatus?
     private var pathSinceMs: Int64 = 0
     private var lastHook: (name: String, outcome: HookOutcome, timeMs: Int64)?
@@ -91,6 +95,14 @@ public actor WorkerDaemon {
         case .recovered(let file): recovered.append(file)
         }
 
+        var tasks = TaskHistory()
+        switch files.loadJSON(WorkerStateFiles.tasksFile, nowMs: now, decode: { TaskHistory.from(json: $0) }) {
+        case .absent: break
+        case .loaded(let loaded): tasks = loaded
+        case .recovered(let file): recovered.append(file)
+        }
+        tasks.markRunningInterrupted(atMs: now)
+
         var agentID: String
         if let configured = config.agentId {
             agentID = configured
@@ -113,6 +125,7 @@ public actor WorkerDaemon {
 
         self.modeState = mode
         self.policyOverrides = overrides
+        self.tasks = tasks
         self.eventLog = log
         self.agentID = agentID
         self.recovered = recovered
@@ -145,7 +158,7 @@ public actor WorkerDaemon {
     nonisolated func missingRuntime(_ mode: Mode) -> String? {
         switch mode {
         case .off: return nil
-        case .on: return "the coordinator runtime is not part of this build yet; the mode is kept and will run once it is"
+        case .on: return config.coordinator.url == nil ? "coordinator.url is not configured: set it in the config file and restart" : nil
         case .bluetooth: return "the Bluetooth runtime is not part of this build yet; the mode is kept and will run once it is"
         }
     }
@@ -312,6 +325,48 @@ public actor WorkerDaemon {
         return .object(object)
     }
 
+    // MARK: Coordinator
+
+    /// Whether mode `on`'s runtime should run now: selected, past the charge gate, configured.
+    var coordinatorRuntimeActive: Bool { modeState.mode == .on && runtime.phase == .running }
+
+    private func wakeRuntimeWaiters() {
+        if coordinatorRuntime.value != coordinatorRuntimeActive { coordinatorRuntime.set(coordinatorRuntimeActive) }
+    }
+
+    public func updateCoordinator(_ status: CoordinatorStatus?) {
+        coordinator = status
+        updateServiceStatus()
+    }
+
+    /// The heartbeat's powerTelemetry: the latest reading, unknown values omitted.
+    public func powerTelemetryJSON() -> JSONValue {
+        reading?.telemetry.heartbeatJSON ?? .object(JSONObject())
+    }
+
+    public func upsertTask(_ record: TaskRecord) {
+        tasks.upsert(record)
+        persist { try files.saveTasks(tasks) }
+    }
+
+    public func markTaskPosted(_ id: String, ok: Bool) {
+        guard var record = tasks.records.last(where: { $0.id == id && $0.source == .coordinator }) else { return }
+        record.state = ok ? .done : .failed
+        upsertTask(record)
+    }
+
+    public func tasksJSON(limit: Int?) -> JSONValue {
+        let records = limit.map { Array(tasks.records.suffix($0)) } ?? tasks.records
+        return ["tasks": .array(records.map(\.json))]
+    }
+
+    func coordinatorJSON() -> JSONValue {
+        var object = coordinator?.json.objectValue ?? JSONObject([("state", "not running")])
+        object["url"] = .optional(config.coordinator.url)
+        object["active"] = .bool(coordinatorRuntimeActive)
+        return .object(object)
+    }
+
     /// The path monitor's latest evaluation, for status.
     public func updatePath(_ status: PathStatus) {
         if path?.satisfied != status.satisfied { pathSinceMs = clock() }
@@ -333,6 +388,8 @@ public actor WorkerDaemon {
 
     /// Records the stop and flushes; called once, after the services have stopped.
     public func stop(reason: String) {
+        tasks.markRunningInterrupted(atMs: clock())
+        persist { try files.saveTasks(tasks) }
         record(EventDraft(kind: .daemonStopped, from: modeState.mode, reason: reason))
         persist { try files.saveMode(modeState) }
         for continuation in subscribers.values { continuation.finish() }
@@ -347,6 +404,11 @@ public actor WorkerDaemon {
         var line = "mode \(modeState.mode.rawValue), \(runtime.phase.rawValue)"
         if runtime.phase != .running && modeState.mode != .off { line += ": " + runtime.reason }
         if let decision = powerDecision, !decision.allowed { line += "; new work held: \(decision.reasonText)" }
+        if let coordinator {
+            if let rejection = coordinator.rejection { line += "; coordinator rejected: \(rejection)" } else { line += coordinator.registered ? "; registered" : "; not registered" }
+            let failures = max(coordinator.consecutiveFailures, coordinator.heartbeatFailures)
+            if failures > 0 { line += " (\(failures) failures)" }
+        }
         if let path { line += path.satisfied ? "; network via \(path.interface ?? "?")" : "; network lost" }
         if modeState.restoredAtMs != nil { line += "; network restored: run 'edgecoder-worker mode on' to rejoin" }
         if !recovered.isEmpty { line += "; \(recovered.count) state file(s) recovered" }
@@ -355,6 +417,7 @@ public actor WorkerDaemon {
     }
 
     func updateServiceStatus() {
+        wakeRuntimeWaiters()
         let line = statusLine()
         if line != lastStatusLine {
             lastStatusLine = line
@@ -413,6 +476,7 @@ public actor WorkerDaemon {
             "mode": modeJSON(),
             "network": networkJSON(),
             "power": powerJSON(),
+            "coordinator": coordinatorJSON(),
             "policy": policyJSON(),
             "daemon": .object(daemon),
             "recoveredStateFiles": .array(recovered.map(\.json)),

@@ -20,6 +20,8 @@ public struct WorkerStateFiles: Sendable {
     public static let eventsFile = "events.json"
     public static let agentIDFile = "agent-id"
     public static let policyFile = "policy.json"
+    public static let tasksFile = "tasks.json"
+    public static let meshTokenFile = "mesh-token"
 
     /// No state file of ours is legitimately larger; a bigger one is corrupt.
     public static let maxStateFileBytes = 4 * 1_048_576
@@ -87,6 +89,29 @@ public struct WorkerStateFiles: Sendable {
         try directory.write(WorkerStateFiles.policyFile, Array((overrides.json.serialized + "\n").utf8))
     }
 
+    public func saveTasks(_ history: TaskHistory) throws {
+        try directory.write(WorkerStateFiles.tasksFile, Array((history.json.serialized + "\n").utf8))
+    }
+
+    /// The mesh token is a credential: 0600.
+    public func saveMeshToken(_ token: String?) throws {
+        if let token {
+            try directory.write(WorkerStateFiles.meshTokenFile, Array(token.utf8), mode: 0o600)
+        } else {
+            try directory.remove(WorkerStateFiles.meshTokenFile)
+        }
+    }
+
+    public func loadMeshToken(nowMs: Int64) -> Loaded<String> {
+        load(WorkerStateFiles.meshTokenFile, nowMs: nowMs, limit: 8192) { bytes in
+            let token = String(decoding: bytes, as: UTF8.self)
+            guard !token.isEmpty, token.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7F }) else {
+                return .failure(StateFileProblem("not a usable mesh token"))
+            }
+            return .success(token)
+        }
+    }
+
     public func saveAgentID(_ id: String) throws {
         try directory.write(WorkerStateFiles.agentIDFile, Array((id + "\n").utf8), mode: 0o644)
     }
@@ -105,4 +130,72 @@ public struct WorkerStateFiles: Sendable {
 public struct StateFileProblem: Error, Sendable {
     public var message: String
     public init(_ message: String) { self.message = message }
+}
+
+/// The coordinator's journal and outbox (SPEC 4, "Nothing is lost"): one file per subtask,
+/// `journal-<id>.json` written before it runs, `outbox-<id>.json` before its result is
+/// posted; each removed only once its successor exists or the post got a 2xx.
+public struct WorkJournal: Sendable {
+    public let directory: StateDirectory
+    public init(directory: StateDirectory) { self.directory = directory }
+
+    static let journalPrefix = "journal-"
+    static let outboxPrefix = "outbox-"
+
+    /// Subtask ids are the coordinator's: encode anything beyond [A-Za-z0-9_-] so a
+    /// hostile id can never name another file.
+    public static func fileName(prefix: String, id: String) -> String {
+        var out = prefix
+        for byte in id.utf8 {
+            let c = Character(Unicode.Scalar(byte))
+            if c.isASCII && (c.isLetter || c.isNumber || c == "-" || c == "_") {
+                out.append(c)
+            } else {
+                out += "%" + String(byte, radix: 16, uppercase: true)
+            }
+        }
+        return out + ".json"
+    }
+
+    public func record(_ entry: RecoveryPlan.JournalEntry) throws {
+        try directory.write(WorkJournal.fileName(prefix: WorkJournal.journalPrefix, id: entry.subtask.id), Array(entry.json.serialized.utf8))
+    }
+
+    /// Moves a finished subtask from the journal to the outbox: the outbox is written
+    /// first, so a crash in between leaves both (the outbox wins at replay).
+    public func complete(_ result: SubtaskResult) throws {
+        try directory.write(WorkJournal.fileName(prefix: WorkJournal.outboxPrefix, id: result.subtaskID), Array(result.json.serialized.utf8))
+        try directory.remove(WorkJournal.fileName(prefix: WorkJournal.journalPrefix, id: result.subtaskID))
+    }
+
+    /// After a 2xx: the result is delivered.
+    public func delivered(_ subtaskID: String) throws {
+        try directory.remove(WorkJournal.fileName(prefix: WorkJournal.outboxPrefix, id: subtaskID))
+    }
+
+    /// Everything found at start; unreadable files are quarantined by the loader and reported.
+    public func load(nowMs: Int64) -> (journal: [RecoveryPlan.JournalEntry], outbox: [SubtaskResult], recovered: [RecoveredStateFile]) {
+        let files = WorkerStateFiles(directory: directory)
+        var journal: [RecoveryPlan.JournalEntry] = []
+        var outbox: [SubtaskResult] = []
+        var recovered: [RecoveredStateFile] = []
+        for name in directory.names() where name.hasSuffix(".json") {
+            if name.hasPrefix(WorkJournal.journalPrefix) {
+                switch files.loadJSON(name, nowMs: nowMs, decode: { RecoveryPlan.JournalEntry.from(json: $0) }) {
+                case .loaded(let entry): journal.append(entry)
+                case .recovered(let file): recovered.append(file)
+                case .absent: break
+                }
+            } else if name.hasPrefix(WorkJournal.outboxPrefix) {
+                switch files.loadJSON(name, nowMs: nowMs, decode: { SubtaskResult.from(json: $0) }) {
+                case .loaded(let result): outbox.append(result)
+                case .recovered(let file): recovered.append(file)
+                case .absent: break
+                }
+            }
+        }
+        return (journal, outbox, recovered)
+    }
+
+    public var outboxDepth: Int { directory.names().filter { $0.hasPrefix(WorkJournal.outboxPrefix) && $0.hasSuffix(".json") }.count }
 }

@@ -24,7 +24,7 @@ protocol Command {
 
 var commands: [any Command.Type] {
     [
-    RunCommand.self, ModeCommand.self, StatusCommand.self, EventsCommand.self, PolicyCommand.self,
+    RunCommand.self, ModeCommand.self, StatusCommand.self, TasksCommand.self, EventsCommand.self, PolicyCommand.self,
     TelemetryCommand.self, DoctorCommand.self, ConfigCommand.self, VersionCommand.self,
     ]
 }

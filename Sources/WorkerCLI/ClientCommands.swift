@@ -185,6 +185,29 @@ struct StatusCommand: Command {
                     lines.append("          last hook \(hook["name"]?.stringValue ?? "?") at \(hook["time"]?.stringValue ?? "?"): \(hook["outcome"]?.stringValue ?? "?")")
                 }
             }
+            if let coordinator = status["coordinator"], coordinator["url"] != .null || coordinator["active"] == true {
+                var line = "coordinator: \(coordinator["url"]?.stringValue ?? "not configured")"
+                if coordinator["active"] == true {
+                    line += coordinator["registered"] == true ? ", registered" : ", not registered"
+                    if let at = coordinator["lastHeartbeat"]?.stringValue { line += ", last heartbeat \(at) (\(coordinator["lastHeartbeatLatencyMs"]?.intValue ?? 0) ms)" }
+                } else {
+                    line += " (inactive)"
+                }
+                lines.append(line)
+                let failures = coordinator["consecutiveFailures"]?.intValue ?? 0
+                let heartbeatFailures = coordinator["heartbeatFailures"]?.intValue ?? 0
+                if failures > 0 || heartbeatFailures > 0 {
+                    lines.append("          \(failures) consecutive failures (backoff \(coordinator["backoffMs"]?.intValue ?? 0) ms), \(heartbeatFailures) failed heartbeats; last: \(coordinator["lastError"]?.stringValue ?? "")")
+                }
+                if let rejection = coordinator["rejection"]?.stringValue {
+                    lines.append("          REJECTED by the coordinator: \(rejection); retry at \(coordinator["retryAt"]?.stringValue ?? "?")")
+                }
+                if let deferred = coordinator["deferredReason"]?.stringValue { lines.append("          pulls deferred: \(deferred)") }
+                if let done = coordinator["subtasksDone"]?.intValue {
+                    lines.append("          subtasks done \(done), failed \(coordinator["subtasksFailed"]?.intValue ?? 0), outbox \(coordinator["outboxDepth"]?.intValue ?? 0)"
+                                 + ((coordinator["running"]?.stringValue).map { ", running \($0)" } ?? ""))
+                }
+            }
             if let power = status["power"] {
                 if let decision = power["decision"] {
                     var line = "power:    new work \(decision["allowed"]?.boolValue == true ? "allowed" : "HELD: \(decision["reason"]?.stringValue ?? "?")")"
@@ -274,5 +297,53 @@ struct EventsCommand: Command {
             print(parsed.line)
         }
         fflush(nil)
+    }
+}
+
+// MARK: - tasks
+
+struct TasksCommand: Command {
+    static let name = "tasks"
+    static let summary = "recent tasks, coordinator and Bluetooth"
+    static let usage = """
+        Usage: edgecoder-worker tasks [--json] [--limit N] [--runtime-dir D]
+
+        The newest tasks (50 per source are kept across restarts), oldest first: id,
+        source, the coordinator's task id or the Bluetooth client, state, start, duration,
+        and the prompt's beginning. --json prints {"tasks": [...]}.
+        """
+    let json: Bool
+    let limit: Int?
+    let runtimeDirectory: String
+
+    init(_ arguments: inout Arguments) throws(UsageError) {
+        json = arguments.flag("--json")
+        if let text = try arguments.option("--limit") {
+            guard let n = Int(text), n >= 1, n <= 1_000 else { throw UsageError("--limit must be a number in 1…1000, got '\(printable(text))'") }
+            limit = n
+        } else {
+            limit = nil
+        }
+        runtimeDirectory = try WorkerCLI.runtimeDirectory(&arguments)
+    }
+
+    func run() async -> Int32 {
+        withDaemon(runtimeDirectory) { (client) throws(ControlClient.Failure) -> Int32 in
+            let result = try client.call(.tasks(limit: limit))
+            if json {
+                print(result.serialized)
+                return ExitCode.ok
+            }
+            let tasks = result["tasks"]?.arrayValue ?? []
+            if tasks.isEmpty { print("no tasks yet") }
+            for task in tasks {
+                let duration = task["durationMs"]?.intValue.map { formatDuration(milliseconds: $0) } ?? "-"
+                var line = "\(task["started"]?.stringValue ?? "?")  \(task["source"]?.stringValue ?? "?")  \(task["state"]?.stringValue ?? "?")  \(duration)  \(task["id"]?.stringValue ?? "?") (\(task["origin"]?.stringValue ?? "?"))"
+                if let error = task["error"]?.stringValue { line += "  error: \(error)" }
+                line += "  \"" + printable(task["prompt"]?.stringValue ?? "", limit: 60) + "\""
+                print(line)
+            }
+            return ExitCode.ok
+        }
     }
 }

@@ -26,6 +26,8 @@ public struct WorkerConfig: Sendable, Equatable {
         public var timeoutMs: Int64 = 120_000
         public var openaiEndpoint: OpenAIEndpoint = .completions
         public var maxOutputBytes: Int64 = 262_144
+        /// Tokens generated for a coordinator subtask (Bluetooth requests carry their own).
+        public var maxTokens: Int64 = 512
         public init() {}
     }
     public var backend = Backend()
@@ -179,6 +181,7 @@ extension WorkerConfig {
                     case "timeoutMs": reader.int(value, path: path, 1_000...3_600_000).map { config.backend.timeoutMs = $0 }
                     case "openaiEndpoint": reader.choice(value, path: path, OpenAIEndpoint.self).map { config.backend.openaiEndpoint = $0 }
                     case "maxOutputBytes": reader.int(value, path: path, 1_024...16_777_216).map { config.backend.maxOutputBytes = $0 }
+                    case "maxTokens": reader.int(value, path: path, 1...32_768).map { config.backend.maxTokens = $0 }
                     default: reader.unknown(path)
                     }
                 }

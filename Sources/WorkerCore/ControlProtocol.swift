@@ -10,6 +10,7 @@ public enum ControlRequest: Sendable, Equatable {
     case getMode
     case setMode(Mode)
     case events(follow: Bool, limit: Int?)
+    case tasks(limit: Int?)
     case policyShow
     case policyChange(PolicyOverrides.Change)
     case ping
@@ -32,6 +33,10 @@ public enum ControlRequest: Sendable, Equatable {
         case .setMode(let mode): return ["cmd": "mode", "set": .string(mode.rawValue)]
         case .events(let follow, let limit):
             var object = JSONObject([("cmd", "events"), ("follow", .bool(follow))])
+            if let limit { object["limit"] = .int(limit) }
+            return .object(object)
+        case .tasks(let limit):
+            var object = JSONObject([("cmd", "tasks")])
             if let limit { object["limit"] = .int(limit) }
             return .object(object)
         case .policyShow: return ["cmd": "policy"]
@@ -90,6 +95,14 @@ public enum ControlRequest: Sendable, Equatable {
                 limit = Int(n)
             }
             return .success(.events(follow: follow, limit: limit))
+        case "tasks":
+            if let error = unexpected(["cmd", "limit"]) { return .failure(error) }
+            var limit: Int?
+            if let value = object["limit"] {
+                guard let n = value.intValue, n >= 1, n <= 1_000 else { return .failure(ControlError(.badRequest, "\"limit\" must be an integer in 1…1000")) }
+                limit = Int(n)
+            }
+            return .success(.tasks(limit: limit))
         case "policy":
             if let error = unexpected(["cmd", "set", "value", "unset"]) { return .failure(error) }
             switch (object["set"], object["value"], object["unset"]) {

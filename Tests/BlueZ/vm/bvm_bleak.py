@@ -5,17 +5,27 @@
     dev = await find("00:AA:01:00:00:00")            # scans from hci1
     async with connected(dev) as client: ...         # connected, services resolved
 
-Why connect() retries: BlueZ (5.66 here, still upstream) sets a device's LE "connected"
-state silently when its own ATT socket connects first (device.c att_connect_cb); when the
-kernel's mgmt "Device Connected" event then arrives, device_add_connection() logs
-"Device XX is already connected" and returns without emitting PropertiesChanged
-Connected=true. bleak, which tracks Connected from signals, then sees the device as
-disconnected and fails with "failed to discover services, device disconnected" (or finds
-no services). Under TCG this happens often (with -smp 1 nearly always). A fresh attempt
-usually wins the race.
+The BlueZ "Connected" race, and what this module does about it: BlueZ (5.66 here, and
+still upstream) sets a device's LE "connected" state silently when its own ATT socket
+connects (device.c att_connect_cb); when the kernel's mgmt "Device Connected" event is
+handled after that, device_add_connection() logs "Device XX is already connected" and
+returns WITHOUT emitting PropertiesChanged Connected=true. bleak tracks Connected from
+signals, so it believes the device is disconnected and fails with "failed to discover
+services, device disconnected". Under TCG this happens in most runs (nearly always with
+-smp 1, or with bluetoothd -d / btmon running). Importing this module patches bleak's
+BlueZ manager to re-read Connected/ServicesResolved from bluetoothd (Properties.GetAll)
+before it waits for service discovery, and afterwards to wait until bleak has seen every
+GATT object bluetoothd registered (bluetoothd can emit ServicesResolved before the
+services' InterfacesAdded, which left bleak with 0 services). connect() also retries
+and insists on MIN_SERVICES services.
+
+Timeouts are generous on purpose: the guest runs under TCG, often niced on a loaded host,
+so guest time crawls while its timers follow the host's clock.
 """
 import asyncio
 import contextlib
+import os
+import subprocess
 import sys
 
 from bleak import BleakClient, BleakScanner
@@ -24,17 +34,183 @@ from bleak.exc import BleakError
 CENTRAL_ADAPTER = "hci1"
 
 
+def _patch_bleak_connected_race():
+    try:
+        from bleak.backends.bluezdbus import defs
+        from bleak.backends.bluezdbus.manager import BlueZManager
+        from dbus_fast import Message, MessageType
+    except ImportError as e:  # another bleak layout: leave it alone
+        print(f"# bvm_bleak: not patching bleak: {e!r}", file=sys.stderr)
+        return
+    original = BlueZManager._wait_for_services_discovery
+    if getattr(original, "_bvm_patched", False):
+        return
+
+    async def wait_for_services_discovery(self, device_path):
+        try:
+            reply = await self._bus.call(Message(
+                destination=defs.BLUEZ_SERVICE, path=device_path,
+                interface="org.freedesktop.DBus.Properties", member="GetAll",
+                signature="s", body=[defs.DEVICE_INTERFACE]))
+            cached = self._properties.get(device_path, {}).get(defs.DEVICE_INTERFACE)
+            if reply.message_type == MessageType.METHOD_RETURN and cached is not None:
+                for name in ("Connected", "ServicesResolved"):
+                    if name in reply.body[0]:
+                        value = reply.body[0][name].value
+                        if cached.get(name) != value:
+                            print(f"# bvm_bleak: {name} was {cached.get(name)}, bluetoothd says "
+                                  f"{value} (BlueZ Connected race)", file=sys.stderr, flush=True)
+                        cached[name] = value
+        except Exception as e:  # best effort: fall back to bleak's own logic
+            print(f"# bvm_bleak: property refresh failed: {e!r}", file=sys.stderr)
+        await original(self, device_path)
+        # bluetoothd may emit ServicesResolved before the InterfacesAdded signals of the
+        # services (separate idle callbacks): wait until bleak has seen every GATT object
+        # that bluetoothd has registered under the device.
+        try:
+            for _ in range(100):
+                reply = await self._bus.call(Message(
+                    destination=defs.BLUEZ_SERVICE, path="/",
+                    interface="org.freedesktop.DBus.ObjectManager",
+                    member="GetManagedObjects"))
+                gatt = {path for path, ifaces in reply.body[0].items()
+                        if path.startswith(device_path + "/")
+                        and any(i.startswith("org.bluez.Gatt") for i in ifaces)}
+                missing = gatt - set(self._properties)
+                if not missing:
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                print(f"# bvm_bleak: bleak still misses {len(missing)} GATT objects",
+                      file=sys.stderr, flush=True)
+        except Exception as e:
+            print(f"# bvm_bleak: GATT object check failed: {e!r}", file=sys.stderr)
+
+    wait_for_services_discovery._bvm_patched = True
+    BlueZManager._wait_for_services_discovery = wait_for_services_discovery
+
+
+_patch_bleak_connected_race()
+
+
 def log(msg):
     print(f"# {msg}", file=sys.stderr, flush=True)
 
 
-async def find(address, adapter=CENTRAL_ADAPTER, timeout=30.0):
-    """Scan from ADAPTER until ADDRESS advertises; returns a BLEDevice or None."""
-    return await BleakScanner.find_device_by_address(
-        address, timeout=timeout, bluez={"adapter": adapter})
+async def _bluez_objects():
+    from dbus_fast import BusType, Message
+    from dbus_fast.aio import MessageBus
+    bus = await MessageBus(bus_type=BusType.SYSTEM).connect()
+    try:
+        reply = await bus.call(Message(
+            destination="org.bluez", path="/",
+            interface="org.freedesktop.DBus.ObjectManager", member="GetManagedObjects"))
+        return reply.body[0]
+    finally:
+        bus.disconnect()
 
 
-async def connect(device, adapter=CENTRAL_ADAPTER, attempts=5, timeout=30.0,
+async def _diagnose():
+    """Log what bluetoothd knows: adapters (powered, discovering, active advertisements)
+    and devices."""
+    try:
+        objects = await _bluez_objects()
+    except Exception as e:
+        log(f"  GetManagedObjects failed: {e!r}")
+        return
+    for path, ifaces in sorted(objects.items()):
+        if "org.bluez.Adapter1" in ifaces:
+            a = {k: v.value for k, v in ifaces["org.bluez.Adapter1"].items()}
+            adv = ifaces.get("org.bluez.LEAdvertisingManager1", {})
+            act = adv["ActiveInstances"].value if "ActiveInstances" in adv else "?"
+            log(f"  {path} {a.get('Address')} powered={a.get('Powered')} "
+                f"discovering={a.get('Discovering')} discoverable={a.get('Discoverable')} "
+                f"active_adv_instances={act}")
+        elif "org.bluez.Device1" in ifaces:
+            d = {k: v.value for k, v in ifaces["org.bluez.Device1"].items()}
+            log(f"  {path} connected={d.get('Connected')} rssi={d.get('RSSI')}")
+
+
+async def _kick_advertising(adapter, delay):
+    """Re-enable ADAPTER's legacy advertising (HCI LE Set Advertising Enable off, on):
+    btvirt then reports the advertisement to every scanning controller."""
+    await asyncio.sleep(delay)
+    for enable in ("00", "01"):
+        proc = await asyncio.create_subprocess_exec(
+            "hcitool", "-i", adapter, "cmd", "0x08", "0x000a", enable,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        await proc.wait()
+
+
+async def find(address, adapter=CENTRAL_ADAPTER, timeout=90.0, scan_window=3.0,
+               kick=None):
+    """Scan from ADAPTER until ADDRESS advertises; returns a BLEDevice or None.
+
+    btvirt's emulated controllers send an advertising report only at an edge: when the
+    scanner enables scanning, or when the advertiser enables advertising (emulator/btdev.c;
+    no periodic reports). The kernel drops the report sent at the scan-enable edge when it
+    is handled before the kernel marks its discovery as running (a race between two kernel
+    workers); on a loaded host this can go on for a minute and more. So:
+    - KICK="hci0" (the advertiser's adapter; default $BVM_KICK_ADAPTER): about a second
+      into each scan window, while the advertiser has an active advertisement, its
+      advertising is switched off and on again with a raw HCI command (hcitool), an edge
+      that reaches the scanner while its discovery is running. Use it whenever the
+      peripheral under test runs in this VM.
+    - scans run in short windows (each start is another edge) until TIMEOUT.
+    - bleak reports a device only on InterfacesAdded or a changed property, and btvirt's
+      advertisements never change (not even RSSI), so a device that bluetoothd already
+      knows on ADAPTER is returned from bluetoothd's own object.
+    """
+    from bleak.backends.device import BLEDevice
+    kick = kick if kick is not None else os.environ.get("BVM_KICK_ADAPTER") or None
+    path = f"/org/bluez/{adapter}/dev_" + address.upper().replace(":", "_")
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    scans = 0
+    while True:
+        kicking = False
+        try:
+            objects = await _bluez_objects()
+            props = objects.get(path, {}).get("org.bluez.Device1")
+            if kick:
+                adv = objects.get(f"/org/bluez/{kick}", {}).get("org.bluez.LEAdvertisingManager1", {})
+                kicking = "ActiveInstances" in adv and adv["ActiveInstances"].value > 0
+        except Exception as e:
+            log(f"find: GetManagedObjects failed: {e!r}")
+            props = None
+        if props is not None:
+            props = {k: v.value for k, v in props.items()}
+            if scans != 1:
+                log(f"find: {address} known to bluetoothd after {scans} scan(s)")
+            return BLEDevice(address, props.get("Name"), {"path": path, "props": props})
+        if loop.time() >= deadline:
+            log(f"find: no advertisement from {address} on {adapter} in {scans} scans")
+            await _diagnose()
+            return None
+        if scans == 5:
+            log(f"find: {address} not seen in 5 scans; state:")
+            await _diagnose()
+            if os.environ.get("BVM_BTMON_ON_SLOW_FIND") == "1":
+                out = os.path.join(os.environ.get("VM_RESULTS", "/tmp"), "btmon-slow-find.log")
+                log(f"find: starting btmon -> {out}")
+                subprocess.Popen(["sh", "-c", f"exec stdbuf -oL btmon -T > {out} 2>&1"])
+        scans += 1
+        kicker = asyncio.create_task(_kick_advertising(kick, min(1.0, scan_window / 3))) \
+            if kicking else None
+        try:
+            dev = await BleakScanner.find_device_by_address(
+                address, timeout=scan_window, bluez={"adapter": adapter})
+        finally:
+            if kicker is not None:
+                with contextlib.suppress(BaseException):
+                    await kicker
+        if dev is not None:
+            if scans > 1:
+                log(f"find: {address} found on scan {scans}")
+            return dev
+
+
+async def connect(device, adapter=CENTRAL_ADAPTER, attempts=5, timeout=60.0,
                   min_services=1):
     """A connected BleakClient (services resolved, at least MIN_SERVICES of them).
 

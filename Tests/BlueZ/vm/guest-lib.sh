@@ -11,6 +11,9 @@
 #   HOME=/tmp/home (the root filesystem is the host's /, read-only; /tmp, /run,
 #   /var/lib/bluetooth and /dev/shm are fresh tmpfs)
 #
+# Timeouts are generous: under TCG on a loaded host guest time crawls while guest timers
+# follow the host's clock.
+#
 # Functions:
 #   start_bluetoothd [ARGS...]  start `bluetoothd -n ARGS` in the background (log:
 #                               $VM_RESULTS/bluetoothd.log) and wait_for_bluez
@@ -20,10 +23,16 @@
 #   wait_for_controllers [N] [SECS]   until N controllers (hci0..) exist in the kernel
 #   start_btmon                 HCI trace of both controllers to $VM_RESULTS/btmon.log
 #   btmgmt_run ARGS...          btmgmt without a terminal (plain btmgmt prints nothing)
+#   kick_advertising [hciN]     re-enable hciN's advertising so scanners see it now
 #   bluez_example NAME [hciN]   copy of BlueZ's example script NAME pinned to hciN
 #   load_bt_modules / start_btvirt [ARGS] / start_dbus   (done by guest-init.sh already)
-#   ok DESC / not_ok DESC / check DESC CMD...   TAP-like result lines; tap_done returns 1
-#                               if any not_ok was seen (use: `tap_done; exit $?`)
+#   ok DESC / not_ok DESC / check DESC CMD...   TAP-like result lines ("ok - DESC")
+#   run_tap DESC CMD...         run CMD, pass through and count its ok/not ok lines
+#   tap_done                    print "1..N" and "N passed, N failed"; returns 1 if any
+#                               not_ok was seen (end a guest script with `tap_done; exit $?`)
+#
+# Python centrals: bvm_bleak.py in this folder (find/connect with bleak from hci1, with
+# workarounds for btvirt and BlueZ races; read its docstring).
 
 : "${VM_RESULTS:=/tmp}"
 BLUEZ_VM_RUN=/run/bluez-vm
@@ -52,8 +61,8 @@ load_bt_modules() {
 }
 
 _bvm_hci_count() { local n=0 d; for d in /sys/class/bluetooth/hci*; do [[ -e $d ]] && n=$((n + 1)); done; echo $n; }
-wait_for_controllers() { # [N=2] [SECS=20]
-  _bvm_wait "${2:-20}" "${1:-2} controllers" _bvm_hci_at_least "${1:-2}"
+wait_for_controllers() { # [N=2] [SECS=60]
+  _bvm_wait "${2:-60}" "${1:-2} controllers" _bvm_hci_at_least "${1:-2}"
 }
 _bvm_hci_at_least() { (($(_bvm_hci_count) >= $1)); }
 
@@ -66,7 +75,7 @@ start_btvirt() { # [ARGS...] default: -L -l2 (two linked LE controllers)
 start_dbus() {
   mkdir -p /run/dbus
   dbus-daemon --system --fork --nopidfile || return 1
-  _bvm_wait 10 "system bus" test -S /run/dbus/system_bus_socket
+  _bvm_wait 60 "system bus" test -S /run/dbus/system_bus_socket
 }
 
 _bvm_name_owned() {
@@ -86,8 +95,8 @@ _bvm_all_powered() {
   done
 }
 
-wait_for_bluez() { # [SECS=30]: org.bluez owned and every controller powered
-  local secs=${1:-30}
+wait_for_bluez() { # [SECS=60]: org.bluez owned and every controller powered
+  local secs=${1:-60}
   _bvm_wait "$secs" "org.bluez on the system bus" _bvm_name_owned org.bluez &&
     _bvm_wait "$secs" "adapters powered" _bvm_all_powered
 }
@@ -98,7 +107,16 @@ start_bluetoothd() { # [ARGS...] extra bluetoothd options, e.g. -f /path/main.co
   fi
   echo "=== bluetoothd -n $* ===" >>"$VM_RESULTS/bluetoothd.log"
   "$BLUETOOTHD" -n "$@" >>"$VM_RESULTS/bluetoothd.log" 2>&1 &
-  echo $! >"$BLUEZ_VM_RUN/bluetoothd.pid"
+  local pid=$! end=$((SECONDS + 60))
+  echo $pid >"$BLUEZ_VM_RUN/bluetoothd.pid"
+  until _bvm_name_owned org.bluez; do   # fail fast when bluetoothd dies (bad options)
+    if ! kill -0 $pid 2>/dev/null; then
+      bvm_log "bluetoothd exited early: $(tail -n 3 "$VM_RESULTS/bluetoothd.log" | tr '\n' ' ')"
+      return 1
+    fi
+    if ((SECONDS >= end)); then bvm_log "timed out waiting for org.bluez"; return 1; fi
+    sleep 0.1
+  done
   wait_for_bluez
 }
 
@@ -107,8 +125,8 @@ stop_bluetoothd() {
   pid=$(cat "$BLUEZ_VM_RUN/bluetoothd.pid" 2>/dev/null) || return 0
   rm -f "$BLUEZ_VM_RUN/bluetoothd.pid"
   kill "$pid" 2>/dev/null || return 0
-  _bvm_wait 10 "bluetoothd to exit" _bvm_gone "$pid" || kill -9 "$pid" 2>/dev/null
-  _bvm_wait 10 "org.bluez to leave the bus" _bvm_not_owned org.bluez
+  _bvm_wait 30 "bluetoothd to exit" _bvm_gone "$pid" || kill -9 "$pid" 2>/dev/null
+  _bvm_wait 30 "org.bluez to leave the bus" _bvm_not_owned org.bluez
 }
 _bvm_gone() { ! kill -0 "$1" 2>/dev/null; }
 _bvm_not_owned() { ! _bvm_name_owned "$1"; }
@@ -116,9 +134,16 @@ _bvm_not_owned() { ! _bvm_name_owned "$1"; }
 restart_bluetoothd() { stop_bluetoothd && start_bluetoothd "$@"; }
 
 start_btmon() { # record all HCI traffic to $VM_RESULTS/btmon.log (text) until poweroff
-  btmon -T >"$VM_RESULTS/btmon.log" 2>&1 &
+  stdbuf -oL btmon -T >"$VM_RESULTS/btmon.log" 2>&1 &
   echo $! >"$BLUEZ_VM_RUN/btmon.pid"
   sleep 0.3
+}
+
+kick_advertising() { # [hciN=hci0]: switch hciN's advertising off and on (raw HCI). btvirt
+  # reports an advertisement to scanners only at that edge or when they start scanning,
+  # and the kernel may drop the latter (see bvm_bleak.py). Only while hciN advertises.
+  local hci=${1:-hci0}
+  hcitool -i "$hci" cmd 0x08 0x000a 00 >/dev/null && hcitool -i "$hci" cmd 0x08 0x000a 01 >/dev/null
 }
 
 btmgmt_run() { # btmgmt ARGS... without a terminal: btmgmt quits at EOF on stdin before

@@ -88,6 +88,13 @@ if [[ $FORCE -eq 1 || ! -f "$KDIR/.stamp" ]]; then
   basename "$deb" >"$KDIR/.stamp"
 fi
 echo "$KVER" >"$CACHE/kernel-version.new" && mv "$CACHE/kernel-version.new" "$CACHE/kernel-version"
+# Drop kernels (about 400 MB each unpacked) and initramfs images of other versions.
+for old in "$CACHE"/kernel-*/ "$CACHE"/initramfs-*.cpio.gz*; do
+  [[ -e "$old" ]] || continue
+  case "$old" in "$KDIR/"|"$CACHE/initramfs-$KVER.cpio.gz"*) continue ;; esac
+  log "removing $old (not $KVER)"
+  rm -rf "$old"
+done
 
 # ---------------------------------------------------------------- 3. initramfs
 # Modules the initramfs needs, in the order that works (dependencies are added by

@@ -18,6 +18,7 @@
 #   --bluetoothd-args "ARGS"  extra options for the first bluetoothd (same as the
 #                      BLUETOOTHD_ARGS environment variable), e.g. "-f /path/main.conf"
 #   --no-bluetoothd    do not start bluetoothd (the script calls start_bluetoothd itself)
+#   --btmon            record all HCI traffic to RESULTS/btmon.log (also BLUEZ_VM_BTMON=1)
 #   --results DIR      results folder (kept); default: a fresh REPO/.cache/bluez-vm/runs/
 #                      run.XXXXXX, deleted after a run that exits 0 unless --keep
 #   --keep             keep the default results folder
@@ -26,7 +27,7 @@
 # Results folder (writable 9p share, same path in the guest as $VM_RESULTS):
 #   output.log  the script's stdout+stderr   exit-code   its exit code
 #   console.log serial console               setup.log   guest setup (modules, btvirt, ...)
-#   bluetoothd.log, btvirt.log               anything the script writes to $VM_RESULTS
+#   bluetoothd.log, btvirt.log, btmon.log    anything the script writes to $VM_RESULTS
 #
 # Exit codes: the script's own; 124 the VM timed out; 125 the VM failed before the script
 # ended (setup error, crash); 2 usage error.
@@ -47,6 +48,7 @@ RESULTS=""
 KEEP=0
 VERBOSE=0
 NO_BTD=0
+BTMON="${BLUEZ_VM_BTMON:-0}"
 BTD_ARGS="${BLUETOOTHD_ARGS:-}"
 ENV_LINES=()
 while (($#)); do
@@ -64,6 +66,7 @@ while (($#)); do
       shift 2 ;;
     --bluetoothd-args) BTD_ARGS="${2-}"; shift 2 ;;
     --no-bluetoothd) NO_BTD=1; shift ;;
+    --btmon) BTMON=1; shift ;;
     --results) RESULTS="${2:?}"; KEEP=1; shift 2 ;;
     --keep) KEEP=1; shift ;;
     --verbose|-v) VERBOSE=1; shift ;;
@@ -122,9 +125,10 @@ BLUEZ_VM_CACHE="$CACHE"
 BLUEZ_VM_KVER="$KVER"
 BLUETOOTHD_ARGS="$BTD_ARGS"
 BLUEZ_VM_NO_BLUETOOTHD="$NO_BTD"
+BLUEZ_VM_BTMON="$BTMON"
 {
   declare -p VM_SCRIPT VM_ARGS VM_CWD REPO_ROOT BLUEZ_VM_DIR BLUEZ_VM_CACHE BLUEZ_VM_KVER \
-             BLUETOOTHD_ARGS BLUEZ_VM_NO_BLUETOOTHD
+             BLUETOOTHD_ARGS BLUEZ_VM_NO_BLUETOOTHD BLUEZ_VM_BTMON
   echo "export BLUETOOTHD_ARGS"
   ((${#ENV_LINES[@]})) && printf '%s\n' "${ENV_LINES[@]}"
 } >"$RESULTS/run.env"
@@ -183,6 +187,7 @@ else
   echo "$ME: VM FAILED before the script finished (qemu exit $qrc${reason:+; $reason}; results: $RESULTS)" >&2
   show_tail "$RESULTS/qemu.log" 20
   show_tail "$RESULTS/setup.log" 30
+  [[ -f "$RESULTS/setup-error" ]] && show_tail "$RESULTS/bluetoothd.log" 10
   show_tail "$RESULTS/console.log" 30
 fi
 if ((rc == 0 && KEEP == 0)); then

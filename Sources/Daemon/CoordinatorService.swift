@@ -1,0 +1,486 @@
+import HTTP
+import Logging
+import ModelBackend
+import Posix
+import StateStore
+import WorkerCore
+
+/// What the coordinator side shows in `status` (SPEC 8).
+public struct CoordinatorStatus: Sendable, Equatable {
+    public var registered = false
+    public var lastHeartbeatAtMs: Int64?
+    public var lastHeartbeatLatencyMs: Int64?
+    /// Failed register/pull/result calls in a row: they drive the backoff.
+    public var consecutiveFailures = 0
+    /// Failed heartbeats in a row (heartbeats keep their cadence; no backoff).
+    public var heartbeatFailures = 0
+    public var backoffMs: Int64?
+    public var lastError: String?
+    public var rejection: String?
+    public var retryAtMs: Int64?
+    public var deferredReason: String?
+    public var subtasksDone: Int64 = 0
+    public var subtasksFailed: Int64 = 0
+    public var outboxDepth = 0
+    public var running: String?
+
+    public init() {}
+
+    public var json: JSONValue {
+        var object = JSONObject([("registered", .bool(registered)), ("consecutiveFailures", .int(consecutiveFailures)),
+                                 ("heartbeatFailures", .int(heartbeatFailures))])
+        object["lastHeartbeat"] = lastHeartbeatAtMs.map { .string(formatUTC(milliseconds: $0)) } ?? .null
+        object["lastHeartbeatLatencyMs"] = .optional(lastHeartbeatLatencyMs)
+        object["backoffMs"] = .optional(backoffMs)
+        object["lastError"] = .optional(lastError)
+        object["rejection"] = .optional(rejection)
+        object["retryAt"] = retryAtMs.map { .string(formatUTC(milliseconds: $0)) } ?? .null
+        object["deferredReason"] = .optional(deferredReason)
+        object["subtasksDone"] = .int(subtasksDone)
+        object["subtasksFailed"] = .int(subtasksFailed)
+        object["outboxDepth"] = .int(outboxDepth)
+        object["running"] = .optional(running)
+        return .object(object)
+    }
+}
+
+/// The coordinator's end of one session: HTTP calls with the mesh token, registration
+/// (once, however many loops ask), and the failure bookkeeping. An actor: the
+/// heartbeat loop and the work loop share it.
+actor CoordinatorLink {
+    enum Stop: Error { case rejected(String), stopping }
+
+    let baseURL: String
+    let config: WorkerConfig
+    let agentID: String
+    let files: WorkerStateFiles
+    let daemon: WorkerDaemon
+    let logger: Logger
+    let http: HTTPClient
+    var meshToken: String?
+    var registered = false
+    private var registrationWaiters: [CheckedContinuation<Void, Never>] = []
+    private var registering = false
+    var status = CoordinatorStatus()
+    let backoff = Backoff()
+    /// A rejection (403, blacklisted) stops work; retried no faster than this.
+    static let rejectionRetryMs: Int64 = 5 * 60 * 1000
+
+    init(config: WorkerConfig, agentID: String, files: WorkerStateFiles, daemon: WorkerDaemon, logger: Logger, http: HTTPClient) {
+        var url = config.coordinator.url ?? ""
+        while url.hasSuffix("/") { url.removeLast() }
+        self.baseURL = url
+        self.config = config
+        self.agentID = agentID
+        self.files = files
+        self.daemon = daemon
+        self.logger = logger
+        self.http = http
+        if case .loaded(let token) = files.loadMeshToken(nowMs: wallClockMilliseconds()) { meshToken = token }
+    }
+
+    func publish() async { await daemon.updateCoordinator(status) }
+
+    /// One call, classified. Transport failures become `.failure`.
+    func call(_ call: CoordinatorAnswer.Call, _ body: JSONValue, totalTimeoutMs: Int64? = nil) async throws -> CoordinatorAnswer {
+        var headers = [("content-type", "application/json")]
+        if let meshToken, call != .register { headers.append(("x-mesh-token", meshToken)) }
+        let request = HTTPRequest(method: "POST", url: baseURL + "/" + call.rawValue, headers: headers, body: body.serializedBytes,
+                                  connectTimeoutMs: config.coordinator.connectTimeoutMs,
+                                  totalTimeoutMs: totalTimeoutMs ?? config.coordinator.requestTimeoutMs,
+                                  maxResponseBytes: Int(config.coordinator.maxResponseBytes))
+        do {
+            let started = monotonicNanoseconds()
+            logger.debug("POST /\(call.rawValue)")
+            let response = try await http.perform(request)
+            logger.debug("/\(call.rawValue) answered \(response.status) in \((monotonicNanoseconds() - started) / 1_000_000) ms")
+            let answer = CoordinatorAnswer.classify(call, status: response.status, body: response.body)
+            if call == .heartbeat, case .accepted = answer {
+                status.lastHeartbeatAtMs = wallClockMilliseconds()
+                status.lastHeartbeatLatencyMs = Int64((monotonicNanoseconds() - started) / 1_000_000)
+            }
+            return answer
+        } catch let error as HTTPError {
+            return .failure("\(error.kind.rawValue): \(error.message)")
+        }
+    }
+
+    /// Registers unless registered; concurrent callers wait for the one registration.
+    /// Throws `.rejected` on 403; loops with backoff on failures until it works or the task is cancelled.
+    func ensureRegistered() async throws {
+        while !registered {
+            if registering {
+                await withCheckedContinuation { registrationWaiters.append($0) }
+                continue
+            }
+            registering = true
+            defer {
+                registering = false
+                let waiters = registrationWaiters
+                registrationWaiters = []
+                for waiter in waiters { waiter.resume() }
+            }
+            let telemetry = await daemon.powerTelemetryJSON()
+            let body = CoordinatorWire.register(agentID: agentID, version: workerVersion, registrationToken: await registrationToken(),
+                                                provider: config.backend.kind, telemetry: telemetry)
+            switch try await call(.register, body) {
+            case .registered(let token):
+                registered = true
+                status.registered = true
+                if token != meshToken {
+                    meshToken = token
+                    try? files.saveMeshToken(token)
+                }
+                succeeded()
+                logger.notice("registered with the coordinator at \(baseURL) as \(agentID)")
+                await publish()
+                return
+            case .rejected(let reason):
+                throw Stop.rejected(reason)
+            case let other:
+                let delay = await failed("register: \(describeSync(other))")
+                try await Task.sleep(nanoseconds: UInt64(delay) * 1_000_000)
+            }
+        }
+    }
+
+    /// The registration token: the config's, else the systemd credential.
+    private func registrationToken() async -> String? {
+        if let token = config.coordinator.registrationToken { return token }
+        guard let directory = environment("CREDENTIALS_DIRECTORY"),
+              let bytes = try? readFile(directory + "/registration-token", limit: 4096) else { return nil }
+        let token = String(decoding: bytes, as: UTF8.self).trimmingWhitespace
+        return token.isEmpty ? nil : token
+    }
+
+    /// 401: the coordinator forgot us or rotated its token.
+    func forgetRegistration(_ reason: String?) async {
+        logger.notice("coordinator answered 401 mesh_unauthorized\(reason.map { " (\($0))" } ?? ""): forgetting the mesh token and registering again")
+        registered = false
+        status.registered = false
+        meshToken = nil
+        try? files.saveMeshToken(nil)
+        await publish()
+    }
+
+    func succeeded() {
+        status.consecutiveFailures = 0
+        status.backoffMs = nil
+        status.lastError = nil
+        status.rejection = nil
+        status.retryAtMs = nil
+    }
+
+    /// Records a failure; returns the backoff to wait (full jitter).
+    func failed(_ what: String) async -> Int64 {
+        status.consecutiveFailures += 1
+        let delay = backoff.delay(failures: status.consecutiveFailures) { Int64.random(in: $0) }
+        status.backoffMs = delay
+        status.lastError = what
+        logger.warning("\(what); retrying in \(delay) ms (failure \(status.consecutiveFailures))")
+        await publish()
+        return delay
+    }
+
+    func rejected(_ reason: String) async {
+        status.rejection = reason
+        status.retryAtMs = wallClockMilliseconds() + CoordinatorLink.rejectionRetryMs
+        registered = false
+        status.registered = false
+        logger.error("the coordinator rejected this worker: \(reason); stopping, retrying in 5 minutes")
+        await publish()
+    }
+
+    func clearRejection() async {
+        status.rejection = nil
+        status.retryAtMs = nil
+        await publish()
+    }
+
+    func update(_ change: (inout CoordinatorStatus) -> Void) async {
+        change(&status)
+        await publish()
+    }
+}
+
+/// Mode `on`: registers, heartbeats, pulls, runs subtasks on the model backend and
+/// posts results, with the journal and outbox of SPEC 4. Runs only while the daemon's
+/// `on` runtime is active; the session ends gracefully when it is not.
+public struct CoordinatorService: Service {
+    public let name = "coordinator"
+    let daemon: WorkerDaemon
+    let config: WorkerConfig
+    let directory: StateDirectory
+    let logger: Logger
+    let backend: ModelBackend
+    let http: HTTPClient
+
+    public init(daemon: WorkerDaemon, config: WorkerConfig, directory: StateDirectory, logger: Logger, http: HTTPClient = .shared) {
+        self.daemon = daemon
+        self.config = config
+        self.directory = directory
+        self.logger = logger
+        self.backend = ModelBackend(config: config.backend, client: http)
+        self.http = http
+    }
+
+    private enum Ended: Sendable { case session, inactive, shutdown }
+
+    public func run(shutdown: GracefulShutdown) async throws {
+        while !shutdown.isTriggered {
+            let runtime = daemon.coordinatorRuntime
+            guard try await shutdown.cancelling({ await runtime.wait(for: true) }) != nil else { return }
+            let stop = GracefulShutdown()
+            await withTaskGroup(of: Ended.self) { group in
+                group.addTask {
+                    await session(stop: stop)
+                    return .session
+                }
+                group.addTask {
+                    await runtime.wait(for: false)
+                    return .inactive
+                }
+                group.addTask {
+                    await shutdown.wait()
+                    return .shutdown
+                }
+                while let ended = await group.next() {
+                    if ended == .session { break }
+                    stop.trigger()
+                }
+                group.cancelAll()
+            }
+            await daemon.updateCoordinator(nil)
+        }
+    }
+
+    /// One session: recovery, registration, then heartbeats and work until `stop`.
+    func session(stop: GracefulShutdown) async {
+        let link = CoordinatorLink(config: config, agentID: daemon.agentID, files: WorkerStateFiles(directory: directory),
+                                   daemon: daemon, logger: logger, http: http)
+        let journal = WorkJournal(directory: directory)
+        await link.update { $0.outboxDepth = journal.outboxDepth }
+        logger.info("coordinator session starting (\(config.coordinator.url ?? "?"))")
+        while !stop.isTriggered {
+            do {
+                // Registration and the heartbeat loop end at once on stop; the work loop
+                // finishes its running subtask first (bounded by stopGraceMs).
+                _ = try await stop.cancelling { try await link.ensureRegistered() }
+                if stop.isTriggered { break }
+                // The session lasts as long as the work loop, which finishes its subtask on
+                // stop; heartbeats end at once, and a heartbeat rejection ends the work too.
+                try await withThrowingTaskGroup(of: Bool.self) { group in
+                    group.addTask {
+                        _ = try await stop.cancelling { try await heartbeats(link) }
+                        return false
+                    }
+                    group.addTask {
+                        try await work(link, journal: journal, stop: stop)
+                        return true
+                    }
+                    while let workEnded = try await group.next(), !workEnded {}
+                    group.cancelAll()
+                }
+            } catch CoordinatorLink.Stop.rejected(let reason) {
+                await link.rejected(reason)
+                _ = try? await stop.cancelling { try await Task.sleep(nanoseconds: UInt64(CoordinatorLink.rejectionRetryMs) * 1_000_000) }
+                await link.clearRejection()
+            } catch {
+                if !stop.isTriggered { logger.warning("coordinator session error: \(error)") }
+            }
+        }
+        logger.info("coordinator session stopped")
+    }
+
+    /// Every heartbeatIntervalMs, with telemetry; 401 re-registers, blacklisting stops.
+    func heartbeats(_ link: CoordinatorLink) async throws {
+        while true {
+            try await link.ensureRegistered()
+            let body = CoordinatorWire.heartbeat(agentID: daemon.agentID, telemetry: await daemon.powerTelemetryJSON(),
+                                                 activeModel: config.backend.model)
+            switch try await link.call(.heartbeat, body) {
+            case .accepted:
+                // A heartbeat's success says nothing about pulls and results: their
+                // failure count (and backoff) is reset only by their own successes.
+                await link.update { $0.heartbeatFailures = 0 }
+            case .unauthorized(let reason):
+                await link.forgetRegistration(reason)
+                continue
+            case .rejected(let reason):
+                throw CoordinatorLink.Stop.rejected(reason)
+            case let other:
+                await link.update { $0.heartbeatFailures += 1; $0.lastError = "heartbeat: \(link.describeSync(other))" }
+                logger.warning("heartbeat failed: \(link.describeSync(other))")
+            }
+            try await Task.sleep(nanoseconds: UInt64(config.coordinator.heartbeatIntervalMs) * 1_000_000)
+        }
+    }
+
+    /// Recovery first (outbox, then journal), then pull / run / post until stopped.
+    func work(_ link: CoordinatorLink, journal: WorkJournal, stop: GracefulShutdown) async throws {
+        let found = journal.load(nowMs: wallClockMilliseconds())
+        for file in found.recovered { logger.error("journal file \(file.file) \(file.problem); kept as \(file.movedTo)") }
+        for action in RecoveryPlan.plan(journal: found.journal, outbox: found.outbox, nowMs: wallClockMilliseconds()) {
+            if stop.isTriggered { return }
+            switch action {
+            case .post(let result):
+                logger.notice("delivering the result of \(result.subtaskID) left in the outbox")
+                try await post(result, link: link, journal: journal, stop: stop)
+            case .rerun(let entry):
+                logger.notice("running subtask \(entry.subtask.id) again: it was running when the worker stopped")
+                try await runAndPost(entry, link: link, journal: journal, stop: stop)
+            case .reportRestarted(let result):
+                logger.notice("reporting subtask \(result.subtaskID) as worker_restarted: its timeout passed while the worker was down")
+                try journal.complete(result)
+                await recordResult(result, prompt: "", started: wallClockMilliseconds() - result.durationMs)
+                try await post(result, link: link, journal: journal, stop: stop)
+            }
+        }
+
+        while !stop.isTriggered {
+            if let held = await daemon.admitNewWork() {
+                await link.update { $0.deferredReason = "held by the power policy: \(held.rawValue)" }
+                try await pause(config.coordinator.pullIntervalMs, stop: stop)
+                continue
+            }
+            guard try await stop.cancelling({ try await link.ensureRegistered() }) != nil else { return }
+            // A pull cut short by the stop is re-queued by the coordinator; nothing runs half-claimed.
+            guard let answer = try await stop.cancelling({ try await link.call(.pull, CoordinatorWire.pull(agentID: daemon.agentID)) }) else { return }
+            switch answer {
+            case .noWork:
+                await link.update { $0.deferredReason = nil; $0.consecutiveFailures = 0; $0.backoffMs = nil }
+                try await pause(config.coordinator.pullIntervalMs, stop: stop)
+            case .work(let subtask):
+                await link.update { $0.deferredReason = nil; $0.consecutiveFailures = 0; $0.backoffMs = nil }
+                let entry = RecoveryPlan.JournalEntry(subtask: subtask, pulledAtMs: wallClockMilliseconds())
+                if found.journal.contains(where: { $0.subtask.id == subtask.id }) { continue }
+                try journal.record(entry)
+                try await runAndPost(entry, link: link, journal: journal, stop: stop)
+                // At once after a result: no pause.
+            case .unrunnable(let id, let taskID, let reason):
+                let result = SubtaskResult(subtaskID: id, taskID: taskID, ok: false, output: "", error: reason, durationMs: 0)
+                try journal.complete(result)
+                try await post(result, link: link, journal: journal, stop: stop)
+            case .deferred(let reason, let deferMs):
+                await link.update { $0.deferredReason = "coordinator: \(reason)" }
+                try await pause(deferMs ?? config.coordinator.pullIntervalMs, stop: stop)
+            case .unauthorized(let reason):
+                await link.forgetRegistration(reason)
+            case .rejected(let reason):
+                throw CoordinatorLink.Stop.rejected(reason)
+            case let other:
+                try await pause(await link.failed("pull: \(link.describeSync(other))"), stop: stop)
+            }
+        }
+    }
+
+    /// Sleeps, but wakes when the session stops.
+    func pause(_ ms: Int64, stop: GracefulShutdown) async throws {
+        _ = try await stop.cancelling { try await Task.sleep(nanoseconds: UInt64(max(0, ms)) * 1_000_000) }
+    }
+
+    /// Runs a journaled subtask (bounded by its timeout; on stop, by stopGraceMs), moves
+    /// it to the outbox and posts it. A subtask cut off by the stop stays in the journal.
+    func runAndPost(_ entry: RecoveryPlan.JournalEntry, link: CoordinatorLink, journal: WorkJournal, stop: GracefulShutdown) async throws {
+        let subtask = entry.subtask
+        let started = wallClockMilliseconds()
+        var record = TaskRecord(id: subtask.id, source: .coordinator, origin: subtask.taskID, prompt: subtask.input, startedAtMs: started)
+        await daemon.upsertTask(record)
+        await link.update { $0.running = subtask.id }
+        let remaining = max(1_000, entry.pulledAtMs + subtask.timeoutMs - started)
+        let request = ModelRequest(prompt: subtask.input, maxTokens: Int(config.backend.maxTokens), timeoutMs: min(remaining, config.backend.timeoutMs))
+        let backend = self.backend
+        let grace = UInt64(config.coordinator.stopGraceMs) * 1_000_000
+        // The generation races the stop plus its grace; losing leaves the journal entry.
+        let outcome: Result<ModelOutput, ModelError>? = await withTaskGroup(of: Result<ModelOutput, ModelError>?.self) { group in
+            group.addTask {
+                do throws(ModelError) { return .success(try await backend.generate(request)) } catch { return .failure(error) }
+            }
+            group.addTask {
+                await stop.wait()
+                try? await Task.sleep(nanoseconds: grace)
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
+        await link.update { $0.running = nil }
+        guard let outcome else {
+            logger.warning("stopping: subtask \(subtask.id) did not finish within the grace; it stays in the journal and runs again at the next start if its timeout allows")
+            record.finish(ok: false, output: "", error: "interrupted", atMs: wallClockMilliseconds(), state: .interrupted)
+            await daemon.upsertTask(record)
+            throw CancellationError()
+        }
+        let ended = wallClockMilliseconds()
+        let result: SubtaskResult
+        switch outcome {
+        case .success(let output):
+            result = SubtaskResult(subtaskID: subtask.id, taskID: subtask.taskID, ok: true, output: output.text, durationMs: ended - started)
+        case .failure(let error):
+            result = SubtaskResult(subtaskID: subtask.id, taskID: subtask.taskID, ok: false, output: "", error: "model_error: \(error.message)", durationMs: ended - started)
+        }
+        try journal.complete(result)
+        await recordResult(result, prompt: subtask.input, started: started)
+        try await post(result, link: link, journal: journal, stop: stop)
+    }
+
+    func recordResult(_ result: SubtaskResult, prompt: String, started: Int64) async {
+        var record = TaskRecord(id: result.subtaskID, source: .coordinator, origin: result.taskID, prompt: prompt, startedAtMs: started)
+        record.finish(ok: result.ok, output: result.output, error: result.error, atMs: started + result.durationMs, state: .posting)
+        await daemon.upsertTask(record)
+    }
+
+    /// Posts an outbox result until a 2xx (backing off on failures), then removes it.
+    /// Exactly once: it leaves the outbox only after the coordinator took it.
+    /// On stop, a result that cannot be delivered stays in the outbox for the next start.
+    func post(_ result: SubtaskResult, link: CoordinatorLink, journal: WorkJournal, stop: GracefulShutdown) async throws {
+        await link.update { $0.outboxDepth = journal.outboxDepth }
+        // While stopping, one attempt is still made (the subtask finished within the
+        // grace); if it fails, the result waits in the outbox for the next start.
+        while true {
+            if stop.isTriggered {
+                guard await link.registered else { throw CancellationError() }
+            } else {
+                guard try await stop.cancelling({ try await link.ensureRegistered() }) != nil else { throw CancellationError() }
+            }
+            switch try await link.call(.result, CoordinatorWire.result(result, agentID: daemon.agentID)) {
+            case .accepted:
+                try journal.delivered(result.subtaskID)
+                await link.update {
+                    $0.outboxDepth = journal.outboxDepth
+                    if result.ok { $0.subtasksDone += 1 } else { $0.subtasksFailed += 1 }
+                }
+                await daemon.markTaskPosted(result.subtaskID, ok: result.ok)
+                return
+            case .unauthorized(let reason):
+                await link.forgetRegistration(reason)
+            case .rejected(let reason):
+                throw CoordinatorLink.Stop.rejected(reason)
+            case let other:
+                let delay = await link.failed("result \(result.subtaskID): \(link.describeSync(other))")
+                if stop.isTriggered { throw CancellationError() }
+                try await pause(delay, stop: stop)
+            }
+        }
+    }
+}
+
+extension CoordinatorLink {
+    nonisolated func describeSync(_ answer: CoordinatorAnswer) -> String {
+        switch answer {
+        case .failure(let why): return why
+        case .unauthorized(let reason): return "unauthorized (\(reason ?? "no reason"))"
+        default: return "unexpected answer \(answer)"
+        }
+    }
+}
+
+extension String {
+    var trimmingWhitespace: String {
+        var scalars = Substring(self)
+        while let first = scalars.first, first.isWhitespace { scalars.removeFirst() }
+        while let last = scalars.last, last.isWhitespace { scalars.removeLast() }
+        return String(scalars)
+    }
+}

@@ -1,0 +1,262 @@
+/// The EdgeCoder coordinator protocol of SPEC 4: request bodies and the classification
+/// of answers, pure. Checked against the coordinator's zod schemas (see
+/// Tests/DevCoordinator/WIRE.md): optional fields are omitted, never null; unknown answer
+/// keys are ignored; every answer is hostile input until it parses.
+public enum CoordinatorWire {
+    public static let clientType = "edgecoder-linux-worker"
+    /// The coordinator refuses bodies over 1 MiB (413); a result's output is cut to fit.
+    public static let maxBodyBytes = 1_048_576
+
+    public static func register(agentID: String, version: String, registrationToken: String?,
+                                provider: WorkerConfig.BackendKind, telemetry: JSONValue) -> JSONValue {
+        var body = JSONObject([
+            ("agentId", .string(agentID)), ("os", "linux"), ("version", .string(version)), ("mode", "swarm-only"),
+        ])
+        if let registrationToken { body["registrationToken"] = .string(registrationToken) }
+        body["localModelProvider"] = provider == .ollama ? "ollama-local" : "edgecoder-local"
+        body["clientType"] = .string(clientType)
+        body["maxConcurrentTasks"] = 1
+        body["powerTelemetry"] = telemetry
+        return .object(body)
+    }
+
+    public static func heartbeat(agentID: String, telemetry: JSONValue, activeModel: String?) -> JSONValue {
+        var body = JSONObject([("agentId", .string(agentID)), ("powerTelemetry", telemetry)])
+        if let activeModel { body["activeModel"] = .string(activeModel) }
+        body["modelSwapInProgress"] = false
+        return .object(body)
+    }
+
+    public static func pull(agentID: String) -> JSONValue { ["agentId": .string(agentID)] }
+
+    /// The result body, with `output` cut (on a character boundary) so the whole body
+    /// stays under the coordinator's limit.
+    public static func result(_ result: SubtaskResult, agentID: String) -> JSONValue {
+        func body(_ output: String) -> JSONValue {
+            var object = JSONObject([
+                ("subtaskId", .string(result.subtaskID)), ("taskId", .string(result.taskID)), ("agentId", .string(agentID)),
+                ("ok", .bool(result.ok)), ("output", .string(output)),
+            ])
+            if let error = result.error { object["error"] = .string(error) }
+            object["durationMs"] = .int(result.durationMs)
+            return .object(object)
+        }
+        var output = result.output
+        var value = body(output)
+        while value.serialized.utf8.count > maxBodyBytes - 1024 && !output.isEmpty {
+            // Escaping can make JSON longer than the text; cut a quarter and measure again.
+            output = String(output.prefix(output.count * 3 / 4))
+            value = body(output)
+        }
+        return value
+    }
+}
+
+/// A subtask from `/pull`, validated. `raw` is what the coordinator sent, kept for the journal.
+public struct Subtask: Sendable, Equatable {
+    public var id: String
+    public var taskID: String
+    public var kind: String
+    public var input: String
+    public var timeoutMs: Int64
+    public var raw: JSONValue
+
+    /// Bounds on what we accept from a coordinator.
+    public static let maxInputBytes = 1_048_576
+    public static let defaultTimeoutMs: Int64 = 30_000
+
+    public enum Problem: Error, Sendable, Equatable {
+        /// Unusable and unanswerable: no id or task id to report against.
+        case unidentifiable(String)
+        /// Identified but not runnable: reported as a failed result.
+        case unrunnable(id: String, taskID: String, reason: String)
+    }
+
+    public static func parse(_ value: JSONValue) -> Result<Subtask, Problem> {
+        guard case .object = value else { return .failure(.unidentifiable("the subtask is \(value.typeDescription), not an object")) }
+        guard let id = value["id"]?.stringValue, isSafeID(id) else {
+            return .failure(.unidentifiable("the subtask has no usable id"))
+        }
+        guard let taskID = value["taskId"]?.stringValue, isSafeID(taskID) else {
+            return .failure(.unidentifiable("subtask \(printable(id)) has no usable taskId"))
+        }
+        guard let input = value["input"]?.stringValue else {
+            return .failure(.unrunnable(id: id, taskID: taskID, reason: "malformed_subtask: no input string"))
+        }
+        if input.utf8.count > maxInputBytes {
+            return .failure(.unrunnable(id: id, taskID: taskID, reason: "malformed_subtask: input over \(maxInputBytes) bytes"))
+        }
+        var timeout = defaultTimeoutMs
+        if let given = value["timeoutMs"]?.doubleValue, given.isFinite, given >= 1 { timeout = Int64(min(given, 86_400_000)) }
+        return .success(Subtask(id: id, taskID: taskID, kind: value["kind"]?.stringValue ?? "single_step", input: input, timeoutMs: timeout, raw: value))
+    }
+
+    /// Ids end up in file names and logs: printable ASCII without separators, bounded.
+    public static func isSafeID(_ id: String) -> Bool {
+        !id.isEmpty && id.utf8.count <= 200 && id.unicodeScalars.allSatisfy { $0.isASCII && $0.value > 0x20 && $0.value < 0x7F && $0 != "/" && $0 != "\\" }
+    }
+}
+
+/// The outcome of running a subtask, as posted to `/result`.
+public struct SubtaskResult: Sendable, Equatable {
+    public var subtaskID: String
+    public var taskID: String
+    public var ok: Bool
+    public var output: String
+    public var error: String?
+    public var durationMs: Int64
+
+    public init(subtaskID: String, taskID: String, ok: Bool, output: String, error: String? = nil, durationMs: Int64) {
+        self.subtaskID = subtaskID
+        self.taskID = taskID
+        self.ok = ok
+        self.output = output
+        self.error = error
+        self.durationMs = durationMs
+    }
+
+    public var json: JSONValue {
+        var object = JSONObject([("subtaskId", .string(subtaskID)), ("taskId", .string(taskID)), ("ok", .bool(ok)), ("output", .string(output))])
+        if let error { object["error"] = .string(error) }
+        object["durationMs"] = .int(durationMs)
+        return .object(object)
+    }
+
+    public static func from(json value: JSONValue) -> SubtaskResult? {
+        guard let id = value["subtaskId"]?.stringValue, let task = value["taskId"]?.stringValue, let ok = value["ok"]?.boolValue,
+              let output = value["output"]?.stringValue, let duration = value["durationMs"]?.intValue else { return nil }
+        return SubtaskResult(subtaskID: id, taskID: task, ok: ok, output: output, error: value["error"]?.stringValue, durationMs: duration)
+    }
+}
+
+/// What a coordinator answer means for the worker.
+public enum CoordinatorAnswer: Sendable, Equatable {
+    case registered(meshToken: String?)
+    case accepted
+    case noWork
+    case work(Subtask)
+    /// A subtask we can identify but not run: answer it with a failed result.
+    case unrunnable(id: String, taskID: String, reason: String)
+    case deferred(reason: String, deferMs: Int64?)
+    /// 401 mesh_unauthorized: forget the mesh token and register again.
+    case unauthorized(reason: String?)
+    /// 403, blacklisted or blocked: stop and retry no faster than every 5 minutes.
+    case rejected(reason: String)
+    /// Anything else (5xx, malformed, unexpected): back off and try again.
+    case failure(String)
+
+    public enum Call: String, Sendable { case register, heartbeat, pull, result }
+
+    public static func classify(_ call: Call, status: Int, body: [UInt8]) -> CoordinatorAnswer {
+        let parsed = try? JSON.parse(body)
+        let errorCode = parsed?["error"]?.stringValue
+        let reason = parsed?["reason"]?.stringValue.map { printable($0, limit: 200) }
+        if status == 401 { return .unauthorized(reason: reason ?? errorCode.map { printable($0) }) }
+        if status == 403 {
+            let what = [errorCode.map { printable($0) }, reason].compactMap { $0 }.joined(separator: ": ")
+            return .rejected(reason: what.isEmpty ? "forbidden (403) without a reason" : what)
+        }
+        guard (200..<300).contains(status) else {
+            let detail = errorCode.map { ": \(printable($0))" } ?? ""
+            return .failure("\(call.rawValue) answered HTTP \(status)\(detail)")
+        }
+        guard let value = parsed, case .object = value else {
+            return .failure("\(call.rawValue) answered \(status) with a body that is not a JSON object")
+        }
+        switch call {
+        case .register:
+            guard value["accepted"]?.boolValue == true else { return .failure("register answered without accepted: true") }
+            let token = value["meshToken"]?.stringValue
+            if let token, token.isEmpty || token.utf8.count > 4096 || !token.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7F }) {
+                return .failure("register answered with an unusable meshToken")
+            }
+            return .registered(meshToken: token)
+        case .heartbeat:
+            if value["blacklisted"]?.boolValue == true { return .rejected(reason: "blacklisted: \(reason ?? "no reason given")") }
+            guard value["ok"]?.boolValue == true else { return .failure("heartbeat answered without ok: true") }
+            return .accepted
+        case .pull:
+            if value["blocked"]?.boolValue == true { return .rejected(reason: "blocked: \(reason ?? "no reason given")") }
+            if value["powerDeferred"]?.boolValue == true {
+                let defer_ = value["deferMs"]?.doubleValue.flatMap { $0.isFinite && $0 >= 0 ? Int64(min($0, 3_600_000)) : nil }
+                return .deferred(reason: reason ?? "power_deferred", deferMs: defer_)
+            }
+            guard let subtask = value["subtask"] else { return .failure("pull answered without a subtask key") }
+            if subtask == .null { return .noWork }
+            switch Subtask.parse(subtask) {
+            case .success(let parsed): return .work(parsed)
+            case .failure(.unrunnable(let id, let taskID, let why)): return .unrunnable(id: id, taskID: taskID, reason: why)
+            case .failure(.unidentifiable(let why)): return .failure("pull answered with an unusable subtask: \(why)")
+            }
+        case .result:
+            guard value["ok"]?.boolValue == true else { return .failure("result answered without ok: true") }
+            return .accepted
+        }
+    }
+}
+
+/// Exponential backoff with full jitter (AWS's "full jitter"): a fleet that lost its
+/// coordinator does not come back in lock-step.
+public struct Backoff: Sendable, Equatable {
+    public var baseMs: Int64 = 1_500
+    public var capMs: Int64 = 60_000
+    public init(baseMs: Int64 = 1_500, capMs: Int64 = 60_000) {
+        self.baseMs = baseMs
+        self.capMs = capMs
+    }
+
+    /// The ceiling for the n-th consecutive failure (n ≥ 1).
+    public func ceiling(failures: Int) -> Int64 {
+        let exponent = min(max(failures - 1, 0), 30)
+        return min(capMs, baseMs << exponent)
+    }
+
+    /// A delay drawn uniformly from [0, ceiling]; `random` is injected for tests.
+    public func delay(failures: Int, random: (ClosedRange<Int64>) -> Int64) -> Int64 {
+        random(0...ceiling(failures: failures))
+    }
+}
+
+/// What to do with the journal and outbox found at start (SPEC 4, "Nothing is lost").
+public enum RecoveryPlan {
+    public struct JournalEntry: Sendable, Equatable {
+        public var subtask: Subtask
+        public var pulledAtMs: Int64
+        public init(subtask: Subtask, pulledAtMs: Int64) {
+            self.subtask = subtask
+            self.pulledAtMs = pulledAtMs
+        }
+
+        public var json: JSONValue { ["pulledAtMs": .int(pulledAtMs), "subtask": subtask.raw] }
+
+        public static func from(json value: JSONValue) -> JournalEntry? {
+            guard let pulled = value["pulledAtMs"]?.intValue, let raw = value["subtask"],
+                  case .success(let subtask) = Subtask.parse(raw) else { return nil }
+            return JournalEntry(subtask: subtask, pulledAtMs: pulled)
+        }
+    }
+
+    public enum Action: Sendable, Equatable {
+        /// Its result is in the outbox: post it (first, before anything else).
+        case post(SubtaskResult)
+        /// Still within its timeout since the pull: run it again.
+        case rerun(JournalEntry)
+        /// Too late to run: report it failed.
+        case reportRestarted(SubtaskResult)
+    }
+
+    /// Outbox first; then each journal entry without an outbox result, rerun or reported.
+    public static func plan(journal: [JournalEntry], outbox: [SubtaskResult], nowMs: Int64) -> [Action] {
+        var actions = outbox.map(Action.post)
+        let posted = Set(outbox.map(\.subtaskID))
+        for entry in journal.sorted(by: { $0.pulledAtMs < $1.pulledAtMs }) where !posted.contains(entry.subtask.id) {
+            if nowMs - entry.pulledAtMs < entry.subtask.timeoutMs {
+                actions.append(.rerun(entry))
+            } else {
+                actions.append(.reportRestarted(SubtaskResult(subtaskID: entry.subtask.id, taskID: entry.subtask.taskID, ok: false,
+                                                              output: "", error: "worker_restarted", durationMs: max(0, nowMs - entry.pulledAtMs))))
+            }
+        }
+        return actions
+    }
+}

@@ -1,0 +1,154 @@
+import Testing
+@testable import WorkerCore
+
+@Suite struct CoordinatorBodies {
+    let telemetry: JSONValue = ["onExternalPower": true, "batteryPct": 80, "deviceType": "laptop", "updatedAtMs": 1]
+
+    @Test func registerCarriesTheSchemaFieldsAndNoNulls() throws {
+        let body = CoordinatorWire.register(agentID: "host-1", version: "0.1.0", registrationToken: nil, provider: .ollama, telemetry: telemetry)
+        #expect(body["agentId"] == "host-1" && body["os"] == "linux" && body["version"] == "0.1.0" && body["mode"] == "swarm-only")
+        #expect(body["localModelProvider"] == "ollama-local")
+        #expect(body["clientType"] == "edgecoder-linux-worker")
+        #expect(body["maxConcurrentTasks"] == 1)
+        #expect(body["registrationToken"] == nil, "absent, never null")
+        #expect(!body.serialized.contains("null"))
+        let withToken = CoordinatorWire.register(agentID: "a", version: "v", registrationToken: "t", provider: .openai, telemetry: telemetry)
+        #expect(withToken["registrationToken"] == "t" && withToken["localModelProvider"] == "edgecoder-local")
+    }
+
+    @Test func resultOutputIsCutToStayUnderTheBodyLimit() {
+        let huge = String(repeating: "\u{1}x", count: 700_000)  // escapes to 7 bytes per pair
+        let body = CoordinatorWire.result(SubtaskResult(subtaskID: "s", taskID: "t", ok: true, output: huge, durationMs: 5), agentID: "a")
+        #expect(body.serialized.utf8.count <= CoordinatorWire.maxBodyBytes)
+        #expect((body["output"]?.stringValue?.count ?? 0) > 100_000)
+        let small = CoordinatorWire.result(SubtaskResult(subtaskID: "s", taskID: "t", ok: false, output: "", error: "worker_restarted", durationMs: 5), agentID: "a")
+        #expect(small["output"] == "" && small["error"] == "worker_restarted" && small["ok"] == false && small["durationMs"] == 5)
+    }
+}
+
+@Suite struct CoordinatorAnswers {
+    func classify(_ call: CoordinatorAnswer.Call, _ status: Int, _ body: String) -> CoordinatorAnswer {
+        CoordinatorAnswer.classify(call, status: status, body: Array(body.utf8))
+    }
+
+    @Test func registrationAnswers() {
+        #expect(classify(.register, 200, #"{"accepted":true,"meshToken":"abc","policy":{}}"#) == .registered(meshToken: "abc"))
+        #expect(classify(.register, 200, #"{"accepted":true}"#) == .registered(meshToken: nil))
+        #expect(classify(.register, 403, #"{"error":"node_not_activated","reason":"registration_token_required"}"#) == .rejected(reason: "node_not_activated: registration_token_required"))
+        #expect(classify(.register, 403, #"{"error":"node_not_activated"}"#) == .rejected(reason: "node_not_activated"))
+        #expect(classify(.register, 403, "<html>") == .rejected(reason: "forbidden (403) without a reason"))
+        if case .failure = classify(.register, 200, #"{"accepted":true,"meshToken":"has space"}"#) {} else { Issue.record("bad token accepted") }
+        if case .failure = classify(.register, 200, #"{"accepted":false}"#) {} else { Issue.record("not accepted, yet registered") }
+    }
+
+    @Test func heartbeatAnswers() {
+        #expect(classify(.heartbeat, 200, #"{"ok":true,"requeued":0}"#) == .accepted)
+        #expect(classify(.heartbeat, 200, #"{"ok":false,"blacklisted":true,"reason":"abuse"}"#) == .rejected(reason: "blacklisted: abuse"))
+        #expect(classify(.heartbeat, 401, #"{"error":"mesh_unauthorized","reason":"agent_not_registered"}"#) == .unauthorized(reason: "agent_not_registered"))
+        #expect(classify(.heartbeat, 401, "") == .unauthorized(reason: nil))
+    }
+
+    @Test func pullAnswers() {
+        #expect(classify(.pull, 200, #"{"subtask":null}"#) == .noWork)
+        #expect(classify(.pull, 200, #"{"subtask":null,"powerDeferred":true,"deferMs":5000,"reason":"high_cpu_defer"}"#) == .deferred(reason: "high_cpu_defer", deferMs: 5000))
+        #expect(classify(.pull, 200, #"{"subtask":null,"powerDeferred":true,"reason":"thermal_throttle"}"#) == .deferred(reason: "thermal_throttle", deferMs: nil))
+        #expect(classify(.pull, 200, #"{"subtask":null,"blocked":true,"reason":"x"}"#) == .rejected(reason: "blocked: x"))
+        guard case .work(let subtask) = classify(.pull, 200, #"{"subtask":{"id":"s1","taskId":"t1","kind":"single_step","language":"python","input":"hi","timeoutMs":1500,"snapshotRef":"debug","extra":[1]}}"#) else {
+            Issue.record("no work parsed")
+            return
+        }
+        #expect(subtask.id == "s1" && subtask.taskID == "t1" && subtask.input == "hi" && subtask.timeoutMs == 1500)
+        #expect(classify(.pull, 200, #"{"subtask":{"id":"s1","taskId":"t1","input":5}}"#) == .unrunnable(id: "s1", taskID: "t1", reason: "malformed_subtask: no input string"))
+    }
+
+    @Test(arguments: [
+        (200, ""), (200, "{"), (200, "[]"), (200, "null"), (200, #"{"subtask":{"taskId":"t"}}"#), (200, #"{"subtask":{"id":"../../etc","taskId":"t","input":"x"}}"#),
+        (200, #"{"subtask":{"id":"","taskId":"t","input":"x"}}"#), (500, #"{"error":"boom"}"#), (502, "<html>bad gateway</html>"), (200, #"{"nosubtask":1}"#),
+        (200, #"{"subtask":5}"#), (204, ""), (302, ""),
+    ])
+    func brokenPullAnswersAreFailures(status: Int, body: String) {
+        if case .failure = classify(.pull, status, body) {} else { Issue.record("\(status) \(body) was \(classify(.pull, status, body))") }
+    }
+
+    @Test func hostileReasonsAreShortenedAndStripped() {
+        let reason = String(repeating: "\u{1b}[31m", count: 200)
+        guard case .rejected(let text) = classify(.register, 403, "{\"error\":\"x\",\"reason\":\"\(reason.unicodeScalars.map { $0 == "\u{1b}" ? "\\u001b" : String($0) }.joined())\"}") else {
+            Issue.record("not rejected")
+            return
+        }
+        #expect(!text.contains("\u{1b}"))
+        #expect(text.count < 300)
+    }
+
+    @Test func timeoutsAreBoundedAndDefaulted() throws {
+        let big = try Subtask.parse(JSON.parse(#"{"id":"a","taskId":"b","input":"x","timeoutMs":1e30}"#)).get()
+        #expect(big.timeoutMs == 86_400_000)
+        let none = try Subtask.parse(JSON.parse(#"{"id":"a","taskId":"b","input":"x"}"#)).get()
+        #expect(none.timeoutMs == Subtask.defaultTimeoutMs)
+        let negative = try Subtask.parse(JSON.parse(#"{"id":"a","taskId":"b","input":"x","timeoutMs":-5}"#)).get()
+        #expect(negative.timeoutMs == Subtask.defaultTimeoutMs)
+    }
+}
+
+@Suite struct BackoffAndRecovery {
+    @Test func backoffGrowsFromOneAndAHalfSecondsToTheCap() {
+        let backoff = Backoff()
+        #expect((1...8).map { backoff.ceiling(failures: $0) } == [1_500, 3_000, 6_000, 12_000, 24_000, 48_000, 60_000, 60_000])
+        #expect(backoff.ceiling(failures: 1_000) == 60_000)
+    }
+
+    @Test func jitterIsDrawnFromZeroToTheCeiling() {
+        var ranges: [ClosedRange<Int64>] = []
+        let delay = Backoff().delay(failures: 3) { range in ranges.append(range); return range.upperBound / 2 }
+        #expect(ranges == [0...6_000])
+        #expect(delay == 3_000)
+        var generator = SeededGenerator(seed: 7)
+        let draws = (0..<1_000).map { _ in Backoff().delay(failures: 2) { Int64.random(in: $0, using: &generator) } }
+        #expect(draws.allSatisfy { (0...3_000).contains($0) })
+        #expect(Set(draws).count > 500, "full jitter spreads a fleet")
+    }
+
+    func entry(_ id: String, pulledAt: Int64, timeout: Int64) -> RecoveryPlan.JournalEntry {
+        RecoveryPlan.JournalEntry(subtask: try! Subtask.parse(["id": .string(id), "taskId": "t", "input": "p", "timeoutMs": .int(timeout)]).get(), pulledAtMs: pulledAt)
+    }
+
+    @Test func outboxIsDeliveredFirstThenJournalRerunOrReported() {
+        let posted = SubtaskResult(subtaskID: "done", taskID: "t", ok: true, output: "o", durationMs: 1)
+        let plan = RecoveryPlan.plan(journal: [entry("late", pulledAt: 0, timeout: 1_000), entry("fresh", pulledAt: 9_500, timeout: 1_000), entry("done", pulledAt: 0, timeout: 99_999)],
+                                     outbox: [posted], nowMs: 10_000)
+        #expect(plan.count == 3)
+        #expect(plan[0] == .post(posted))
+        guard case .reportRestarted(let late) = plan[1], case .rerun(let fresh) = plan[2] else {
+            Issue.record("\(plan)")
+            return
+        }
+        #expect(late.subtaskID == "late" && late.ok == false && late.error == "worker_restarted")
+        #expect(fresh.subtask.id == "fresh")
+    }
+
+    @Test func journalEntriesRoundTrip() throws {
+        let original = entry("x", pulledAt: 42, timeout: 5_000)
+        #expect(RecoveryPlan.JournalEntry.from(json: try JSON.parse(original.json.serialized)) == original)
+        #expect(RecoveryPlan.JournalEntry.from(json: ["pulledAtMs": 1]) == nil)
+    }
+}
+
+@Suite struct TaskHistoryBounds {
+    @Test func keepsTheNewestFiftyPerSource() {
+        var history = TaskHistory()
+        for i in 0..<80 { history.upsert(TaskRecord(id: "c\(i)", source: .coordinator, origin: "t", prompt: "p", startedAtMs: Int64(i))) }
+        for i in 0..<10 { history.upsert(TaskRecord(id: "b\(i)", source: .bluetooth, origin: "00:AA", prompt: "p", startedAtMs: Int64(i))) }
+        #expect(history.records.filter { $0.source == .coordinator }.count == 50)
+        #expect(history.records.first { $0.source == .coordinator }?.id == "c30")
+        #expect(history.records.filter { $0.source == .bluetooth }.count == 10)
+    }
+
+    @Test func runningTasksBecomeInterruptedAtAStop() throws {
+        var history = TaskHistory()
+        history.upsert(TaskRecord(id: "r", source: .bluetooth, origin: "x", prompt: String(repeating: "p", count: 2_000), startedAtMs: 1))
+        history.markRunningInterrupted(atMs: 11)
+        #expect(history.records[0].state == .interrupted && history.records[0].error == "interrupted" && history.records[0].durationMs == 10)
+        #expect(history.records[0].prompt.count == TaskRecord.previewLimit)
+        #expect(TaskHistory.from(json: try JSON.parse(history.json.serialized)) == history)
+    }
+}
