@@ -11,9 +11,9 @@ export PATH := /opt/swift/usr/bin:$(PATH)
 
 # Debian packages: the C libraries we link, and the tools the tests drive.
 APT_PACKAGES := pkg-config libcurl4-openssl-dev libbluetooth-dev libsystemd-dev \
-                util-linux systemd iproute2 python3
+                util-linux systemd iproute2 python3 curl openssl
 
-.PHONY: all build release run test unit suites bench install deps clean
+.PHONY: all build release run test unit suites bench demo install deps clean
 
 all: build
 
@@ -66,6 +66,10 @@ bench: release
 	python3 Tests/Bench/daemon_bench.py $(RELEASE_BIN)
 	python3 Tests/Bench/path_bench.py $(RELEASE_BIN)
 	.build/release/worker-bench
+
+# A whole coordinator round trip on loopback: dev coordinator, worker, llama.cpp.
+demo: build
+	bash Tests/Coordinator/demo.sh
 
 install: release
 	install -D -m0755 $(RELEASE_BIN) $(DESTDIR)$(PREFIX)/bin/edgecoder-worker
