@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import Logging
+import ModelBackend
 import Posix
 import StateStore
 import Systemd
@@ -52,6 +53,7 @@ public enum DaemonMain {
             ControlServer(listener: listener, daemon: daemon, logger: logger.labeled("control"),
                           daemonUID: getuid(), readGroupName: config.control.readGroup, readGroupGID: readGroupGID),
         ]
+        services.append(ModelProbeService(daemon: daemon, backend: ModelBackend(config: config.backend), logger: logger.labeled("backend")))
         services.append(CoordinatorService(daemon: daemon, config: config, directory: directory, logger: logger.labeled("coordinator")))
         services.append(PowerMonitorService(daemon: daemon, logger: logger.labeled("power"), reader: reader))
         services.append(PathMonitorService(daemon: daemon, logger: logger.labeled("path"), graceMs: config.network.pathLossGraceMs,

@@ -50,9 +50,12 @@ public actor WorkerDaemon {
     private var gateBlocked = false
     private var gateEvaluated = false
     private var coordinator: CoordinatorStatus?
+    private var model: (state: String, detail: String, atMs: Int64)?
     private var tasks: TaskHistory
     /// Whether mode `on`'s runtime should run; the coordinator service waits on it.
     public nonisolated let coordinatorRuntime = StateSignal(false)
+    /// Whether a working mode (on, bluetooth) is selected; the model probe wakes on changes.
+    public nonisolated let workingModeSelected = StateSignal(false)
     private var path: PathStatus?
     private var pathSinceMs: Int64 = 0
     private var lastHook: (name: String, outcome: HookOutcome, timeMs: Int64)?
@@ -325,6 +328,23 @@ public actor WorkerDaemon {
         return .object(object)
     }
 
+    // MARK: Model backend
+
+    public var currentMode: Mode { modeState.mode }
+
+    public func updateModel(state: String, detail: String) {
+        model = (state, detail, clock())
+    }
+
+    func backendJSON() -> JSONValue {
+        var object = JSONObject([("kind", .string(config.backend.kind.rawValue)), ("url", .string(config.backend.url)),
+                                 ("model", .string(config.backend.model))])
+        object["modelState"] = .string(model?.state ?? "idle")
+        object["detail"] = .string(model?.detail ?? "not probed yet")
+        if let at = model?.atMs { object["checkedAt"] = .string(formatUTC(milliseconds: at)) }
+        return .object(object)
+    }
+
     // MARK: Coordinator
 
     /// Whether mode `on`'s runtime should run now: selected, past the charge gate, configured.
@@ -332,6 +352,8 @@ public actor WorkerDaemon {
 
     private func wakeRuntimeWaiters() {
         if coordinatorRuntime.value != coordinatorRuntimeActive { coordinatorRuntime.set(coordinatorRuntimeActive) }
+        let working = modeState.mode != .off
+        if workingModeSelected.value != working { workingModeSelected.set(working) }
     }
 
     public func updateCoordinator(_ status: CoordinatorStatus?) {
@@ -477,6 +499,7 @@ public actor WorkerDaemon {
             "network": networkJSON(),
             "power": powerJSON(),
             "coordinator": coordinatorJSON(),
+            "backend": backendJSON(),
             "policy": policyJSON(),
             "daemon": .object(daemon),
             "recoveredStateFiles": .array(recovered.map(\.json)),

@@ -208,6 +208,9 @@ struct StatusCommand: Command {
                                  + ((coordinator["running"]?.stringValue).map { ", running \($0)" } ?? ""))
                 }
             }
+            if let backend = status["backend"] {
+                lines.append("backend:  \(backend["kind"]?.stringValue ?? "?") \(backend["url"]?.stringValue ?? "?") model \(backend["model"]?.stringValue ?? "?"): \(backend["modelState"]?.stringValue ?? "?") — \(backend["detail"]?.stringValue ?? "")")
+            }
             if let power = status["power"] {
                 if let decision = power["decision"] {
                     var line = "power:    new work \(decision["allowed"]?.boolValue == true ? "allowed" : "HELD: \(decision["reason"]?.stringValue ?? "?")")"

@@ -206,6 +206,8 @@ def the_whole_loop(model):
         status = w.status()["coordinator"]
         check(status["registered"] and status["subtasksDone"] == 3 and status["outboxDepth"] == 0, "status shows registered, 3 done, empty outbox", status)
         check(status["lastHeartbeat"] is not None and status["lastHeartbeatLatencyMs"] is not None, "status shows the last heartbeat and its latency", status)
+        backend = w.status()["backend"]
+        check(backend["modelState"] == "ready" and "tiny" in backend["detail"], "status shows the backend's readiness probe: modelState ready", backend)
         tasks = json.loads(w.cli("tasks", "--json").stdout)["tasks"]
         check(sorted(t["id"] for t in tasks if t["source"] == "coordinator") == sorted(ids) and all(t["state"] == "done" for t in tasks),
               "every coordinator task is in `tasks`, done", tasks[:1])
@@ -427,6 +429,7 @@ def ollama_backend(model):
         result = [r for r in c.results()["results"] if r["subtaskId"] == ids[0]][0]
         check(result["ok"] and result["output"], "with the model's text", result)
         check(c.state()["registrations"][0]["body"]["localModelProvider"] == "ollama-local", "registered as ollama-local")
+        check(w.status()["backend"]["modelState"] == "ready", "the ollama readiness probe (/api/tags) says ready")
     finally:
         w.cleanup(); c.stop(); fixture.stop()
 
