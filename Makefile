@@ -65,6 +65,7 @@ suites:
 bench: release
 	python3 Tests/Bench/daemon_bench.py $(RELEASE_BIN)
 	python3 Tests/Bench/path_bench.py $(RELEASE_BIN)
+	python3 Tests/Bench/coordinator_bench.py $(RELEASE_BIN)
 	.build/release/worker-bench
 
 # A whole coordinator round trip on loopback: dev coordinator, worker, llama.cpp.

@@ -74,22 +74,45 @@ public final class HTTPClient: Sendable {
     }
 
     private let state = Mutex(State())
-    // The multi handle is used only by the transfer thread, except curl_multi_wakeup,
-    // which libcurl documents as callable from any thread.
-    nonisolated(unsafe) private let multi: UnsafeMutableRawPointer
+    /// The multi handle and its thread start with the first request: a daemon in `off`
+    /// never loads TLS or spends a thread on HTTP. Only the transfer thread uses the
+    /// handle, except curl_multi_wakeup, which libcurl allows from any thread.
+    private let engine = Mutex<UnsafeMutableRawPointer?>(nil)
 
-    private init() throws(HTTPError) {
-        curl_global_init(Int(CURL_GLOBAL_DEFAULT))
-        guard let multi = curl_multi_init() else { throw HTTPError(kind: .transfer, message: "curl_multi_init failed") }
-        self.multi = multi
-        var thread = pthread_t()
-        let context = Unmanaged.passRetained(self).toOpaque()
-        let rc = pthread_create(&thread, nil, { raw in
-            Unmanaged<HTTPClient>.fromOpaque(raw!).takeUnretainedValue().loop()
-            return nil
-        }, context)
-        if rc != 0 { throw HTTPError(kind: .transfer, message: "pthread_create: \(rc)") }
-        pthread_detach(thread)
+    private init() throws(HTTPError) {}
+
+    /// Starts libcurl and the transfer thread once; returns the multi handle.
+    private func started() throws(HTTPError) -> UnsafeMutableRawPointer {
+        try engine.withLock { (engine) throws(HTTPError) -> UnsafeMutableRawPointer in
+            if let multi = engine { return multi }
+            curl_global_init(Int(CURL_GLOBAL_DEFAULT))
+            guard let multi = curl_multi_init() else { throw HTTPError(kind: .transfer, message: "curl_multi_init failed") }
+            let context = Unmanaged.passRetained(LoopContext(client: self, multi: multi)).toOpaque()
+            var thread = pthread_t()
+            let rc = pthread_create(&thread, nil, { raw in
+                let context = Unmanaged<LoopContext>.fromOpaque(raw!).takeRetainedValue()
+                context.client.loop(multi: context.multi)
+                return nil
+            }, context)
+            if rc != 0 { throw HTTPError(kind: .transfer, message: "pthread_create: \(rc)") }
+            pthread_detach(thread)
+            engine = multi
+            return multi
+        }
+    }
+
+    /// Interrupts the transfer thread's poll (curl_multi_wakeup is thread-safe).
+    private func wake() {
+        if let multi = engine.withLock({ $0 }) { curl_multi_wakeup(multi) }
+    }
+
+    private final class LoopContext {
+        let client: HTTPClient
+        let multi: UnsafeMutableRawPointer
+        init(client: HTTPClient, multi: UnsafeMutableRawPointer) {
+            self.client = client
+            self.multi = multi
+        }
     }
 
     /// The libcurl version, for `doctor` and status.
@@ -97,6 +120,7 @@ public final class HTTPClient: Sendable {
 
     /// Performs `request`; throws HTTPError, or CancellationError when the task is cancelled.
     public func perform(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let multi = try started()
         let id = state.withLock { state -> UInt64 in
             state.nextID += 1
             return state.nextID
@@ -113,7 +137,7 @@ public final class HTTPClient: Sendable {
             }
         } onCancel: {
             state.withLock { _ = $0.cancelled.insert(id) }
-            curl_multi_wakeup(multi)
+            wake()
         }
     }
 
@@ -142,7 +166,7 @@ public final class HTTPClient: Sendable {
         }
     }
 
-    private func loop() {
+    private func loop(multi: UnsafeMutableRawPointer) {
         var transfers: [UnsafeMutableRawPointer: Transfer] = [:]
         while true {
             let (submitted, cancelled) = state.withLock { state -> ([(UInt64, Pending)], Set<UInt64>) in
@@ -157,7 +181,7 @@ public final class HTTPClient: Sendable {
                     pending.continuation.resume(throwing: CancellationError())
                     continue
                 }
-                switch start(id: id, pending) {
+                switch start(id: id, pending, multi: multi) {
                 case .success(let transfer): transfers[transfer.easy] = transfer
                 case .failure(let error): pending.continuation.resume(throwing: error)
                 }
@@ -165,7 +189,7 @@ public final class HTTPClient: Sendable {
             // A cancellation that arrived before its submission stays pending for it.
             let lateCancels = cancelled.filter { id in !submitted.contains { $0.0 == id } }
             for (easy, transfer) in transfers where lateCancels.contains(transfer.id) {
-                finish(transfers.removeValue(forKey: easy)!, result: .failure(CancellationError()))
+                finish(transfers.removeValue(forKey: easy)!, result: .failure(CancellationError()), multi: multi)
             }
 
             var running: Int32 = 0
@@ -175,14 +199,14 @@ public final class HTTPClient: Sendable {
                 guard message.pointee.msg == CURLMSG_DONE, let easy = message.pointee.easy_handle,
                       let transfer = transfers.removeValue(forKey: easy) else { continue }
                 let code = message.pointee.data.result
-                finish(transfer, result: outcome(of: transfer, code: code))
+                finish(transfer, result: outcome(of: transfer, code: code), multi: multi)
             }
             var ready: Int32 = 0
             curl_multi_poll(multi, nil, 0, transfers.isEmpty ? 10_000 : 1_000, &ready)
         }
     }
 
-    private func start(id: UInt64, _ pending: Pending) -> Result<Transfer, any Error> {
+    private func start(id: UInt64, _ pending: Pending, multi: UnsafeMutableRawPointer) -> Result<Transfer, any Error> {
         let request = pending.request
         guard let easy = curl_easy_init() else { return .failure(HTTPError(kind: .transfer, message: "curl_easy_init failed")) }
         let transfer = Transfer(id: id, easy: easy, continuation: pending.continuation, maxBytes: request.maxResponseBytes)
@@ -263,7 +287,7 @@ public final class HTTPClient: Sendable {
         return .success(HTTPResponse(status: status, body: transfer.body, durationMicroseconds: micros))
     }
 
-    private func finish(_ transfer: Transfer, result: Result<HTTPResponse, any Error>) {
+    private func finish(_ transfer: Transfer, result: Result<HTTPResponse, any Error>, multi: UnsafeMutableRawPointer) {
         curl_multi_remove_handle(multi, transfer.easy)
         curl_easy_cleanup(transfer.easy)
         if let headers = transfer.headers { curl_slist_free_all(headers) }

@@ -547,6 +547,9 @@ class Drop(Exception):
 
 
 class Handler(BaseHTTPRequestHandler):
+    # Headers and body go out in separate writes; with Nagle on, the body waits for the
+    # client's delayed ACK (40 ms). Real servers (Node, Go, Ollama) set TCP_NODELAY too.
+    disable_nagle_algorithm = True
     protocol_version = "HTTP/1.1"
     server_version = "edgecoder-dev-coordinator/1"
 

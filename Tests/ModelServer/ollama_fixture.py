@@ -89,6 +89,9 @@ class Config:
 
 
 class Handler(BaseHTTPRequestHandler):
+    # Headers and body go out in separate writes; with Nagle on, the body waits for the
+    # client's delayed ACK (40 ms). Real servers (Node, Go, Ollama) set TCP_NODELAY too.
+    disable_nagle_algorithm = True
     protocol_version = "HTTP/1.1"
     server_version = "ollama-fixture/1"
     sys_version = ""
