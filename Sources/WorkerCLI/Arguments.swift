@@ -1,3 +1,5 @@
+import WorkerCore
+
 /// A usage mistake: printed once with the command's usage, exit 64 (EX_USAGE).
 struct UsageError: Error {
     var message: String
@@ -54,6 +56,15 @@ struct Arguments {
         }
         if let value, value.isEmpty { throw UsageError("\(name) needs a non-empty value") }
         return value
+    }
+
+    /// An option whose value must be a whole number in `range`; nil when absent.
+    mutating func number(_ name: String, in range: ClosedRange<Int>) throws(UsageError) -> Int? {
+        guard let text = try option(name) else { return nil }
+        guard let n = Int(text), range.contains(n) else {
+            throw UsageError("\(name) must be a number in \(range.lowerBound)…\(range.upperBound), got '\(printable(text))'")
+        }
+        return n
     }
 
     /// The arguments left once every option has been read: call it last.

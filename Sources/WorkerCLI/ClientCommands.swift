@@ -267,12 +267,7 @@ struct EventsCommand: Command {
     init(_ arguments: inout Arguments) throws(UsageError) {
         follow = arguments.flag("--follow") || arguments.flag("-f")
         json = arguments.flag("--json")
-        if let text = try arguments.option("--limit") {
-            guard let n = Int(text), n >= 1, n <= 100_000 else { throw UsageError("--limit must be a number in 1…100000, got '\(printable(text))'") }
-            limit = n
-        } else {
-            limit = nil
-        }
+        limit = try arguments.number("--limit", in: 1...100_000)
         runtimeDirectory = try WorkerCLI.runtimeDirectory(&arguments)
     }
 
@@ -321,12 +316,7 @@ struct TasksCommand: Command {
 
     init(_ arguments: inout Arguments) throws(UsageError) {
         json = arguments.flag("--json")
-        if let text = try arguments.option("--limit") {
-            guard let n = Int(text), n >= 1, n <= 1_000 else { throw UsageError("--limit must be a number in 1…1000, got '\(printable(text))'") }
-            limit = n
-        } else {
-            limit = nil
-        }
+        limit = try arguments.number("--limit", in: 1...1_000)
         runtimeDirectory = try WorkerCLI.runtimeDirectory(&arguments)
     }
 
