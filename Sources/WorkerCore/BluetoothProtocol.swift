@@ -1,0 +1,190 @@
+/// The chunked JSON protocol of SPEC 6, pure: bytes in, requests and errors out; messages
+/// in, notification chunks out. No D-Bus here (the GATT adapter feeds it).
+
+/// A well-formed request from a Bluetooth client.
+public struct BluetoothRequest: Sendable, Equatable {
+    public var id: String
+    public var prompt: String
+    public var maxTokens: Int
+    public static let defaultMaxTokens = 512
+    public static let maxTokensLimit = 8_192
+}
+
+/// What the assembler makes of a client's bytes.
+public enum AssemblerEvent: Sendable, Equatable {
+    case request(BluetoothRequest)
+    /// Answered with `ok: false`; `id` when it could be read.
+    case rejected(id: String?, error: String)
+}
+
+/// Reassembles one client's requests from writes of any size. The end of a request is
+/// found by a linear scan that keeps its state between writes (depth, inside a string,
+/// after a backslash), so each byte is looked at once; the whole object is parsed once,
+/// when it is complete. EdgeCoder's phone re-parsed the growing buffer after every write,
+/// which is quadratic and wedged on one malformed write.
+public struct RequestAssembler: Sendable {
+    public let maxRequestBytes: Int
+    public let idleDropMs: Int64
+
+    private var buffer: [UInt8] = []
+    private var depth = 0
+    private var inString = false
+    private var escaped = false
+    /// Bytes of an oversized request are skipped (not stored) until its end.
+    private var discarding = false
+    private var discardedBytes = 0
+    private var lastByteAtMs: Int64 = 0
+
+    public init(maxRequestBytes: Int = 65_536, idleDropMs: Int64 = 5_000) {
+        self.maxRequestBytes = maxRequestBytes
+        self.idleDropMs = idleDropMs
+    }
+
+    /// Whether a partial request is waiting for more bytes.
+    public var isPartial: Bool { depth > 0 || discarding }
+
+    /// Feeds one write; returns every request completed (or rejected) by it, in order.
+    public mutating func feed(_ bytes: some Collection<UInt8>, nowMs: Int64) -> [AssemblerEvent] {
+        var events = tick(nowMs: nowMs)
+        lastByteAtMs = nowMs
+        for byte in bytes {
+            if depth == 0 && !discarding {
+                // Between requests: whitespace is ignored; anything but '{' is garbage,
+                // reported once and skipped up to the next '{'.
+                if byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 { continue }
+                guard byte == UInt8(ascii: "{") else {
+                    if !skippingGarbage {
+                        events.append(.rejected(id: nil, error: "malformed_request: a request must be a JSON object starting with '{'"))
+                        skippingGarbage = true
+                    }
+                    continue
+                }
+                skippingGarbage = false
+                inString = false
+                escaped = false
+            }
+            if !discarding {
+                buffer.append(byte)
+                if buffer.count > maxRequestBytes {
+                    discarding = true
+                    discardedBytes = buffer.count
+                    buffer.removeAll(keepingCapacity: true)
+                }
+            } else {
+                discardedBytes += 1
+            }
+            scan(byte)
+            if depth == 0 {
+                if discarding {
+                    events.append(.rejected(id: nil, error: "too_large: the request is over \(maxRequestBytes) bytes (bluetooth.maxRequestBytes)"))
+                    discarding = false
+                    discardedBytes = 0
+                } else {
+                    events.append(RequestAssembler.decode(buffer))
+                    buffer.removeAll(keepingCapacity: true)
+                }
+            }
+        }
+        return events
+    }
+
+    private var skippingGarbage = false
+
+    private mutating func scan(_ byte: UInt8) {
+        if inString {
+            if escaped { escaped = false } else if byte == UInt8(ascii: "\\") { escaped = true } else if byte == UInt8(ascii: "\"") { inString = false }
+            return
+        }
+        switch byte {
+        case UInt8(ascii: "\""): inString = true
+        case UInt8(ascii: "{"), UInt8(ascii: "["): depth += 1
+        case UInt8(ascii: "}"), UInt8(ascii: "]"): depth -= 1
+        default: break
+        }
+    }
+
+    /// Drops a partial request idle for `idleDropMs`; returns the rejection to answer.
+    public mutating func tick(nowMs: Int64) -> [AssemblerEvent] {
+        guard isPartial, nowMs - lastByteAtMs >= idleDropMs else { return [] }
+        let id = RequestAssembler.partialID(buffer)
+        reset()
+        return [.rejected(id: id, error: "incomplete_request: no more bytes for \(idleDropMs) ms; the partial request was dropped")]
+    }
+
+    public mutating func reset() {
+        buffer.removeAll(keepingCapacity: false)
+        depth = 0
+        inString = false
+        escaped = false
+        discarding = false
+        discardedBytes = 0
+        skippingGarbage = false
+    }
+
+    /// Parses a complete object once and checks its fields.
+    static func decode(_ bytes: [UInt8]) -> AssemblerEvent {
+        let value: JSONValue
+        do {
+            value = try JSON.parse(bytes, maxDepth: 16)
+        } catch {
+            let kind = error.reason == .invalidUTF8 ? "invalid_utf8" : "malformed_json"
+            return .rejected(id: partialID(bytes), error: "\(kind): \(error)")
+        }
+        let id = value["id"]?.stringValue.flatMap { Subtask.isSafeID($0) ? $0 : nil }
+        guard let id else { return .rejected(id: nil, error: "missing_id: the request needs an \"id\" string") }
+        guard let prompt = value["prompt"]?.stringValue, !prompt.isEmpty else {
+            return .rejected(id: id, error: "missing_prompt: the request needs a non-empty \"prompt\" string")
+        }
+        var maxTokens = BluetoothRequest.defaultMaxTokens
+        if let given = value["maxTokens"] {
+            guard let n = given.intValue, n >= 1, n <= Int64(BluetoothRequest.maxTokensLimit) else {
+                return .rejected(id: id, error: "bad_max_tokens: \"maxTokens\" must be an integer in 1…\(BluetoothRequest.maxTokensLimit)")
+            }
+            maxTokens = Int(n)
+        }
+        return .request(BluetoothRequest(id: id, prompt: prompt, maxTokens: maxTokens))
+    }
+
+    /// The id of a broken request, when a `"id":"…"` pair can be found in its bytes.
+    static func partialID(_ bytes: [UInt8]) -> String? {
+        let key = Array(#""id""#.utf8)
+        guard bytes.count > key.count, let start = (0...(bytes.count - key.count)).first(where: { Array(bytes[$0..<($0 + key.count)]) == key }) else { return nil }
+        var i = start + key.count
+        while i < bytes.count, bytes[i] == 0x20 || bytes[i] == UInt8(ascii: ":") { i += 1 }
+        guard i < bytes.count, bytes[i] == UInt8(ascii: "\"") else { return nil }
+        i += 1
+        var id: [UInt8] = []
+        while i < bytes.count, bytes[i] != UInt8(ascii: "\""), id.count <= 200 { id.append(bytes[i]); i += 1 }
+        guard i < bytes.count, let text = String(validating: id, as: UTF8.self), Subtask.isSafeID(text) else { return nil }
+        return text
+    }
+}
+
+/// Messages the worker notifies, and their chunking.
+public enum BluetoothMessage {
+    public static func response(id: String, output: String, ok: Bool, durationMs: Int64, error: String? = nil) -> [UInt8] {
+        var object = JSONObject([("id", .string(id)), ("output", .string(output)), ("ok", .bool(ok)), ("durationMs", .int(durationMs))])
+        if let error { object["error"] = .string(error) }
+        return JSONValue.object(object).serializedBytes
+    }
+
+    /// A rejection (SPEC 6 bad input): `ok: false` with the reason, the id when known.
+    public static func rejection(id: String?, error: String) -> [UInt8] {
+        response(id: id ?? "", output: "", ok: false, durationMs: 0, error: error)
+    }
+
+    /// `batteryPct` -1 when the host has no battery (SPEC 6).
+    public static func status(modelState: String, batteryPct: Int?) -> [UInt8] {
+        JSONValue.object(JSONObject([("modelState", .string(modelState)), ("batteryPct", .int(Int64(batteryPct ?? -1)))])).serializedBytes
+    }
+
+    /// The chunk size for an ATT MTU: min(512, MTU − 3); BlueZ silently truncates past MTU − 3.
+    public static func chunkSize(mtu: Int) -> Int { max(20, min(512, mtu - 3)) }
+
+    /// Consecutive chunks of at most `chunkSize(mtu:)` bytes; the client concatenates them
+    /// until they form one complete JSON object.
+    public static func chunks(_ message: [UInt8], mtu: Int) -> [ArraySlice<UInt8>] {
+        let size = chunkSize(mtu: mtu)
+        return stride(from: 0, to: message.count, by: size).map { message[$0..<min($0 + size, message.count)] }
+    }
+}
