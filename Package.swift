@@ -10,8 +10,9 @@ let package = Package(
     ],
     targets: [
         // C libraries from Debian, each imported by exactly one Swift file.
-        .systemLibrary(name: "CCurl", pkgConfig: "libcurl",
-                       providers: [.apt(["libcurl4-openssl-dev"])]),
+        // Headers only: libcurl itself is loaded with dlopen on the first request
+        // (CCurlShims says why), so no pkg-config link flags here.
+        .systemLibrary(name: "CCurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         .systemLibrary(name: "CBluetooth", pkgConfig: "bluez",
                        providers: [.apt(["libbluetooth-dev"])]),
         .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd",

@@ -85,8 +85,12 @@ public final class HTTPClient: Sendable {
     private func started() throws(HTTPError) -> UnsafeMutableRawPointer {
         try engine.withLock { (engine) throws(HTTPError) -> UnsafeMutableRawPointer in
             if let multi = engine { return multi }
-            curl_global_init(Int(CURL_GLOBAL_DEFAULT))
-            guard let multi = curl_multi_init() else { throw HTTPError(kind: .transfer, message: "curl_multi_init failed") }
+            var reason = [CChar](repeating: 0, count: 256)
+            if ecw_curl_load(&reason, reason.count) != 0 {
+                throw HTTPError(kind: .transfer, message: String(cString: reason))
+            }
+            ecw_curl_global_init(Int(CURL_GLOBAL_DEFAULT))
+            guard let multi = ecw_curl_multi_init() else { throw HTTPError(kind: .transfer, message: "curl_multi_init failed") }
             let context = Unmanaged.passRetained(LoopContext(client: self, multi: multi)).toOpaque()
             var thread = pthread_t()
             let rc = pthread_create(&thread, nil, { raw in
@@ -103,7 +107,7 @@ public final class HTTPClient: Sendable {
 
     /// Interrupts the transfer thread's poll (curl_multi_wakeup is thread-safe).
     private func wake() {
-        if let multi = engine.withLock({ $0 }) { curl_multi_wakeup(multi) }
+        if let multi = engine.withLock({ $0 }) { ecw_curl_multi_wakeup(multi) }
     }
 
     private final class LoopContext {
@@ -115,8 +119,12 @@ public final class HTTPClient: Sendable {
         }
     }
 
-    /// The libcurl version, for `doctor` and status.
-    public static var curlVersion: String { String(cString: curl_version()) }
+    /// The libcurl version, for `doctor` and status (loads libcurl).
+    public static var curlVersion: String {
+        var reason = [CChar](repeating: 0, count: 256)
+        guard ecw_curl_load(&reason, reason.count) == 0 else { return String(cString: reason) }
+        return String(cString: ecw_curl_version())
+    }
 
     /// Performs `request`; throws HTTPError, or CancellationError when the task is cancelled.
     public func perform(_ request: HTTPRequest) async throws -> HTTPResponse {
@@ -133,7 +141,7 @@ public final class HTTPClient: Sendable {
                     // A cancellation that ran before this submission was already consumed.
                     if cancelledAlready { state.cancelled.insert(id) }
                 }
-                curl_multi_wakeup(multi)
+                ecw_curl_multi_wakeup(multi)
             }
         } onCancel: {
             state.withLock { _ = $0.cancelled.insert(id) }
@@ -193,25 +201,25 @@ public final class HTTPClient: Sendable {
             }
 
             var running: Int32 = 0
-            curl_multi_perform(multi, &running)
+            ecw_curl_multi_perform(multi, &running)
             var queued: Int32 = 0
-            while let message = curl_multi_info_read(multi, &queued) {
+            while let message = ecw_curl_multi_info_read(multi, &queued) {
                 guard message.pointee.msg == CURLMSG_DONE, let easy = message.pointee.easy_handle,
                       let transfer = transfers.removeValue(forKey: easy) else { continue }
                 let code = message.pointee.data.result
                 finish(transfer, result: outcome(of: transfer, code: code), multi: multi)
             }
             var ready: Int32 = 0
-            curl_multi_poll(multi, nil, 0, transfers.isEmpty ? 10_000 : 1_000, &ready)
+            ecw_curl_multi_poll(multi, nil, 0, transfers.isEmpty ? 10_000 : 1_000, &ready)
         }
     }
 
     private func start(id: UInt64, _ pending: Pending, multi: UnsafeMutableRawPointer) -> Result<Transfer, any Error> {
         let request = pending.request
-        guard let easy = curl_easy_init() else { return .failure(HTTPError(kind: .transfer, message: "curl_easy_init failed")) }
+        guard let easy = ecw_curl_easy_init() else { return .failure(HTTPError(kind: .transfer, message: "curl_easy_init failed")) }
         let transfer = Transfer(id: id, easy: easy, continuation: pending.continuation, maxBytes: request.maxResponseBytes)
         func check(_ code: CURLcode, _ what: String) throws(HTTPError) {
-            if code != CURLE_OK { throw HTTPError(kind: code == CURLE_URL_MALFORMAT ? .badURL : .transfer, message: "\(what): \(String(cString: curl_easy_strerror(code)))") }
+            if code != CURLE_OK { throw HTTPError(kind: code == CURLE_URL_MALFORMAT ? .badURL : .transfer, message: "\(what): \(String(cString: ecw_curl_easy_strerror(code)))") }
         }
         do {
             try check(ecw_curl_set_string(easy, CURLOPT_URL, request.url), "URL \(request.url)")
@@ -235,10 +243,10 @@ public final class HTTPClient: Sendable {
                 }
             }
             for (name, value) in request.headers {
-                transfer.headers = curl_slist_append(transfer.headers, "\(name): \(value)")
+                transfer.headers = ecw_curl_slist_append(transfer.headers, "\(name): \(value)")
             }
             // An empty Expect: stops libcurl from waiting for "100 Continue" on larger bodies.
-            transfer.headers = curl_slist_append(transfer.headers, "Expect:")
+            transfer.headers = ecw_curl_slist_append(transfer.headers, "Expect:")
             try check(ecw_curl_set_pointer(easy, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(transfer.headers)), "headers")
             let context = Unmanaged.passUnretained(transfer).toOpaque()
             try check(ecw_curl_set_write_function(easy, { data, size, count, context in
@@ -251,12 +259,12 @@ public final class HTTPClient: Sendable {
                 if let data { transfer.body.append(contentsOf: UnsafeRawBufferPointer(start: data, count: n)) }
                 return n
             }, context), "write function")
-            let added = curl_multi_add_handle(multi, easy)
-            if added != CURLM_OK { throw HTTPError(kind: .transfer, message: "curl_multi_add_handle: \(String(cString: curl_multi_strerror(added)))") }
+            let added = ecw_curl_multi_add_handle(multi, easy)
+            if added != CURLM_OK { throw HTTPError(kind: .transfer, message: "curl_multi_add_handle: \(String(cString: ecw_curl_multi_strerror(added)))") }
             return .success(transfer)
         } catch {
-            if let headers = transfer.headers { curl_slist_free_all(headers) }
-            curl_easy_cleanup(easy)
+            if let headers = transfer.headers { ecw_curl_slist_free_all(headers) }
+            ecw_curl_easy_cleanup(easy)
             transfer.errorBuffer.deallocate()
             return .failure(error)
         }
@@ -268,7 +276,7 @@ public final class HTTPClient: Sendable {
         }
         guard code == CURLE_OK else {
             let detail = String(cString: transfer.errorBuffer)
-            let message = detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail
+            let message = detail.isEmpty ? String(cString: ecw_curl_easy_strerror(code)) : detail
             let kind: HTTPError.Kind
             switch code {
             case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY: kind = .couldNotResolve
@@ -288,9 +296,9 @@ public final class HTTPClient: Sendable {
     }
 
     private func finish(_ transfer: Transfer, result: Result<HTTPResponse, any Error>, multi: UnsafeMutableRawPointer) {
-        curl_multi_remove_handle(multi, transfer.easy)
-        curl_easy_cleanup(transfer.easy)
-        if let headers = transfer.headers { curl_slist_free_all(headers) }
+        ecw_curl_multi_remove_handle(multi, transfer.easy)
+        ecw_curl_easy_cleanup(transfer.easy)
+        if let headers = transfer.headers { ecw_curl_slist_free_all(headers) }
         transfer.errorBuffer.deallocate()
         switch result {
         case .success(let response): transfer.continuation.resume(returning: response)

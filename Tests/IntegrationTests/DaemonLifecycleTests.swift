@@ -33,6 +33,17 @@ import WorkerCore
         #expect(!FileManager.default.fileExists(atPath: daemon.controlSocket), "the socket file should be removed")
     }
 
+    @Test func aDaemonInOffNeverLoadsLibcurl() throws {
+        // libcurl and its TLS stack cost ~6 MiB resident; they load with the first request.
+        let daemon = try DaemonHarness()
+        try daemon.start()
+        #expect(try daemon.cli(["status"]).status == 0)
+        let maps = try String(contentsOfFile: "/proc/\(daemon.process!.processIdentifier)/maps", encoding: .utf8)
+        #expect(!maps.contains("libcurl"), "libcurl is mapped in mode off")
+        #expect(maps.contains("libsystemd"), "the check reads the right process")
+        _ = try daemon.stop()
+    }
+
     @Test func sigintStopsCleanlyToo() throws {
         let daemon = try DaemonHarness()
         try daemon.start()
