@@ -141,6 +141,8 @@ public struct ServiceGroup: Sendable {
 
             // Reverse order: later services depend on earlier ones, so they stop first.
             stopping: for index in services.indices.reversed() where running.contains(index) {
+                let started = monotonicNanoseconds()
+                defer { logger.debug("service \(services[index].name) stopped in \((monotonicNanoseconds() - started) / 1_000_000) ms") }
                 tokens[index].trigger()
                 while running.contains(index) {
                     switch await group.next()! {
