@@ -5,7 +5,6 @@
 
 static struct {
     CURLcode (*global_init)(long);
-    char *(*version)(void);
     CURL *(*easy_init)(void);
     void (*easy_cleanup)(CURL *);
     const char *(*easy_strerror)(CURLcode);
@@ -43,7 +42,6 @@ static void load(void) {
         return;
     }
     SYMBOL(global_init, "curl_global_init");
-    SYMBOL(version, "curl_version");
     SYMBOL(easy_init, "curl_easy_init");
     SYMBOL(easy_cleanup, "curl_easy_cleanup");
     SYMBOL(easy_strerror, "curl_easy_strerror");
@@ -70,7 +68,6 @@ int ecw_curl_load(char *error, size_t error_size) {
 
 // Every function below runs only after ecw_curl_load() returned 0.
 CURLcode ecw_curl_global_init(long flags) { return curl.global_init(flags); }
-const char *ecw_curl_version(void) { return curl.version(); }
 CURL *ecw_curl_easy_init(void) { return curl.easy_init(); }
 void ecw_curl_easy_cleanup(CURL *easy) { curl.easy_cleanup(easy); }
 const char *ecw_curl_easy_strerror(CURLcode code) { return curl.easy_strerror(code); }

@@ -138,7 +138,7 @@ actor CoordinatorLink {
             case .rejected(let reason):
                 throw Stop.rejected(reason)
             case let other:
-                let delay = await failed("register: \(describeSync(other))")
+                let delay = await failed("register: \(other.failureText)")
                 try await Task.sleep(nanoseconds: UInt64(delay) * 1_000_000)
             }
         }
@@ -309,8 +309,8 @@ public struct CoordinatorService: Service {
             case .rejected(let reason):
                 throw CoordinatorLink.Stop.rejected(reason)
             case let other:
-                await link.update { $0.heartbeatFailures += 1; $0.lastError = "heartbeat: \(link.describeSync(other))" }
-                logger.warning("heartbeat failed: \(link.describeSync(other))")
+                await link.update { $0.heartbeatFailures += 1; $0.lastError = "heartbeat: \(other.failureText)" }
+                logger.warning("heartbeat failed: \(other.failureText)")
             }
             try await Task.sleep(nanoseconds: UInt64(config.coordinator.heartbeatIntervalMs) * 1_000_000)
         }
@@ -369,7 +369,7 @@ public struct CoordinatorService: Service {
             case .rejected(let reason):
                 throw CoordinatorLink.Stop.rejected(reason)
             case let other:
-                try await pause(await link.failed("pull: \(link.describeSync(other))"), stop: stop)
+                try await pause(await link.failed("pull: \(other.failureText)"), stop: stop)
             }
         }
     }
@@ -458,7 +458,7 @@ public struct CoordinatorService: Service {
             case .rejected(let reason):
                 throw CoordinatorLink.Stop.rejected(reason)
             case let other:
-                let delay = await link.failed("result \(result.subtaskID): \(link.describeSync(other))")
+                let delay = await link.failed("result \(result.subtaskID): \(other.failureText)")
                 if stop.isTriggered { throw CancellationError() }
                 try await pause(delay, stop: stop)
             }
@@ -466,12 +466,13 @@ public struct CoordinatorService: Service {
     }
 }
 
-extension CoordinatorLink {
-    nonisolated func describeSync(_ answer: CoordinatorAnswer) -> String {
-        switch answer {
+extension CoordinatorAnswer {
+    /// An answer that was not the one hoped for, in words for the log and status.
+    var failureText: String {
+        switch self {
         case .failure(let why): return why
         case .unauthorized(let reason): return "unauthorized (\(reason ?? "no reason"))"
-        default: return "unexpected answer \(answer)"
+        default: return "unexpected answer \(self)"
         }
     }
 }

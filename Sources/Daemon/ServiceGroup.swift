@@ -1,6 +1,5 @@
 import Logging
 import Posix
-import Synchronization
 
 /// A long-running part of the daemon (control socket, watchdog, coordinator loop, …).
 /// `run` returns when `shutdown` is triggered (graceful: finish what is in hand) and
@@ -12,49 +11,16 @@ public protocol Service: Sendable {
 
 /// A one-shot signal that a service should stop taking work and return.
 public final class GracefulShutdown: Sendable {
-    private struct State {
-        var triggered = false
-        var nextID = 0
-        var waiters: [Int: CheckedContinuation<Void, Never>] = [:]
-    }
-    private let state = Mutex(State())
+    private let signal = StateSignal(false)
 
     public init() {}
 
-    public var isTriggered: Bool { state.withLock { $0.triggered } }
+    public var isTriggered: Bool { signal.value }
 
-    public func trigger() {
-        let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
-            guard !state.triggered else { return [] }
-            state.triggered = true
-            defer { state.waiters = [:] }
-            return Array(state.waiters.values)
-        }
-        for waiter in waiters { waiter.resume() }
-    }
+    public func trigger() { signal.set(true) }
 
     /// Returns once triggered, or when the waiting task is cancelled.
-    public func wait() async {
-        let id = state.withLock { state -> Int in
-            state.nextID += 1
-            return state.nextID
-        }
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                // A cancellation that ran before this registration found no waiter to
-                // resume: the task's flag is already set, so check it under the lock.
-                let resumeNow = state.withLock { state -> Bool in
-                    if state.triggered || Task.isCancelled { return true }
-                    state.waiters[id] = continuation
-                    return false
-                }
-                if resumeNow { continuation.resume() }
-            }
-        } onCancel: {
-            let waiter = state.withLock { $0.waiters.removeValue(forKey: id) }
-            waiter?.resume()
-        }
-    }
+    public func wait() async { await signal.wait(for: true) }
 
     /// Runs `body` until it returns or shutdown is triggered, in which case `body` is
     /// cancelled: for services whose graceful stop is simply "stop now".

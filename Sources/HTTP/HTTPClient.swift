@@ -119,13 +119,6 @@ public final class HTTPClient: Sendable {
         }
     }
 
-    /// The libcurl version, for `doctor` and status (loads libcurl).
-    public static var curlVersion: String {
-        var reason = [CChar](repeating: 0, count: 256)
-        guard ecw_curl_load(&reason, reason.count) == 0 else { return String(cString: reason) }
-        return String(cString: ecw_curl_version())
-    }
-
     /// Performs `request`; throws HTTPError, or CancellationError when the task is cancelled.
     public func perform(_ request: HTTPRequest) async throws -> HTTPResponse {
         let multi = try started()

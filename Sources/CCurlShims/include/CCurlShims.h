@@ -16,7 +16,6 @@ int ecw_curl_load(char *error, size_t error_size);
 typedef size_t (*ecw_curl_write_fn)(char *data, size_t size, size_t count, void *context);
 
 CURLcode ecw_curl_global_init(long flags);
-const char *ecw_curl_version(void);
 CURL *ecw_curl_easy_init(void);
 void ecw_curl_easy_cleanup(CURL *easy);
 const char *ecw_curl_easy_strerror(CURLcode code);
