@@ -37,8 +37,11 @@ let package = Package(
         .target(name: "ModelBackend", dependencies: ["HTTP", "WorkerCore", "Posix"]),
         // sd_notify and the machine's app-specific id, over libsystemd.
         .target(name: "Systemd", dependencies: ["CSystemd"]),
+        // The GATT peripheral of mode bluetooth over BlueZ's D-Bus API (sd-bus), and the
+        // kernel's adapter view through libbluetooth.
+        .target(name: "BlueZ", dependencies: ["Systemd", "Posix", "WorkerCore", "Logging", "CBluetooth"]),
         // The daemon's wiring: services, control socket, the worker actor.
-        .target(name: "Daemon", dependencies: ["WorkerCore", "Logging", "Posix", "StateStore", "Systemd", "Telemetry", "HTTP", "ModelBackend"]),
+        .target(name: "Daemon", dependencies: ["WorkerCore", "Logging", "Posix", "StateStore", "Systemd", "Telemetry", "HTTP", "ModelBackend", "BlueZ"]),
         // The operator's command line.
         .target(name: "WorkerCLI", dependencies: ["WorkerCore", "Daemon", "Posix", "Logging"]),
         .executableTarget(name: "edgecoder-worker", dependencies: ["WorkerCLI"]),

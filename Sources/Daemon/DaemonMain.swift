@@ -53,7 +53,9 @@ public enum DaemonMain {
             ControlServer(listener: listener, daemon: daemon, logger: logger.labeled("control"),
                           daemonUID: getuid(), readGroupName: config.control.readGroup, readGroupGID: readGroupGID),
         ]
-        services.append(ModelProbeService(daemon: daemon, backend: ModelBackend(config: config.backend), logger: logger.labeled("backend")))
+        let backend = ModelBackend(config: config.backend)
+        services.append(ModelProbeService(daemon: daemon, backend: backend, logger: logger.labeled("backend")))
+        services.append(BluetoothService(daemon: daemon, backend: backend, config: config, logger: logger.labeled("bluetooth")))
         services.append(CoordinatorService(daemon: daemon, config: config, directory: directory, logger: logger.labeled("coordinator")))
         services.append(PowerMonitorService(daemon: daemon, logger: logger.labeled("power"), reader: reader))
         services.append(PathMonitorService(daemon: daemon, logger: logger.labeled("path"), graceMs: config.network.pathLossGraceMs,

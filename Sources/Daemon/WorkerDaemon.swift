@@ -54,8 +54,11 @@ public actor WorkerDaemon {
     private var tasks: TaskHistory
     /// Whether mode `on`'s runtime should run; the coordinator service waits on it.
     public nonisolated let coordinatorRuntime = StateSignal(false)
+    /// Whether mode `bluetooth`'s runtime should run; the Bluetooth service waits on it.
+    public nonisolated let bluetoothRuntime = StateSignal(false)
     /// Whether a working mode (on, bluetooth) is selected; the model probe wakes on changes.
     public nonisolated let workingModeSelected = StateSignal(false)
+    private var bluetooth = BluetoothStatus()
     private var path: PathStatus?
     private var pathSinceMs: Int64 = 0
     private var lastHook: (name: String, outcome: HookOutcome, timeMs: Int64)?
@@ -162,7 +165,7 @@ public actor WorkerDaemon {
         switch mode {
         case .off: return nil
         case .on: return config.coordinator.url == nil ? "coordinator.url is not configured: set it in the config file and restart" : nil
-        case .bluetooth: return "the Bluetooth runtime is not part of this build yet; the mode is kept and will run once it is"
+        case .bluetooth: return nil
         }
     }
 
@@ -350,8 +353,12 @@ public actor WorkerDaemon {
     /// Whether mode `on`'s runtime should run now: selected, past the charge gate, configured.
     var coordinatorRuntimeActive: Bool { modeState.mode == .on && runtime.phase == .running }
 
+    /// Whether mode `bluetooth`'s runtime should run now: selected and past the charge gate.
+    var bluetoothRuntimeActive: Bool { modeState.mode == .bluetooth && runtime.phase == .running }
+
     private func wakeRuntimeWaiters() {
         if coordinatorRuntime.value != coordinatorRuntimeActive { coordinatorRuntime.set(coordinatorRuntimeActive) }
+        if bluetoothRuntime.value != bluetoothRuntimeActive { bluetoothRuntime.set(bluetoothRuntimeActive) }
         let working = modeState.mode != .off
         if workingModeSelected.value != working { workingModeSelected.set(working) }
     }
@@ -386,6 +393,32 @@ public actor WorkerDaemon {
         var object = coordinator?.json.objectValue ?? JSONObject([("state", "not running")])
         object["url"] = .optional(config.coordinator.url)
         object["active"] = .bool(coordinatorRuntimeActive)
+        return .object(object)
+    }
+
+    // MARK: Bluetooth
+
+    /// The peripheral's latest state, for status.
+    public func updateBluetooth(_ status: BluetoothStatus) {
+        if status.state != bluetooth.state || status.problem != bluetooth.problem {
+            if let problem = status.problem, status.state == .failed || status.state == .waiting {
+                logger.info("bluetooth \(status.state.rawValue): \(problem)")
+            }
+        }
+        bluetooth = status
+        updateServiceStatus()
+    }
+
+    /// The status characteristic's values (SPEC 6): `modelState` and `batteryPct`.
+    public func bluetoothStatusValues() -> (modelState: String, batteryPct: Int?) {
+        (model?.state ?? "idle", reading?.telemetry.batteryPct)
+    }
+
+    func bluetoothJSON() -> JSONValue {
+        var object = bluetooth.json.objectValue ?? JSONObject()
+        object["active"] = .bool(bluetoothRuntimeActive)
+        object["configuredAdapter"] = .optional(config.bluetooth.adapter)
+        object["maxClients"] = .int(config.bluetooth.maxClients)
         return .object(object)
     }
 
@@ -432,6 +465,7 @@ public actor WorkerDaemon {
             if failures > 0 { line += " (\(failures) failures)" }
         }
         if let path { line += path.satisfied ? "; network via \(path.interface ?? "?")" : "; network lost" }
+        if bluetooth.state != .inactive { line += "; " + bluetooth.summary }
         if modeState.restoredAtMs != nil { line += "; network restored: run 'edgecoder-worker mode on' to rejoin" }
         if !recovered.isEmpty { line += "; \(recovered.count) state file(s) recovered" }
         if persistenceProblem != nil { line += "; state not writable" }
@@ -499,6 +533,7 @@ public actor WorkerDaemon {
             "network": networkJSON(),
             "power": powerJSON(),
             "coordinator": coordinatorJSON(),
+            "bluetooth": bluetoothJSON(),
             "backend": backendJSON(),
             "policy": policyJSON(),
             "daemon": .object(daemon),

@@ -131,3 +131,18 @@ public func makeDirectories(_ path: String, mode: mode_t = 0o755) throws(SystemE
         }
     }
 }
+
+/// The entries of a directory (not `.` or `..`), at most `maxEntries`, unsorted; nil when
+/// it cannot be opened.
+public func listDirectory(_ path: String, maxEntries: Int = 4_096) -> [String]? {
+    guard let dir = opendir(path) else { return nil }
+    defer { closedir(dir) }
+    var names: [String] = []
+    while names.count < maxEntries, let entry = readdir(dir) {
+        let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+            String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+        }
+        if name != "." && name != ".." { names.append(name) }
+    }
+    return names
+}

@@ -86,15 +86,6 @@ public final class StateDirectory: Sendable {
     }
 
     public func names() -> [String] {
-        guard let dir = opendir(path) else { return [] }
-        defer { closedir(dir) }
-        var out: [String] = []
-        while let entry = readdir(dir) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
-            }
-            if name != "." && name != ".." { out.append(name) }
-        }
-        return out.sorted()
+        (listDirectory(path, maxEntries: .max) ?? []).sorted()
     }
 }

@@ -137,16 +137,7 @@ public struct TelemetryReader: Sendable {
     /// The entries of a directory (not `.` or `..`), at most `maxEntries`, in natural
     /// order (`thermal_zone2` before `thermal_zone10`); empty when it cannot be opened.
     static func list(_ path: String) -> [String] {
-        guard let dir = opendir(path) else { return [] }
-        defer { closedir(dir) }
-        var names: [String] = []
-        while names.count < maxEntries, let entry = readdir(dir) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
-            }
-            if name != "." && name != ".." { names.append(name) }
-        }
-        return names.sorted(by: naturalOrder)
+        (listDirectory(path, maxEntries: maxEntries) ?? []).sorted(by: naturalOrder)
     }
 
     static func naturalOrder(_ a: String, _ b: String) -> Bool {

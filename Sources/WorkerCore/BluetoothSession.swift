@@ -1,0 +1,124 @@
+/// Pure pieces of the Bluetooth service around the protocol engine: which clients are
+/// served, the request queue's admission, and what `status` shows.
+
+/// The GATT identifiers of SPEC 6.
+public enum BluetoothUUID {
+    public static let service = "ec0d0001-ec0d-ec0d-ec0d-ec0d0001ec0d"
+    public static let request = "ec0d0002-ec0d-ec0d-ec0d-ec0d0002ec0d"
+    public static let response = "ec0d0003-ec0d-ec0d-ec0d-ec0d0003ec0d"
+    public static let status = "ec0d0004-ec0d-ec0d-ec0d-ec0d0004ec0d"
+
+    /// `EdgeCoder-<first 16 characters of agentId>` (SPEC 6).
+    public static func localName(agentID: String) -> String { "EdgeCoder-" + String(agentID.prefix(16)) }
+}
+
+/// The connected clients the worker serves: the first `maxClients` to show up, in order.
+/// BlueZ 5.66 notifies every subscribed client, so a client beyond the limit could read
+/// another's answers; the service disconnects it instead of serving it.
+public struct ClientRoster: Sendable, Equatable {
+    public enum Admission: Sendable, Equatable { case admitted, refused }
+
+    public let maxClients: Int
+    public private(set) var admitted: [String] = []
+
+    public init(maxClients: Int) { self.maxClients = max(1, maxClients) }
+
+    /// A device was seen connected or talking to the service.
+    public mutating func seen(_ device: String) -> Admission {
+        if admitted.contains(device) { return .admitted }
+        guard admitted.count < maxClients else { return .refused }
+        admitted.append(device)
+        return .admitted
+    }
+
+    /// A device disconnected: its place is free for the next one.
+    public mutating func gone(_ device: String) { admitted.removeAll { $0 == device } }
+
+    public mutating func removeAll() { admitted.removeAll() }
+}
+
+/// The bounded queue of SPEC 6: requests wait for the model backend; one beyond
+/// `maxQueued` (counting the one running) is answered `busy` at once.
+public struct RequestQueuePolicy: Sendable, Equatable {
+    public let maxQueued: Int
+    public init(maxQueued: Int) { self.maxQueued = max(1, maxQueued) }
+
+    public func admits(waiting: Int, running: Int) -> Bool { waiting + running < maxQueued }
+
+    public static let busyError = "busy: the worker's request queue is full (bluetooth.maxQueuedRequests); try again shortly"
+}
+
+/// The Bluetooth side of `status` (SPEC 8).
+public struct BluetoothStatus: Sendable, Equatable {
+    public enum State: String, Sendable {
+        /// Mode bluetooth is not running.
+        case inactive
+        /// Waiting for bluetoothd or an adapter (see `problem`).
+        case waiting
+        /// Registration asked of bluetoothd, not answered yet.
+        case registering
+        /// GATT application registered and the advertisement on air.
+        case advertising
+        /// Registration refused; retried (see `problem`).
+        case failed
+    }
+
+    public struct Client: Sendable, Equatable {
+        public var address: String
+        public var mtu: Int?
+        public init(address: String, mtu: Int?) {
+            self.address = address
+            self.mtu = mtu
+        }
+    }
+
+    public var state: State = .inactive
+    public var adapter: String?
+    public var address: String?
+    public var localName = ""
+    public var applicationRegistered = false
+    public var advertising = false
+    public var problem: String?
+    public var clients: [Client] = []
+    public var requestsServed: Int64 = 0
+    public var requestsFailed: Int64 = 0
+    /// Bad input answered with `ok: false` before reaching the model (SPEC 6).
+    public var requestsRejected: Int64 = 0
+    public var clientsRefused: Int64 = 0
+    public var queued = 0
+    public var registrations: Int64 = 0
+
+    public init() {}
+
+    public var json: JSONValue {
+        var object = JSONObject([("state", .string(state.rawValue))])
+        object["adapter"] = .optional(adapter)
+        object["address"] = .optional(address)
+        object["localName"] = .string(localName)
+        object["applicationRegistered"] = .bool(applicationRegistered)
+        object["advertising"] = .bool(advertising)
+        object["problem"] = .optional(problem)
+        object["clients"] = .array(clients.map { client in
+            var entry = JSONObject([("address", .string(client.address))])
+            entry["mtu"] = client.mtu.map { .int(Int64($0)) } ?? .null
+            return .object(entry)
+        })
+        object["requestsServed"] = .int(requestsServed)
+        object["requestsFailed"] = .int(requestsFailed)
+        object["requestsRejected"] = .int(requestsRejected)
+        object["clientsRefused"] = .int(clientsRefused)
+        object["queued"] = .int(Int64(queued))
+        object["registrations"] = .int(registrations)
+        return .object(object)
+    }
+
+    /// A few words for the status line.
+    public var summary: String {
+        switch state {
+        case .inactive: return "bluetooth inactive"
+        case .advertising: return "bluetooth advertising on \(adapter ?? "?"), \(clients.count) client(s)"
+        case .registering: return "bluetooth registering on \(adapter ?? "?")"
+        case .waiting, .failed: return "bluetooth \(state.rawValue): \(problem ?? "?")"
+        }
+    }
+}
