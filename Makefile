@@ -11,7 +11,7 @@ export PATH := /opt/swift/usr/bin:$(PATH)
 
 # Debian packages: the C libraries we link, and the tools the tests drive.
 APT_PACKAGES := pkg-config libcurl4-openssl-dev libbluetooth-dev libsystemd-dev \
-                util-linux systemd iproute2 python3 curl openssl
+                util-linux systemd iproute2 python3 curl openssl dbus-daemon
 
 .PHONY: all build release run test unit suites bench demo install deps clean
 

@@ -55,6 +55,7 @@ let package = Package(
         .testTarget(name: "ModelBackendTests", dependencies: ["ModelBackend", "WorkerCore"]),
         .testTarget(name: "DaemonTests", dependencies: ["Daemon", "WorkerCore", "StateStore", "Logging"]),
         .testTarget(name: "IntegrationTests", dependencies: ["WorkerCore"]),
+        .testTarget(name: "BusTests", dependencies: ["Systemd", "BlueZ", "Posix", "WorkerCore"]),
     ],
     swiftLanguageModes: [.v6]
 )

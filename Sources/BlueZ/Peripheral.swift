@@ -532,6 +532,7 @@ public actor GattPeripheral {
     }
 
     private func received(_ bytes: [UInt8], options: [String: DBusValue]) {
+        logger.debug("write of \(bytes.count) bytes from \(options["device"]?.stringValue ?? "?") (mtu \(options["mtu"]?.integerValue ?? 0), offset \(options["offset"]?.integerValue ?? 0))")
         guard let device = noteClient(options: options), var session = sessions[device] else { return }
         let events = session.assembler.feed(bytes, nowMs: monotonicMs())
         sessions[device] = session
@@ -552,6 +553,7 @@ public actor GattPeripheral {
                     enqueue(GattObjects.response, BluetoothMessage.rejection(id: request.id, error: RequestQueuePolicy.busyError))
                     continue
                 }
+                logger.info("request \(request.id) from \(client): \(request.prompt.utf8.count) bytes of prompt, maxTokens \(request.maxTokens)")
                 pending.append(Queued(request: request, client: client))
                 status.queued = pending.count + running
                 workWake.yield()

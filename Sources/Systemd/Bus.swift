@@ -25,6 +25,21 @@ public final class Bus {
         return Bus(raw: bus)
     }
 
+    /// Connects to the bus at a D-Bus address (`unix:path=…`): a private bus in tests.
+    public static func connect(address: String) throws(BusFailure) -> Bus {
+        var bus: OpaquePointer?
+        var rc = sd_bus_new(&bus)
+        guard rc >= 0, let bus else { throw BusFailure("create a bus connection", rc) }
+        rc = sd_bus_set_address(bus, address)
+        if rc >= 0 { rc = sd_bus_set_bus_client(bus, 1) }
+        if rc >= 0 { rc = sd_bus_start(bus) }
+        if rc < 0 {
+            sd_bus_unref(bus)
+            throw BusFailure("connect to the bus at \(address)", rc)
+        }
+        return Bus(raw: bus)
+    }
+
     // MARK: Driving
 
     public var fileDescriptor: Int32 { sd_bus_get_fd(raw) }
@@ -271,7 +286,7 @@ public final class BusMessage {
             if element == "y" {
                 var pointer: UnsafeRawPointer?
                 var size = 0
-                let rc = sd_bus_message_read_array(raw, type, &pointer, &size)
+                let rc = sd_bus_message_read_array(raw, CChar(bitPattern: UInt8(ascii: "y")), &pointer, &size)
                 if rc < 0 { throw BusFailure("read a byte array", rc) }
                 guard let pointer, size > 0 else { return .bytes([]) }
                 return .bytes(Array(UnsafeRawBufferPointer(start: pointer, count: size)))

@@ -1,0 +1,128 @@
+import Foundation
+import Testing
+import Systemd
+
+/// A private dbus-daemon (the real one, from Debian's dbus package) for the sd-bus wrapper.
+final class PrivateBus {
+    let process = Process()
+    let directory: String
+    let address: String
+
+    init() throws {
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("ecw-bus-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        address = "unix:path=\(directory)/bus"
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
+        process.arguments = ["--session", "--nofork", "--nopidfile", "--address=\(address)"]
+        // Not the test runner's pipes: swift test waits for every holder of its pipe to close it.
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        for _ in 0..<500 where !FileManager.default.fileExists(atPath: "\(directory)/bus") { usleep(10_000) }
+    }
+
+    func stop() {
+        // SIGKILL: the child inherits the test runner's blocked SIGTERM.
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+}
+
+/// Drives buses by hand until `done` (the tests are single-threaded on purpose: a Bus
+/// belongs to one owner).
+func pump(_ buses: [Bus], until done: () -> Bool) throws {
+    for _ in 0..<5_000 {
+        for bus in buses { while try bus.process() {} }
+        if done() { return }
+        usleep(1_000)
+    }
+    Issue.record("timed out pumping the buses")
+}
+
+@Suite struct BusRoundTripTests {
+    static let sample: [DBusValue] = [
+        .byte(7), .bool(true), .int16(-2), .uint16(517), .int32(-70000), .uint32(4_000_000_000), .int64(-1 << 40), .uint64(1 << 63),
+        .double(2.5), .string("héllo \u{1F600}"), .objectPath("/org/bluez/hci0/dev_00_AA_01_01_00_01"), .signature("a{sv}"),
+        .bytes(Array(0...255)), .bytes([]),
+        .strings(["write", "write-without-response"]),
+        .properties([("device", .objectPath("/org/bluez/hci0/dev_00_AA_01_01_00_01")), ("mtu", .uint16(517)), ("link", .string("LE"))]),
+        .properties([]),
+        .variant(.variant(.int32(1))),
+        .structure([.string("a"), .uint32(1), .array(elementSignature: "o", [.objectPath("/a"), .objectPath("/b")])]),
+        .dictionary(keySignature: "o", valueSignature: "a{sa{sv}}", [
+            DBusDictEntry(key: .objectPath("/x"), value: .dictionary(keySignature: "s", valueSignature: "a{sv}", [
+                DBusDictEntry(key: .string("org.bluez.GattService1"), value: .properties([("Primary", .bool(true))])),
+            ])),
+        ]),
+    ]
+
+    @Test func everyTypeSurvivesACallAndItsReply() throws {
+        let daemon = try PrivateBus()
+        defer { daemon.stop() }
+        let server = try Bus.connect(address: daemon.address)
+        let client = try Bus.connect(address: daemon.address)
+        var received: [DBusValue]?
+        let slot = try server.exportObjects(under: "/t") { message in
+            do { received = try message.arguments() } catch { Issue.record("cannot read the call: \(error)") }
+            return .reply(received ?? [])
+        }
+        var answer: Result<[DBusValue], DBusError>?
+        try client.call(destination: server.uniqueName!, path: "/t/child", interface: "x.Echo", member: "Echo", arguments: Self.sample) { answer = $0 }
+        try pump([server, client]) { answer != nil }
+        #expect(received == Self.sample)
+        #expect(try answer?.get() == Self.sample)
+        _ = slot
+    }
+
+    @Test func errorsAndUnknownMembersComeBackAsDBusErrors() throws {
+        let daemon = try PrivateBus()
+        defer { daemon.stop() }
+        let server = try Bus.connect(address: daemon.address)
+        let client = try Bus.connect(address: daemon.address)
+        let slot = try server.exportObjects(under: "/t") { message in
+            message.member == "Fail" ? .error(DBusError(name: "org.bluez.Error.Failed", message: "no")) : .notHandled
+        }
+        var failed: Result<[DBusValue], DBusError>?
+        var unknown: Result<[DBusValue], DBusError>?
+        try client.call(destination: server.uniqueName!, path: "/t", interface: "x.Y", member: "Fail") { failed = $0 }
+        try client.call(destination: server.uniqueName!, path: "/t", interface: "x.Y", member: "Nope") { unknown = $0 }
+        try pump([server, client]) { failed != nil && unknown != nil }
+        guard case .failure(let error)? = failed else { Issue.record("Fail succeeded"); return }
+        #expect(error == DBusError(name: "org.bluez.Error.Failed", message: "no"))
+        guard case .failure(let other)? = unknown else { Issue.record("Nope succeeded"); return }
+        #expect(other.name.hasPrefix("org.freedesktop.DBus.Error.Unknown"))
+        _ = slot
+    }
+
+    @Test func signalsReachAMatchAndReleasedSlotsStop() throws {
+        let daemon = try PrivateBus()
+        defer { daemon.stop() }
+        let sender = try Bus.connect(address: daemon.address)
+        let listener = try Bus.connect(address: daemon.address)
+        var seen: [[DBusValue]] = []
+        var slot: BusSlot? = try listener.addMatch("type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged'") { message in
+            seen.append((try? message.arguments()) ?? [])
+        }
+        // The match is installed asynchronously: wait for its AddMatch to be answered.
+        var ready = false
+        try listener.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus", member: "GetId") { _ in ready = true }
+        try pump([listener]) { ready }
+        let args: [DBusValue] = [.string("org.bluez.GattCharacteristic1"), .properties([("Value", .bytes([1, 2, 3]))]), .strings([])]
+        try sender.emitSignal(path: "/c", interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged", arguments: args)
+        try pump([sender, listener]) { !seen.isEmpty }
+        #expect(seen == [args])
+        slot?.cancel()
+        slot = nil
+        try sender.emitSignal(path: "/c", interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged", arguments: args)
+        var flushed = false
+        try sender.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus", member: "GetId") { _ in flushed = true }
+        try pump([sender, listener]) { flushed }
+        for _ in 0..<50 { while try listener.process() {}; usleep(1_000) }
+        #expect(seen.count == 1)
+    }
+
+    @Test func aMissingBusIsAClearError() {
+        #expect(throws: BusFailure.self) { try Bus.connect(address: "unix:path=/nonexistent/bus") }
+    }
+}
