@@ -43,7 +43,7 @@ let package = Package(
         // The daemon's wiring: services, control socket, the worker actor.
         .target(name: "Daemon", dependencies: ["WorkerCore", "Logging", "Posix", "StateStore", "Systemd", "Telemetry", "HTTP", "ModelBackend", "BlueZ"]),
         // The operator's command line.
-        .target(name: "WorkerCLI", dependencies: ["WorkerCore", "Daemon", "Posix", "Logging"]),
+        .target(name: "WorkerCLI", dependencies: ["WorkerCore", "Daemon", "Posix", "Logging", "BlueZ"]),
         .executableTarget(name: "edgecoder-worker", dependencies: ["WorkerCLI"]),
         // Micro-benchmarks for `make bench` (not installed).
         .executableTarget(name: "worker-bench", dependencies: ["Telemetry", "WorkerCore", "Posix"]),

@@ -98,7 +98,7 @@ int ecw_netlink_open(int protocol, uint32_t groups, int rcvbuf) {
 
 extern char **environ;
 
-int ecw_spawn_shell(const char *command, char *const extra_env[], int *pidfd) {
+int ecw_spawn_shell(const char *command, char *const extra_env[], int stdout_fd, int *pidfd) {
     *pidfd = -1;
     size_t base = 0, extra = 0;
     while (environ && environ[base]) base++;
@@ -125,6 +125,10 @@ int ecw_spawn_shell(const char *command, char *const extra_env[], int *pidfd) {
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    if (stdout_fd >= 0) {
+        posix_spawn_file_actions_adddup2(&actions, stdout_fd, 1);
+        posix_spawn_file_actions_adddup2(&actions, stdout_fd, 2);
+    }
 
     pid_t pid;
     char *argv[] = {"/bin/sh", "-c", (char *)command, NULL};

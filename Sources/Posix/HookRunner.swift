@@ -26,11 +26,12 @@ public enum HookOutcome: Sendable, Equatable, CustomStringConvertible {
 /// timeout kills everything it started, waiting through a pidfd on the reactor (no
 /// thread blocks in waitpid).
 public enum HookRunner {
-    public static func run(_ command: String, environment: [String: String], timeoutMs: Int64) async -> HookOutcome {
+    public static func run(_ command: String, environment: [String: String], timeoutMs: Int64, outputTo output: Int32 = -1) async -> HookOutcome {
         var pidfd: Int32 = -1
         let pid: Int32 = withCStrings(environment.map { "\($0.key)=\($0.value)" }) { env in
-            ecw_spawn_shell(command, env, &pidfd)
+            ecw_spawn_shell(command, env, output, &pidfd)
         }
+        if output >= 0 { close(output) }
         if pid < 0 { return .couldNotStart(String(cString: strerror(-pid))) }
         defer { if pidfd >= 0 { close(pidfd) } }
         let started = monotonicNanoseconds()
@@ -64,6 +65,18 @@ public enum HookRunner {
                 try? await Task.sleep(nanoseconds: min(20_000_000, deadline - now))
             }
         }
+    }
+
+    /// Runs a command whose output is short (a version line): stdout and stderr are
+    /// collected in a pipe and read once it exits, up to `limit` bytes.
+    public static func capture(_ command: String, timeoutMs: Int64, limit: Int = 4_096) async -> (outcome: HookOutcome, output: String) {
+        var fds: [Int32] = [-1, -1]
+        guard ecw_pipe_nonblocking(&fds) == 0 else { return (.couldNotStart("pipe: \(String(cString: strerror(errno)))"), "") }
+        defer { close(fds[0]) }
+        let outcome = await run(command, environment: [:], timeoutMs: timeoutMs, outputTo: fds[1])
+        var bytes = [UInt8](repeating: 0, count: limit)
+        let count = read(fds[0], &bytes, limit)
+        return (outcome, String(decoding: bytes.prefix(max(0, count)), as: UTF8.self))
     }
 
     private static func withCStrings<T>(_ strings: [String], _ body: (UnsafePointer<UnsafeMutablePointer<CChar>?>) -> T) -> T {

@@ -208,6 +208,18 @@ struct StatusCommand: Command {
                                  + ((coordinator["running"]?.stringValue).map { ", running \($0)" } ?? ""))
                 }
             }
+            if let bluetooth = status["bluetooth"], bluetooth["active"] == true || bluetooth["state"]?.stringValue != "inactive" {
+                var line = "bluetooth: \(bluetooth["state"]?.stringValue ?? "?")"
+                if let adapter = bluetooth["adapter"]?.stringValue { line += " on \(adapter)" + ((bluetooth["address"]?.stringValue).map { " (\($0))" } ?? "") }
+                line += bluetooth["advertising"] == true ? ", advertising as \(bluetooth["localName"]?.stringValue ?? "?")" : ", not advertising"
+                lines.append(line)
+                if let problem = bluetooth["problem"]?.stringValue { lines.append("          problem: \(problem)") }
+                let clients = (bluetooth["clients"]?.arrayValue ?? []).map { client in
+                    (client["address"]?.stringValue ?? "?") + ((client["mtu"]?.intValue).map { " (MTU \($0))" } ?? "")
+                }
+                lines.append("          clients: \(clients.isEmpty ? "none" : clients.joined(separator: ", ")) of at most \(bluetooth["maxClients"]?.intValue ?? 1); refused \(bluetooth["clientsRefused"]?.intValue ?? 0)")
+                lines.append("          requests served \(bluetooth["requestsServed"]?.intValue ?? 0), failed \(bluetooth["requestsFailed"]?.intValue ?? 0), rejected as bad input \(bluetooth["requestsRejected"]?.intValue ?? 0), queued \(bluetooth["queued"]?.intValue ?? 0)")
+            }
             if let backend = status["backend"] {
                 lines.append("backend:  \(backend["kind"]?.stringValue ?? "?") \(backend["url"]?.stringValue ?? "?") model \(backend["model"]?.stringValue ?? "?"): \(backend["modelState"]?.stringValue ?? "?") — \(backend["detail"]?.stringValue ?? "")")
             }

@@ -1,3 +1,4 @@
+import BlueZ
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -193,6 +194,7 @@ struct DoctorCommand: Command {
         var policy = PowerPolicy()
         var policySource = "built-in defaults"
         var daemonStatus: JSONValue = .null
+        var configuredAdapter: String?
         do {
             var client = try ControlClient(runtimeDirectory: runtimeDirectory)
             let shown = try client.call(.policyShow)
@@ -205,6 +207,7 @@ struct DoctorCommand: Command {
             switch loadConfig(path: configPath, explicit: false) {
             case .success(let config):
                 policy = config.policy
+                configuredAdapter = config.bluetooth.adapter
                 policySource = "\(configPath) (the daemon is not running: this host's overrides are not shown)"
             case .failure(let failure):
                 advice.append("the config cannot be used: \(failure.lines.joined(separator: "; "))")
@@ -217,6 +220,10 @@ struct DoctorCommand: Command {
         if reading.supplies.isEmpty { advice.append("no power supply in \(root)sys/class/power_supply: treated as a desktop on mains") }
         if reading.telemetry.thermalState == nil { advice.append("no temperature sensor was readable: the thermal rule cannot hold work") }
 
+        if let adapter = daemonStatus["bluetooth"]?["configuredAdapter"]?.stringValue { configuredAdapter = adapter }
+        let bluetooth = await BluetoothDoctor.report(configuredAdapter: configuredAdapter)
+        advice.append(contentsOf: bluetooth.advice)
+
         var report = JSONObject()
         report["power"] = reading.doctorJSON
         report["policyFrom"] = .string(policySource)
@@ -225,6 +232,9 @@ struct DoctorCommand: Command {
         report["decision"] = ["allowed": .bool(decision.allowed), "reason": .string(decision.reasonText)]
         if let summary = daemonStatus["summary"] { report["daemon"] = summary }
         if let network = daemonStatus["network"] { report["network"] = network }
+        var bluetoothReport = bluetooth.json.objectValue ?? JSONObject()
+        if let service = daemonStatus["bluetooth"] { bluetoothReport["service"] = service }
+        report["bluetooth"] = .object(bluetoothReport)
         report["advice"] = .array(advice.map { .string($0) })
         if json {
             print(JSONValue.object(report).serialized)

@@ -35,7 +35,7 @@ int ecw_netlink_open(int protocol, uint32_t groups, int rcvbuf);
 /// Spawns `/bin/sh -c command` in its own process group with default signal
 /// handling, stdin from /dev/null, stdout/stderr inherited, and `envp` added to the
 /// environment. Returns the pid (and a pidfd in *pidfd, or -1) or -errno.
-int ecw_spawn_shell(const char *command, char *const extra_env[], int *pidfd);
+int ecw_spawn_shell(const char *command, char *const extra_env[], int stdout_fd, int *pidfd);
 
 /// Reaps `pid` without blocking: returns 1 and the wait status when it has exited,
 /// 0 when still running, -errno on error.
