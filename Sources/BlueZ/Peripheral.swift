@@ -490,10 +490,11 @@ public actor GattPeripheral {
     // MARK: Clients
 
     /// The device of a ReadValue/WriteValue, from its options; learns its MTU. Returns
-    /// its object path when it is a served client.
+    /// its object path when it is a served client. bluetoothd always names the device;
+    /// a call without one cannot be answered to anyone and takes no client's place.
     @discardableResult
     private func noteClient(options: [String: DBusValue]) -> String? {
-        let device = options["device"]?.stringValue ?? "unknown"
+        guard let device = options["device"]?.stringValue, device.hasPrefix("/") else { return nil }
         guard admit(device) else { return nil }
         if let mtu = options["mtu"]?.integerValue, mtu >= 23, mtu <= 517 { sessions[device]?.mtu = Int(mtu) }
         return device
@@ -533,7 +534,10 @@ public actor GattPeripheral {
 
     private func received(_ bytes: [UInt8], options: [String: DBusValue]) {
         logger.debug("write of \(bytes.count) bytes from \(options["device"]?.stringValue ?? "?") (mtu \(options["mtu"]?.integerValue ?? 0), offset \(options["offset"]?.integerValue ?? 0))")
-        guard let device = noteClient(options: options), var session = sessions[device] else { return }
+        guard let device = noteClient(options: options), var session = sessions[device] else {
+            if options["device"] == nil { logger.warning("a write of \(bytes.count) bytes named no device; dropped") }
+            return
+        }
         let events = session.assembler.feed(bytes, nowMs: monotonicMs())
         sessions[device] = session
         handle(events, client: session.address)
