@@ -36,6 +36,8 @@ public struct PeripheralSettings: Sendable {
     public var maxClients: Int
     public var statusIntervalMs: Int64 = 60_000
     public var retryMs: Int64 = 5_000
+    /// The bus bluetoothd is on: the system bus unless a D-Bus address is given (tests).
+    public var busAddress: String?
 
     public init(config: WorkerConfig.Bluetooth, agentID: String) {
         adapter = config.adapter
@@ -212,7 +214,7 @@ public actor GattPeripheral {
 
     private func connect() {
         do {
-            let bus = try Bus.system()
+            let bus = try settings.busAddress.map { address throws(BusFailure) in try Bus.connect(address: address) } ?? Bus.system()
             self.bus = bus
             slots.append(try bus.exportObjects(under: GattObjects.root) { message in
                 self.handle(message)

@@ -138,7 +138,6 @@ func eventually(_ what: String, seconds: Double = 10, _ condition: () async -> B
     @Test func mockedBluezSendsMalformedCallsAndRestartsTheWorkerRegistersAgainAndServesOn() async throws {
         let daemon = try PrivateBus()
         defer { daemon.stop() }
-        setenv("DBUS_SYSTEM_BUS_ADDRESS", daemon.address, 1)
         let bluez = FakeBluez(address: daemon.address)
         bluez.start()
         defer { bluez.stop() }
@@ -147,6 +146,7 @@ func eventually(_ what: String, seconds: Double = 10, _ condition: () async -> B
         var settings = PeripheralSettings(config: WorkerConfig.Bluetooth(), agentID: "test-0123456789abcdefgh")
         settings.chunkPacingMs = 0
         settings.retryMs = 200
+        settings.busAddress = daemon.address
         let host = RecordingHost()
         let peripheral = GattPeripheral(settings: settings, host: host, logger: Logger(label: "test", level: .error))
         let session = Task { await peripheral.run() }
@@ -208,7 +208,6 @@ func eventually(_ what: String, seconds: Double = 10, _ condition: () async -> B
         #expect(bluez.with { $0.unregistered } == 2)
         session.cancel()
         _ = await session.value
-        unsetenv("DBUS_SYSTEM_BUS_ADDRESS")
     }
 
     func uniqueNameOfWorker(daemon: PrivateBus, excluding bluez: FakeBluez) async throws -> String? {
