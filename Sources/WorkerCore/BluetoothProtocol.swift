@@ -17,44 +17,53 @@ public enum AssemblerEvent: Sendable, Equatable {
     case rejected(id: String?, error: String)
 }
 
-/// Reassembles one client's requests from writes of any size. The end of a request is
-/// found by a linear scan that keeps its state between writes (depth, inside a string,
-/// after a backslash), so each byte is looked at once; the whole object is parsed once,
-/// when it is complete. EdgeCoder's phone re-parsed the growing buffer after every write,
-/// which is quadratic and wedged on one malformed write.
-public struct RequestAssembler: Sendable {
-    public let maxRequestBytes: Int
+/// Splits a byte stream into JSON objects written across any number of chunks. The end
+/// of an object is found by a linear scan that keeps its state between chunks (depth,
+/// inside a string, after a backslash), so each byte is looked at once; the object is
+/// parsed once, when it is complete. EdgeCoder's phone and proxy re-parse the growing
+/// buffer after every chunk, which is quadratic and wedges on one malformed chunk.
+/// Shared by the peripheral (requests) and the proxy (responses).
+public struct JSONObjectFramer: Sendable {
+    public enum Event: Sendable, Equatable {
+        case object([UInt8])
+        /// An object over `maxBytes`, skipped without being stored.
+        case tooLarge
+        /// Bytes between objects that cannot start one (reported once per run).
+        case garbage
+        /// A partial object idle for `idleDropMs`, dropped; its bytes so far.
+        case dropped([UInt8])
+    }
+
+    public let maxBytes: Int
     public let idleDropMs: Int64
 
     private var buffer: [UInt8] = []
     private var depth = 0
     private var inString = false
     private var escaped = false
-    /// Bytes of an oversized request are skipped (not stored) until its end.
     private var discarding = false
-    private var discardedBytes = 0
+    private var skippingGarbage = false
     private var lastByteAtMs: Int64 = 0
 
-    public init(maxRequestBytes: Int = 65_536, idleDropMs: Int64 = 5_000) {
-        self.maxRequestBytes = maxRequestBytes
+    public init(maxBytes: Int, idleDropMs: Int64 = 5_000) {
+        self.maxBytes = maxBytes
         self.idleDropMs = idleDropMs
     }
 
-    /// Whether a partial request is waiting for more bytes.
+    /// Whether a partial object is waiting for more bytes.
     public var isPartial: Bool { depth > 0 || discarding }
 
-    /// Feeds one write; returns every request completed (or rejected) by it, in order.
-    public mutating func feed(_ bytes: some Collection<UInt8>, nowMs: Int64) -> [AssemblerEvent] {
+    public mutating func feed(_ bytes: some Collection<UInt8>, nowMs: Int64) -> [Event] {
         var events = tick(nowMs: nowMs)
         lastByteAtMs = nowMs
         for byte in bytes {
             if depth == 0 && !discarding {
-                // Between requests: whitespace is ignored; anything but '{' is garbage,
+                // Between objects: whitespace is ignored; anything but '{' is garbage,
                 // reported once and skipped up to the next '{'.
                 if byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 { continue }
                 guard byte == UInt8(ascii: "{") else {
                     if !skippingGarbage {
-                        events.append(.rejected(id: nil, error: "malformed_request: a request must be a JSON object starting with '{'"))
+                        events.append(.garbage)
                         skippingGarbage = true
                     }
                     continue
@@ -65,30 +74,24 @@ public struct RequestAssembler: Sendable {
             }
             if !discarding {
                 buffer.append(byte)
-                if buffer.count > maxRequestBytes {
+                if buffer.count > maxBytes {
                     discarding = true
-                    discardedBytes = buffer.count
                     buffer.removeAll(keepingCapacity: true)
                 }
-            } else {
-                discardedBytes += 1
             }
             scan(byte)
             if depth == 0 {
                 if discarding {
-                    events.append(.rejected(id: nil, error: "too_large: the request is over \(maxRequestBytes) bytes (bluetooth.maxRequestBytes)"))
+                    events.append(.tooLarge)
                     discarding = false
-                    discardedBytes = 0
                 } else {
-                    events.append(RequestAssembler.decode(buffer))
+                    events.append(.object(buffer))
                     buffer.removeAll(keepingCapacity: true)
                 }
             }
         }
         return events
     }
-
-    private var skippingGarbage = false
 
     private mutating func scan(_ byte: UInt8) {
         if inString {
@@ -103,12 +106,12 @@ public struct RequestAssembler: Sendable {
         }
     }
 
-    /// Drops a partial request idle for `idleDropMs`; returns the rejection to answer.
-    public mutating func tick(nowMs: Int64) -> [AssemblerEvent] {
+    /// Drops a partial object idle for `idleDropMs`.
+    public mutating func tick(nowMs: Int64) -> [Event] {
         guard isPartial, nowMs - lastByteAtMs >= idleDropMs else { return [] }
-        let id = RequestAssembler.partialID(buffer)
+        let partial = buffer
         reset()
-        return [.rejected(id: id, error: "incomplete_request: no more bytes for \(idleDropMs) ms; the partial request was dropped")]
+        return [.dropped(partial)]
     }
 
     public mutating func reset() {
@@ -117,8 +120,43 @@ public struct RequestAssembler: Sendable {
         inString = false
         escaped = false
         discarding = false
-        discardedBytes = 0
         skippingGarbage = false
+    }
+}
+
+/// Reassembles one client's requests from writes of any size (framing by
+/// `JSONObjectFramer`), and checks each request's fields.
+public struct RequestAssembler: Sendable {
+    public var maxRequestBytes: Int { framer.maxBytes }
+    public var idleDropMs: Int64 { framer.idleDropMs }
+    private var framer: JSONObjectFramer
+
+    public init(maxRequestBytes: Int = 65_536, idleDropMs: Int64 = 5_000) {
+        framer = JSONObjectFramer(maxBytes: maxRequestBytes, idleDropMs: idleDropMs)
+    }
+
+    public var isPartial: Bool { framer.isPartial }
+
+    /// Feeds one write; returns every request completed (or rejected) by it, in order.
+    public mutating func feed(_ bytes: some Collection<UInt8>, nowMs: Int64) -> [AssemblerEvent] {
+        framer.feed(bytes, nowMs: nowMs).map(interpret)
+    }
+
+    /// Drops a partial request idle for `idleDropMs`; returns the rejection to answer.
+    public mutating func tick(nowMs: Int64) -> [AssemblerEvent] {
+        framer.tick(nowMs: nowMs).map(interpret)
+    }
+
+    public mutating func reset() { framer.reset() }
+
+    private func interpret(_ event: JSONObjectFramer.Event) -> AssemblerEvent {
+        switch event {
+        case .object(let bytes): return RequestAssembler.decode(bytes)
+        case .tooLarge: return .rejected(id: nil, error: "too_large: the request is over \(maxRequestBytes) bytes (bluetooth.maxRequestBytes)")
+        case .garbage: return .rejected(id: nil, error: "malformed_request: a request must be a JSON object starting with '{'")
+        case .dropped(let partial):
+            return .rejected(id: RequestAssembler.partialID(partial), error: "incomplete_request: no more bytes for \(idleDropMs) ms; the partial request was dropped")
+        }
     }
 
     /// Parses a complete object once and checks its fields.
