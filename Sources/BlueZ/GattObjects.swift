@@ -83,10 +83,23 @@ struct BlueZObjects {
         var address: String
         var adapter: String
         var connected: Bool
+        var name: String?
+        var rssi: Int?
+        var uuids: [String] = []
+        var servicesResolved = false
+    }
+
+    /// GATT objects bluetoothd exports for a remote device (the central's side).
+    struct RemoteCharacteristic: Equatable {
+        var uuid: String
+        var service: String
+        var mtu: Int?
     }
 
     var adapters: [String: Adapter] = [:]
     var devices: [String: Device] = [:]
+    var remoteServices: [String: (uuid: String, device: String)] = [:]
+    var remoteCharacteristics: [String: RemoteCharacteristic] = [:]
 
     /// Reads a `GetManagedObjects` answer (a{oa{sa{sv}}}); anything malformed is skipped.
     init(managedObjects: DBusValue?) {
@@ -109,15 +122,47 @@ struct BlueZObjects {
         if interfaces["org.bluez.LEAdvertisingManager1"] != nil { adapters[path]?.canAdvertise = true }
         if let device = interfaces["org.bluez.Device1"]?.stringKeyedEntries {
             let adapter = device["Adapter"]?.stringValue ?? String(path.split(separator: "/").dropLast().joined(separator: "/")).prefixedSlash
-            devices[path] = Device(address: device["Address"]?.stringValue ?? BlueZObjects.address(fromDevicePath: path),
-                                   adapter: adapter, connected: device["Connected"]?.boolValue ?? false)
+            var entry = devices[path] ?? Device(address: BlueZObjects.address(fromDevicePath: path), adapter: adapter, connected: false)
+            entry.address = device["Address"]?.stringValue ?? entry.address
+            entry.adapter = adapter
+            update(&entry, with: device)
+            devices[path] = entry
         }
+        if let service = interfaces["org.bluez.GattService1"]?.stringKeyedEntries, let uuid = service["UUID"]?.stringValue,
+           let device = service["Device"]?.stringValue {
+            remoteServices[path] = (uuid.lowercased(), device)
+        }
+        if let characteristic = interfaces["org.bluez.GattCharacteristic1"]?.stringKeyedEntries, let uuid = characteristic["UUID"]?.stringValue,
+           let service = characteristic["Service"]?.stringValue {
+            remoteCharacteristics[path] = RemoteCharacteristic(uuid: uuid.lowercased(), service: service,
+                                                               mtu: characteristic["MTU"]?.integerValue.map { Int($0) })
+        }
+    }
+
+    /// Applies changed Device1 properties (from GetManagedObjects or PropertiesChanged).
+    func update(_ device: inout Device, with properties: [String: DBusValue]) {
+        if let connected = properties["Connected"]?.boolValue { device.connected = connected }
+        if let name = properties["Name"]?.stringValue ?? properties["Alias"]?.stringValue { device.name = name }
+        if let rssi = properties["RSSI"]?.integerValue, (-127...20).contains(rssi) { device.rssi = Int(rssi) }
+        if let uuids = properties["UUIDs"]?.arrayValue?.compactMap(\.stringValue) { device.uuids = uuids.map { $0.lowercased() } }
+        if let resolved = properties["ServicesResolved"]?.boolValue { device.servicesResolved = resolved }
+    }
+
+    /// The request, response and status characteristics of the worker service on `device`.
+    func workerCharacteristics(of device: String) -> (request: String, response: String, status: String, mtu: Int?)? {
+        guard let service = remoteServices.first(where: { $0.value.device == device && $0.value.uuid == BluetoothUUID.service })?.key else { return nil }
+        let chars = remoteCharacteristics.filter { $0.value.service == service }
+        func find(_ uuid: String) -> String? { chars.first { $0.value.uuid == uuid }?.key }
+        guard let request = find(BluetoothUUID.request), let response = find(BluetoothUUID.response), let status = find(BluetoothUUID.status) else { return nil }
+        return (request, response, status, chars[request]?.mtu)
     }
 
     mutating func remove(path: String, interfaces: [String]) {
         if interfaces.contains("org.bluez.Adapter1") { adapters.removeValue(forKey: path) }
         if interfaces.contains("org.bluez.LEAdvertisingManager1") { adapters[path]?.canAdvertise = false }
         if interfaces.contains("org.bluez.Device1") { devices.removeValue(forKey: path) }
+        if interfaces.contains("org.bluez.GattService1") { remoteServices.removeValue(forKey: path) }
+        if interfaces.contains("org.bluez.GattCharacteristic1") { remoteCharacteristics.removeValue(forKey: path) }
     }
 
     /// `/org/bluez/hci0/dev_AA_BB_CC_DD_EE_FF` → `AA:BB:CC:DD:EE:FF`.

@@ -190,21 +190,7 @@ public actor GattPeripheral {
     /// Suspends until the bus fd is ready, its timeout passes, or `kickBus()` (something
     /// was queued or a call with a timeout was made) — never holding the actor.
     private func waitForBus(fd: Int32, events: Int16, deadlineUsec: UInt64?) async {
-        let waiter = Task.detached {
-            await withTaskGroup(of: Void.self) { group in
-                group.addTask { try? await Reactor.shared.waitReadable(fd) }
-                if events & Int16(POLLOUT) != 0 {
-                    group.addTask { try? await Reactor.shared.waitWritable(fd) }
-                }
-                if let deadlineUsec {
-                    let now = monotonicNanoseconds() / 1_000
-                    let wait = deadlineUsec > now ? (deadlineUsec - now) * 1_000 : 0
-                    group.addTask { try? await Task.sleep(nanoseconds: wait) }
-                }
-                await group.next()
-                group.cancelAll()
-            }
-        }
+        let waiter = busWaitTask(fd: fd, events: events, deadlineUsec: deadlineUsec)
         busWaiter = waiter
         await withTaskCancellationHandler { await waiter.value } onCancel: { waiter.cancel() }
         busWaiter = nil
@@ -696,3 +682,24 @@ public actor GattPeripheral {
 }
 
 func monotonicMs() -> Int64 { Int64(monotonicNanoseconds() / 1_000_000) }
+
+/// A task that ends when the bus connection needs `process()`: its fd is ready for
+/// `events`, or its timeout passed. Its owner cancels it to wake early (something was
+/// queued, a call with a timeout was made), so it never holds the owner's actor.
+func busWaitTask(fd: Int32, events: Int16, deadlineUsec: UInt64?) -> Task<Void, Never> {
+    Task.detached {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { try? await Reactor.shared.waitReadable(fd) }
+            if events & Int16(POLLOUT) != 0 {
+                group.addTask { try? await Reactor.shared.waitWritable(fd) }
+            }
+            if let deadlineUsec {
+                let now = monotonicNanoseconds() / 1_000
+                let wait = deadlineUsec > now ? (deadlineUsec - now) * 1_000 : 0
+                group.addTask { try? await Task.sleep(nanoseconds: wait) }
+            }
+            await group.next()
+            group.cancelAll()
+        }
+    }
+}

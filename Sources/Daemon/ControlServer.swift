@@ -154,7 +154,7 @@ public struct ControlServer: Service {
     }
 }
 
-/// Counts open control connections.
+/// Counts open connections (control socket, proxy).
 actor ConnectionCount {
     private var open = 0
     func tryEnter(limit: Int) -> Bool {

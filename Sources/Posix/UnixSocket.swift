@@ -53,19 +53,7 @@ public final class UnixListener: Sendable {
     }
 
     /// Accepts the next connection, suspending (not blocking) while there is none.
-    public func accept() async throws -> UnixConnection {
-        while true {
-            let client = ecw_accept_nonblocking(fd)
-            if client >= 0 { return UnixConnection(fd: client) }
-            switch errno {
-            case EAGAIN, EINTR, ECONNABORTED: try await Reactor.shared.waitReadable(fd)
-            case EMFILE, ENFILE, ENOBUFS, ENOMEM:
-                // Out of descriptors: wait a little instead of spinning.
-                try await Task.sleep(nanoseconds: 100_000_000)
-            default: throw SystemError("accept4", errno: errno, detail: path)
-            }
-        }
-    }
+    public func accept() async throws -> UnixConnection { try await acceptConnection(fd, detail: path) }
 
     /// Closes the socket and removes its file.
     public func close() {
@@ -74,7 +62,23 @@ public final class UnixListener: Sendable {
     }
 }
 
-/// One accepted, non-blocking connection.
+/// Accepts the next connection on a listening socket, suspending (not blocking) while
+/// there is none.
+func acceptConnection(_ fd: Int32, detail: String) async throws -> UnixConnection {
+    while true {
+        let client = ecw_accept_nonblocking(fd)
+        if client >= 0 { return UnixConnection(fd: client) }
+        switch errno {
+        case EAGAIN, EINTR, ECONNABORTED: try await Reactor.shared.waitReadable(fd)
+        case EMFILE, ENFILE, ENOBUFS, ENOMEM:
+            // Out of descriptors: wait a little instead of spinning.
+            try await Task.sleep(nanoseconds: 100_000_000)
+        default: throw SystemError("accept4", errno: errno, detail: detail)
+        }
+    }
+}
+
+/// One accepted, non-blocking stream connection (Unix or TCP).
 public final class UnixConnection: Sendable {
     public let fd: Int32
     init(fd: Int32) { self.fd = fd }
@@ -104,7 +108,7 @@ public final class UnixConnection: Sendable {
             switch errno {
             case EAGAIN, EINTR: try await Reactor.shared.waitReadable(fd)
             case ECONNRESET: return []
-            default: throw SystemError("read", errno: errno, detail: "control connection")
+            default: throw SystemError("read", errno: errno)
             }
         }
     }
@@ -117,7 +121,7 @@ public final class UnixConnection: Sendable {
             if n >= 0 { offset += n; continue }
             switch errno {
             case EAGAIN, EINTR: try await Reactor.shared.waitWritable(fd)
-            default: throw SystemError("send", errno: errno, detail: "control connection")
+            default: throw SystemError("send", errno: errno)
             }
         }
     }

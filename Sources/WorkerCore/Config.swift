@@ -256,7 +256,7 @@ extension WorkerConfig {
         return config
     }
 
-    static func isAdapterName(_ name: String) -> Bool {
+    public static func isAdapterName(_ name: String) -> Bool {
         guard name.hasPrefix("hci"), name.count > 3, name.count <= 6 else { return false }
         return name.dropFirst(3).allSatisfy { $0.isASCII && $0.isNumber }
     }

@@ -140,10 +140,10 @@ public enum HTTPServerResponse {
         }
     }
 
-    /// A whole response with a JSON body; the connection closes after it.
-    public static func json(_ status: Int, _ body: JSONValue) -> [UInt8] {
+    /// A whole response with a JSON body (or one NDJSON line); the connection closes after it.
+    public static func json(_ status: Int, _ body: JSONValue, contentType: String = "application/json") -> [UInt8] {
         let payload = body.serializedBytes + [10]
-        let head = "HTTP/1.1 \(status) \(reason(status))\r\nContent-Type: application/json\r\nContent-Length: \(payload.count)\r\nConnection: close\r\n\r\n"
+        let head = "HTTP/1.1 \(status) \(reason(status))\r\nContent-Type: \(contentType)\r\nContent-Length: \(payload.count)\r\nConnection: close\r\n\r\n"
         return Array(head.utf8) + payload
     }
 }

@@ -1,0 +1,115 @@
+import BlueZ
+import Logging
+import Posix
+import WorkerCore
+
+/// The local HTTP API of `edgecoder-worker proxy` (127.0.0.1 only): `GET /status`,
+/// `POST /api/generate` in EdgeCoder's and Ollama's shapes, `GET /api/tags` and
+/// `GET /api/version`. One request per connection; every connection is bounded in size
+/// and in time, and at most `maxConnections` are served at once.
+public struct ProxyServer: Sendable {
+    let listener: LoopbackTCPListener
+    let central: GattCentral
+    let logger: Logger
+    let requestTimeoutMs: Int64
+    let readTimeoutMs: Int64
+    let maxConnections: Int
+
+    public init(listener: LoopbackTCPListener, central: GattCentral, logger: Logger, requestTimeoutMs: Int64,
+                readTimeoutMs: Int64 = 10_000, maxConnections: Int = 64) {
+        self.listener = listener
+        self.central = central
+        self.logger = logger
+        self.requestTimeoutMs = requestTimeoutMs
+        self.readTimeoutMs = readTimeoutMs
+        self.maxConnections = maxConnections
+    }
+
+    /// Serves until cancelled.
+    public func run() async {
+        let open = ConnectionCount()
+        await withDiscardingTaskGroup { group in
+            while !Task.isCancelled {
+                guard let connection = try? await listener.accept() else {
+                    if Task.isCancelled { break }
+                    continue
+                }
+                guard await open.tryEnter(limit: maxConnections) else {
+                    try? await connection.write(HTTPServerResponse.json(503, ["error": "too many connections; try again"]))
+                    connection.close()
+                    continue
+                }
+                group.addTask {
+                    await serve(connection)
+                    connection.close()
+                    await open.leave()
+                }
+            }
+        }
+    }
+
+    private enum Read: Sendable { case request(HTTPRequest), refused(HTTPRefusal), closed }
+
+    func serve(_ connection: UnixConnection) async {
+        let readTimeout = UInt64(readTimeoutMs) * 1_000_000
+        // The whole request must arrive within the read timeout (slow clients are cut off).
+        let read: Read = await withTaskGroup(of: Read?.self) { group in
+            group.addTask {
+                var reader = HTTPRequestReader()
+                while true {
+                    guard let bytes = try? await connection.read(max: 16_384), !bytes.isEmpty else { return .closed }
+                    switch reader.feed(bytes) {
+                    case .needMore: continue
+                    case .complete(let request): return .request(request)
+                    case .refused(let refusal): return .refused(refusal)
+                    }
+                }
+            }
+            group.addTask {
+                try? await Task.sleep(nanoseconds: readTimeout)
+                return Task.isCancelled ? nil : .refused(HTTPRefusal(408, "the request did not arrive within \(readTimeoutMs) ms"))
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first ?? .closed
+        }
+        let answer: [UInt8]
+        switch read {
+        case .closed: return
+        case .refused(let refusal):
+            logger.info("refused a request: \(refusal.status) \(refusal.message)")
+            answer = HTTPServerResponse.json(refusal.status, ["error": .string(refusal.message)])
+        case .request(let request):
+            answer = await respond(to: request)
+        }
+        try? await connection.write(answer)
+    }
+
+    func respond(to request: HTTPRequest) async -> [UInt8] {
+        switch (request.method, request.path) {
+        case ("GET", "/status"), ("HEAD", "/status"):
+            return HTTPServerResponse.json(200, await central.currentStatus.json)
+        case ("GET", "/api/tags"):
+            let status = await central.currentStatus
+            return HTTPServerResponse.json(200, ProxyAnswer.tags(connected: status.connected, deviceName: status.deviceName))
+        case ("GET", "/api/version"):
+            return HTTPServerResponse.json(200, ["version": .string(workerVersion)])
+        case ("POST", "/api/generate"):
+            let generate: GenerateRequest
+            switch GenerateRequest.parse(request.body) {
+            case .failure(let refusal): return HTTPServerResponse.json(refusal.status, ["ok": false, "error": .string(refusal.message)])
+            case .success(let parsed): generate = parsed
+            }
+            let started = monotonicNanoseconds()
+            let result = await central.generate(prompt: generate.prompt, maxTokens: generate.maxTokens, timeoutMs: requestTimeoutMs)
+            let durationMs = Int64((monotonicNanoseconds() - started) / 1_000_000)
+            let answer = ProxyAnswer.generate(generate, result, durationMs: durationMs, nowMs: wallClockMilliseconds())
+            logger.info("POST /api/generate: \(answer.status) in \(durationMs) ms")
+            return HTTPServerResponse.json(answer.status, answer.body, contentType: answer.ndjson ? "application/x-ndjson" : "application/json")
+        case (_, "/status"), (_, "/api/tags"), (_, "/api/version"), (_, "/api/generate"):
+            return HTTPServerResponse.json(405, ["error": .string("\(request.method) is not allowed on \(request.path)")])
+        default:
+            return HTTPServerResponse.json(404, ["error": .string("no such path: \(request.path) (try /status, /api/generate, /api/tags)")])
+        }
+    }
+}
