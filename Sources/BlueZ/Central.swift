@@ -201,6 +201,9 @@ public actor GattCentral {
         guard message.sender == bluezOwner, let args = try? message.arguments(), let path = args.first?.stringValue else { return }
         if message.member == "InterfacesAdded", args.count == 2, let interfaces = args[1].stringKeyedEntries {
             objects.add(path: path, interfaces: interfaces)
+            if let device = objects.devices[path], interfaces["org.bluez.Device1"] != nil {
+                logger.debug("device \(device.address) \(device.name ?? "") RSSI \(device.rssi.map(String.init) ?? "?") UUIDs \(device.uuids)")
+            }
         } else if message.member == "InterfacesRemoved", args.count == 2, let interfaces = args[1].arrayValue?.compactMap(\.stringValue) {
             objects.remove(path: path, interfaces: interfaces)
             if path == target && interfaces.contains("org.bluez.Device1") { linkLost(reason: "the worker's device object was removed") }
@@ -218,13 +221,17 @@ public actor GattCentral {
         case "org.bluez.Device1":
             guard var device = objects.devices[path] else { return }
             objects.update(&device, with: changed)
+            logger.debug("device \(device.address): \(changed.keys.sorted().joined(separator: ", ")) changed (RSSI \(device.rssi.map(String.init) ?? "?"), connected \(device.connected))")
             objects.devices[path] = device
             if path == target, changed["Connected"]?.boolValue == false { linkLost(reason: "the worker disconnected") }
             advance()
         case "org.bluez.Adapter1":
             if let powered = changed["Powered"]?.boolValue { objects.adapters[path]?.powered = powered }
             if path == adapterPath, changed["Powered"]?.boolValue == false { linkLost(reason: "adapter powered off") }
-            if let discovering = changed["Discovering"]?.boolValue, path == adapterPath, !discovering { discoveryStarted = false }
+            if let discovering = changed["Discovering"]?.boolValue, path == adapterPath {
+                logger.debug("discovery \(discovering ? "on" : "off") on \(path)")
+                if !discovering { discoveryStarted = false }
+            }
             advance()
         default:
             return

@@ -143,7 +143,7 @@ struct BlueZObjects {
     func update(_ device: inout Device, with properties: [String: DBusValue]) {
         if let connected = properties["Connected"]?.boolValue { device.connected = connected }
         if let name = properties["Name"]?.stringValue ?? properties["Alias"]?.stringValue { device.name = name }
-        if let rssi = properties["RSSI"]?.integerValue, (-127...20).contains(rssi) { device.rssi = Int(rssi) }
+        if let rssi = properties["RSSI"]?.integerValue, (-128...127).contains(rssi) { device.rssi = Int(rssi) }
         if let uuids = properties["UUIDs"]?.arrayValue?.compactMap(\.stringValue) { device.uuids = uuids.map { $0.lowercased() } }
         if let resolved = properties["ServicesResolved"]?.boolValue { device.servicesResolved = resolved }
     }
