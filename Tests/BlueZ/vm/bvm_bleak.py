@@ -3,7 +3,12 @@
     import sys, os; sys.path.insert(0, os.environ["BLUEZ_VM_DIR"])
     from bvm_bleak import find, connected
     dev = await find("00:AA:01:00:00:00")            # scans from hci1
+    dev = await find_by_service(UUID, kick="hci0")  # or by advertised service UUID
+    dev = await find_by_name("EdgeCoder-...", kick="hci0")   # or by (scan response) name
     async with connected(dev) as client: ...         # connected, services resolved
+    await forget(address)                            # bluetoothd drops what it knows
+    await advertising_instances("hci0")              # LEAdvertisingManager1.ActiveInstances
+    await att_mtu(client)                            # the ATT MTU (bleak's mtu_size then too)
 
 The BlueZ "Connected" race, and what this module does about it: BlueZ (5.66 here, and
 still upstream) sets a device's LE "connected" state silently when its own ATT socket
@@ -210,16 +215,157 @@ async def find(address, adapter=CENTRAL_ADAPTER, timeout=90.0, scan_window=3.0,
             return dev
 
 
+def _adv_matches(props, service=None, name=None):
+    """Whether bluetoothd's Device1 properties (or a bleak advertisement's data, given as
+    {"UUIDs": [...], "Name": ...}) advertise SERVICE and/or carry NAME."""
+    if service is not None:
+        uuids = [str(u).lower() for u in (props.get("UUIDs") or [])]
+        if service.lower() not in uuids:
+            return False
+    if name is not None and props.get("Name") != name and props.get("Alias") != name:
+        return False
+    return True
+
+
+async def find_matching(service=None, name=None, adapter=CENTRAL_ADAPTER, timeout=90.0,
+                        scan_window=3.0, kick=None, known=True):
+    """Like find(), but by advertised SERVICE UUID and/or local NAME instead of an address:
+    scans from ADAPTER (with a discovery filter on SERVICE) until a device advertising
+    them is reported; returns a BLEDevice or None. KICK as in find(). With KNOWN (default),
+    a device that bluetoothd already knows on ADAPTER with matching UUIDs/Name counts
+    (bleak reports only changes, and btvirt's advertisements never change); call forget()
+    first to insist on a fresh advertisement."""
+    from bleak.backends.device import BLEDevice
+    kick = kick if kick is not None else os.environ.get("BVM_KICK_ADAPTER") or None
+    prefix = f"/org/bluez/{adapter}/dev_"
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    scans = 0
+    want = f"service={service} name={name}"
+    while True:
+        kicking = False
+        hit = None
+        try:
+            objects = await _bluez_objects()
+            if known:
+                for path, ifaces in sorted(objects.items()):
+                    if path.startswith(prefix) and "org.bluez.Device1" in ifaces:
+                        props = {k: v.value for k, v in ifaces["org.bluez.Device1"].items()}
+                        if _adv_matches(props, service, name):
+                            hit = BLEDevice(props["Address"], props.get("Name"),
+                                            {"path": path, "props": props})
+                            break
+            if kick:
+                adv = objects.get(f"/org/bluez/{kick}", {}).get("org.bluez.LEAdvertisingManager1", {})
+                kicking = "ActiveInstances" in adv and adv["ActiveInstances"].value > 0
+        except Exception as e:
+            log(f"find_matching: GetManagedObjects failed: {e!r}")
+        if hit is not None:
+            log(f"find_matching({want}): {hit.address} after {scans} scan(s)")
+            return hit
+        if loop.time() >= deadline:
+            log(f"find_matching: nothing advertises {want} on {adapter} in {scans} scans")
+            await _diagnose()
+            return None
+        if scans == 5:
+            log(f"find_matching: {want} not seen in 5 scans; state:")
+            await _diagnose()
+        scans += 1
+        kicker = asyncio.create_task(_kick_advertising(kick, min(1.0, scan_window / 3))) \
+            if kicking else None
+        try:
+            def match(dev, adv):
+                return _adv_matches({"UUIDs": adv.service_uuids, "Name": adv.local_name},
+                                    service, name)
+            kwargs = {"service_uuids": [service]} if service else {}
+            dev = await BleakScanner.find_device_by_filter(
+                match, timeout=scan_window, bluez={"adapter": adapter}, **kwargs)
+        finally:
+            if kicker is not None:
+                with contextlib.suppress(BaseException):
+                    await kicker
+        if dev is not None:
+            log(f"find_matching({want}): {dev.address} found on scan {scans}")
+            return dev
+        known = True   # bluetoothd may have learnt it during this scan
+
+
+async def find_by_service(uuid, **kwargs):
+    """find_matching(service=UUID, ...)"""
+    return await find_matching(service=uuid, **kwargs)
+
+
+async def find_by_name(name, **kwargs):
+    """find_matching(name=NAME, ...): NAME may travel in the scan response."""
+    return await find_matching(name=name, **kwargs)
+
+
+async def forget(address, adapter=CENTRAL_ADAPTER):
+    """Adapter1.RemoveDevice: bluetoothd forgets ADDRESS on ADAPTER (disconnecting it),
+    so a later scan must see a fresh advertisement. True if it was known."""
+    from dbus_fast import BusType, Message, MessageType
+    from dbus_fast.aio import MessageBus
+    path = f"/org/bluez/{adapter}/dev_" + address.upper().replace(":", "_")
+    bus = await MessageBus(bus_type=BusType.SYSTEM).connect()
+    try:
+        reply = await bus.call(Message(
+            destination="org.bluez", path=f"/org/bluez/{adapter}",
+            interface="org.bluez.Adapter1", member="RemoveDevice", signature="o", body=[path]))
+        return reply.message_type == MessageType.METHOD_RETURN
+    finally:
+        bus.disconnect()
+
+
+async def att_mtu(client):
+    """The connection's ATT MTU: bluetoothd's GattCharacteristic1.MTU of the first
+    characteristic (BlueZ >= 5.62). bleak's mtu_size says 23 unless _acquire_mtu() ran,
+    which AcquireWrite/AcquireNotify would do; this sets it from the property instead
+    and returns it (None if unknown)."""
+    from dbus_fast import BusType, Message, MessageType
+    from dbus_fast.aio import MessageBus
+    chars = list(client.services.characteristics.values())
+    if not chars:
+        return None
+    bus = await MessageBus(bus_type=BusType.SYSTEM).connect()
+    try:
+        reply = await bus.call(Message(
+            destination="org.bluez", path=chars[0].obj[0],
+            interface="org.freedesktop.DBus.Properties", member="Get", signature="ss",
+            body=["org.bluez.GattCharacteristic1", "MTU"]))
+        if reply.message_type != MessageType.METHOD_RETURN:
+            log(f"att_mtu: {reply.body}")
+            return None
+        mtu = reply.body[0].value
+        with contextlib.suppress(Exception):
+            client._backend._mtu_size = mtu
+        return mtu
+    finally:
+        bus.disconnect()
+
+
+async def advertising_instances(adapter="hci0"):
+    """org.bluez.LEAdvertisingManager1.ActiveInstances of ADAPTER (None if unknown)."""
+    try:
+        objects = await _bluez_objects()
+    except Exception as e:
+        log(f"advertising_instances: GetManagedObjects failed: {e!r}")
+        return None
+    adv = objects.get(f"/org/bluez/{adapter}", {}).get("org.bluez.LEAdvertisingManager1", {})
+    return adv["ActiveInstances"].value if "ActiveInstances" in adv else None
+
+
 async def connect(device, adapter=CENTRAL_ADAPTER, attempts=5, timeout=60.0,
-                  min_services=1):
+                  min_services=1, disconnected_callback=None):
     """A connected BleakClient (services resolved, at least MIN_SERVICES of them).
 
     Retries the BlueZ 'Connected' signal race described above. Call
     client.disconnect() yourself, or use `async with connected(dev) as client:`.
+    DISCONNECTED_CALLBACK is passed to BleakClient.
     """
     last = None
     for attempt in range(1, attempts + 1):
-        client = BleakClient(device, bluez={"adapter": adapter}, timeout=timeout)
+        client = BleakClient(device, disconnected_callback=disconnected_callback,
+                             bluez={"adapter": adapter}, timeout=timeout)
         try:
             await client.connect()
             n = len(list(client.services))

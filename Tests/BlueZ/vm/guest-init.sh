@@ -18,7 +18,7 @@ setup_failed() {
 
 # run.env (written by run-in-vm.sh): VM_SCRIPT, VM_ARGS (array), VM_CWD, BLUEZ_VM_DIR,
 # BLUEZ_VM_CACHE, BLUEZ_VM_KVER, BLUETOOTHD_ARGS, BLUEZ_VM_NO_BLUETOOTHD, BLUEZ_VM_BTMON,
-# user variables.
+# BLUEZ_VM_CONTROLLERS, BLUEZ_VM_HOST_ADDR, BLUEZ_VM_HOST_PORTS, user variables.
 # shellcheck source=/dev/null
 source "$RES/run.env" || setup_failed "cannot read $RES/run.env"
 export VM_RESULTS="$RES"
@@ -30,9 +30,14 @@ source "$BLUEZ_VM_DIR/guest-lib.sh" || setup_failed "cannot source guest-lib.sh"
 
 bvm_log "guest up: kernel $(uname -r)"
 load_bt_modules || setup_failed "loading Bluetooth/crypto modules from $BLUEZ_VM_KDIR"
-start_btvirt -L -l2
-wait_for_controllers 2 60 || setup_failed "btvirt did not create hci0 and hci1 (see btvirt.log)"
+NCTRL="${BLUEZ_VM_CONTROLLERS:-2}"
+start_btvirt -L "-l$NCTRL"
+wait_for_controllers "$NCTRL" 60 || setup_failed "btvirt did not create $NCTRL controllers (see btvirt.log)"
 bvm_log "controllers: $(ls /sys/class/bluetooth | tr '\n' ' ')"
+if [[ -n "${BLUEZ_VM_HOST_ADDR:-}" ]]; then   # run-in-vm.sh --host-port
+  setup_host_network || setup_failed "guest network for --host-port (virtio_net, eth0)"
+  bvm_log "eth0 up: host ports ${BLUEZ_VM_HOST_PORTS} at $BLUEZ_VM_HOST_ADDR"
+fi
 start_dbus || setup_failed "dbus-daemon --system"
 [[ "${BLUEZ_VM_BTMON:-0}" == 1 ]] && start_btmon
 if [[ "${BLUEZ_VM_NO_BLUETOOTHD:-0}" != 1 ]]; then

@@ -8,6 +8,17 @@
 #   BLUEZ_VM_CACHE    REPO/.cache/bluez-vm              BLUEZ_VM_KDIR, BLUEZ_VM_KVER
 #   BLUEZ_VM_PYTHON   venv python with bleak (+ system dbus/gi)
 #   HCI0_ADDR=00:AA:01:00:00:00  HCI1_ADDR=00:AA:01:01:00:01  (btvirt -L -l2)
+#   HCI2_ADDR=00:AA:01:02:00:02  HCI3_ADDR=00:AA:01:03:00:03  (run-in-vm.sh --controllers 3, 4)
+#     Two connections at once to ONE controller: btvirt 5.66 gives a new LE connection the
+#     initiator's first free handle (from 42) on both ends, so a second central connecting
+#     to hci0 while hci1 is connected makes a second handle 42 on hci0 and the guest kernel
+#     panics (duplicate sysfs "hci0:42", then a list_del BUG). Pad the second central
+#     first: e.g. hci2 connects to hci3 (advertising), then its next handle, 43, is free on
+#     hci0 too (see Tests/BlueZ/worker_central.py pad_connection).
+#   BLUEZ_VM_CONTROLLERS  number of controllers (run-in-vm.sh --controllers; default 2)
+#   BLUEZ_VM_HOST_ADDR    with run-in-vm.sh --host-port PORT: the address at which the
+#                         guest reaches the host's 127.0.0.1:PORT (else empty);
+#                         BLUEZ_VM_HOST_PORTS the forwarded ports (space-separated)
 #   HOME=/tmp/home (the root filesystem is the host's /, read-only; /tmp, /run,
 #   /var/lib/bluetooth and /dev/shm are fresh tmpfs)
 #
@@ -25,7 +36,8 @@
 #   btmgmt_run ARGS...          btmgmt without a terminal (plain btmgmt prints nothing)
 #   kick_advertising [hciN]     re-enable hciN's advertising so scanners see it now
 #   bluez_example NAME [hciN]   copy of BlueZ's example script NAME pinned to hciN
-#   load_bt_modules / start_btvirt [ARGS] / start_dbus   (done by guest-init.sh already)
+#   load_bt_modules / start_btvirt [ARGS] / start_dbus / setup_host_network
+#                               (done by guest-init.sh already)
 #   ok DESC / not_ok DESC / check DESC CMD...   TAP-like result lines ("ok - DESC")
 #   run_tap DESC CMD...         run CMD, pass through and count its ok/not ok lines
 #   tap_done                    print "1..N" and "N passed, N failed"; returns 1 if any
@@ -39,7 +51,9 @@ BLUEZ_VM_RUN=/run/bluez-vm
 BLUETOOTHD=/usr/libexec/bluetooth/bluetoothd
 HCI0_ADDR=00:AA:01:00:00:00
 HCI1_ADDR=00:AA:01:01:00:01
-export HCI0_ADDR HCI1_ADDR
+HCI2_ADDR=00:AA:01:02:00:02
+HCI3_ADDR=00:AA:01:03:00:03
+export HCI0_ADDR HCI1_ADDR HCI2_ADDR HCI3_ADDR
 mkdir -p "$BLUEZ_VM_RUN" 2>/dev/null
 
 bvm_log() { printf '[%s] %s\n' "$(cut -d' ' -f1 /proc/uptime)" "$*" >&2; }
@@ -58,6 +72,16 @@ load_bt_modules() {
   for m in hci_vhci af_alg algif_hash algif_skcipher aes_generic ecb cmac; do
     modprobe -d "$BLUEZ_VM_KDIR" "$m" || { bvm_log "modprobe $m failed"; return 1; }
   done
+}
+
+setup_host_network() { # virtio-net eth0 on qemu's user network (run-in-vm.sh --host-port):
+  # static 10.0.2.15/24 (no DHCP client needed), loopback up too.
+  modprobe -d "$BLUEZ_VM_KDIR" virtio_net || { bvm_log "modprobe virtio_net failed"; return 1; }
+  _bvm_wait 30 "eth0" test -e /sys/class/net/eth0 || return 1
+  ip link set lo up &&
+    ip link set eth0 up &&
+    ip addr add 10.0.2.15/24 dev eth0 &&
+    ip route add default via 10.0.2.2 dev eth0
 }
 
 _bvm_hci_count() { local n=0 d; for d in /sys/class/bluetooth/hci*; do [[ -e $d ]] && n=$((n + 1)); done; echo $n; }

@@ -19,6 +19,14 @@
 #                      BLUETOOTHD_ARGS environment variable), e.g. "-f /path/main.conf"
 #   --no-bluetoothd    do not start bluetoothd (the script calls start_bluetoothd itself)
 #   --btmon            record all HCI traffic to RESULTS/btmon.log (also BLUEZ_VM_BTMON=1)
+#   --controllers N    btvirt -L -lN: N linked LE controllers hci0..hci(N-1), addresses
+#                      00:AA:01:0k:00:0k (default 2; e.g. 4 for a second central on
+#                      hci2, which must first connect to hci3: see guest-lib.sh)
+#   --host-port PORT   let the guest reach the host's 127.0.0.1:PORT (TCP) as
+#                      $BLUEZ_VM_HOST_ADDR:PORT (repeatable). The guest gets a virtio-net
+#                      eth0 (10.0.2.15/24) on qemu's user network with restrict=on: it
+#                      reaches nothing else; each connection is relayed by host-relay.py
+#                      (spawned per connection on the host). Without it: no network.
 #   --results DIR      results folder (kept); default: a fresh REPO/.cache/bluez-vm/runs/
 #                      run.XXXXXX, deleted after a run that exits 0 unless --keep
 #   --keep             keep the default results folder
@@ -51,6 +59,8 @@ NO_BTD=0
 BTMON="${BLUEZ_VM_BTMON:-0}"
 BTD_ARGS="${BLUETOOTHD_ARGS:-}"
 ENV_LINES=()
+HOST_PORTS=()
+CONTROLLERS=2
 while (($#)); do
   case "$1" in
     --timeout) TIMEOUT="${2:?}"; shift 2 ;;
@@ -67,6 +77,10 @@ while (($#)); do
     --bluetoothd-args) BTD_ARGS="${2-}"; shift 2 ;;
     --no-bluetoothd) NO_BTD=1; shift ;;
     --btmon) BTMON=1; shift ;;
+    --controllers) CONTROLLERS="${2:?}"; shift 2 ;;
+    --host-port)
+      [[ "${2-}" =~ ^[0-9]+$ ]] && (($2 >= 1 && $2 <= 65535)) || die "--host-port wants a TCP port, got '${2-}'"
+      HOST_PORTS+=("$2"); shift 2 ;;
     --results) RESULTS="${2:?}"; KEEP=1; shift 2 ;;
     --keep) KEEP=1; shift ;;
     --verbose|-v) VERBOSE=1; shift ;;
@@ -78,6 +92,8 @@ while (($#)); do
 done
 (($#)) || usage
 [[ "$TIMEOUT" =~ ^[0-9]+$ ]] || die "--timeout wants whole seconds"
+[[ "$CONTROLLERS" =~ ^[0-9]+$ ]] && ((CONTROLLERS >= 2 && CONTROLLERS <= 9)) ||
+  die "--controllers wants 2..9"
 SCRIPT="$(realpath -e "$1" 2>/dev/null)" || die "no such script: $1"
 shift
 [[ -f "$SCRIPT" ]] || die "not a file: $SCRIPT"
@@ -126,10 +142,16 @@ BLUEZ_VM_KVER="$KVER"
 BLUETOOTHD_ARGS="$BTD_ARGS"
 BLUEZ_VM_NO_BLUETOOTHD="$NO_BTD"
 BLUEZ_VM_BTMON="$BTMON"
+BLUEZ_VM_CONTROLLERS="$CONTROLLERS"
+BLUEZ_VM_HOST_ADDR=""
+# Address the guest uses for the host's ports (a guestfwd address on qemu's user net).
+((${#HOST_PORTS[@]})) && BLUEZ_VM_HOST_ADDR=10.0.2.100
+BLUEZ_VM_HOST_PORTS="${HOST_PORTS[*]}"
 {
   declare -p VM_SCRIPT VM_ARGS VM_CWD REPO_ROOT BLUEZ_VM_DIR BLUEZ_VM_CACHE BLUEZ_VM_KVER \
-             BLUETOOTHD_ARGS BLUEZ_VM_NO_BLUETOOTHD BLUEZ_VM_BTMON
-  echo "export BLUETOOTHD_ARGS"
+             BLUETOOTHD_ARGS BLUEZ_VM_NO_BLUETOOTHD BLUEZ_VM_BTMON BLUEZ_VM_CONTROLLERS \
+             BLUEZ_VM_HOST_ADDR BLUEZ_VM_HOST_PORTS
+  echo "export BLUETOOTHD_ARGS BLUEZ_VM_HOST_ADDR BLUEZ_VM_HOST_PORTS"
   ((${#ENV_LINES[@]})) && printf '%s\n' "${ENV_LINES[@]}"
 } >"$RESULTS/run.env"
 
@@ -145,6 +167,16 @@ QEMU=(qemu-system-x86_64 -nodefaults -no-user-config -no-reboot
       -device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot
       -fsdev "local,id=results,path=$(q "$RESULTS"),security_model=none,multidevs=remap"
       -device virtio-9p-pci,fsdev=results,mount_tag=results)
+if ((${#HOST_PORTS[@]})); then
+  # restrict=on: the guest reaches only the guestfwd addresses below. A guestfwd to a
+  # chardev would carry a single connection opened at start-up; cmd: spawns the relay per
+  # connection. romfile= : no PXE option ROM (not installed, not needed with -kernel).
+  NETDEV="user,id=net0,restrict=on"
+  for p in "${HOST_PORTS[@]}"; do
+    NETDEV+=",guestfwd=tcp:$BLUEZ_VM_HOST_ADDR:$p-cmd:$(q "$HERE/host-relay.py") $p"
+  done
+  QEMU+=(-netdev "$NETDEV" -device virtio-net-pci,netdev=net0,romfile=)
+fi
 
 : >"$RESULTS/output.log"
 start=$SECONDS
