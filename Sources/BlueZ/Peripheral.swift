@@ -495,6 +495,14 @@ public actor GattPeripheral {
             let address = objects.devices[device]?.address ?? BlueZObjects.address(fromDevicePath: device)
             sessions[device] = Session(address: address, assembler: RequestAssembler(maxRequestBytes: settings.maxRequestBytes), mtu: nil)
             logger.info("client \(address) connected")
+            // bluetoothd calls StartNotify for the first subscriber only: a client joining
+            // later gets the status shortly after it connects (time to subscribe).
+            if sessions.count > 1 {
+                Task {
+                    try? await Task.sleep(nanoseconds: 1_500_000_000)
+                    await self.refreshStatus(force: true)
+                }
+            }
             return true
         case .refused:
             let address = objects.devices[device]?.address ?? BlueZObjects.address(fromDevicePath: device)

@@ -57,7 +57,12 @@ public struct ProxyServer: Sendable {
             group.addTask {
                 var reader = HTTPRequestReader()
                 while true {
-                    guard let bytes = try? await connection.read(max: 16_384), !bytes.isEmpty else { return .closed }
+                    let bytes: [UInt8]
+                    do { bytes = try await connection.read(max: 16_384) } catch {
+                        logger.debug("reading a request failed: \(error)")
+                        return .closed
+                    }
+                    if bytes.isEmpty { return .closed }
                     switch reader.feed(bytes) {
                     case .needMore: continue
                     case .complete(let request): return .request(request)
