@@ -29,11 +29,11 @@ public struct CentralSettings: Sendable {
 /// requests in chunks of at most min(MTU − 3, 508) bytes (508: the largest value
 /// bluetoothd before 5.69 accepts), reassembles responses by id, and reconnects with
 /// backoff when the link drops. One actor owns the bus, as in `GattPeripheral`.
-public actor GattCentral {
+public actor GattCentral: BusDriving {
     let settings: CentralSettings
     let logger: Logger
 
-    private var bus: Bus?
+    var bus: Bus?
     private var slots: [BusSlot] = []
     private var bluezOwner: String?
     private var objects = BlueZObjects()
@@ -62,7 +62,7 @@ public actor GattCentral {
     private var writeWaiters: [Int: CheckedContinuation<DBusError?, Never>] = [:]
     private var nextWaiter = 0
 
-    private var busWaiter: Task<Void, Never>?
+    var busWaiter: Task<Void, Never>?
 
     public init(settings: CentralSettings, logger: Logger) {
         self.settings = settings
@@ -110,56 +110,22 @@ public actor GattCentral {
 
     // MARK: The bus
 
-    private func busLoop() async {
-        while !Task.isCancelled {
-            if bus == nil {
-                connectBus()
-                if bus == nil {
-                    try? await Task.sleep(nanoseconds: 2_000_000_000)
-                    continue
-                }
-            }
-            guard let bus else { continue }
-            do {
-                while try bus.process() {}
-            } catch {
-                logger.warning("the system bus connection failed: \(error); reconnecting")
-                dropBus(reason: "the system bus connection was lost: \(error)")
-                continue
-            }
-            let waiter = busWaitTask(fd: bus.fileDescriptor, events: bus.events, deadlineUsec: bus.timeoutUsec)
-            busWaiter = waiter
-            await withTaskCancellationHandler { await waiter.value } onCancel: { waiter.cancel() }
-            busWaiter = nil
-        }
-    }
+    var reconnectDelayMs: Int64 { 2_000 }
+    func processed() async {}
 
-    private func kickBus() { busWaiter?.cancel() }
-
-    private func connectBus() {
+    func connectBus() {
         do {
-            let bus = try settings.busAddress.map { address throws(BusFailure) in try Bus.connect(address: address) } ?? Bus.system()
+            let bus = try BlueZBus.open(address: settings.busAddress)
             self.bus = bus
-            // Handlers hold the actor strongly; dropBus() releases the slots.
-            slots.append(try bus.addMatch("type='signal',interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0='org.bluez'") { message in
-                self.nameOwnerChanged(message)
-            })
-            slots.append(try bus.addMatch("type='signal',interface='org.freedesktop.DBus.ObjectManager',path='/'") { message in
-                self.objectsChanged(message)
-            })
-            slots.append(try bus.addMatch("type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged',path_namespace='/org/bluez'") { message in
-                self.propertiesChanged(message)
-            })
-            try bus.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-                         member: "GetNameOwner", arguments: [.string("org.bluez")]) { result in
-                if case .success(let args) = result, let owner = args.first?.stringValue { self.bluezAppeared(owner) } else { self.bluezGone() }
-            }
+            slots += try BlueZBus.follow(bus, nameOwnerChanged: { self.nameOwnerChanged($0) }, objectsChanged: { self.objectsChanged($0) },
+                                         propertiesChanged: { self.propertiesChanged($0) },
+                                         owner: { owner in if let owner { self.bluezAppeared(owner) } else { self.bluezGone() } })
         } catch {
             dropBus(reason: "cannot use the system bus: \(error). Is dbus-daemon running (systemctl status dbus)?")
         }
     }
 
-    private func dropBus(reason: String) {
+    func dropBus(reason: String) {
         slots.forEach { $0.cancel() }
         slots.removeAll()
         bus = nil
@@ -192,9 +158,9 @@ public actor GattCentral {
     }
 
     private func nameOwnerChanged(_ message: BusMessage) {
-        guard message.sender == "org.freedesktop.DBus", let args = try? message.arguments(), args.count == 3 else { return }
+        guard let owner = BlueZBus.newOwner(message) else { return }
         if bluezOwner != nil { bluezGone() }
-        if let owner = args[2].stringValue, !owner.isEmpty { bluezAppeared(owner) }
+        if !owner.isEmpty { bluezAppeared(owner) }
     }
 
     private func objectsChanged(_ message: BusMessage) {

@@ -53,12 +53,12 @@ public struct PeripheralSettings: Sendable {
 /// connection: every sd-bus call, and every handler (they run inside `process()`), is
 /// on this actor. A session runs from `run()` until `stop()`; mode `off` has no session,
 /// so no bus connection and nothing registered with bluetoothd.
-public actor GattPeripheral {
+public actor GattPeripheral: BusDriving {
     let settings: PeripheralSettings
     let host: any PeripheralHost
     let logger: Logger
 
-    private var bus: Bus?
+    var bus: Bus?
     private var slots: [BusSlot] = []
     private var bluezOwner: String?
     private var objects = BlueZObjects()
@@ -100,7 +100,7 @@ public actor GattPeripheral {
     private let workWake: AsyncStream<Void>.Continuation
     private let workStream: AsyncStream<Void>
 
-    private var busWaiter: Task<Void, Never>?
+    var busWaiter: Task<Void, Never>?
 
     public init(settings: PeripheralSettings, host: any PeripheralHost, logger: Logger) {
         self.settings = settings
@@ -164,73 +164,28 @@ public actor GattPeripheral {
 
     // MARK: The bus, driven from the reactor
 
-    private func busLoop() async {
-        while !Task.isCancelled {
-            if bus == nil {
-                connect()
-                if bus == nil {
-                    await publish()
-                    try? await Task.sleep(nanoseconds: UInt64(settings.retryMs) * 1_000_000)
-                    continue
-                }
-            }
-            guard let bus else { continue }
-            do {
-                while try bus.process() {}
-            } catch {
-                logger.warning("the system bus connection failed: \(error); reconnecting")
-                dropBus(reason: "the system bus connection was lost: \(error)")
-                continue
-            }
-            await publish()
-            await waitForBus(fd: bus.fileDescriptor, events: bus.events, deadlineUsec: bus.timeoutUsec)
-        }
-    }
+    var reconnectDelayMs: Int64 { settings.retryMs }
+    func processed() async { await publish() }
 
-    /// Suspends until the bus fd is ready, its timeout passes, or `kickBus()` (something
-    /// was queued or a call with a timeout was made) — never holding the actor.
-    private func waitForBus(fd: Int32, events: Int16, deadlineUsec: UInt64?) async {
-        let waiter = busWaitTask(fd: fd, events: events, deadlineUsec: deadlineUsec)
-        busWaiter = waiter
-        await withTaskCancellationHandler { await waiter.value } onCancel: { waiter.cancel() }
-        busWaiter = nil
-    }
-
-    private func kickBus() { busWaiter?.cancel() }
-
-    private func connect() {
+    func connectBus() {
         do {
-            let bus = try settings.busAddress.map { address throws(BusFailure) in try Bus.connect(address: address) } ?? Bus.system()
+            let bus = try BlueZBus.open(address: settings.busAddress)
             self.bus = bus
             slots.append(try bus.exportObjects(under: GattObjects.root) { message in
                 self.handle(message)
             })
-            // The handlers hold the actor strongly; dropBus() releases the slots, ending the cycle.
-            // No sender in the rules: sd-bus cannot match a well-known sender name locally
-            // against a unique one. Each handler checks that bluetoothd sent it.
-            slots.append(try bus.addMatch("type='signal',interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0='org.bluez'") { message in
-                self.nameOwnerChanged(message)
-            })
-            slots.append(try bus.addMatch("type='signal',interface='org.freedesktop.DBus.ObjectManager',path='/'") { message in
-                self.objectsChanged(message)
-            })
-            slots.append(try bus.addMatch("type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged',path_namespace='/org/bluez'") { message in
-                self.propertiesChanged(message)
-            })
             logger.info("connected to the system bus as \(bus.uniqueName ?? "?")")
             status.problem = "asking the bus for bluetoothd (org.bluez)"
-            try bus.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-                         member: "GetNameOwner", arguments: [.string("org.bluez")]) { [unowned self] result in
-                switch result {
-                case .success(let args): self.bluezAppeared(owner: args.first?.stringValue)
-                case .failure: self.bluezGone()
-                }
-            }
+            slots += try BlueZBus.follow(bus, nameOwnerChanged: { self.nameOwnerChanged($0) }, objectsChanged: { self.objectsChanged($0) },
+                                         propertiesChanged: { self.propertiesChanged($0) },
+                                         owner: { owner in if let owner { self.bluezAppeared(owner: owner) } else { self.bluezGone() } })
         } catch {
             dropBus(reason: "cannot use the system bus: \(error). Is dbus-daemon running (systemctl status dbus)?")
             logger.warning(status.problem ?? "")
         }
     }
+
+    func dropBus(reason: String) { dropBus(reason: Optional(reason)) }
 
     private func dropBus(reason: String?) {
         slots.forEach { $0.cancel() }
@@ -279,9 +234,7 @@ public actor GattPeripheral {
     }
 
     private func nameOwnerChanged(_ message: BusMessage) {
-        guard message.sender == "org.freedesktop.DBus", let args = try? message.arguments(), args.count == 3,
-              args[0].stringValue == "org.bluez" else { return }
-        let newOwner = args[2].stringValue ?? ""
+        guard let newOwner = BlueZBus.newOwner(message) else { return }
         if bluezOwner != nil { bluezGone() }
         if !newOwner.isEmpty { bluezAppeared(owner: newOwner) }
     }
