@@ -216,8 +216,13 @@ public enum BluetoothMessage {
         JSONValue.object(JSONObject([("modelState", .string(modelState)), ("batteryPct", .int(Int64(batteryPct ?? -1)))])).serializedBytes
     }
 
-    /// The chunk size for an ATT MTU: min(512, MTU − 3); BlueZ silently truncates past MTU − 3.
-    public static func chunkSize(mtu: Int) -> Int { max(20, min(512, mtu - 3)) }
+    /// The chunk size for an ATT MTU: min(512, MTU − 5), within SPEC 6's "at most
+    /// min(512, MTU − 3)". Why 5: when the client is BlueZ (which enables Multiple Handle
+    /// Value Notifications), bluetoothd 5.66 sends each notification inside an
+    /// ATT_HANDLE_VALUE_MULT_NFY PDU whose entries carry a 2-byte length as well as the
+    /// handle, and silently truncates the value to MTU − 5 (seen in the VM: 2 bytes lost
+    /// per chunk at MTU 48). At the usual MTU 517 it is 512 either way.
+    public static func chunkSize(mtu: Int) -> Int { max(18, min(512, mtu - 5)) }
 
     /// Consecutive chunks of at most `chunkSize(mtu:)` bytes; the client concatenates them
     /// until they form one complete JSON object.

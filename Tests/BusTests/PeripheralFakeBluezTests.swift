@@ -176,12 +176,12 @@ func eventually(_ what: String, seconds: Double = 10, _ condition: () async -> B
         #expect(replies["unknown"].map { if case .failure(let e) = $0 { e.name == "org.bluez.Error.NotSupported" } else { false } } == true)
         #expect(replies["good"].map { if case .success = $0 { true } else { false } } == true)
 
-        // The two messages come back whole, in chunks of at most MTU − 3 = 182 bytes.
+        // The two messages come back whole, in chunks of at most MTU − 5 = 180 bytes.
         await eventually("two responses") { messages(in: bluez).count >= 2 }
         let answers = messages(in: bluez)
         #expect(answers.contains { $0["id"]?.stringValue == "g" && $0["ok"] == false && $0["error"]?.stringValue?.hasPrefix("malformed_json") == true })
         #expect(answers.contains { $0["id"]?.stringValue == "r-1" && $0["ok"] == true && $0["output"]?.stringValue == "echo: hello" })
-        #expect(bluez.with { $0.notifications }.allSatisfy { $0.count <= 182 })
+        #expect(bluez.with { $0.notifications }.allSatisfy { $0.count <= 180 })
         #expect(await host.served.map(\.id) == ["r-1"])
 
         // A caller that is not bluetoothd is refused.

@@ -98,7 +98,7 @@ import Testing
     func chunksFitTheMTUAndConcatenateToTheMessage(mtu: Int) throws {
         let message = BluetoothMessage.response(id: "r", output: String(repeating: "é", count: 20_000), ok: true, durationMs: 450)
         let chunks = BluetoothMessage.chunks(message, mtu: mtu)
-        #expect(chunks.allSatisfy { $0.count <= min(512, mtu - 3) })
+        #expect(chunks.allSatisfy { $0.count <= min(512, mtu - 5) })
         #expect(chunks.flatMap { $0 } == message)
         let whole = try JSON.parse(chunks.flatMap { $0 })
         #expect(whole["id"] == "r" && whole["ok"] == true && whole["durationMs"] == 450)

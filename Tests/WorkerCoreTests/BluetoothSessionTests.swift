@@ -55,7 +55,7 @@ import Testing
         #expect(status.summary == "bluetooth waiting: bluetoothd is not running")
     }
 
-    @Test(arguments: [(23, 20), (24, 21), (185, 182), (247, 244), (515, 512), (517, 512), (1_000, 512), (5, 20)])
+    @Test(arguments: [(23, 18), (24, 19), (48, 43), (185, 180), (247, 242), (515, 510), (517, 512), (1_000, 512), (5, 18)])
     func notificationChunksFitTheMTU(mtu: Int, size: Int) {
         #expect(BluetoothMessage.chunkSize(mtu: mtu) == size)
         let message = BluetoothMessage.response(id: "r", output: String(repeating: "é", count: 20_000), ok: true, durationMs: 1)
