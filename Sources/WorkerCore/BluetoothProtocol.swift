@@ -7,7 +7,7 @@ public struct BluetoothRequest: Sendable, Equatable {
     public var prompt: String
     public var maxTokens: Int
     public static let defaultMaxTokens = 512
-    public static let maxTokensLimit = 8_192
+    public static let maxTokensLimit = 32_768
 }
 
 /// What the assembler makes of a client's bytes.

@@ -63,8 +63,11 @@ public enum ProxyAnswer {
         switch request.shape {
         case .edgecoder:
             switch result {
-            case .answered(let ok, let output, let error, _):
-                var object = JSONObject([("ok", .bool(ok)), ("output", .string(output)), ("response", .string(output)), ("durationMs", .int(durationMs))])
+            case .answered(let ok, let output, let error, let workerMs):
+                // durationMs: the whole exchange as the HTTP client saw it; workerDurationMs:
+                // what the worker reported (its model time), so the difference is the link's.
+                var object = JSONObject([("ok", .bool(ok)), ("output", .string(output)), ("response", .string(output)), ("durationMs", .int(durationMs)),
+                                         ("workerDurationMs", .int(workerMs))])
                 if let error { object["error"] = .string(error) }
                 return (ok ? 200 : 502, false, .object(object))
             case .notConnected(let why):
