@@ -75,6 +75,7 @@ struct PeripheralBridge: PeripheralHost {
         case .success(let output):
             record.finish(ok: true, output: output.text, error: nil, atMs: ended)
             await daemon.upsertTask(record)
+            await daemon.updateModel(state: "ready", detail: "answered a request in \(output.durationMs) ms")
             return PeripheralOutcome(ok: true, output: output.text, error: nil, durationMs: output.durationMs)
         case .failure(let error):
             let interrupted = Task.isCancelled

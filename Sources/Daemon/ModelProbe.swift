@@ -24,7 +24,10 @@ public struct ModelProbeService: Service {
             let working = daemon.workingModeSelected
             while true {
                 let selected = working.value
-                if selected {
+                let generating = await daemon.isGenerating
+                if selected && generating {
+                    // A generation in progress answers the question better than a probe.
+                } else if selected {
                     let (state, detail) = await backend.probe()
                     if state != last {
                         if state == .ready { logger.info("model backend ready: \(detail)") } else { logger.warning("model backend \(state.rawValue): \(detail)") }

@@ -339,6 +339,11 @@ public actor WorkerDaemon {
         model = (state, detail, clock())
     }
 
+    /// Whether a task is running on the model now. llama.cpp's server does not answer
+    /// its readiness probe while it generates, so the probe waits instead of reporting
+    /// `unavailable` to the very clients being served.
+    public var isGenerating: Bool { tasks.records.contains { $0.state == .running } }
+
     func backendJSON() -> JSONValue {
         var object = JSONObject([("kind", .string(config.backend.kind.rawValue)), ("url", .string(config.backend.url)),
                                  ("model", .string(config.backend.model))])

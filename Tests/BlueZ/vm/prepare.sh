@@ -34,7 +34,7 @@ flock 9
 
 # ---------------------------------------------------------------- 1. packages
 PKGS=(qemu-system-x86 busybox-static kmod bluez bluez-test-tools bluez-test-scripts
-      python3-dbus python3-gi python3-venv dbus cpio gzip xz-utils)
+      python3-dbus python3-gi python3-venv dbus cpio gzip xz-utils jq curl)
 missing=()
 for p in "${PKGS[@]}"; do
   if [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" != "install ok installed" ]]; then

@@ -1,0 +1,140 @@
+# shellcheck shell=bash
+# Phase "proxy" of worker-guest.sh (sourced there; uses its helpers): `edgecoder-worker
+# proxy` on hci1 in front of the daemon on hci0, driven with curl. Issue #7's cases: the
+# status keys of EdgeCoder's Mac proxy, both /api/generate shapes, /api/tags, a long
+# prompt and a long answer, three requests at once, the worker stopped and started (the
+# proxy reconnects), malformed HTTP; and, with BT_PROXY_BENCH=1, the figures for
+# `make bench` as "# proxy-latency-ms: …" and "# proxy-throughput: …" lines.
+
+PROXY_PORT=11435
+PROXY_URL="http://127.0.0.1:$PROXY_PORT"
+PROXY_PID=
+
+start_proxy() {
+  ip link set lo up 2>/dev/null
+  echo "=== $(date -u +%T) proxy ===" >>"$VM_RESULTS/proxy.log"
+  "$WORKER_BIN" proxy --port "$PROXY_PORT" --adapter hci1 --device "$HCI0_ADDR" --log-level debug \
+    </dev/null >>"$VM_RESULTS/proxy.log" 2>&1 &
+  PROXY_PID=$!
+  wait_for 30 "the proxy's HTTP port" curl -sf "$PROXY_URL/status"
+}
+
+proxy_status() { curl -s --max-time 5 "$PROXY_URL/status"; }
+proxy_connected() { [[ "$(proxy_status | jq -r '.connected' 2>/dev/null)" == true ]]; }
+proxy_disconnected() { [[ "$(proxy_status | jq -r '.connected' 2>/dev/null)" == false ]]; }
+
+wait_proxy_connected() { # SECS: btvirt reports advertisements at edges only: kick while waiting
+  local end=$((SECONDS + $1)) n=0
+  until proxy_connected; do
+    ((SECONDS >= end)) && return 1
+    n=$((n + 1)); ((n % 4 == 0)) && kick_advertising hci0
+    sleep 0.5
+  done
+}
+
+# generate BODY [MAX-TIME]: prints "HTTP-CODE TIME-TOTAL" on the first line, the body below
+generate() {
+  curl -s --max-time "${2:-300}" -o "$VM_RESULTS/proxy-answer.json" -w '%{http_code} %{time_total}\n' \
+    -H 'Content-Type: application/json' -X POST "$PROXY_URL/api/generate" --data-binary "$1"
+  cat "$VM_RESULTS/proxy-answer.json"
+}
+
+raw_http() { # BYTES: sends raw bytes to the proxy, prints the status line of the answer
+  exec 9<>"/dev/tcp/127.0.0.1/$PROXY_PORT" || return 1
+  printf '%b' "$1" >&9
+  timeout 15 head -n1 <&9 | tr -d '\r'
+  exec 9>&-
+}
+
+phase proxy "edgecoder-worker proxy on hci1 in front of the worker on hci0"
+write_config proxy 1 65536 8
+ensure_daemon proxy
+expect_advertising "the worker advertises"
+check "the proxy listens on 127.0.0.1:$PROXY_PORT" start_proxy
+if wait_proxy_connected 120; then ok "the proxy connects to the worker"; else not_ok "the proxy connects to the worker ($(proxy_status))"; fi
+
+st="$(proxy_status)"
+echo "# /status: $st"
+check "/status has the Mac proxy's keys" jq -e 'has("connected") and has("scanning") and has("modelState") and has("lastSeenMs") and has("deviceName") and has("deviceId") and has("rssi") and has("requestsInFlight")' <<<"$st"
+check "/status names the worker (EdgeCoder-${WORKER_AGENT_ID:0:16}, $HCI0_ADDR)" \
+  jq -e --arg n "EdgeCoder-${WORKER_AGENT_ID:0:16}" --arg a "$HCI0_ADDR" '.deviceName == $n and .deviceId == $a' <<<"$st"
+if wait_for 60 "modelState ready" bash -c "curl -s $PROXY_URL/status | jq -e '.modelState == \"ready\"'"; then
+  ok "/status carries the worker's modelState (ready)"
+else
+  not_ok "/status carries the worker's modelState ($(proxy_status | jq -c '.modelState'))"
+fi
+
+ans="$(generate '{"prompt": "hello from the proxy", "maxTokens": 16}')"
+code=${ans%% *}
+body="$(tail -n +2 <<<"$ans")"
+check "POST /api/generate {prompt, maxTokens} is 200 ($code)" test "$code" = 200
+check "… with ok, a non-empty output, response = output, durationMs" \
+  jq -e '.ok == true and (.output | length) > 0 and .response == .output and (.durationMs | type) == "number"' <<<"$body"
+
+ans="$(generate '{"model": "edgecoder-bluetooth", "prompt": "hello ollama", "stream": false, "options": {"num_predict": 8}}')"
+code=${ans%% *}
+body="$(tail -n +2 <<<"$ans")"
+check "Ollama-shaped POST /api/generate (stream false) is 200 ($code)" test "$code" = 200
+check "… in Ollama's shape (model, response, done)" jq -e '.model == "edgecoder-bluetooth" and (.response | length) > 0 and .done == true' <<<"$body"
+line="$(curl -s --max-time 120 -X POST "$PROXY_URL/api/generate" -d '{"model": "m", "prompt": "stream me", "options": {"num_predict": 4}}' | head -n1)"
+check "Ollama's default (stream) gets one NDJSON line with done true" jq -e '.done == true and (.response | length) > 0' <<<"$line"
+check "GET /api/tags lists the worker as a model" bash -c "curl -s $PROXY_URL/api/tags | jq -e '.models[0].name == \"edgecoder-bluetooth\"'"
+
+prompt="$(head -c 3000 /dev/zero | tr '\0' 'w') long prompt"
+ans="$(generate "{\"prompt\": \"$prompt\", \"maxTokens\": 4000}" 600)"
+code=${ans%% *}
+body="$(tail -n +2 <<<"$ans")"
+len="$(jq -r '.output | length' <<<"$body" 2>/dev/null)"
+check "a 3 KiB prompt and a long answer through the proxy ($code, ${len:-0} characters)" \
+  jq -e '.ok == true and (.output | length) > 16384' <<<"$body"
+
+for i in 1 2 3; do
+  curl -s --max-time 300 -o "$VM_RESULTS/proxy-concurrent-$i.json" -w '%{http_code}' -X POST "$PROXY_URL/api/generate" \
+    -d "{\"prompt\": \"concurrent request $i\", \"maxTokens\": 24}" >"$VM_RESULTS/proxy-concurrent-$i.code" &
+done
+wait
+codes="$(cat "$VM_RESULTS"/proxy-concurrent-{1,2,3}.code | tr '\n' ' ')"
+check "three concurrent requests are all answered 200 ($codes)" test "$codes" = "200200200"
+check "… each ok with its own output" bash -c "for i in 1 2 3; do jq -e '.ok == true and (.output | length) > 0' $VM_RESULTS/proxy-concurrent-\$i.json >/dev/null || exit 1; done"
+
+check "malformed JSON is 400" test "$(generate '{"prompt": ' | head -n1 | cut -d' ' -f1)" = 400
+check "a missing prompt is 400" test "$(generate '{"maxTokens": 3}' | head -n1 | cut -d' ' -f1)" = 400
+check "a garbage request line is 400" test "$(raw_http 'BROKEN LINE\r\n\r\n')" = "HTTP/1.1 400 Bad Request"
+check "a chunked upload is 501" test "$(raw_http 'POST /api/generate HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n')" = "HTTP/1.1 501 Not Implemented"
+check "an unknown path is 404" test "$(curl -s -o /dev/null -w '%{http_code}' "$PROXY_URL/nope")" = 404
+check "the proxy still answers after bad input" proxy_connected
+
+if [[ "${BT_PROXY_BENCH:-0}" == 1 ]]; then
+  # Latency of a short request minus the worker's own model time, 10 trials.
+  : >"$VM_RESULTS/proxy-latency.txt"
+  for i in $(seq 1 10); do
+    ans="$(generate '{"prompt": "hi", "maxTokens": 1}')"
+    jq -r '(.durationMs - .workerDurationMs)' <<<"$(tail -n +2 <<<"$ans")" >>"$VM_RESULTS/proxy-latency.txt"
+  done
+  echo "# proxy-latency-ms: $(sort -n "$VM_RESULTS/proxy-latency.txt" | awk '{a[NR]=$1} END {print "median", a[int((NR+1)/2)], "worst", a[NR]}')"
+  ans="$(generate '{"prompt": "a long answer please", "maxTokens": 15000}' 900)"
+  body="$(tail -n +2 <<<"$ans")"
+  bytes="$(jq -r '.output | length' <<<"$body")"
+  link_ms="$(jq -r '(.durationMs - .workerDurationMs)' <<<"$body")"
+  if [[ "$bytes" =~ ^[0-9]+$ && "$link_ms" =~ ^[0-9]+$ && $link_ms -gt 0 ]]; then
+    echo "# proxy-throughput: $((bytes * 1000 / link_ms)) bytes/s ($bytes characters in ${link_ms} ms after the model finished)"
+  else
+    echo "# proxy-throughput: unmeasured ($(head -c 200 <<<"$body"))"
+  fi
+fi
+
+# The worker stops: the proxy says so and answers 503; the worker returns: it reconnects.
+stop_daemon
+if wait_for 60 "the proxy to see the worker gone" proxy_disconnected; then ok "with the worker stopped, /status says connected false"; else not_ok "with the worker stopped, /status says connected false ($(proxy_status))"; fi
+check "… and /api/generate answers 503" test "$(generate '{"prompt": "anyone?"}' 30 | head -n1 | cut -d' ' -f1)" = 503
+check "the worker starts again (mode bluetooth persisted)" start_daemon proxy
+expect_advertising "the worker advertises again"
+if wait_proxy_connected 180; then ok "the proxy reconnects by itself"; else not_ok "the proxy reconnects by itself ($(proxy_status))"; fi
+check "… and /status counts the reconnect" bash -c "curl -s $PROXY_URL/status | jq -e '.reconnects >= 1'"
+ans="$(generate '{"prompt": "after the reconnect", "maxTokens": 8}')"
+check "a request is served after the reconnect (${ans%% *})" test "${ans%% *}" = 200
+
+kill "$PROXY_PID" 2>/dev/null
+wait "$PROXY_PID" 2>/dev/null
+crashes="$(grep -E -i 'fatal error|segmentation|stack dump' "$VM_RESULTS/proxy.log" | head -n 3)"
+check "no crash in the proxy's log${crashes:+: $crashes}" test -z "$crashes"

@@ -1,0 +1,239 @@
+#!/bin/bash
+# edgecoder-worker's Bluetooth Local mode end to end, INSIDE the BlueZ test VM (started by
+# Tests/Suites/bluetooth.sh through run-in-vm.sh --controllers 4 --host-port PORT).
+# The daemon runs as root on hci0; worker_central.py drives it from hci1 (and hci2 for a
+# second client; hci3 only advertises, see worker_central.py pad_connection).
+#
+# Environment (run-in-vm.sh --env): WORKER_BIN (the daemon binary, visible in the guest),
+# LLAMA_PORT (llama.cpp's server on the host, reached at $BLUEZ_VM_HOST_ADDR:LLAMA_PORT),
+# optional BT_PHASES (space-separated subset of: main clients restart smallmtu off proxy; default
+# all, in that order; or "bench": only the throughput of a 64 KiB answer at MTU 517).
+# Phases main and clients need the hci3 advertisement started below, which a bluetoothd
+# restart (phases restart, smallmtu, off) takes away: keep them first.
+# Daemon stderr: $VM_RESULTS/daemon.log. Prints "ok - ..."/"not ok - ..." lines and
+# "N passed, N failed"; exits 1 if anything failed.
+source "$BLUEZ_VM_DIR/guest-lib.sh"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+export PYTHONUNBUFFERED=1
+
+export WORKER_BIN="${WORKER_BIN:?WORKER_BIN not set}"
+export WORKER_AGENT_ID=vmworker-0123456789abcdef
+W=/tmp/ecw
+export WORKER_RUNDIR=$W/run
+STATE=$W/state
+export HCI3_ADDR=00:AA:01:03:00:03
+LLAMA_URL="http://${BLUEZ_VM_HOST_ADDR:?no --host-port}:${LLAMA_PORT:?LLAMA_PORT not set}"
+PHASES="${BT_PHASES:-main clients restart smallmtu off proxy}"
+mkdir -p "$W" "$STATE" "$WORKER_RUNDIR"
+DAEMON_PID=
+
+cli() { "$WORKER_BIN" "$@" --runtime-dir "$WORKER_RUNDIR"; }
+btj() { # btj JQ-FILTER: the filter applied to `status --json` (empty when it fails)
+  cli status --json 2>/dev/null | jq -c "$1" 2>/dev/null
+}
+wait_for() { # wait_for SECS DESC CMD...
+  local secs=$1 desc=$2; shift 2
+  local end=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS >= end)); then bvm_log "timed out after ${secs}s: $desc"; return 1; fi
+    sleep 0.5
+  done
+}
+is_advertising() { [[ "$(btj '.bluetooth.advertising')" == true ]]; }
+bt_summary() { btj '.bluetooth | del(.clients) ' | cut -c1-400; }
+
+write_config() { # NAME MAXCLIENTS MAXREQUESTBYTES MAXQUEUED
+  cat >"$W/$1.json" <<EOF
+{"agentId": "$WORKER_AGENT_ID",
+ "backend": {"kind": "openai", "url": "$LLAMA_URL", "model": "tiny", "timeoutMs": 600000},
+ "bluetooth": {"adapter": "hci0", "maxClients": $2, "chunkPacingMs": 10,
+               "maxRequestBytes": $3, "maxQueuedRequests": $4},
+ "policy": {"maxCpuUsagePct": 100, "resumeDwellSec": 0},
+ "log": {"level": "debug"}}
+EOF
+}
+
+start_daemon() { # CONFIG-NAME
+  echo "=== $(date -u +%T) run --config $1.json ===" >>"$VM_RESULTS/daemon.log"
+  "$WORKER_BIN" run --config "$W/$1.json" --state-dir "$STATE" --runtime-dir "$WORKER_RUNDIR" \
+    </dev/null 2>>"$VM_RESULTS/daemon.log" >>"$VM_RESULTS/daemon.log" &
+  DAEMON_PID=$!
+  wait_for 60 "the daemon's control socket" cli status
+}
+
+stop_daemon() { # sends SIGTERM; returns the daemon's exit status (124: it did not exit)
+  [[ -n $DAEMON_PID ]] || return 0
+  local pid=$DAEMON_PID end=$((SECONDS + 45)) rc
+  DAEMON_PID=
+  kill -TERM "$pid" 2>/dev/null
+  while kill -0 "$pid" 2>/dev/null; do
+    if ((SECONDS >= end)); then kill -KILL "$pid"; wait "$pid" 2>/dev/null; return 124; fi
+    sleep 0.2
+  done
+  wait "$pid"; rc=$?
+  return $rc
+}
+
+ensure_daemon() { # CONFIG-NAME: start the daemon in mode bluetooth unless it runs (a phase alone)
+  [[ -n $DAEMON_PID ]] && return 0
+  check "the daemon starts (config $1)" start_daemon "$1"
+  check "mode bluetooth is accepted" test "$(cli mode bluetooth 2>/dev/null | head -n1)" = bluetooth
+}
+
+daemon_alive() { [[ -n $DAEMON_PID ]] && kill -0 "$DAEMON_PID" 2>/dev/null; }
+
+central() { # central SCENARIO... : worker_central.py, its ok/not ok lines counted here
+  run_tap "worker_central.py $*" "$BLUEZ_VM_PYTHON" -u "$HERE/worker_central.py" "$@"
+}
+
+advertise_on() { # ADAPTER LOGNAME: BlueZ's example advertisement on ADAPTER; prints its pid
+  local py pid end=$((SECONDS + 90))
+  py="$(bluez_example example-advertisement "$1")" || return 1
+  /usr/bin/python3 -u "$py" >"$VM_RESULTS/$2" 2>&1 &
+  pid=$!
+  until grep -q '^Advertisement registered' "$VM_RESULTS/$2"; do
+    if ! kill -0 $pid 2>/dev/null || ((SECONDS >= end)); then sed 's/^/# /' "$VM_RESULTS/$2" >&2; return 1; fi
+    sleep 0.2
+  done
+  echo $pid
+}
+
+expect_advertising() { # DESC [SECS]: the daemon (re-)registers by itself
+  local t0=$SECONDS
+  if wait_for "${2:-120}" "advertising" is_advertising; then
+    ok "$1 (after $((SECONDS - t0))s)"
+  else
+    not_ok "$1: $(bt_summary)"
+  fi
+}
+
+phase() { echo "# ===== phase $1 ($(cut -d' ' -f1 /proc/uptime)s): $2"; }
+has_phase() { [[ " $PHASES " == *" $1 "* ]]; }
+
+trap 'stop_daemon >/dev/null 2>&1' EXIT
+
+bluetoothd --version | sed 's/^/# bluetoothd /'
+echo "# worker: $WORKER_BIN; model server: $LLAMA_URL"
+check "the guest reaches the model server on the host ($LLAMA_URL/v1/models)" \
+  curl -sf --max-time 30 -o /dev/null "$LLAMA_URL/v1/models"
+
+# hci3 advertises (BlueZ's example) so hci2 can make its handle-padding connection.
+PAD_PID="$(advertise_on hci3 pad-advertisement.log)" || not_ok "example advertisement on hci3 (for the second client)"
+
+write_config small 1 4096 2
+write_config two 2 65536 8
+
+# ------------------------------------------------------------------ main
+if has_phase main; then
+  phase main "maxClients 1, maxRequestBytes 4096, maxQueuedRequests 2, bluetoothd defaults (MTU 517)"
+  check "the daemon starts (config small)" start_daemon small
+  out="$(cli mode bluetooth 2>&1)"
+  printf '%s\n' "$out" | sed 's/^/# mode: /'
+  check "mode bluetooth is accepted" test "$(head -n1 <<<"$out")" = bluetooth
+  expect_advertising "the daemon registers its GATT application and advertisement"
+  st="$(btj .bluetooth)"
+  echo "# status.bluetooth: $st"
+  check "status: adapter hci0, address $HCI0_ADDR, state advertising, applicationRegistered" \
+    test "$(jq -r '[.adapter, .address, .state, .applicationRegistered, .advertising, .problem] | @tsv' <<<"$st")" \
+         = "$(printf 'hci0\t%s\tadvertising\ttrue\ttrue\t' "$HCI0_ADDR")"
+  central discover subscribe proxy request wnr bad-input:max=4096 flood:n=5 \
+          long:tokens=15000,min=65536,throughput=1 periodic two-clients:max=1 status-change tasks
+  doc="$(cli doctor 2>&1)"; drc=$?
+  printf '%s\n' "$doc" | grep -i -E 'bluez|bluetooth|508|hci' | head -n 20 | sed 's/^/# doctor: /'
+  check "doctor names the BlueZ version (5.66) and its 508-byte write limit" \
+    bash -c 'grep -q "5\.66" <<<"$1" && grep -q 508 <<<"$1"' _ "$doc"
+  echo "# doctor exit $drc"
+  st="$(btj .bluetooth)"
+  echo "# status.bluetooth: $st"
+  check "status counts served requests (requestsServed > 0)" test "$(jq '.requestsServed // 0' <<<"$st")" -gt 0
+  check "the daemon is still running" daemon_alive
+fi
+
+# ------------------------------------------------------------------ two clients
+if has_phase clients; then
+  phase clients "maxClients 2 (daemon restarted; the mode persists)"
+  stop_daemon; rc=$?
+  check "the daemon stops on SIGTERM with exit 0 (exit $rc)" test $rc -eq 0
+  check "the daemon starts (config two)" start_daemon two
+  check "mode bluetooth persisted across the restart" test "$(cli mode 2>/dev/null | head -n1)" = bluetooth
+  expect_advertising "advertising again after the daemon's restart"
+  central two-clients:max=2 proxy:bytes=20000,tokens=32
+  check "the daemon is still running" daemon_alive
+fi
+
+# ------------------------------------------------------------------ bluetoothd restart
+if has_phase restart; then
+  phase restart "bluetoothd restarted under the daemon"
+  ensure_daemon two
+  expect_advertising "the daemon advertises"
+  regs="$(btj '.bluetooth.registrations // 0')"
+  restart_bluetoothd
+  check "bluetoothd restarted" _bvm_name_owned org.bluez
+  # the daemon notices (org.bluez left and came back) and registers again by itself
+  wait_for 60 "registrations to change" bash -c '[[ "$("$0" status --json --runtime-dir "$1" | jq ".bluetooth.registrations // 0")" != "$2" ]]' "$WORKER_BIN" "$WORKER_RUNDIR" "$regs"
+  expect_advertising "the daemon re-registers by itself after bluetoothd's restart"
+  echo "# status.bluetooth: $(bt_summary)"
+  central request:tag=after-bluetoothd-restart,what=a-request-after-bluetoothd-restart
+fi
+
+# ------------------------------------------------------------------ small MTU
+# ExchangeMTU below 48 is not possible here: bluetoothd 5.66 then fails "Failed to create
+# GATT database for adapter" (its ATT listening socket's L2CAP IMTU must be >= 48), and
+# without the [Policy] AutoEnable line a bluetoothd started with -f leaves the adapters off.
+if has_phase smallmtu; then
+  phase smallmtu "bluetoothd with [GATT] ExchangeMTU = 48 (both adapters; the smallest it accepts)"
+  ensure_daemon two
+  printf '[Policy]\nAutoEnable = true\n[GATT]\nExchangeMTU = 48\n' >/tmp/mtu48.conf
+  restart_bluetoothd -f /tmp/mtu48.conf
+  check "bluetoothd restarted with ExchangeMTU = 48" _bvm_all_powered
+  expect_advertising "the daemon re-registers after bluetoothd's restart (MTU 48)"
+  central long:tokens=3800,min=16384,mtu=48 wnr disconnect-mid:tokens=6000
+  check "the daemon is still running" daemon_alive
+fi
+
+# ------------------------------------------------------------------ mode off
+if has_phase off; then
+  phase off "mode off withdraws the advertisement and the GATT application"
+  ensure_daemon two
+  restart_bluetoothd
+  expect_advertising "advertising again with bluetoothd's defaults"
+  out="$(cli mode off 2>&1)"
+  check "mode off is accepted" test "$(head -n1 <<<"$out")" = off
+  central gone
+  if ADV_PID="$(advertise_on hci0 hci0-advertisement.log)"; then
+    central no-service
+    kill "$ADV_PID"; wait "$ADV_PID" 2>/dev/null
+  else
+    not_ok "example advertisement on hci0 (to look for the GATT application)"
+  fi
+  out="$(cli mode bluetooth 2>&1)"
+  check "mode bluetooth again" test "$(head -n1 <<<"$out")" = bluetooth
+  expect_advertising "advertising again after mode bluetooth"
+  central discover request:tag=after-mode-off-on,what=a-request-after-mode-off-and-on
+fi
+
+# ------------------------------------------------------------------ proxy (issue #7)
+if has_phase proxy; then
+  # shellcheck source=proxy-phase.sh
+  source "$HERE/proxy-phase.sh"
+fi
+
+# ------------------------------------------------------------------ bench
+if has_phase bench; then
+  phase bench "throughput of a long answer at MTU 517 (default config)"
+  write_config bench 1 65536 8
+  ensure_daemon bench
+  expect_advertising "the daemon advertises"
+  central long:tokens=15000,min=65536,throughput=1
+fi
+
+# ------------------------------------------------------------------ the end
+if [[ -n $DAEMON_PID ]]; then
+  stop_daemon; rc=$?
+  check "the daemon stops on SIGTERM with exit 0 (exit $rc)" test $rc -eq 0
+fi
+[[ -n $PAD_PID ]] && kill "$PAD_PID" 2>/dev/null
+crashes="$(grep -E -i 'fatal error|segmentation|assertion failed|stack dump|panic' "$VM_RESULTS/daemon.log" | head -n 5)"
+check "no crash in the daemon's log${crashes:+: $crashes}" test -z "$crashes"
+echo "# daemon log: $(grep -c . "$VM_RESULTS/daemon.log") lines, $(grep -c '^<[0-3]>' "$VM_RESULTS/daemon.log") at error level or worse"
+tap_done

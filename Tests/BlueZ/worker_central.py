@@ -1,0 +1,921 @@
+"""A BLE central for edgecoder-worker's Bluetooth Local mode (SPEC 6), run INSIDE the BlueZ
+test VM with $BLUEZ_VM_PYTHON (bleak), from hci1 (and hci2 for a second client).
+
+    worker_central.py SCENARIO[:key=value,...] [SCENARIO...]
+
+Runs the scenarios in order in one process (bleak's start-up is slow under TCG), sharing
+one connection where they can; prints TAP-like lines ("ok - ..." / "not ok - ...", "# ..."
+comments) and exits 1 if any check failed (2 on a usage error). Scenarios and their keys:
+
+  discover            fresh scans from hci1: by service UUID, by name EdgeCoder-<agentId[:16]>
+                      (scan response); the GATT layout (UUIDs, properties)
+  subscribe           subscribe to response + status; a status notification arrives on
+                      subscription; status read; batteryPct -1 (the VM has no battery)
+  proxy               the Mac proxy's way: request written in 508-byte writes with
+                      response (bytes=N prompt size, default 3000), reassembled by
+                      appending until the JSON parses and has an id
+  request             one plain request (tokens=N, default 32), served ok
+  long                tokens=N min=BYTES mtu=MTU throughput=1: a long response arrives whole;
+                      every chunk at most min(512, MTU-5) and full; paced; prints
+                      "# throughput: N bytes/s" with throughput=1
+  wnr                 a request written without response in min(MTU-3, 508)-byte writes
+  bad-input           malformed JSON, missing prompt, invalid UTF-8, missing id, garbage,
+                      oversized (max=maxRequestBytes), idle partial; then a good request
+  flood               n=N requests at once behind a long one: each answered once, some busy
+  status-change       host stops the model server (via $VM_RESULTS/host-requests): a status
+                      notification with modelState != ready; a request fails cleanly; host
+                      restarts it: modelState ready again, a request served
+  disconnect-mid      tokens=N: disconnect after the first chunk of a long response; the
+                      daemon lives and serves a new connection
+  two-clients         max=N (maxClients): a second central on hci2 at the same time;
+                      max>=2 both served, max=1 the second refused
+  tasks               `tasks --json` lists this run's Bluetooth requests with hci1's address
+  gone                mode off was set: status advertising false, ActiveInstances 0 on hci0,
+                      a fresh scan does not find the service
+  periodic            an unchanged status notification is re-sent after about 60 s
+  no-service          (after `gone`, with another advertisement on hci0) connect to hci0:
+                      the EdgeCoder service is not there
+
+Environment: WORKER_BIN, WORKER_RUNDIR (for status/tasks), WORKER_AGENT_ID, HCI0_ADDR,
+HCI1_ADDR, HCI2_ADDR, VM_RESULTS, BLUEZ_VM_DIR.
+"""
+import asyncio
+import contextlib
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+import uuid as uuidlib
+
+sys.path.insert(0, os.environ.get("BLUEZ_VM_DIR", os.path.join(os.path.dirname(__file__), "vm")))
+from bvm_bleak import (advertising_instances, att_mtu, connect, find,  # noqa: E402
+                       find_by_name, find_by_service, forget, log)
+from bleak.exc import BleakError  # noqa: E402
+
+SERVICE = "ec0d0001-ec0d-ec0d-ec0d-ec0d0001ec0d"
+REQUEST = "ec0d0002-ec0d-ec0d-ec0d-ec0d0002ec0d"
+RESPONSE = "ec0d0003-ec0d-ec0d-ec0d-ec0d0003ec0d"
+STATUS = "ec0d0004-ec0d-ec0d-ec0d-ec0d0004ec0d"
+PROXY_WRITE = 508   # the Mac proxy writes 512; BlueZ 5.66 refuses more than 508 (NOTES.md)
+MODEL_STATES = {"ready", "loading", "idle", "unavailable"}
+
+PERIPHERAL = os.environ.get("HCI0_ADDR", "00:AA:01:00:00:00")
+CENTRAL = os.environ.get("HCI1_ADDR", "00:AA:01:01:00:01")
+CENTRAL2 = os.environ.get("HCI2_ADDR", "00:AA:01:02:00:02")
+AGENT_ID = os.environ.get("WORKER_AGENT_ID", "vmworker-0123456789abcdef")
+NAME = "EdgeCoder-" + AGENT_ID[:16]
+RESULTS = os.environ.get("VM_RESULTS", "/tmp")
+
+WORDS = ("edge coder worker bluetooth request response status model token chunk swift "
+         "linux daemon central peripheral notify write read adapter gatt queue").split()
+
+
+def prompt_of(nbytes, seed=0):
+    """An ASCII prompt of exactly NBYTES bytes, words and a few characters JSON escapes."""
+    rng = random.Random(seed)
+    parts, n = [], 0
+    while n < nbytes:
+        w = rng.choice(WORDS)
+        if rng.random() < 0.03:
+            w += '"q"' if rng.random() < 0.5 else "\\n"
+        parts.append(w)
+        n += len(w) + 1
+    return " ".join(parts)[:nbytes].rstrip("\\")
+
+
+_CAP = float(os.environ.get("WORKER_RESPONSE_TIMEOUT_CAP", "0") or 0)
+
+
+def T(seconds):
+    """A response timeout, capped by $WORKER_RESPONSE_TIMEOUT_CAP (for quick diagnostic
+    runs against a daemon that does not answer)."""
+    return min(seconds, _CAP) if _CAP > 0 else seconds
+
+
+def new_id(tag):
+    return f"{tag}-{uuidlib.uuid4()}"
+
+
+# ------------------------------------------------------------------- results
+class Tap:
+    def __init__(self):
+        self.fails = 0
+        self.count = 0
+
+    def ok(self, cond, desc):
+        self.count += 1
+        if not cond:
+            self.fails += 1
+        print(("ok - " if cond else "not ok - ") + desc, flush=True)
+        return bool(cond)
+
+    @staticmethod
+    def note(msg):
+        print(f"# {msg}", flush=True)
+
+
+TAP = Tap()
+
+
+# ------------------------------------------------------------------- the daemon's CLI
+def cli(*args, timeout=60):
+    bin_ = os.environ["WORKER_BIN"]
+    cmd = [bin_, *args, "--runtime-dir", os.environ["WORKER_RUNDIR"]]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return 124, "", f"timed out: {' '.join(cmd)}"
+    return p.returncode, p.stdout, p.stderr
+
+
+def status_json():
+    rc, out, err = cli("status", "--json")
+    if rc != 0:
+        log(f"status --json exited {rc}: {err.strip()[:300]}")
+        return None
+    try:
+        return json.loads(out)
+    except ValueError as e:
+        log(f"status --json is not JSON ({e}): {out[:300]}")
+        return None
+
+
+def bt_status():
+    s = status_json()
+    return (s or {}).get("bluetooth") or {}
+
+
+async def wait_until(pred, timeout, step=0.5):
+    """Polls PRED (sync) until truthy; returns its last value."""
+    end = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v or time.monotonic() >= end:
+            return v
+        await asyncio.sleep(step)
+
+
+async def host_request(what, timeout=120):
+    """Asks the host side of the suite (Tests/Suites/bluetooth.sh) to do WHAT (e.g.
+    llama-stop, llama-start) through the shared results folder; returns True when done."""
+    d = os.path.join(RESULTS, "host-requests")
+    os.makedirs(d, exist_ok=True)
+    name = f"{time.time_ns()}-{what}"
+    tmp = os.path.join(d, name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(what + "\n")
+    os.rename(tmp, os.path.join(d, name + ".req"))
+    done = os.path.join(d, name + ".done")
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if os.path.exists(done):
+            rc = open(done).read().strip()
+            log(f"host request {what}: exit {rc}")
+            return rc == "0"
+        await asyncio.sleep(0.2)
+    log(f"host request {what}: no answer from the host in {timeout}s")
+    return False
+
+
+# ------------------------------------------------------------------- reassembly
+class JsonStream:
+    """Concatenates notification chunks and cuts complete JSON objects out of them by a
+    linear scan (depth, string, escape); each complete object is json-parsed. A partial
+    message followed by STALE seconds of silence is dropped (and counted)."""
+
+    STALE = 5.0
+
+    def __init__(self, label):
+        self.label = label
+        self.buf = bytearray()
+        self.depth = 0
+        self.in_str = False
+        self.esc = False
+        self.messages = []      # (time, dict or None when unparsable, raw bytes)
+        self.chunks = []        # (time, size)
+        self.raw = bytearray()  # every byte received, for diagnostics
+        self.garbage = 0        # bytes outside any object
+        self.dropped = 0        # partial messages dropped (STALE)
+        self.cond = asyncio.Condition()
+
+    def dump(self, name):
+        """Saves every byte received to $VM_RESULTS/NAME and logs the reassembler's state."""
+        path = os.path.join(RESULTS, name)
+        with open(path, "wb") as f:
+            f.write(self.raw)
+        log(f"{self.label}: {len(self.raw)} bytes in {len(self.chunks)} chunks saved to {path}; "
+            f"partial message {len(self.buf)} bytes, depth {self.depth}, in string {self.in_str}; "
+            f"last bytes {bytes(self.raw[-120:])!r}")
+
+    def feed(self, data):
+        now = time.monotonic()
+        if self.buf and self.chunks and now - self.chunks[-1][0] > self.STALE:
+            # a message that stopped mid-way (a lost chunk): drop it, as the daemon drops a
+            # partial request, so one loss does not swallow every later message
+            log(f"{self.label}: dropping a partial message of {len(self.buf)} bytes, "
+                f"idle {now - self.chunks[-1][0]:.1f}s: ...{bytes(self.buf[-80:])!r}")
+            self.dropped += 1
+            self.buf.clear()
+            self.depth = 0
+            self.in_str = self.esc = False
+        self.chunks.append((now, len(data)))
+        self.raw.extend(data)
+        done = []
+        for b in data:
+            if self.depth == 0:
+                if b in b" \r\n\t":
+                    continue
+                if b != 0x7B:
+                    self.garbage += 1
+                    continue
+            self.buf.append(b)
+            if self.in_str:
+                if self.esc:
+                    self.esc = False
+                elif b == 0x5C:
+                    self.esc = True
+                elif b == 0x22:
+                    self.in_str = False
+                continue
+            if b == 0x22:
+                self.in_str = True
+            elif b in (0x7B, 0x5B):
+                self.depth += 1
+            elif b in (0x7D, 0x5D):
+                self.depth -= 1
+                if self.depth == 0:
+                    raw = bytes(self.buf)
+                    self.buf.clear()
+                    try:
+                        msg = json.loads(raw.decode("utf-8"))
+                    except ValueError as e:
+                        log(f"{self.label}: unparsable message ({e}): {raw[:200]!r}")
+                        msg = None
+                    done.append((now, msg, raw))
+        return done
+
+    async def add(self, data):
+        done = self.feed(data)
+        if done:
+            async with self.cond:
+                self.messages.extend(done)
+                self.cond.notify_all()
+
+    async def wait(self, pred, timeout, start=0):
+        """The first message at index >= START with PRED(msg); (index, msg) or (None, None)."""
+        end = time.monotonic() + timeout
+        i = start
+        async with self.cond:
+            while True:
+                while i < len(self.messages):
+                    m = self.messages[i][1]
+                    if m is not None and pred(m):
+                        return i, m
+                    i += 1
+                left = end - time.monotonic()
+                if left <= 0:
+                    return None, None
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self.cond.wait(), left)
+
+
+class ProxyStream:
+    """The Mac proxy's reassembly: append each chunk, try to parse the whole buffer, and
+    accept it once it is a JSON object with an "id"."""
+
+    def __init__(self):
+        self.buf = bytearray()
+        self.messages = []
+        self.parse_attempts = 0
+        self.event = asyncio.Event()
+
+    async def add(self, data):
+        self.buf.extend(data)
+        self.parse_attempts += 1
+        try:
+            msg = json.loads(self.buf.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            return
+        if isinstance(msg, dict) and "id" in msg:
+            self.messages.append(msg)
+            self.buf.clear()
+            self.event.set()
+
+
+# ------------------------------------------------------------------- a connected client
+class Session:
+    def __init__(self, adapter="hci1", label="client"):
+        self.adapter = adapter
+        self.label = label
+        self.client = None
+        self.resp = JsonStream(f"{label} response")
+        self.status = JsonStream(f"{label} status")
+        self.proxy = None           # a ProxyStream while a proxy-style read is on
+        self.disconnected = asyncio.Event()
+        self.address = {"hci1": CENTRAL, "hci2": CENTRAL2}.get(adapter, adapter)
+        self._mtu = None
+
+    async def open(self, device=None, find_timeout=120):
+        if device is None:
+            device = await find(PERIPHERAL, adapter=self.adapter, timeout=find_timeout,
+                                kick="hci0")
+            if device is None:
+                raise BleakError(f"{PERIPHERAL} not found from {self.adapter}")
+        self.disconnected.clear()
+        self.client = await connect(device, adapter=self.adapter,
+                                    disconnected_callback=lambda _c: self.disconnected.set())
+        # the MTU exchange may finish just after the services resolve
+        for _ in range(20):
+            self._mtu = await att_mtu(self.client)
+            if self._mtu and self._mtu > 23:
+                break
+            await asyncio.sleep(0.25)
+        log(f"{self.label}: connected from {self.adapter}, ATT MTU {self._mtu}")
+        return self.client
+
+    @property
+    def connected(self):
+        return self.client is not None and self.client.is_connected
+
+    @property
+    def mtu(self):
+        return self._mtu or 23
+
+    async def subscribe(self):
+        async def on_resp(_c, data):
+            if self.proxy is not None:
+                await self.proxy.add(bytes(data))
+            await self.resp.add(bytes(data))
+
+        async def on_status(_c, data):
+            await self.status.add(bytes(data))
+
+        await self.client.start_notify(RESPONSE, on_resp)
+        await self.client.start_notify(STATUS, on_status)
+
+    async def close(self):
+        if self.client is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.client.disconnect(), 30)
+        self.client = None
+
+    async def write(self, data, size=PROXY_WRITE, response=True):
+        for off in range(0, len(data), size):
+            await self.client.write_gatt_char(REQUEST, data[off:off + size], response=response)
+
+    async def ask(self, rid, prompt, tokens=32, size=PROXY_WRITE, response=True, timeout=300):
+        """Writes a request; returns (response dict or None, first chunk index)."""
+        start = len(self.resp.messages)
+        first_chunk = len(self.resp.chunks)
+        body = json.dumps({"id": rid, "prompt": prompt, "maxTokens": tokens}).encode()
+        await self.write(body, size=size, response=response)
+        _, msg = await self.resp.wait(lambda m: m.get("id") == rid, T(timeout), start)
+        if msg is not None and msg.get("ok") is True:
+            SERVED[rid] = self.address
+        return msg, first_chunk
+
+
+_SESSION = None
+
+
+async def session():
+    """The shared hci1 session (connected and subscribed), reopened when it dropped."""
+    global _SESSION
+    if _SESSION is not None and _SESSION.connected:
+        return _SESSION
+    if _SESSION is not None:
+        await _SESSION.close()
+    s = Session("hci1")
+    await s.open()
+    await s.subscribe()
+    _SESSION = s
+    return s
+
+
+def served_ok(msg, rid):
+    return (msg is not None and msg.get("id") == rid and msg.get("ok") is True
+            and isinstance(msg.get("output"), str) and msg["output"] != "")
+
+
+def brief(msg):
+    if msg is None:
+        return "no response"
+    m = dict(msg)
+    if isinstance(m.get("output"), str) and len(m["output"]) > 60:
+        m["output"] = m["output"][:60] + f"...({len(msg['output'])} chars)"
+    return json.dumps(m)[:300]
+
+
+# ------------------------------------------------------------------- scenarios
+async def sc_discover(args):
+    await forget(PERIPHERAL)
+    dev = await find_by_service(SERVICE, kick="hci0", known=False, timeout=120)
+    TAP.ok(dev is not None and dev.address.upper() == PERIPHERAL,
+           f"a fresh scan from hci1 by service UUID {SERVICE} finds {PERIPHERAL}"
+           + ("" if dev is None else f" (got {dev.address})"))
+    await forget(PERIPHERAL)
+    dev = await find_by_name(NAME, kick="hci0", known=False, timeout=120)
+    TAP.ok(dev is not None and dev.address.upper() == PERIPHERAL,
+           f"a fresh scan from hci1 by name {NAME} finds {PERIPHERAL}")
+    s = await session()
+    svc = s.client.services.get_service(SERVICE)
+    if not TAP.ok(svc is not None, f"service {SERVICE} resolved"):
+        return
+    props = {c.uuid.lower(): set(c.properties) for c in svc.characteristics}
+    TAP.note(f"characteristics: {props}")
+    want = {REQUEST: {"write", "write-without-response"}, RESPONSE: {"notify", "read"},
+            STATUS: {"notify", "read"}}
+    for u, p in want.items():
+        TAP.ok(u in props and p <= props[u],
+               f"characteristic {u} has {sorted(p)} (has {sorted(props.get(u, []))})")
+
+
+async def sc_subscribe(args):
+    global _SESSION
+    # a new connection, so the subscription happens here
+    if _SESSION is not None:
+        await _SESSION.close()
+        _SESSION = None
+    s = Session("hci1")
+    await s.open()
+    t0 = time.monotonic()
+    await s.subscribe()
+    _SESSION = s
+    TAP.note(f"connected, MTU {s.mtu}")
+    _, st = await s.status.wait(lambda m: True, 30)
+    TAP.ok(st is not None, f"a status notification arrives on subscription "
+           f"({'none in 30 s' if st is None else f'{time.monotonic() - t0:.1f}s: ' + json.dumps(st)})")
+    if st is not None:
+        TAP.ok(st.get("modelState") in MODEL_STATES,
+               f"status modelState is one of {sorted(MODEL_STATES)} ({st.get('modelState')!r})")
+        TAP.ok(st.get("batteryPct") == -1, f"status batteryPct is -1 without a battery ({st.get('batteryPct')!r})")
+    raw = await s.client.read_gatt_char(STATUS)
+    try:
+        rd = json.loads(bytes(raw).decode())
+    except ValueError:
+        rd = None
+    TAP.ok(isinstance(rd, dict) and rd.get("modelState") in MODEL_STATES,
+           f"status characteristic read gives the status JSON ({bytes(raw)[:120]!r})")
+
+
+async def sc_proxy(args):
+    s = await session()
+    nbytes = int(args.get("bytes", 3000))
+    tokens = int(args.get("tokens", 64))
+    rid = str(uuidlib.uuid4()).upper()   # the proxy sends UUID strings
+    prompt = prompt_of(nbytes, seed=nbytes)
+    body = json.dumps({"id": rid, "prompt": prompt, "maxTokens": tokens}).encode()
+    s.proxy = ProxyStream()
+    try:
+        t0 = time.monotonic()
+        writes = 0
+        for off in range(0, len(body), PROXY_WRITE):
+            await s.client.write_gatt_char(REQUEST, body[off:off + PROXY_WRITE], response=True)
+            writes += 1
+        TAP.ok(True, f"proxy-style request: {len(body)} bytes (prompt {len(prompt)}) in {writes} "
+               f"writes of at most {PROXY_WRITE} bytes with response, at MTU {s.mtu}")
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(s.proxy.event.wait(), T(300))
+        msg = s.proxy.messages[0] if s.proxy.messages else None
+        TAP.note(f"proxy reassembly: {brief(msg)} after {s.proxy.parse_attempts} chunks, "
+                 f"{time.monotonic() - t0:.1f}s")
+        TAP.ok(msg is not None, "the proxy's reassembly (append until it parses with an id) completes")
+        TAP.ok(msg is not None and msg.get("id") == rid, f"the response carries the request's id {rid}")
+        TAP.ok(msg is not None and msg.get("ok") is True, "the response has ok: true")
+        TAP.ok(msg is not None and isinstance(msg.get("output"), str) and msg["output"].strip() != "",
+               "the response's output is non-empty")
+        TAP.ok(msg is not None and isinstance(msg.get("durationMs"), int) and msg["durationMs"] >= 0,
+               "the response has an integer durationMs")
+        if msg is not None and msg.get("ok") is True:
+            SERVED[rid] = s.address
+    finally:
+        s.proxy = None
+
+
+async def sc_request(args):
+    s = await session()
+    rid = new_id(args.get("tag", "req"))
+    msg, _ = await s.ask(rid, "say something about " + args.get("tag", "bluetooth"),
+                         tokens=int(args.get("tokens", 32)))
+    TAP.ok(served_ok(msg, rid), f"{args.get('what', 'a request')} is served ({brief(msg)})")
+    return msg
+
+
+def chunk_checks(s, first_chunk, msg_len, mtu, pacing_ms, what):
+    chunks = s.resp.chunks[first_chunk:]
+    sizes = [n for _, n in chunks]
+    # SPEC 6 says min(512, MTU-3); bluetoothd 5.66 sends notifications to BlueZ centrals as
+    # Multiple Handle Value Notifications and cuts values at MTU-5, so the daemon uses
+    # min(512, MTU-5) (commit 7b2af8c); at MTU 517 both are 512.
+    limit = min(512, mtu - 5)
+    TAP.ok(sizes and max(sizes) <= limit,
+           f"{what}: every chunk is at most min(512, MTU-5) = {limit} bytes "
+           f"({len(sizes)} chunks, largest {max(sizes) if sizes else 0})")
+    full = [n for n in sizes[:-1] if n == limit]
+    TAP.ok(len(full) >= len(sizes) - 2,
+           f"{what}: chunks are full-size ({len(full)} of {len(sizes) - 1} non-final chunks "
+           f"are {limit} bytes)")
+    TAP.ok(sum(sizes) == msg_len,
+           f"{what}: the chunks add up to the message ({sum(sizes)} of {msg_len} bytes)")
+    span = chunks[-1][0] - chunks[0][0] if len(chunks) > 1 else 0.0
+    floor = (len(chunks) - 1) * pacing_ms / 1000.0 * 0.5
+    TAP.ok(span >= floor, f"{what}: notifications are paced ({span:.2f}s for {len(chunks)} chunks; "
+           f"at least half of {pacing_ms} ms between chunks: {floor:.2f}s)")
+    return span
+
+
+async def sc_long(args):
+    s = await session()
+    tokens = int(args.get("tokens", 4000))
+    min_bytes = int(args.get("min", 16384))
+    want_mtu = int(args["mtu"]) if "mtu" in args else None
+    pacing = int(args.get("pacing", 10))
+    if want_mtu is not None:
+        TAP.ok(s.mtu == want_mtu, f"the connection's ATT MTU is {want_mtu} (bleak says {s.mtu})")
+    rid = new_id("long")
+    t0 = time.monotonic()
+    msg, first = await s.ask(rid, "write a long story", tokens=tokens, timeout=600)
+    i = next((k for k in range(len(s.resp.messages) - 1, -1, -1)
+              if (s.resp.messages[k][1] or {}).get("id") == rid), None)
+    raw = s.resp.messages[i][2] if i is not None else b""
+    TAP.note(f"long response: {len(raw)} bytes, {len(s.resp.chunks) - first} chunks at MTU {s.mtu}, "
+             f"{time.monotonic() - t0:.1f}s with generation")
+    if not TAP.ok(served_ok(msg, rid), f"a response of {tokens} tokens is served at MTU {s.mtu} ({brief(msg)})"):
+        s.resp.dump(f"long-{s.mtu}-response.bin")
+        sizes = {}
+        for _, n in s.resp.chunks[first:]:
+            sizes[n] = sizes.get(n, 0) + 1
+        TAP.note(f"chunk sizes received (size: count): {dict(sorted(sizes.items()))}; bluetoothd "
+                 f"5.66 cuts notifications longer than MTU-5 = {s.mtu - 5} bytes to that size "
+                 f"when the client takes multiple-handle notifications (BlueZ centrals do)")
+    TAP.ok(len(raw) > min_bytes, f"the response is longer than {min_bytes} bytes ({len(raw)}) and "
+           f"arrives whole (it parses as one JSON object)")
+    if msg is None:
+        return
+    span = chunk_checks(s, first, len(raw), s.mtu, pacing, f"{len(raw)}-byte response at MTU {s.mtu}")
+    if args.get("throughput") and span > 0:
+        rate = int(len(raw) / span)
+        print(f"# throughput: {rate} bytes/s ({len(raw)} bytes in {span:.2f}s at MTU {s.mtu}, "
+              f"{len(s.resp.chunks) - first} notifications)", flush=True)
+        with open(os.path.join(RESULTS, "throughput.txt"), "a") as f:
+            f.write(f"{rate} {len(raw)} {span:.3f} {s.mtu}\n")
+
+
+async def sc_wnr(args):
+    s = await session()
+    size = min(s.mtu - 3, PROXY_WRITE)   # BlueZ 5.66 refuses values over 508 bytes
+    rid = new_id("wnr")
+    msg, _ = await s.ask(rid, prompt_of(int(args.get("bytes", 600)), seed=7), tokens=16,
+                         size=size, response=False)
+    TAP.ok(served_ok(msg, rid), f"a request written without response in {size}-byte writes "
+           f"(MTU {s.mtu}) is served ({brief(msg)})")
+
+
+async def expect_rejection(s, data, kind, rid=None, timeout=60, size=PROXY_WRITE):
+    start = len(s.resp.messages)
+    await s.write(data, size=size)
+    _, msg = await s.resp.wait(lambda m: m.get("ok") is False, T(timeout), start)
+    desc = f"{kind}: answered ok:false with error \"{kind}: ...\""
+    good = (msg is not None and str(msg.get("error", "")).startswith(kind + ":")
+            and msg.get("output", None) == "" and msg.get("durationMs") == 0)
+    if rid is not None:
+        desc += f" and id {rid}"
+        good = good and msg.get("id") == rid
+    TAP.ok(good, f"{desc} ({brief(msg)})")
+    return msg
+
+
+async def sc_bad_input(args):
+    s = await session()
+    max_bytes = int(args.get("max", 4096))
+    await expect_rejection(s, b'{"id":"bad-json-1","prompt": nope, "maxTokens": 8}',
+                           "malformed_json", rid="bad-json-1")
+    await expect_rejection(s, b'{"id":"bad-prompt-1","maxTokens":8}', "missing_prompt",
+                           rid="bad-prompt-1")
+    await expect_rejection(s, b'{"id":"bad-prompt-2","prompt":""}', "missing_prompt",
+                           rid="bad-prompt-2")
+    await expect_rejection(s, b'{"id":"bad-utf8-1","prompt":"caf\xc3 \xff\xfe end"}',
+                           "invalid_utf8", rid="bad-utf8-1")
+    await expect_rejection(s, b'{"prompt":"who am i"}', "missing_id")
+    await expect_rejection(s, b'hello, not json at all', "malformed_request")
+    big = json.dumps({"id": "too-big-1", "prompt": prompt_of(max_bytes + 1000, 3)}).encode()
+    await expect_rejection(s, big, "too_large")
+    # a request cut off: after 5 s idle the daemon drops it (and says so); the next is served
+    start = len(s.resp.messages)
+    await s.write(b'{"id":"partial-1","prompt":"this request never ends')
+    await asyncio.sleep(7)
+    rid = new_id("after-partial")
+    msg, _ = await s.ask(rid, "are you still there", tokens=16, timeout=120)
+    TAP.ok(served_ok(msg, rid), f"after a partial request and 7 s idle, the next request is served ({brief(msg)})")
+    _, inc = await s.resp.wait(lambda m: m.get("ok") is False, 1, start)
+    TAP.ok(inc is not None and inc.get("id") == "partial-1"
+           and str(inc.get("error", "")).split(":")[0] in ("incomplete_request", "timeout", "idle"),
+           f"the dropped partial request is answered ok:false with its id ({brief(inc)})")
+    # and once more, right after the rejections
+    rid = new_id("after-bad")
+    msg, _ = await s.ask(rid, "a well-formed request after bad input", tokens=16)
+    TAP.ok(served_ok(msg, rid), f"a well-formed request after all the bad input is served ({brief(msg)})")
+    unparsable = [raw for _, m, raw in s.resp.messages if m is None]
+    TAP.ok(not unparsable and s.resp.garbage == 0 and s.resp.dropped == 0,
+           f"every response so far is one well-formed JSON object ({len(unparsable)} unparsable, "
+           f"{s.resp.garbage} stray bytes, {s.resp.dropped} cut short)")
+
+
+async def sc_flood(args):
+    s = await session()
+    n = int(args.get("n", 6))
+    start = len(s.resp.messages)
+    first = new_id("flood-long")
+    ids = [first] + [new_id(f"flood-{k}") for k in range(n)]
+    await s.write(json.dumps({"id": first, "prompt": "go on and on", "maxTokens": int(args.get("tokens", 3000))}).encode())
+    await asyncio.sleep(1.0)
+    # the rest in one go: several requests per write
+    blob = b"".join(json.dumps({"id": i, "prompt": "short one", "maxTokens": 8}).encode() for i in ids[1:])
+    await s.write(blob)
+    answers = {}
+    end = time.monotonic() + T(600)
+    idx = start
+    while len(answers) < len(ids) and time.monotonic() < end:
+        k, m = await s.resp.wait(lambda m: m.get("id") in ids, max(0.1, end - time.monotonic()), idx)
+        if m is None:
+            break
+        answers.setdefault(m["id"], []).append(m)
+        idx = k + 1
+    busy = [i for i, ms in answers.items() if any(str(m.get("error", "")).startswith("busy") for m in ms)]
+    okd = [i for i, ms in answers.items() if any(m.get("ok") is True for m in ms)]
+    TAP.note(f"flood: {len(ids)} requests, {len(answers)} answered, {len(okd)} ok, {len(busy)} busy; "
+             f"errors: {sorted({str(m.get('error'))[:40] for ms in answers.values() for m in ms if not m.get('ok')})}")
+    TAP.ok(len(answers) == len(ids) and all(len(v) == 1 for v in answers.values()),
+           f"a flood of {len(ids)} requests: each is answered exactly once")
+    TAP.ok(len(busy) >= 1, "requests beyond bluetooth.maxQueuedRequests are answered busy")
+    TAP.ok(first in okd and len(okd) + len(busy) == len(ids),
+           "the others are served ok (none fails otherwise)")
+    rid = new_id("after-flood")
+    msg, _ = await s.ask(rid, "and now", tokens=16)
+    TAP.ok(served_ok(msg, rid), f"after the flood a request is served ({brief(msg)})")
+
+
+async def sc_status_change(args):
+    s = await session()
+    start = len(s.status.messages)
+    TAP.ok(await host_request("llama-stop"), "the host stopped the model server")
+    t0 = time.monotonic()
+    _, st = await s.status.wait(lambda m: m.get("modelState") not in (None, "ready"), 150, start)
+    TAP.ok(st is not None, f"a status notification reports the model server's loss "
+           f"({'none in 150 s' if st is None else f'{time.monotonic() - t0:.0f}s: ' + json.dumps(st)})")
+    rid = new_id("no-model")
+    msg, _ = await s.ask(rid, "anyone?", tokens=8, timeout=200)
+    TAP.ok(msg is not None and msg.get("id") == rid and msg.get("ok") is False and msg.get("error"),
+           f"a request while the model server is down is answered ok:false with a reason ({brief(msg)})")
+    start = len(s.status.messages)
+    TAP.ok(await host_request("llama-start"), "the host started the model server again")
+    t0 = time.monotonic()
+    _, st = await s.status.wait(lambda m: m.get("modelState") == "ready", 150, start)
+    TAP.ok(st is not None, f"a status notification reports the model ready again "
+           f"({'none in 150 s' if st is None else f'{time.monotonic() - t0:.0f}s'})")
+    rid = new_id("model-back")
+    msg, _ = await s.ask(rid, "welcome back", tokens=16)
+    TAP.ok(served_ok(msg, rid), f"a request is served once the model is back ({brief(msg)})")
+
+
+async def sc_disconnect_mid(args):
+    global _SESSION
+    s = await session()
+    tokens = int(args.get("tokens", 3000))
+    rid = new_id("dropped")
+    first = len(s.resp.chunks)
+    await s.write(json.dumps({"id": rid, "prompt": "a long answer please", "maxTokens": tokens}).encode())
+    end = time.monotonic() + T(600)
+    while len(s.resp.chunks) <= first and time.monotonic() < end:
+        await asyncio.sleep(0.02)
+    got = len(s.resp.chunks) > first
+    await s.close()
+    _SESSION = None
+    n = len(s.resp.chunks) - first
+    whole = any((m or {}).get("id") == rid for _, m, _ in s.resp.messages)
+    TAP.ok(got and not whole, f"disconnected in the middle of a long response (after {n} chunk(s); "
+           f"{'the whole response had arrived: raise tokens' if whole else 'cut short'})")
+    await asyncio.sleep(3)
+    st = status_json()
+    TAP.ok(st is not None, "the daemon still answers status after the client left mid-response")
+    bt = (st or {}).get("bluetooth") or {}
+    left = await wait_until(lambda: not (bt_status().get("clients") or []), 60)
+    TAP.ok(left, f"the daemon lists no client after the disconnect ({bt_status().get('clients')})")
+    adv = await wait_until(lambda: bt_status().get("advertising") is True, 60)
+    TAP.ok(adv, f"and advertises again (state {bt_status().get('state')!r})")
+    await sc_request({"tag": "after-drop", "what": "a new client's request after the drop", "tokens": 16})
+
+
+PAD = os.environ.get("HCI3_ADDR", "00:AA:01:03:00:03")
+
+
+async def pad_connection():
+    """btvirt (5.66) gives a new LE connection the initiator's first free handle (from 42)
+    on BOTH controllers; hci0 already holding 42 (hci1's connection) would get a second 42
+    and the guest kernel dies (sysfs "hci0:42" duplicate, then a list_del BUG). So hci2
+    first connects to hci3 (advertising BlueZ's example advertisement, started by the
+    guest script): hci2's next handle is then 43, which hci0 has free too."""
+    dev = await find(PAD, adapter="hci2", timeout=90, kick="hci3")
+    if dev is None:
+        raise BleakError(f"pad: {PAD} (hci3) not advertising; start an advertisement on hci3")
+    return await connect(dev, adapter="hci2", min_services=0)
+
+
+async def sc_two_clients(args):
+    global _SESSION
+    maxc = int(args.get("max", 2))
+    a = await session()
+    pad = await pad_connection()
+    try:
+        await two_clients(a, maxc)
+    finally:
+        with contextlib.suppress(Exception):
+            await pad.disconnect()
+
+
+async def two_clients(a, maxc):
+    b = Session("hci2", "second client")
+    dev = await find(PERIPHERAL, adapter="hci2", timeout=120 if maxc > 1 else 40, kick="hci0")
+    if maxc > 1:
+        if not TAP.ok(dev is not None, f"a second central (hci2) finds {PERIPHERAL} while hci1 is connected"):
+            return
+        await b.open(dev)
+        await b.subscribe()
+        TAP.ok(a.connected and b.connected, "two clients are connected at once (hci1, hci2)")
+        await asyncio.sleep(2)
+        clients = [c.get("address") for c in (bt_status().get("clients") or [])]
+        TAP.ok(CENTRAL in clients and CENTRAL2 in clients, f"status lists both clients ({clients})")
+        _, st = await b.status.wait(lambda m: True, 20)
+        TAP.ok(st is not None, "the second client gets a status notification on subscription "
+               "(BlueZ < 5.76 calls StartNotify once for all clients)")
+        ra, rb = new_id("client-a"), new_id("client-b")
+        (ma, _), (mb, _) = await asyncio.gather(
+            a.ask(ra, "first client", tokens=200), b.ask(rb, "second client", tokens=200))
+        TAP.ok(served_ok(ma, ra), f"client hci1 served while hci2 is connected ({brief(ma)})")
+        TAP.ok(served_ok(mb, rb), f"client hci2 served at the same time ({brief(mb)})")
+        bad = [raw for st_ in (a.resp, b.resp) for _, m, raw in st_.messages if m is None]
+        TAP.ok(not bad, f"no interleaved or broken messages on either client ({len(bad)} bad)")
+        await b.close()
+        return
+    # maxClients 1: the second must not be served
+    if dev is None:
+        TAP.ok(True, "with maxClients 1 and hci1 connected, hci2 sees no advertisement (refused)")
+        return
+    try:
+        await b.open(dev)
+    except BleakError as e:
+        TAP.ok(True, f"with maxClients 1 and hci1 connected, hci2 cannot connect ({e!s:.100})")
+        b.client = None
+    served = None
+    if b.connected:
+        with contextlib.suppress(Exception):
+            await b.subscribe()
+        rb = new_id("extra")
+        with contextlib.suppress(Exception):
+            await b.write(json.dumps({"id": rb, "prompt": "me too", "maxTokens": 8}).encode())
+        _, served = await b.resp.wait(lambda m: m.get("id") == rb and m.get("ok") is True, 10)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(b.disconnected.wait(), 40)
+        TAP.ok(not b.connected, "with maxClients 1 the second client (hci2) is disconnected by the daemon")
+    TAP.ok(served is None, "the second client's request is not served")
+    await b.close()
+    TAP.ok(a.connected, "the first client stays connected")
+    ra = new_id("still-a")
+    ma, _ = await a.ask(ra, "still here", tokens=16)
+    TAP.ok(served_ok(ma, ra), f"the first client is still served ({brief(ma)})")
+
+
+async def sc_tasks(args):
+    if not SERVED:
+        await sc_request({"tag": "for-tasks"})
+    ids = dict(SERVED)
+    rc, out, err = cli("tasks", "--json", "--limit", "50")
+    if rc != 0:
+        rc, out, err = cli("tasks", "--json")
+    try:
+        tasks = json.loads(out).get("tasks", [])
+    except ValueError:
+        tasks = None
+    if not TAP.ok(isinstance(tasks, list), f"tasks --json gives a task list (exit {rc}; {err.strip()[:200]})"):
+        return
+    bt = [t for t in tasks if t.get("source") == "bluetooth"]
+    TAP.note(f"tasks: {len(tasks)}, bluetooth: {len(bt)}; e.g. "
+             + json.dumps({k: v for k, v in (bt[-1] if bt else {}).items() if k not in ('output', 'prompt')}))
+    mine = [t for t in bt if t.get("id") in ids]
+    TAP.ok(len(mine) >= 1, f"tasks --json lists this run's Bluetooth requests ({len(mine)} of {len(ids)} ids)")
+    TAP.ok(mine and all(t.get("origin", "").upper() == ids[t["id"]] for t in mine),
+           f"each with its client's address as origin ({sorted({t.get('origin') for t in mine})})")
+    TAP.ok(mine and all(t.get("state") == "done" and t.get("ok") is True and t.get("durationMs") is not None
+                        for t in mine), "served requests are done, ok, with a duration")
+
+
+SERVED = {}   # request id -> address of the client it was served to (this run and before)
+
+
+async def sc_gone(args):
+    global _SESSION
+    if _SESSION is not None:
+        await _SESSION.close()
+        _SESSION = None
+    bt = await wait_until(lambda: (lambda b: b if b.get("advertising") is False else None)(bt_status()), 60)
+    TAP.ok(bool(bt), f"after mode off, status says advertising false ({json.dumps(bt_status())[:300]})")
+    end = time.monotonic() + 60
+    while True:
+        n = await advertising_instances("hci0")
+        if n == 0 or time.monotonic() > end:
+            break
+        await asyncio.sleep(0.5)
+    TAP.ok(n == 0, f"org.bluez.LEAdvertisingManager1 ActiveInstances on hci0 is 0 ({n})")
+    await forget(PERIPHERAL)
+    dev = await find_by_service(SERVICE, kick="hci0", known=False, timeout=25)
+    TAP.ok(dev is None, "a fresh scan by service UUID no longer finds the worker")
+
+
+async def sc_no_service(args):
+    dev = await find(PERIPHERAL, timeout=90, kick="hci0")
+    if not TAP.ok(dev is not None, f"{PERIPHERAL} advertises again (another app's advertisement)"):
+        return
+    client = await connect(dev, min_services=0)
+    try:
+        uuids = sorted(s.uuid for s in client.services)
+        TAP.ok(SERVICE not in uuids, f"connected to {PERIPHERAL}: the EdgeCoder service is gone "
+               f"(its GATT app is unregistered; services: {uuids})")
+    finally:
+        with contextlib.suppress(Exception):
+            await client.disconnect()
+        await forget(PERIPHERAL)
+
+
+async def sc_periodic(args):
+    """Status is re-sent every 60 s: after the newest status notification on the shared
+    session, the next one (within 90 s) is unchanged and 50..90 s later. A changed status
+    restarts the wait (at most 3 times)."""
+    s = await session()
+    for _ in range(3):
+        if not s.status.messages:
+            await s.status.wait(lambda m: True, 30)
+        if not s.status.messages:
+            break
+        t_last, m_last, _ = s.status.messages[-1]
+        n = len(s.status.messages)
+        _, m = await s.status.wait(lambda m: True, max(1.0, t_last + 90 - time.monotonic()), n)
+        if m is None:
+            TAP.ok(False, f"an unchanged status is re-sent about every 60 s (none within 90 s "
+                          f"of the last one: {json.dumps(m_last)})")
+            return
+        gap = s.status.messages[n][0] - t_last
+        if m == m_last:
+            TAP.ok(50 <= gap <= 90, f"an unchanged status is re-sent about every 60 s "
+                                    f"({gap:.0f}s after the previous one)")
+            return
+        TAP.note(f"status changed after {gap:.0f}s ({json.dumps(m_last)} -> {json.dumps(m)}); waiting again")
+    TAP.ok(False, "an unchanged status is re-sent about every 60 s (the status kept changing)")
+
+
+SCENARIOS = {
+    "discover": sc_discover, "subscribe": sc_subscribe, "proxy": sc_proxy,
+    "request": sc_request, "long": sc_long, "wnr": sc_wnr, "bad-input": sc_bad_input,
+    "flood": sc_flood, "status-change": sc_status_change, "disconnect-mid": sc_disconnect_mid,
+    "two-clients": sc_two_clients, "tasks": sc_tasks, "gone": sc_gone,
+    "no-service": sc_no_service, "periodic": sc_periodic,
+}
+
+
+async def main(argv):
+    plan = []
+    for a in argv:
+        name, _, rest = a.partition(":")
+        if name not in SCENARIOS:
+            print(f"worker_central.py: unknown scenario {name!r}; known: {', '.join(SCENARIOS)}",
+                  file=sys.stderr)
+            return 2
+        args = dict(kv.split("=", 1) for kv in rest.split(",") if kv)
+        plan.append((a, SCENARIOS[name], args))
+    served_file = os.path.join(RESULTS, "served-ids.txt")
+    if os.path.exists(served_file):
+        for line in open(served_file):
+            if line.split():
+                rid, addr = line.split()
+                SERVED[rid] = addr
+    for label, fn, args in plan:
+        TAP.note(f"--- {label}")
+        t0 = time.monotonic()
+        try:
+            await asyncio.wait_for(fn(args), float(args.get("timeout", 900)))
+        except Exception as e:  # a scenario that blew up is a failure, the rest still run
+            TAP.ok(False, f"{label} raised {type(e).__name__}: {e!s:.300}")
+        TAP.note(f"--- {label} took {time.monotonic() - t0:.1f}s")
+    with open(served_file, "w") as f:
+        f.write("".join(f"{i} {a}\n" for i, a in SERVED.items()))
+    if _SESSION is not None:
+        await _SESSION.close()
+    return 1 if TAP.fails else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    sys.exit(asyncio.run(main(sys.argv[1:])))

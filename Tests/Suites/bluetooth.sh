@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# Bluetooth Local mode (SPEC 6) end to end: the daemon in a throw-away VM with BlueZ
+# (Tests/BlueZ/vm, Debian's kernel under qemu, btvirt controllers hci0..hci3, bluetoothd
+# 5.66), a real llama.cpp server on this host (Tests/ModelServer) reached from the guest
+# through run-in-vm.sh --host-port, and bleak centrals (Tests/BlueZ/worker_central.py)
+# on hci1/hci2. The guest side is Tests/BlueZ/worker-guest.sh.
+#
+#   Tests/Suites/bluetooth.sh            (EDGECODER_WORKER_BIN: the binary; not built here)
+#
+# Environment: EDGECODER_WORKER_BIN (default .build/debug/edgecoder-worker),
+# EDGECODER_BT_PHASES (subset of "main clients restart smallmtu off proxy", or "bench"),
+# EDGECODER_BT_PROXY_BENCH=1 (the proxy phase also prints its figures), EDGECODER_BT_KEEP=1
+# (keep the results folder after a pass), EDGECODER_BT_TIMEOUT (VM seconds, default 3000),
+# EDGECODER_LLAMA_CTX (default here 20000: answers of 15000 tokens, over 64 KiB), EDGECODER_BT_RESPONSE_CAP
+# (seconds: caps every wait for a response, for a quick look at a daemon that does not
+# answer), BLUEZ_VM_* (run-in-vm.sh).
+# Needs root (apt-get on a fresh machine; the guest runs the daemon as root).
+# Results (kept on failure): .cache/bluez-vm/runs/bluetooth.XXXXXX: output.log,
+# daemon.log (the daemon's stderr), bluetoothd.log, console.log, llama.log, throughput.txt.
+# Prints "ok - ..." / "not ok - ..." lines, "# throughput: N bytes/s", and last
+# "N passed, N failed"; exits 0 only if everything passed.
+set -u
+cd "$(dirname "$0")/../.."
+REPO="$PWD"
+bin="${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}"
+
+host_ok=0
+host_fail=0
+ok() { echo "ok - $*"; host_ok=$((host_ok + 1)); }
+notok() { echo "not ok - $*"; host_fail=$((host_fail + 1)); }
+finish() { # prints the summary of the guest's and this script's results; exits
+  local gp=0 gf=0
+  if [[ -n "${results:-}" && -f "$results/output.log" ]]; then
+    gp=$(grep -c '^ok - ' "$results/output.log")
+    gf=$(grep -c '^not ok - ' "$results/output.log")
+  fi
+  local p=$((gp + host_ok)) f=$((gf + host_fail))
+  if [[ -n "${results:-}" ]]; then
+    if ((f == 0)) && [[ "${EDGECODER_BT_KEEP:-0}" != 1 ]]; then
+      rm -rf "$results"
+    else
+      echo "# results: $results"
+    fi
+  fi
+  echo "$p passed, $f failed"
+  ((f == 0 && p > 0)) && exit 0
+  exit 1
+}
+
+if [[ ! -x "$bin" ]]; then
+  notok "no daemon binary at $bin (build it first: swift build)"
+  finish
+fi
+bin="$(realpath "$bin")"
+if [[ "$(id -u)" != 0 ]]; then
+  echo "# SKIP bluetooth: needs root (the VM's packages and the daemon run as root)"
+  echo "0 passed, 0 failed"
+  exit 0
+fi
+
+# ------------------------------------------------------------------ prepare
+if Tests/BlueZ/vm/prepare.sh >/tmp/bluetooth-suite-prepare.$$ 2>&1; then
+  ok "BlueZ VM prepared"
+else
+  tail -n 20 /tmp/bluetooth-suite-prepare.$$ | sed 's/^/# /'
+  notok "Tests/BlueZ/vm/prepare.sh failed"
+  rm -f /tmp/bluetooth-suite-prepare.$$
+  finish
+fi
+if ms_env="$(Tests/ModelServer/prepare.sh 2>>/tmp/bluetooth-suite-prepare.$$)"; then
+  ok "model server prepared"
+else
+  tail -n 20 /tmp/bluetooth-suite-prepare.$$ | sed 's/^/# /'
+  notok "Tests/ModelServer/prepare.sh failed"
+  rm -f /tmp/bluetooth-suite-prepare.$$
+  finish
+fi
+rm -f /tmp/bluetooth-suite-prepare.$$
+eval "$(grep '^EDGECODER_' <<<"$ms_env")"
+
+mkdir -p .cache/bluez-vm/runs
+results="$(mktemp -d "$REPO/.cache/bluez-vm/runs/bluetooth.XXXXXX")"
+chmod 755 "$results"
+
+# The guest sees the host's / except /tmp, /run, /dev, /proc, /sys: copy a binary from there.
+case "$bin" in
+  /tmp/*|/run/*|/dev/*|/proc/*|/sys/*)
+    mkdir -p "$results/bin" && cp "$bin" "$results/bin/" && bin="$results/bin/$(basename "$bin")" ;;
+esac
+
+# ------------------------------------------------------------------ model server
+export EDGECODER_LLAMA_CTX="${EDGECODER_LLAMA_CTX:-20000}"
+port=""
+llama_start() {
+  Tests/ModelServer/start-llama.sh "$port" >/dev/null 2>>"$results/llama-start.log"
+}
+for _ in 1 2 3; do
+  port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')"
+  llama_start && break
+  port=""
+done
+if [[ -z "$port" ]]; then
+  tail -n 20 "$results/llama-start.log" | sed 's/^/# /'
+  notok "llama.cpp server started"
+  finish
+fi
+ok "llama.cpp server started on 127.0.0.1:$port (n_ctx $EDGECODER_LLAMA_CTX)"
+llama_log="${EDGECODER_TEST_CACHE:-${HOME:-/root}/.cache/edgecoder-worker}/run/llama-$port.log"
+
+# The guest asks for llama-stop / llama-start through $results/host-requests (see
+# worker_central.py host_request): one request file each, answered with NAME.done.
+serve_host_requests() {
+  local f what rc
+  mkdir -p "$results/host-requests"
+  while :; do
+    for f in "$results"/host-requests/*.req; do
+      [[ -e "$f" ]] || continue
+      what="$(cat "$f")"
+      echo "# host request: $what" >>"$results/host-requests.log"
+      case "$what" in
+        llama-stop) Tests/ModelServer/stop-llama.sh "$port" >>"$results/host-requests.log" 2>&1; rc=$? ;;
+        llama-start) llama_start; rc=$? ;;
+        *) rc=2 ;;
+      esac
+      echo "$rc" >"${f%.req}.done.tmp" && mv "${f%.req}.done.tmp" "${f%.req}.done"
+      rm -f "$f"
+    done
+    sleep 0.2
+  done
+}
+serve_host_requests &
+server_pid=$!
+cleanup() {
+  kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
+  Tests/ModelServer/stop-llama.sh "$port" >/dev/null 2>&1
+  [[ -f "$llama_log" ]] && cp "$llama_log" "$results/llama.log" 2>/dev/null
+}
+trap 'cleanup; exit 130' INT TERM
+
+# ------------------------------------------------------------------ the VM
+BLUEZ_VM_MEM="${BLUEZ_VM_MEM:-1536}" Tests/BlueZ/vm/run-in-vm.sh \
+  --controllers 4 --host-port "$port" --timeout "${EDGECODER_BT_TIMEOUT:-3000}" --results "$results" \
+  --env "WORKER_BIN=$bin" --env "LLAMA_PORT=$port" --env "BT_PHASES=${EDGECODER_BT_PHASES:-}" --env "BT_PROXY_BENCH=${EDGECODER_BT_PROXY_BENCH:-0}" \
+  --env "WORKER_RESPONSE_TIMEOUT_CAP=${EDGECODER_BT_RESPONSE_CAP:-}" \
+  Tests/BlueZ/worker-guest.sh
+rc=$?
+trap - INT TERM
+cleanup
+case $rc in
+  0) ok "the guest suite exited 0" ;;
+  124) notok "the VM timed out (see $results/console.log)" ;;
+  125) notok "the VM failed before the guest suite ended (see $results/setup.log, console.log)" ;;
+  *) notok "the guest suite exited $rc" ;;
+esac
+[[ -s "$results/throughput.txt" ]] && awk '{print "# throughput (MTU " $4 "): " $1 " bytes/s"}' "$results/throughput.txt"
+finish
