@@ -6,7 +6,7 @@
 #
 # Environment (run-in-vm.sh --env): WORKER_BIN (the daemon binary, visible in the guest),
 # LLAMA_PORT (llama.cpp's server on the host, reached at $BLUEZ_VM_HOST_ADDR:LLAMA_PORT),
-# optional BT_PHASES (space-separated subset of: main clients restart smallmtu off proxy; default
+# optional BT_PHASES (space-separated subset of: main clients restart smallmtu off adapter proxy; default
 # all, in that order; or "bench": only the throughput of a 64 KiB answer at MTU 517).
 # Phases main and clients need the hci3 advertisement started below, which a bluetoothd
 # restart (phases restart, smallmtu, off) takes away: keep them first.
@@ -23,7 +23,7 @@ export WORKER_RUNDIR=$W/run
 STATE=$W/state
 export HCI3_ADDR=00:AA:01:03:00:03
 LLAMA_URL="http://${BLUEZ_VM_HOST_ADDR:?no --host-port}:${LLAMA_PORT:?LLAMA_PORT not set}"
-PHASES="${BT_PHASES:-main clients restart smallmtu off proxy}"
+PHASES="${BT_PHASES:-main clients restart smallmtu off adapter proxy}"
 mkdir -p "$W" "$STATE" "$WORKER_RUNDIR"
 DAEMON_PID=
 
@@ -210,6 +210,27 @@ if has_phase off; then
   check "mode bluetooth again" test "$(head -n1 <<<"$out")" = bluetooth
   expect_advertising "advertising again after mode bluetooth"
   central discover request:tag=after-mode-off-on,what=a-request-after-mode-off-and-on
+fi
+
+# ------------------------------------------------------------------ adapter power
+if has_phase adapter; then
+  phase adapter "the adapter powered off and on under the daemon"
+  write_config adapter 1 65536 8
+  ensure_daemon adapter
+  expect_advertising "the daemon advertises"
+  btmgmt_run --index 0 power off >/dev/null
+  bt_state_is() { [[ "$(btj .bluetooth.state)" == "\"$1\"" ]]; }
+  bt_problem_has() { [[ "$(btj .bluetooth.problem)" == *"$1"* ]]; }
+  if wait_for 60 "the daemon to notice" bt_state_is waiting; then
+    ok "with hci0 powered off, status says waiting"
+  else
+    not_ok "with hci0 powered off, status says waiting: $(bt_summary)"
+  fi
+  check "… and names the problem (powered off)" bt_problem_has "powered off"
+  check "… and advertises nothing" test "$(btj .bluetooth.advertising)" = false
+  btmgmt_run --index 0 power on >/dev/null
+  expect_advertising "powered on again, the daemon registers again by itself"
+  central discover request:tag=after-power-cycle,what=a-request-after-the-adapter-came-back
 fi
 
 # ------------------------------------------------------------------ proxy (issue #7)
