@@ -342,6 +342,13 @@ public actor GattCentral: BusDriving {
         status.lastSeenMs = wallClockMilliseconds()
         backoffMs = 1_000
         logger.notice("connected to the worker \(status.deviceName ?? "?") (\(status.deviceAddress ?? "?")), MTU \(status.mtu.map(String.init) ?? "?")")
+        // The ATT MTU sets the write size; bluetoothd knows it once the link is up.
+        if let path = characteristics?.request {
+            try? bus?.call(destination: "org.bluez", path: path, interface: GattObjects.properties, member: "Get",
+                           arguments: [.string("org.bluez.GattCharacteristic1"), .string("MTU")]) { result in
+                if case .success(let args) = result, let mtu = args.first?.integerValue, (23...517).contains(mtu) { self.status.mtu = Int(mtu) }
+            }
+        }
         // The status characteristic's current value, without waiting for a notification.
         if let path = characteristics?.status {
             try? bus?.call(destination: "org.bluez", path: path, interface: "org.bluez.GattCharacteristic1", member: "ReadValue",

@@ -142,7 +142,12 @@ struct BlueZObjects {
     /// Applies changed Device1 properties (from GetManagedObjects or PropertiesChanged).
     func update(_ device: inout Device, with properties: [String: DBusValue]) {
         if let connected = properties["Connected"]?.boolValue { device.connected = connected }
-        if let name = properties["Name"]?.stringValue ?? properties["Alias"]?.stringValue { device.name = name }
+        // The advertised name (EdgeCoder-…) is what identifies a worker; once connected,
+        // bluetoothd replaces Name with the GAP name the peer's host uses ("BlueZ 5.66").
+        if let name = properties["Name"]?.stringValue ?? properties["Alias"]?.stringValue,
+           device.name == nil || !(device.name!.hasPrefix("EdgeCoder-")) || name.hasPrefix("EdgeCoder-") {
+            device.name = name
+        }
         if let rssi = properties["RSSI"]?.integerValue, (-128...127).contains(rssi) { device.rssi = Int(rssi) }
         if let uuids = properties["UUIDs"]?.arrayValue?.compactMap(\.stringValue) { device.uuids = uuids.map { $0.lowercased() } }
         if let resolved = properties["ServicesResolved"]?.boolValue { device.servicesResolved = resolved }

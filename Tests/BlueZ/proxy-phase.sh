@@ -55,7 +55,10 @@ if wait_proxy_connected 120; then ok "the proxy connects to the worker"; else no
 
 st="$(proxy_status)"
 echo "# /status: $st"
-check "/status has the Mac proxy's keys" jq -e 'has("connected") and has("scanning") and has("modelState") and has("lastSeenMs") and has("deviceName") and has("deviceId") and has("rssi") and has("requestsInFlight")' <<<"$st"
+# The Mac proxy always sends connected, scanning, modelState, lastSeenMs, and deviceName,
+# deviceId, batteryPct, rssi when it knows them (no battery here: -1 is left out, as there).
+check "/status has the Mac proxy's keys" jq -e 'has("connected") and has("scanning") and has("modelState") and has("lastSeenMs") and has("deviceName") and has("deviceId") and has("requestsInFlight") and (has("batteryPct") | not)' <<<"$st"
+check "/status knows the link's MTU (517)" jq -e '.mtu == 517' <<<"$st"
 check "/status names the worker (EdgeCoder-${WORKER_AGENT_ID:0:16}, $HCI0_ADDR)" \
   jq -e --arg n "EdgeCoder-${WORKER_AGENT_ID:0:16}" --arg a "$HCI0_ADDR" '.deviceName == $n and .deviceId == $a' <<<"$st"
 if wait_for 60 "modelState ready" bash -c "curl -s $PROXY_URL/status | jq -e '.modelState == \"ready\"'"; then
@@ -88,11 +91,13 @@ len="$(jq -r '.output | length' <<<"$body" 2>/dev/null)"
 check "a 3 KiB prompt and a long answer through the proxy ($code, ${len:-0} characters)" \
   jq -e '.ok == true and (.output | length) > 16384' <<<"$body"
 
+curls=()
 for i in 1 2 3; do
   curl -s --max-time 300 -o "$VM_RESULTS/proxy-concurrent-$i.json" -w '%{http_code}' -X POST "$PROXY_URL/api/generate" \
     -d "{\"prompt\": \"concurrent request $i\", \"maxTokens\": 24}" >"$VM_RESULTS/proxy-concurrent-$i.code" &
+  curls+=($!)
 done
-wait
+wait "${curls[@]}"  # not a bare wait: the daemon runs in the background too
 codes="$(cat "$VM_RESULTS"/proxy-concurrent-{1,2,3}.code | tr '\n' ' ')"
 check "three concurrent requests are all answered 200 ($codes)" test "$codes" = "200200200"
 check "… each ok with its own output" bash -c "for i in 1 2 3; do jq -e '.ok == true and (.output | length) > 0' $VM_RESULTS/proxy-concurrent-\$i.json >/dev/null || exit 1; done"
