@@ -349,6 +349,13 @@ public actor GattPeripheral: BusDriving {
     private func registered(application isApplication: Bool, result: Result<[DBusValue], DBusError>, epoch: Int) {
         guard epoch == self.epoch, !stopping else { return }
         let what = isApplication ? "GATT application" : "advertisement"
+        var result = result
+        if case .failure(let error) = result, error.name == "org.bluez.Error.AlreadyExists" {
+            // bluetoothd keeps what we registered across an adapter power cycle (seen in
+            // the VM: the application survives power off/on): it is ours, and in place.
+            logger.info("\(what) still registered with bluetoothd (\(error.message)); keeping it")
+            result = .success([])
+        }
         switch result {
         case .success:
             if isApplication { application = .done } else { advertisement = .done }
