@@ -173,6 +173,11 @@ public actor GattCentral: BusDriving {
         } else if message.member == "InterfacesRemoved", args.count == 2, let interfaces = args[1].arrayValue?.compactMap(\.stringValue) {
             objects.remove(path: path, interfaces: interfaces)
             if path == target && interfaces.contains("org.bluez.Device1") { linkLost(reason: "the worker's device object was removed") }
+            // The worker's daemon stopped or left mode bluetooth: bluetoothd saw its
+            // service go (Service Changed) while the link itself may stay up.
+            if let characteristics, [characteristics.request, characteristics.response, characteristics.status].contains(path) {
+                fail("the worker's service went away (its daemon stopped or left mode bluetooth)")
+            }
         }
         advance()
     }
@@ -427,6 +432,9 @@ public actor GattCentral: BusDriving {
             }
             if let error {
                 resolve(job.id, .answered(ok: false, output: "", error: "write_failed: \(error)", workerDurationMs: 0))
+                // A write the worker's side refuses means the link or its service is not
+                // what we think: start over with a fresh connection.
+                if phase == .connected { fail("a write to the worker failed: \(error)") }
                 return
             }
             offset += chunk.count
@@ -452,6 +460,7 @@ public actor GattCentral: BusDriving {
     private func applyStatus(_ json: JSONValue) {
         if let state = json["modelState"]?.stringValue { status.modelState = String(state.prefix(32)) }
         if let battery = json["batteryPct"]?.intValue { status.batteryPct = battery < 0 ? nil : Int(min(100, battery)) }
+        if let name = json["name"]?.stringValue, name.hasPrefix("EdgeCoder-"), name.count <= 64 { status.deviceName = name }
     }
 }
 

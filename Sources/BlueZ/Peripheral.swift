@@ -149,6 +149,12 @@ public actor GattPeripheral: BusDriving {
                     self.application = .none
                 }
             }
+            // Connected clients learn at once that the worker is gone (their link would
+            // otherwise stay up, to a host without the service).
+            for device in sessions.keys {
+                try? bus.call(destination: "org.bluez", path: device, interface: "org.bluez.Device1", member: "Disconnect",
+                              timeoutUsec: UInt64(timeoutMs) * 1000) { _ in }
+            }
             kickBus()
             let deadline = monotonicMs() + timeoutMs
             while (advertisement != .none || application != .none) && monotonicMs() < deadline {
@@ -629,7 +635,7 @@ public actor GattPeripheral: BusDriving {
     /// `statusIntervalMs`, and (forced) on subscription.
     private func refreshStatus(force: Bool) async {
         let (modelState, batteryPct) = await host.statusValues()
-        let bytes = BluetoothMessage.status(modelState: modelState, batteryPct: batteryPct)
+        let bytes = BluetoothMessage.status(modelState: modelState, batteryPct: batteryPct, name: settings.localName)
         let now = monotonicMs()
         let changed = bytes != statusBytes
         statusBytes = bytes

@@ -212,8 +212,12 @@ public enum BluetoothMessage {
     }
 
     /// `batteryPct` -1 when the host has no battery (SPEC 6).
-    public static func status(modelState: String, batteryPct: Int?) -> [UInt8] {
-        JSONValue.object(JSONObject([("modelState", .string(modelState)), ("batteryPct", .int(Int64(batteryPct ?? -1)))])).serializedBytes
+    /// `name` (SPEC 6 lets more keys follow) tells a client which worker it reached even
+    /// when bluetoothd shows the host's GAP name instead of the advertised one.
+    public static func status(modelState: String, batteryPct: Int?, name: String? = nil) -> [UInt8] {
+        var object = JSONObject([("modelState", .string(modelState)), ("batteryPct", .int(Int64(batteryPct ?? -1)))])
+        if let name { object["name"] = .string(name) }
+        return JSONValue.object(object).serializedBytes
     }
 
     /// The chunk size for an ATT MTU: min(512, MTU − 5), within SPEC 6's "at most

@@ -59,8 +59,14 @@ echo "# /status: $st"
 # deviceId, batteryPct, rssi when it knows them (no battery here: -1 is left out, as there).
 check "/status has the Mac proxy's keys" jq -e 'has("connected") and has("scanning") and has("modelState") and has("lastSeenMs") and has("deviceName") and has("deviceId") and has("requestsInFlight") and (has("batteryPct") | not)' <<<"$st"
 check "/status knows the link's MTU (517)" jq -e '.mtu == 517' <<<"$st"
-check "/status names the worker (EdgeCoder-${WORKER_AGENT_ID:0:16}, $HCI0_ADDR)" \
-  jq -e --arg n "EdgeCoder-${WORKER_AGENT_ID:0:16}" --arg a "$HCI0_ADDR" '.deviceName == $n and .deviceId == $a' <<<"$st"
+proxy_names_worker() {
+  proxy_status | jq -e --arg n "EdgeCoder-${WORKER_AGENT_ID:0:16}" --arg a "$HCI0_ADDR" '.deviceName == $n and .deviceId == $a'
+}
+if wait_for 30 "the proxy to name the worker" proxy_names_worker; then
+  ok "/status names the worker (EdgeCoder-${WORKER_AGENT_ID:0:16}, $HCI0_ADDR)"
+else
+  not_ok "/status names the worker (EdgeCoder-${WORKER_AGENT_ID:0:16}, $HCI0_ADDR): $(proxy_status)"
+fi
 if wait_for 60 "modelState ready" bash -c "curl -s $PROXY_URL/status | jq -e '.modelState == \"ready\"'"; then
   ok "/status carries the worker's modelState (ready)"
 else
