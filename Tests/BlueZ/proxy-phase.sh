@@ -13,7 +13,7 @@ PROXY_PID=
 start_proxy() {
   ip link set lo up 2>/dev/null
   echo "=== $(date -u +%T) proxy ===" >>"$VM_RESULTS/proxy.log"
-  "$WORKER_BIN" proxy --port "$PROXY_PORT" --adapter hci1 --device "$HCI0_ADDR" --log-level debug \
+  "$WORKER_BIN" proxy --port "$PROXY_PORT" --adapter hci1 --device "$HCI0_ADDR" --log-level debug --timeout-ms 900000 \
     </dev/null >>"$VM_RESULTS/proxy.log" 2>&1 &
   PROXY_PID=$!
   wait_for 30 "the proxy's HTTP port" curl -sf "$PROXY_URL/status"
