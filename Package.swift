@@ -56,6 +56,7 @@ let package = Package(
         .testTarget(name: "DaemonTests", dependencies: ["Daemon", "WorkerCore", "StateStore", "Logging", "BlueZ", "Posix"]),
         .testTarget(name: "IntegrationTests", dependencies: ["WorkerCore"]),
         .testTarget(name: "BusTests", dependencies: ["Systemd", "BlueZ", "Posix", "WorkerCore"]),
+        .testTarget(name: "PosixTests", dependencies: ["Posix", "Logging"]),
     ],
     swiftLanguageModes: [.v6]
 )

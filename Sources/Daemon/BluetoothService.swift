@@ -24,28 +24,21 @@ public struct BluetoothService: Service {
     public func run(shutdown: GracefulShutdown) async throws {
         let active = daemon.bluetoothRuntime
         while true {
-            await withTaskGroup(of: Void.self) { group in
-                group.addTask { await active.wait(for: true) }
-                group.addTask { await shutdown.wait() }
-                await group.next()
-                group.cancelAll()
-            }
+            _ = await race({ await active.wait(for: true) }, { await shutdown.wait() })
             if shutdown.isTriggered { return }
             let host = PeripheralBridge(daemon: daemon, backend: backend, timeoutMs: config.backend.timeoutMs)
             let peripheral = GattPeripheral(settings: PeripheralSettings(config: config.bluetooth, agentID: daemon.agentID),
                                             host: host, logger: logger)
             logger.notice("starting the Bluetooth runtime")
-            await withTaskGroup(of: Void.self) { group in
-                group.addTask { await peripheral.run() }
-                await withTaskGroup(of: Void.self) { stopWhen in
-                    stopWhen.addTask { await active.wait(for: false) }
-                    stopWhen.addTask { await shutdown.wait() }
-                    await stopWhen.next()
-                    stopWhen.cancelAll()
-                }
+            // stop() withdraws from bluetoothd while run() still dispatches its answers;
+            // only then is run() cancelled. A run() that ends early must not skip stop().
+            _ = await race({
+                await peripheral.run()
+                await suspendUntilCancelled()
+            }, {
+                _ = await race({ await active.wait(for: false) }, { await shutdown.wait() })
                 await peripheral.stop()
-                group.cancelAll()
-            }
+            })
             logger.notice("Bluetooth runtime stopped: application and advertisement withdrawn")
         }
     }

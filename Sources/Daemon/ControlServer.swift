@@ -130,22 +130,20 @@ public struct ControlServer: Service {
     /// Sends the backlog, then every new event, until the client hangs up or the daemon stops.
     func streamEvents(limit: Int?, on connection: UnixConnection) async -> Bool {
         let (backlog, stream, id) = await daemon.subscribe()
-        defer { Task { [daemon] in await daemon.unsubscribe(id) } }
         let shown = limit.map { Array(backlog.suffix($0)) } ?? backlog
-        guard (try? await send(ControlAnswer.ok(["events": .array(shown.map(\.json)), "following": true]), on: connection)) != nil else { return false }
-        // Watch for the client hanging up while no events come.
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask {
+        if (try? await send(ControlAnswer.ok(["events": .array(shown.map(\.json)), "following": true]), on: connection)) != nil {
+            // Watch for the client hanging up while no events come.
+            _ = await race({
                 for await event in stream {
                     if (try? await send(["event": event.json], on: connection)) == nil { return }
                 }
-            }
-            group.addTask {
+            }, {
                 while let chunk = try? await connection.read(), !chunk.isEmpty {}
-            }
-            await group.next()
-            group.cancelAll()
+            })
         }
+        // Awaited here, cancelled or not (an actor call does not check cancellation), so
+        // the subscription ends with the connection, owned by no stray task.
+        await daemon.unsubscribe(id)
         return false
     }
 

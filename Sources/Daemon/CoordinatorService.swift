@@ -224,32 +224,17 @@ public struct CoordinatorService: Service {
         self.http = http
     }
 
-    private enum Ended: Sendable { case session, inactive, shutdown }
-
     public func run(shutdown: GracefulShutdown) async throws {
         while !shutdown.isTriggered {
             let runtime = daemon.coordinatorRuntime
             guard try await shutdown.cancelling({ await runtime.wait(for: true) }) != nil else { return }
             let stop = GracefulShutdown()
-            await withTaskGroup(of: Ended.self) { group in
-                group.addTask {
-                    await session(stop: stop)
-                    return .session
-                }
-                group.addTask {
-                    await runtime.wait(for: false)
-                    return .inactive
-                }
-                group.addTask {
-                    await shutdown.wait()
-                    return .shutdown
-                }
-                while let ended = await group.next() {
-                    if ended == .session { break }
-                    stop.trigger()
-                }
-                group.cancelAll()
-            }
+            // The session is stopped gracefully (it finishes its subtask), never cancelled from here.
+            _ = await race({ await session(stop: stop) }, {
+                _ = await race({ await runtime.wait(for: false) }, { await shutdown.wait() })
+                stop.trigger()
+                await suspendUntilCancelled()
+            })
             await daemon.updateCoordinator(nil)
         }
     }
@@ -269,18 +254,10 @@ public struct CoordinatorService: Service {
                 if stop.isTriggered { break }
                 // The session lasts as long as the work loop, which finishes its subtask on
                 // stop; heartbeats end at once, and a heartbeat rejection ends the work too.
-                try await withThrowingTaskGroup(of: Bool.self) { group in
-                    group.addTask {
-                        _ = try await stop.cancelling { try await heartbeats(link) }
-                        return false
-                    }
-                    group.addTask {
-                        try await work(link, journal: journal, stop: stop)
-                        return true
-                    }
-                    while let workEnded = try await group.next(), !workEnded {}
-                    group.cancelAll()
-                }
+                _ = try await race({ try await work(link, journal: journal, stop: stop) }, {
+                    _ = try await stop.cancelling { try await heartbeats(link) }
+                    await suspendUntilCancelled()
+                })
             } catch CoordinatorLink.Stop.rejected(let reason) {
                 await link.rejected(reason)
                 _ = try? await stop.cancelling { try await Task.sleep(nanoseconds: UInt64(CoordinatorLink.rejectionRetryMs) * 1_000_000) }
@@ -392,18 +369,15 @@ public struct CoordinatorService: Service {
         let backend = self.backend
         let grace = UInt64(config.coordinator.stopGraceMs) * 1_000_000
         // The generation races the stop plus its grace; losing leaves the journal entry.
-        let outcome: Result<ModelOutput, ModelError>? = await withTaskGroup(of: Result<ModelOutput, ModelError>?.self) { group in
-            group.addTask {
-                do throws(ModelError) { return .success(try await backend.generate(request)) } catch { return .failure(error) }
-            }
-            group.addTask {
-                await stop.wait()
-                try? await Task.sleep(nanoseconds: grace)
-                return nil
-            }
-            let first = await group.next() ?? nil
-            group.cancelAll()
-            return first
+        let outcome: Result<ModelOutput, ModelError>?
+        switch await race({ () async -> Result<ModelOutput, ModelError> in
+            do throws(ModelError) { return .success(try await backend.generate(request)) } catch { return .failure(error) }
+        }, {
+            await stop.wait()
+            try? await Task.sleep(nanoseconds: grace)
+        }) {
+        case .first(let result): outcome = result
+        case .second: outcome = nil
         }
         await link.update { $0.running = nil }
         guard let outcome else {

@@ -1,5 +1,6 @@
 import Logging
 import ModelBackend
+import Posix
 import WorkerCore
 
 /// Asks the model backend whether it is ready (SPEC 7: `modelState`), at start and every
@@ -40,12 +41,7 @@ public struct ModelProbeService: Service {
                 }
                 // Sleep the interval, or less when a working mode is selected or left.
                 let interval = intervalNanoseconds
-                await withTaskGroup(of: Void.self) { group in
-                    group.addTask { try? await Task.sleep(nanoseconds: interval) }
-                    group.addTask { await working.wait(for: !selected) }
-                    await group.next()
-                    group.cancelAll()
-                }
+                _ = await race({ try? await Task.sleep(nanoseconds: interval) }, { await working.wait(for: !selected) })
                 try Task.checkCancellation()
             }
         }

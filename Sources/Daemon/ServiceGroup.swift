@@ -25,15 +25,9 @@ public final class GracefulShutdown: Sendable {
     /// Runs `body` until it returns or shutdown is triggered, in which case `body` is
     /// cancelled: for services whose graceful stop is simply "stop now".
     public func cancelling<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T? {
-        try await withThrowingTaskGroup(of: T?.self) { group in
-            group.addTask { try await body() }
-            group.addTask {
-                await self.wait()
-                return nil
-            }
-            let first = try await group.next()!
-            group.cancelAll()
-            return first
+        switch try await race(body, { await self.wait() }) {
+        case .first(let value): return value
+        case .second: return nil
         }
     }
 }

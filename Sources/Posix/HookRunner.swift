@@ -55,12 +55,8 @@ public enum HookRunner {
             if pidfd >= 0 {
                 // Readable when the child exits; bounded by the deadline.
                 let fd = pidfd
-                await withTaskGroup(of: Void.self) { group in
-                    group.addTask { try? await Reactor.shared.waitReadable(fd) }
-                    group.addTask { try? await Task.sleep(nanoseconds: deadline - now) }
-                    await group.next()
-                    group.cancelAll()
-                }
+                let wait = deadline - now
+                _ = await race({ try? await Reactor.shared.waitReadable(fd) }, { try? await Task.sleep(nanoseconds: wait) })
             } else {
                 try? await Task.sleep(nanoseconds: min(20_000_000, deadline - now))
             }

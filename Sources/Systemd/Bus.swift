@@ -79,6 +79,10 @@ public final class Bus {
     /// answer's arguments or its error (a timeout is an error too). The call is never
     /// blocking: a peer may call us back before it answers (BlueZ calls GetManagedObjects
     /// before it answers RegisterApplication).
+    ///
+    /// `reply` runs at most once. When the connection drops, a later `process()` hands it
+    /// sd-bus's NoReply error; when the `Bus` itself is released with the call pending, it
+    /// is not called at all, and is released with whatever it captured.
     public func call(destination: String, path: String, interface: String, member: String,
                      arguments: [DBusValue] = [], timeoutUsec: UInt64 = 25_000_000,
                      reply: @escaping (Result<[DBusValue], DBusError>) -> Void) throws(BusFailure) {
@@ -88,8 +92,10 @@ public final class Bus {
         defer { sd_bus_message_unref(message) }
         try BusMessage.append(arguments, to: message)
         let box = Unmanaged.passRetained(ReplyBox(reply)).toOpaque()
-        rc = sd_bus_call_async(raw, nil, message, { message, userdata, _ in
-            let box = Unmanaged<ReplyBox>.fromOpaque(userdata!).takeRetainedValue()
+        var slot: OpaquePointer?
+        rc = sd_bus_call_async(raw, &slot, message, { message, userdata, _ in
+            // Borrowed: the slot's destroy callback owns the box's reference.
+            let box = Unmanaged<ReplyBox>.fromOpaque(userdata!).takeUnretainedValue()
             let answer = BusMessage(retaining: message!)
             if let error = answer.error {
                 box.reply(.failure(error))
@@ -100,10 +106,21 @@ public final class Bus {
             }
             return 1
         }, box, timeoutUsec)
-        if rc < 0 {
+        guard rc >= 0, let slot else {
             Unmanaged<ReplyBox>.fromOpaque(box).release()
             throw BusFailure("call \(interface).\(member) on \(destination)", rc)
         }
+        // sd-bus frees the slot after the reply or the timeout, and frees every pending one
+        // when the bus is freed; its destroy callback is the one place the box is released,
+        // whichever way the call ends. Set before the slot is handed to the bus (floating).
+        sd_bus_slot_set_destroy_callback(slot) { userdata in
+            Unmanaged<ReplyBox>.fromOpaque(userdata!).release()
+        }
+        rc = sd_bus_slot_set_floating(slot, 1)
+        // Our reference goes either way: floating, the bus holds its own; not, this frees
+        // the slot, which cancels the call and releases the box.
+        sd_bus_slot_unref(slot)
+        if rc < 0 { throw BusFailure("hand the call \(interface).\(member) to the bus", rc) }
     }
 
     /// Sends a signal.
