@@ -26,13 +26,13 @@ let package = Package(
         // A logger shaped like swift-log, with a journald stderr handler.
         .target(name: "Logging"),
         // System calls wrapped once; the reactor thread; sockets; signals.
-        .target(name: "Posix", dependencies: ["CWorkerShims"]),
+        .target(name: "Posix", dependencies: ["CWorkerShims", "Logging"]),
         // The state directory: atomic files, corrupt-file quarantine.
         .target(name: "StateStore", dependencies: ["WorkerCore", "Posix"]),
         // Power telemetry read from sysfs/procfs, and the kernel's power-supply uevents.
         .target(name: "Telemetry", dependencies: ["WorkerCore", "Posix"]),
         // HTTP over libcurl, driven by the multi interface on a thread of its own.
-        .target(name: "HTTP", dependencies: ["CCurl", "CCurlShims", "Posix"]),
+        .target(name: "HTTP", dependencies: ["CCurl", "CCurlShims", "Posix", "Logging"]),
         // The local model server (Ollama, llama.cpp's OpenAI-compatible server).
         .target(name: "ModelBackend", dependencies: ["HTTP", "WorkerCore", "Posix"]),
         // sd_notify and the machine's app-specific id, over libsystemd.
@@ -51,7 +51,7 @@ let package = Package(
         .testTarget(name: "WorkerCoreTests", dependencies: ["WorkerCore"]),
         .testTarget(name: "StateStoreTests", dependencies: ["StateStore", "WorkerCore", "Posix"]),
         .testTarget(name: "TelemetryTests", dependencies: ["Telemetry", "WorkerCore"]),
-        .testTarget(name: "HTTPTests", dependencies: ["HTTP"]),
+        .testTarget(name: "HTTPTests", dependencies: ["HTTP", "Logging", "Posix"]),
         .testTarget(name: "ModelBackendTests", dependencies: ["ModelBackend", "WorkerCore"]),
         .testTarget(name: "DaemonTests", dependencies: ["Daemon", "WorkerCore", "StateStore", "Logging", "BlueZ", "Posix"]),
         .testTarget(name: "IntegrationTests", dependencies: ["WorkerCore"]),

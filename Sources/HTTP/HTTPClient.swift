@@ -3,6 +3,7 @@ import Glibc
 #endif
 import CCurl
 import CCurlShims
+import Logging
 import Posix
 import Synchronization
 
@@ -56,9 +57,8 @@ public struct HTTPError: Error, Sendable, Equatable, CustomStringConvertible {
 /// the multi interface, so no Swift-concurrency thread ever blocks on the network. The
 /// only file that touches CURL pointers; each easy handle belongs to that thread.
 public final class HTTPClient: Sendable {
-    public static let shared: HTTPClient = {
-        do { return try HTTPClient() } catch { fatalError("cannot start libcurl: \(error)") }
-    }()
+    /// The process-wide client; its transfer thread starts with the first request.
+    public static let shared = HTTPClient()
 
     public static let userAgent = "edgecoder-worker"
 
@@ -79,7 +79,23 @@ public final class HTTPClient: Sendable {
     /// handle, except curl_multi_wakeup, which libcurl allows from any thread.
     private let engine = Mutex<UnsafeMutableRawPointer?>(nil)
 
-    private init() throws(HTTPError) {}
+    /// Waits on the multi handle's sockets (curl_multi_poll) up to a timeout in ms; nil
+    /// when the wait worked, else why not. A stand-in in tests causes what cannot be caused.
+    typealias MultiPoll = @Sendable (_ multi: UnsafeMutableRawPointer, _ timeoutMs: Int32) -> String?
+
+    static let curlMultiPoll: MultiPoll = { multi, timeoutMs in
+        var ready: Int32 = 0
+        let code = ecw_curl_multi_poll(multi, nil, 0, timeoutMs, &ready)
+        return code == CURLM_OK ? nil : String(cString: ecw_curl_multi_strerror(code))
+    }
+
+    private let multiPoll: MultiPoll
+    private let logger: Logger
+
+    init(multiPoll: @escaping MultiPoll = HTTPClient.curlMultiPoll, logger: Logger = Logger(label: "http")) {
+        self.multiPoll = multiPoll
+        self.logger = logger
+    }
 
     /// Starts libcurl and the transfer thread once; returns the multi handle.
     private func started() throws(HTTPError) -> UnsafeMutableRawPointer {
@@ -169,6 +185,7 @@ public final class HTTPClient: Sendable {
 
     private func loop(multi: UnsafeMutableRawPointer) {
         var transfers: [UnsafeMutableRawPointer: Transfer] = [:]
+        var backoff = FailureBackoff()
         while true {
             let (submitted, cancelled) = state.withLock { state -> ([(UInt64, Pending)], Set<UInt64>) in
                 defer {
@@ -202,8 +219,17 @@ public final class HTTPClient: Sendable {
                 let code = message.pointee.data.result
                 finish(transfer, result: outcome(of: transfer, code: code), multi: multi)
             }
-            var ready: Int32 = 0
-            ecw_curl_multi_poll(multi, nil, 0, transfers.isEmpty ? 10_000 : 1_000, &ready)
+            if let failure = multiPoll(multi, transfers.isEmpty ? 10_000 : 1_000) {
+                // A failing wait returns at once: pause instead of spinning, and say so once.
+                // Transfers keep their own timeouts, checked by the next curl_multi_perform.
+                let (pause, isFirst) = backoff.failed()
+                if isFirst {
+                    logger.error("curl_multi_poll failed: \(failure); retrying, with pauses growing to \(FailureBackoff.longestPauseNanoseconds / 1_000_000) ms, until it works")
+                }
+                sleepNanoseconds(pause)
+            } else if let failures = backoff.succeeded() {
+                logger.notice("curl_multi_poll works again after \(failures) failed tries")
+            }
         }
     }
 

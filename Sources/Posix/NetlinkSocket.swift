@@ -40,7 +40,9 @@ public final class NetlinkSocket: Sendable {
             switch errno {
             case EAGAIN, EINTR: try await Reactor.shared.waitReadable(fd)
             case ENOBUFS: return .overrun
-            default: throw SystemError("recv", errno: errno, detail: "netlink")
+            case let code:
+                preconditionErrnoIsNotABug(code, call: "recv (netlink)")
+                throw SystemError("recv", errno: code, detail: "netlink")
             }
         }
     }

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import CWorkerShims
+import Logging
 import Synchronization
 
 /// One thread that waits in poll(2) for the daemon's file descriptors and resumes the
@@ -13,6 +14,9 @@ public final class Reactor: Sendable {
     public static let shared: Reactor = {
         do { return try Reactor() } catch { fatalError("cannot start the I/O reactor: \(error)") }
     }()
+
+    /// poll(2), or a stand-in for tests that cause a failure poll cannot be made to have.
+    typealias Poll = @Sendable (UnsafeMutablePointer<pollfd>, nfds_t, Int32) -> Int32
 
     private struct Waiter {
         var fd: Int32
@@ -31,8 +35,12 @@ public final class Reactor: Sendable {
 
     private let state = Mutex(State())
     private let wakeFD: Int32
+    private let poll: Poll
+    private let logger: Logger
 
-    private init() throws(SystemError) {
+    init(poll: @escaping Poll = { Glibc.poll($0, $1, $2) }, logger: Logger = Logger(label: "reactor")) throws(SystemError) {
+        self.poll = poll
+        self.logger = logger
         wakeFD = try systemCall("eventfd") { ecw_eventfd_nonblocking() }
         var thread = pthread_t()
         let context = Unmanaged.passRetained(self).toOpaque()
@@ -93,6 +101,7 @@ public final class Reactor: Sendable {
     private func loop() {
         var fds: [pollfd] = []
         var ids: [UInt64] = []
+        var backoff = FailureBackoff()
         while true {
             fds.removeAll(keepingCapacity: true)
             ids.removeAll(keepingCapacity: true)
@@ -103,8 +112,23 @@ public final class Reactor: Sendable {
                     fds.append(pollfd(fd: waiter.fd, events: waiter.events, revents: 0))
                 }
             }
-            let rc = poll(&fds, nfds_t(fds.count), -1)
-            if rc < 0 { continue }  // EINTR; anything else cannot happen with valid arrays
+            let (rc, code) = fds.withUnsafeMutableBufferPointer { fds in
+                let rc = poll(fds.baseAddress!, nfds_t(fds.count), -1)
+                return (rc, rc < 0 ? errno : 0)
+            }
+            if rc < 0 {
+                if code == EINTR { continue }
+                preconditionErrnoIsNotABug(code, call: "poll")
+                // ENOMEM, or EINVAL (more descriptors than RLIMIT_NOFILE), may persist:
+                // pause instead of spinning; the waiters stay registered for the next try.
+                let (pause, isFirst) = backoff.failed()
+                if isFirst {
+                    logger.error("poll failed: \(String(cString: strerror(code))); retrying, with pauses growing to \(FailureBackoff.longestPauseNanoseconds / 1_000_000) ms, until it works")
+                }
+                sleepNanoseconds(pause)
+                continue
+            }
+            if let failures = backoff.succeeded() { logger.notice("poll works again after \(failures) failed tries") }
             if fds[0].revents != 0 {
                 var counter: UInt64 = 0
                 _ = read(wakeFD, &counter, 8)

@@ -25,7 +25,10 @@ public final class SignalPipe: Sendable {
             var byte: UInt8 = 0
             let n = read(readFD, &byte, 1)
             if n == 1 { return Int32(byte) }
-            if n < 0 && errno != EAGAIN && errno != EINTR { throw SystemError("read", errno: errno, detail: "signal pipe") }
+            if n < 0, case let code = errno, code != EAGAIN, code != EINTR {
+                preconditionErrnoIsNotABug(code, call: "read (signal pipe)")
+                throw SystemError("read", errno: code, detail: "signal pipe")
+            }
             try await Reactor.shared.waitReadable(readFD)
         }
     }

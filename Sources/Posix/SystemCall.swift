@@ -24,7 +24,18 @@ public struct SystemError: Error, Sendable, Equatable, CustomStringConvertible {
     }
 }
 
-/// Runs a system call that returns -1 and sets errno on failure, retrying on EINTR.
+/// Stops the process when a call failed with an errno that means a bug in this program,
+/// not a condition of the world: EBADF (a descriptor used after it was closed, or never
+/// opened) and EFAULT (a bad pointer). Carrying on would act on whatever descriptor the
+/// number means by now; NIOPosix draws the same line.
+@inline(__always)
+public func preconditionErrnoIsNotABug(_ code: Int32, call: @autoclosure () -> String) {
+    precondition(code != EBADF && code != EFAULT,
+                 "\(call()) failed with errno \(code) (\(String(cString: strerror(code)))): a bug in edgecoder-worker")
+}
+
+/// Runs a system call that returns -1 and sets errno on failure, retrying on EINTR;
+/// EBADF and EFAULT stop the process (`preconditionErrnoIsNotABug`).
 @discardableResult
 @inline(__always)
 public func systemCall<T: FixedWidthInteger>(_ name: String, _ detail: @autoclosure () -> String? = nil, _ body: () -> T) throws(SystemError) -> T {
@@ -33,6 +44,7 @@ public func systemCall<T: FixedWidthInteger>(_ name: String, _ detail: @autoclos
         if result != -1 { return result }
         let code = errno
         if code == EINTR { continue }
+        preconditionErrnoIsNotABug(code, call: name)
         throw SystemError(name, errno: code, detail: detail())
     }
 }

@@ -73,7 +73,9 @@ func acceptConnection(_ fd: Int32, detail: String) async throws -> UnixConnectio
         case EMFILE, ENFILE, ENOBUFS, ENOMEM:
             // Out of descriptors: wait a little instead of spinning.
             try await Task.sleep(nanoseconds: 100_000_000)
-        default: throw SystemError("accept4", errno: errno, detail: detail)
+        case let code:
+            preconditionErrnoIsNotABug(code, call: "accept4")
+            throw SystemError("accept4", errno: code, detail: detail)
         }
     }
 }
@@ -88,7 +90,10 @@ public final class UnixConnection: Sendable {
         var uid: UInt32 = 0
         var gid: UInt32 = 0
         let rc = ecw_peer_credentials(fd, &pid, &uid, &gid)
-        if rc < 0 { throw SystemError("getsockopt(SO_PEERCRED)", errno: -rc) }
+        if rc < 0 {
+            preconditionErrnoIsNotABug(-rc, call: "getsockopt(SO_PEERCRED)")
+            throw SystemError("getsockopt(SO_PEERCRED)", errno: -rc)
+        }
         var groups = [UInt32](repeating: 0, count: 64)
         var count = ecw_peer_groups(fd, &groups, Int32(groups.count))
         if count > groups.count {
@@ -108,7 +113,9 @@ public final class UnixConnection: Sendable {
             switch errno {
             case EAGAIN, EINTR: try await Reactor.shared.waitReadable(fd)
             case ECONNRESET: return []
-            default: throw SystemError("read", errno: errno)
+            case let code:
+                preconditionErrnoIsNotABug(code, call: "read")
+                throw SystemError("read", errno: code)
             }
         }
     }
@@ -121,7 +128,9 @@ public final class UnixConnection: Sendable {
             if n >= 0 { offset += n; continue }
             switch errno {
             case EAGAIN, EINTR: try await Reactor.shared.waitWritable(fd)
-            default: throw SystemError("send", errno: errno)
+            case let code:
+                preconditionErrnoIsNotABug(code, call: "send")
+                throw SystemError("send", errno: code)
             }
         }
     }

@@ -4,6 +4,9 @@ import Testing
 import Glibc
 #endif
 @testable import HTTP
+import Logging
+import Posix
+import Synchronization
 
 /// A tiny HTTP server on loopback, written with Python's standard library, so the
 /// client is tested against a real server over a real socket.
@@ -174,5 +177,49 @@ s = S(("127.0.0.1", 0), H); print(s.server_address[1], flush=True); s.serve_fore
         } catch let error as HTTPError {
             #expect(error.kind == .tls, "\(error)")
         }
+    }
+}
+
+/// A curl_multi_poll that fails a given number of times, then is the real one; it records
+/// when it was called. A mock: curl_multi_poll cannot be made to fail on demand.
+private final class FailingMultiPoll: Sendable {
+    private let state: Mutex<(failuresLeft: Int, calls: [UInt64])>
+
+    init(failures: Int) { state = Mutex((failures, [])) }
+
+    var calls: [UInt64] { state.withLock { $0.calls } }
+
+    func poll(_ multi: UnsafeMutableRawPointer, _ timeoutMs: Int32) -> String? {
+        let fail = state.withLock { state -> Bool in
+            state.calls.append(monotonicNanoseconds())
+            guard state.failuresLeft > 0 else { return false }
+            state.failuresLeft -= 1
+            return true
+        }
+        return fail ? "mocked failure" : HTTPClient.curlMultiPoll(multi, timeoutMs)
+    }
+}
+
+@Suite struct HTTPClientPollFailureTests {
+    @Test func mockedMultiPollFailureBacksOffLogsOnceAndTransfersStillEnd() async throws {
+        let server = try LoopbackServer()
+        let failing = FailingMultiPoll(failures: 3)
+        let log = MemoryLogHandler()
+        let client = HTTPClient(multiPoll: { failing.poll($0, $1) }, logger: Logger(label: "http", handler: log))
+        let response = try await client.perform(HTTPRequest(url: server.base + "/status/503"))
+        #expect(response.status == 503)
+        // The transfer may end before the failures do; let them run out, then wake the
+        // wait that works with a second request, so its success is seen and logged.
+        for _ in 0..<300 where failing.calls.count < 4 { try await Task.sleep(nanoseconds: 10_000_000) }
+        #expect(try await client.perform(HTTPRequest(url: server.base + "/status/503")).status == 503)
+
+        let calls = failing.calls
+        #expect(calls.count >= 4)
+        for index in 0..<min(3, calls.count - 1) {
+            #expect(calls[index + 1] - calls[index] >= FailureBackoff.firstPauseNanoseconds << UInt64(index))
+        }
+        let errors = log.records.filter { $0.level == .error }
+        #expect(errors.map(\.message) == ["curl_multi_poll failed: mocked failure; retrying, with pauses growing to 1000 ms, until it works"])
+        #expect(log.records.filter { $0.level == .notice }.map(\.message) == ["curl_multi_poll works again after 3 failed tries"])
     }
 }
