@@ -79,9 +79,9 @@ struct PeripheralBridge: PeripheralHost {
             return PeripheralOutcome(ok: true, output: output.text, error: nil, durationMs: output.durationMs)
         case .failure(let error):
             let interrupted = Task.isCancelled
-            record.finish(ok: false, output: "", error: interrupted ? "interrupted" : "\(error)", atMs: ended, state: interrupted ? .interrupted : nil)
+            record.finish(ok: false, output: "", error: interrupted ? "interrupted" : error.wireText, atMs: ended, state: interrupted ? .interrupted : nil)
             await daemon.upsertTask(record)
-            return PeripheralOutcome(ok: false, output: "", error: "model: \(error)", durationMs: ended - started)
+            return PeripheralOutcome(ok: false, output: "", error: error.wireText, durationMs: ended - started)
         }
     }
 

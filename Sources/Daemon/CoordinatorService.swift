@@ -418,7 +418,7 @@ public struct CoordinatorService: Service {
         case .success(let output):
             result = SubtaskResult(subtaskID: subtask.id, taskID: subtask.taskID, ok: true, output: output.text, durationMs: ended - started)
         case .failure(let error):
-            result = SubtaskResult(subtaskID: subtask.id, taskID: subtask.taskID, ok: false, output: "", error: "model_error: \(error.message)", durationMs: ended - started)
+            result = SubtaskResult(subtaskID: subtask.id, taskID: subtask.taskID, ok: false, output: "", error: error.wireText, durationMs: ended - started)
         }
         try journal.complete(result)
         await recordResult(result, prompt: subtask.input, started: started)
