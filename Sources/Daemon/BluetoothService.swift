@@ -22,7 +22,7 @@ public struct BluetoothService: Service {
     }
 
     public func run(shutdown: GracefulShutdown) async throws {
-        let active = daemon.bluetoothRuntime
+        let active = daemon.runtimeSignal(for: Self.mode)
         while true {
             await withTaskGroup(of: Void.self) { group in
                 group.addTask { await active.wait(for: true) }
