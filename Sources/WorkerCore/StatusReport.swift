@@ -110,27 +110,37 @@ public struct StatusSnapshot: Sendable, Equatable {
         }
     }
 
+    /// Wall-clock milliseconds when the snapshot was taken (uptime is measured to it).
     public var nowMs: Int64
     public var agentID: String
     public var daemon: Daemon
+    /// The selected mode, persisted.
     public var mode: ModeState
+    /// Whether the selected mode's runtime runs, and why not when it does not.
     public var runtime: RuntimeState
     /// nil until the path monitor reports.
     public var network: Network?
+    /// nil until an operator hook has run.
     public var lastHook: Hook?
     public var power: Power
+    /// The policy in force (config plus per-host overrides) and where each key came from.
     public var policy: PowerPolicy
     public var policySources: [String: PolicySource]
+    /// `coordinator.url` from the config.
     public var coordinatorURL: String?
     /// nil while mode `on`'s runtime is not running.
     public var coordinator: CoordinatorStatus?
+    /// The peripheral's latest report (`inactive` outside mode bluetooth).
     public var bluetooth: BluetoothStatus
+    /// `bluetooth.adapter` and `bluetooth.maxClients` from the config.
     public var bluetoothConfiguredAdapter: String?
     public var bluetoothMaxClients: Int64
     public var backend: Backend
     /// The modes whose runtime runs now (at most the selected one).
     public var activeRuntimes: Set<Mode>
+    /// State files moved aside at start.
     public var recovered: [RecoveredFile]
+    /// Events kept in the log, and the sequence number of the latest.
     public var eventCount: Int
     public var lastEventSeq: Int64
 
