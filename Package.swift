@@ -37,13 +37,15 @@ let package = Package(
         .target(name: "ModelBackend", dependencies: ["HTTP", "WorkerCore", "Posix"]),
         // sd_notify and the machine's app-specific id, over libsystemd.
         .target(name: "Systemd", dependencies: ["CSystemd"]),
+        // D-Bus over libsystemd's sd-bus: the connection, its messages and typed values.
+        .target(name: "DBus", dependencies: ["CSystemd"]),
         // The GATT peripheral of mode bluetooth over BlueZ's D-Bus API (sd-bus), and the
         // kernel's adapter view through libbluetooth.
-        .target(name: "BlueZ", dependencies: ["Systemd", "Posix", "WorkerCore", "Logging", "CBluetooth"]),
+        .target(name: "BlueZ", dependencies: ["DBus", "Posix", "WorkerCore", "Logging", "CBluetooth"]),
         // The daemon's wiring: services, control socket, the worker actor.
         .target(name: "Daemon", dependencies: ["WorkerCore", "Logging", "Posix", "StateStore", "Systemd", "Telemetry", "HTTP", "ModelBackend", "BlueZ"]),
         // The operator's command line.
-        .target(name: "WorkerCLI", dependencies: ["WorkerCore", "Daemon", "Posix", "Logging", "BlueZ"]),
+        .target(name: "WorkerCLI", dependencies: ["WorkerCore", "Daemon", "Posix", "Logging", "BlueZ", "Telemetry"]),
         .executableTarget(name: "edgecoder-worker", dependencies: ["WorkerCLI"]),
         // Micro-benchmarks for `make bench` (not installed).
         .executableTarget(name: "worker-bench", dependencies: ["Telemetry", "WorkerCore", "Posix"]),
@@ -53,9 +55,9 @@ let package = Package(
         .testTarget(name: "TelemetryTests", dependencies: ["Telemetry", "WorkerCore"]),
         .testTarget(name: "HTTPTests", dependencies: ["HTTP", "Logging", "Posix"]),
         .testTarget(name: "ModelBackendTests", dependencies: ["ModelBackend", "WorkerCore"]),
-        .testTarget(name: "DaemonTests", dependencies: ["Daemon", "WorkerCore", "StateStore", "Logging", "BlueZ", "Posix"]),
+        .testTarget(name: "DaemonTests", dependencies: ["Daemon", "WorkerCore", "StateStore", "Logging", "BlueZ", "Posix", "ModelBackend"]),
         .testTarget(name: "IntegrationTests", dependencies: ["WorkerCore"]),
-        .testTarget(name: "BusTests", dependencies: ["Systemd", "BlueZ", "Posix", "WorkerCore"]),
+        .testTarget(name: "BusTests", dependencies: ["DBus", "BlueZ", "Posix", "WorkerCore"]),
         .testTarget(name: "PosixTests", dependencies: ["Posix", "Logging"]),
     ],
     swiftLanguageModes: [.v6]

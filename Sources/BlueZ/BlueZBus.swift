@@ -1,5 +1,5 @@
 import Logging
-import Systemd
+import DBus
 
 /// What the peripheral and the central both do with the bus: open it, and follow
 /// bluetoothd (its name, its objects, their properties).

@@ -2,7 +2,7 @@
 import Glibc
 #endif
 import Posix
-import Systemd
+import DBus
 import WorkerCore
 
 /// `doctor`'s Bluetooth side: the kernel's controllers, bluetoothd on the system bus and

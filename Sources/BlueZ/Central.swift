@@ -3,7 +3,7 @@ import Glibc
 #endif
 import Logging
 import Posix
-import Systemd
+import DBus
 import WorkerCore
 
 public struct CentralSettings: Sendable {

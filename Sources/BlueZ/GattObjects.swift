@@ -1,4 +1,4 @@
-import Systemd
+import DBus
 import WorkerCore
 
 /// The D-Bus objects of the worker's GATT application and advertisement, as BlueZ 5.66

@@ -3,7 +3,7 @@ import Glibc
 #endif
 import Logging
 import Posix
-import Systemd
+import DBus
 import WorkerCore
 
 /// What the peripheral needs from the daemon: running a request (power policy, model,

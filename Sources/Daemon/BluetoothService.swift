@@ -22,7 +22,7 @@ public struct BluetoothService: Service {
     }
 
     public func run(shutdown: GracefulShutdown) async throws {
-        let active = daemon.bluetoothRuntime
+        let active = daemon.runtimeSignal(for: Self.mode)
         while true {
             _ = await race({ await active.wait(for: true) }, { await shutdown.wait() })
             if shutdown.isTriggered { return }
@@ -72,9 +72,9 @@ struct PeripheralBridge: PeripheralHost {
             return PeripheralOutcome(ok: true, output: output.text, error: nil, durationMs: output.durationMs)
         case .failure(let error):
             let interrupted = Task.isCancelled
-            record.finish(ok: false, output: "", error: interrupted ? "interrupted" : "\(error)", atMs: ended, state: interrupted ? .interrupted : nil)
+            record.finish(ok: false, output: "", error: interrupted ? "interrupted" : error.wireText, atMs: ended, state: interrupted ? .interrupted : nil)
             await daemon.upsertTask(record)
-            return PeripheralOutcome(ok: false, output: "", error: "model: \(error)", durationMs: ended - started)
+            return PeripheralOutcome(ok: false, output: "", error: error.wireText, durationMs: ended - started)
         }
     }
 

@@ -5,45 +5,6 @@ import Posix
 import StateStore
 import WorkerCore
 
-/// What the coordinator side shows in `status` (SPEC 8).
-public struct CoordinatorStatus: Sendable, Equatable {
-    public var registered = false
-    public var lastHeartbeatAtMs: Int64?
-    public var lastHeartbeatLatencyMs: Int64?
-    /// Failed register/pull/result calls in a row: they drive the backoff.
-    public var consecutiveFailures = 0
-    /// Failed heartbeats in a row (heartbeats keep their cadence; no backoff).
-    public var heartbeatFailures = 0
-    public var backoffMs: Int64?
-    public var lastError: String?
-    public var rejection: String?
-    public var retryAtMs: Int64?
-    public var deferredReason: String?
-    public var subtasksDone: Int64 = 0
-    public var subtasksFailed: Int64 = 0
-    public var outboxDepth = 0
-    public var running: String?
-
-    public init() {}
-
-    public var json: JSONValue {
-        var object = JSONObject([("registered", .bool(registered)), ("consecutiveFailures", .int(consecutiveFailures)),
-                                 ("heartbeatFailures", .int(heartbeatFailures))])
-        object["lastHeartbeat"] = lastHeartbeatAtMs.map { .string(formatUTC(milliseconds: $0)) } ?? .null
-        object["lastHeartbeatLatencyMs"] = .optional(lastHeartbeatLatencyMs)
-        object["backoffMs"] = .optional(backoffMs)
-        object["lastError"] = .optional(lastError)
-        object["rejection"] = .optional(rejection)
-        object["retryAt"] = retryAtMs.map { .string(formatUTC(milliseconds: $0)) } ?? .null
-        object["deferredReason"] = .optional(deferredReason)
-        object["subtasksDone"] = .int(subtasksDone)
-        object["subtasksFailed"] = .int(subtasksFailed)
-        object["outboxDepth"] = .int(outboxDepth)
-        object["running"] = .optional(running)
-        return .object(object)
-    }
-}
-
 /// The coordinator's end of one session: HTTP calls with the mesh token, registration
 /// (once, however many loops ask), and the failure bookkeeping. An actor: the
 /// heartbeat loop and the work loop share it.
@@ -226,7 +187,7 @@ public struct CoordinatorService: Service {
 
     public func run(shutdown: GracefulShutdown) async throws {
         while !shutdown.isTriggered {
-            let runtime = daemon.coordinatorRuntime
+            let runtime = daemon.runtimeSignal(for: Self.mode)
             guard try await shutdown.cancelling({ await runtime.wait(for: true) }) != nil else { return }
             let stop = GracefulShutdown()
             // The session is stopped gracefully (it finishes its subtask), never cancelled from here.
@@ -392,7 +353,7 @@ public struct CoordinatorService: Service {
         case .success(let output):
             result = SubtaskResult(subtaskID: subtask.id, taskID: subtask.taskID, ok: true, output: output.text, durationMs: ended - started)
         case .failure(let error):
-            result = SubtaskResult(subtaskID: subtask.id, taskID: subtask.taskID, ok: false, output: "", error: "model_error: \(error.message)", durationMs: ended - started)
+            result = SubtaskResult(subtaskID: subtask.id, taskID: subtask.taskID, ok: false, output: "", error: error.wireText, durationMs: ended - started)
         }
         try journal.complete(result)
         await recordResult(result, prompt: subtask.input, started: started)

@@ -55,8 +55,8 @@ public enum DaemonMain {
         ]
         let backend = ModelBackend(config: config.backend)
         services.append(ModelProbeService(daemon: daemon, backend: backend, logger: logger.labeled("backend")))
-        services.append(BluetoothService(daemon: daemon, backend: backend, config: config, logger: logger.labeled("bluetooth")))
-        services.append(CoordinatorService(daemon: daemon, config: config, directory: directory, logger: logger.labeled("coordinator")))
+        let runtimes = ModeRuntimeContext(daemon: daemon, config: config, directory: directory, backend: backend, logger: logger)
+        for runtime in ModeRuntimes.all { services.append(runtime.make(runtimes)) }
         services.append(PowerMonitorService(daemon: daemon, logger: logger.labeled("power"), reader: reader))
         services.append(PathMonitorService(daemon: daemon, logger: logger.labeled("path"), graceMs: config.network.pathLossGraceMs,
                                            hook: config.hooks.networkRestored.map { ($0, config.hooks.timeoutMs) }))

@@ -52,10 +52,8 @@ public actor WorkerDaemon {
     private var coordinator: CoordinatorStatus?
     private var model: (state: String, detail: String, atMs: Int64)?
     private var tasks: TaskHistory
-    /// Whether mode `on`'s runtime should run; the coordinator service waits on it.
-    public nonisolated let coordinatorRuntime = StateSignal(false)
-    /// Whether mode `bluetooth`'s runtime should run; the Bluetooth service waits on it.
-    public nonisolated let bluetoothRuntime = StateSignal(false)
+    /// Per mode, whether its runtime should run now; each `ModeRuntime` waits on its own.
+    private nonisolated let runtimeSignals: [Mode: StateSignal] = Dictionary(uniqueKeysWithValues: Mode.allCases.map { ($0, StateSignal(false)) })
     /// Whether a working mode (on, bluetooth) is selected; the model probe wakes on changes.
     public nonisolated let workingModeSelected = StateSignal(false)
     private var bluetooth = BluetoothStatus()
@@ -159,14 +157,10 @@ public actor WorkerDaemon {
                     onExternalPower: reading?.telemetry.onExternalPower, nowMs: clock())
     }
 
-    /// The runtimes a mode needs; until they exist in this build, the mode stays
+    /// What a mode's runtime lacks (`ModeRuntimes`); until it has it, the mode stays
     /// selected and status says what is missing instead of pretending to run.
     nonisolated func missingRuntime(_ mode: Mode) -> String? {
-        switch mode {
-        case .off: return nil
-        case .on: return config.coordinator.url == nil ? "coordinator.url is not configured: set it in the config file and restart" : nil
-        case .bluetooth: return nil
-        }
+        ModeRuntimes.unavailable(mode, config: config)
     }
 
     var runtime: RuntimeState { RuntimeState.of(modeState, gateBlocked: gateBlocked, runtimeAvailable: missingRuntime) }
@@ -317,20 +311,6 @@ public actor WorkerDaemon {
         return PowerPolicy.showJSON(policy, sources: sources)
     }
 
-    func powerJSON() -> JSONValue {
-        var object = JSONObject()
-        if let reading {
-            object["telemetry"] = reading.telemetry.heartbeatJSON
-            object["ageMs"] = .int(max(0, Int64(monotonicNanoseconds() / 1_000_000) - readingAtMonotonicMs))
-        } else {
-            object["telemetry"] = .null
-        }
-        if let powerDecision { object["decision"] = powerDecision.json(nowMs: Int64(monotonicNanoseconds() / 1_000_000)) }
-        object["chargeGate"] = gateBlocked ? "blocked: connect power to start" : "open"
-        object["held"] = holdCounters.json
-        return .object(object)
-    }
-
     // MARK: Model backend
 
     public var currentMode: Mode { modeState.mode }
@@ -344,29 +324,28 @@ public actor WorkerDaemon {
     /// `unavailable` to the very clients being served.
     public var isGenerating: Bool { tasks.records.contains { $0.state == .running } }
 
-    func backendJSON() -> JSONValue {
-        var object = JSONObject([("kind", .string(config.backend.kind.rawValue)), ("url", .string(config.backend.url)),
-                                 ("model", .string(config.backend.model))])
-        object["modelState"] = .string(model?.state ?? "idle")
-        object["detail"] = .string(model?.detail ?? "not probed yet")
-        if let at = model?.atMs { object["checkedAt"] = .string(formatUTC(milliseconds: at)) }
-        return .object(object)
+    // MARK: Mode runtimes
+
+    /// True while `mode`'s runtime should run: the runtime waits for true to start and for
+    /// false to stop (gracefully). Every mode has one; `off`'s never becomes true.
+    public nonisolated func runtimeSignal(for mode: Mode) -> StateSignal {
+        // The table holds every Mode case (built from Mode.allCases).
+        runtimeSignals[mode]!
     }
 
-    // MARK: Coordinator
-
-    /// Whether mode `on`'s runtime should run now: selected, past the charge gate, configured.
-    var coordinatorRuntimeActive: Bool { modeState.mode == .on && runtime.phase == .running }
-
-    /// Whether mode `bluetooth`'s runtime should run now: selected and past the charge gate.
-    var bluetoothRuntimeActive: Bool { modeState.mode == .bluetooth && runtime.phase == .running }
+    /// Whether `mode`'s runtime should run now: selected, past the charge gate, configured.
+    func runtimeActive(_ mode: Mode) -> Bool { mode != .off && modeState.mode == mode && runtime.phase == .running }
 
     private func wakeRuntimeWaiters() {
-        if coordinatorRuntime.value != coordinatorRuntimeActive { coordinatorRuntime.set(coordinatorRuntimeActive) }
-        if bluetoothRuntime.value != bluetoothRuntimeActive { bluetoothRuntime.set(bluetoothRuntimeActive) }
+        for mode in Mode.allCases {
+            let signal = runtimeSignal(for: mode), active = runtimeActive(mode)
+            if signal.value != active { signal.set(active) }
+        }
         let working = modeState.mode != .off
         if workingModeSelected.value != working { workingModeSelected.set(working) }
     }
+
+    // MARK: Coordinator
 
     public func updateCoordinator(_ status: CoordinatorStatus?) {
         coordinator = status
@@ -394,13 +373,6 @@ public actor WorkerDaemon {
         return ["tasks": .array(records.map(\.json))]
     }
 
-    func coordinatorJSON() -> JSONValue {
-        var object = coordinator?.json.objectValue ?? JSONObject([("state", "not running")])
-        object["url"] = .optional(config.coordinator.url)
-        object["active"] = .bool(coordinatorRuntimeActive)
-        return .object(object)
-    }
-
     // MARK: Bluetooth
 
     /// The peripheral's latest state, for status.
@@ -417,14 +389,6 @@ public actor WorkerDaemon {
     /// The status characteristic's values (SPEC 6): `modelState` and `batteryPct`.
     public func bluetoothStatusValues() -> (modelState: String, batteryPct: Int?) {
         (model?.state ?? "idle", reading?.telemetry.batteryPct)
-    }
-
-    func bluetoothJSON() -> JSONValue {
-        var object = bluetooth.json.objectValue ?? JSONObject()
-        object["active"] = .bool(bluetoothRuntimeActive)
-        object["configuredAdapter"] = .optional(config.bluetooth.adapter)
-        object["maxClients"] = .int(config.bluetooth.maxClients)
-        return .object(object)
     }
 
     /// The path monitor's latest evaluation, for status.
@@ -458,24 +422,32 @@ public actor WorkerDaemon {
 
     // MARK: Status
 
-    /// One line for systemd's STATUS= and the first line of `status`.
-    public func statusLine() -> String {
-        let runtime = self.runtime
-        var line = "mode \(modeState.mode.rawValue), \(runtime.phase.rawValue)"
-        if runtime.phase != .running && modeState.mode != .off { line += ": " + runtime.reason }
-        if let decision = powerDecision, !decision.allowed { line += "; new work held: \(decision.reasonText)" }
-        if let coordinator {
-            if let rejection = coordinator.rejection { line += "; coordinator rejected: \(rejection)" } else { line += coordinator.registered ? "; registered" : "; not registered" }
-            let failures = max(coordinator.consecutiveFailures, coordinator.heartbeatFailures)
-            if failures > 0 { line += " (\(failures) failures)" }
-        }
-        if let path { line += path.satisfied ? "; network via \(path.interface ?? "?")" : "; network lost" }
-        if bluetooth.state != .inactive { line += "; " + bluetooth.summary }
-        if modeState.restoredAtMs != nil { line += "; network restored: run 'edgecoder-worker mode on' to rejoin" }
-        if !recovered.isEmpty { line += "; \(recovered.count) state file(s) recovered" }
-        if persistenceProblem != nil { line += "; state not writable" }
-        return line
+    /// Everything `status` shows, as of now.
+    func statusSnapshot() -> StatusSnapshot {
+        let monotonicNow = Int64(monotonicNanoseconds() / 1_000_000)
+        let (policy, sources) = effectivePolicy
+        return StatusSnapshot(
+            nowMs: clock(), agentID: agentID,
+            daemon: StatusSnapshot.Daemon(version: workerVersion, pid: Int64(getpidValue()), startedAtMs: startedAtMs,
+                                          configPath: paths.configPath, stateDirectory: paths.stateDirectory,
+                                          controlSocket: paths.controlSocket, persistenceProblem: persistenceProblem),
+            mode: modeState, runtime: runtime,
+            network: path.map { StatusSnapshot.Network(path: $0, sinceMs: pathSinceMs) },
+            lastHook: lastHook.map { StatusSnapshot.Hook(name: $0.name, outcome: $0.outcome.description, succeeded: $0.outcome.succeeded, timeMs: $0.timeMs) },
+            power: StatusSnapshot.Power(telemetry: reading?.telemetry, ageMs: monotonicNow - readingAtMonotonicMs, decision: powerDecision,
+                                        monotonicNowMs: monotonicNow, chargeGateBlocked: gateBlocked, held: holdCounters),
+            policy: policy, policySources: sources,
+            coordinatorURL: config.coordinator.url, coordinator: coordinator,
+            bluetooth: bluetooth, bluetoothConfiguredAdapter: config.bluetooth.adapter, bluetoothMaxClients: config.bluetooth.maxClients,
+            backend: StatusSnapshot.Backend(kind: config.backend.kind.rawValue, url: config.backend.url, model: config.backend.model,
+                                            modelState: model?.state, detail: model?.detail, checkedAtMs: model?.atMs),
+            activeRuntimes: Set(Mode.allCases.filter { runtimeActive($0) }),
+            recovered: recovered.map { StatusSnapshot.RecoveredFile(file: $0.file, movedTo: $0.movedTo, problem: $0.problem, timeMs: $0.timeMs) },
+            eventCount: eventLog.events.count, lastEventSeq: eventLog.nextSeq - 1)
     }
+
+    /// One line for systemd's STATUS= and the first line of `status`.
+    public func statusLine() -> String { StatusReport(statusSnapshot()).summary }
 
     func updateServiceStatus() {
         wakeRuntimeWaiters()
@@ -486,66 +458,9 @@ public actor WorkerDaemon {
         }
     }
 
-    public func modeJSON() -> JSONValue {
-        let runtime = self.runtime
-        var object = JSONObject([
-            ("mode", .string(modeState.mode.rawValue)),
-            ("since", .string(formatUTC(milliseconds: modeState.sinceMs))),
-            ("sinceMs", .int(modeState.sinceMs)),
-            ("reason", .string(modeState.reason)),
-            ("downgraded", .bool(modeState.downgraded)),
-            ("runtime", ["state": .string(runtime.phase.rawValue), "reason": .string(runtime.reason)]),
-        ])
-        if let restored = modeState.restoredAtMs {
-            object["networkRestoredAt"] = .string(formatUTC(milliseconds: restored))
-            object["networkRestoredNotice"] = "the network path is back; the worker stays in bluetooth until an operator runs 'edgecoder-worker mode on'"
-        }
-        return .object(object)
-    }
+    public func modeJSON() -> JSONValue { StatusReport.modeJSON(modeState, runtime: runtime) }
 
-    func networkJSON() -> JSONValue {
-        guard let path else { return ["state": "unknown", "reason": "the path monitor has not reported yet"] }
-        var object = JSONObject([
-            ("state", .string(path.satisfied ? "satisfied" : "unsatisfied")),
-            ("satisfied", .bool(path.satisfied)),
-            ("since", .string(formatUTC(milliseconds: pathSinceMs))),
-            ("reason", .string(path.reason)),
-        ])
-        object["interface"] = .optional(path.interface)
-        if let lastHook {
-            object["lastHook"] = ["name": .string(lastHook.name), "outcome": .string(lastHook.outcome.description),
-                                  "ok": .bool(lastHook.outcome.succeeded), "time": .string(formatUTC(milliseconds: lastHook.timeMs))]
-        }
-        return .object(object)
-    }
-
-    public func statusJSON() -> JSONValue {
-        let now = clock()
-        var daemon = JSONObject([
-            ("version", .string(workerVersion)),
-            ("pid", .int(Int64(getpidValue()))),
-            ("startedAt", .string(formatUTC(milliseconds: startedAtMs))),
-            ("uptimeMs", .int(now - startedAtMs)),
-            ("config", .string(paths.configPath)),
-            ("stateDirectory", .string(paths.stateDirectory)),
-            ("controlSocket", .string(paths.controlSocket)),
-        ])
-        daemon["persistenceProblem"] = .optional(persistenceProblem)
-        return [
-            "summary": .string(statusLine()),
-            "agentId": .string(agentID),
-            "mode": modeJSON(),
-            "network": networkJSON(),
-            "power": powerJSON(),
-            "coordinator": coordinatorJSON(),
-            "bluetooth": bluetoothJSON(),
-            "backend": backendJSON(),
-            "policy": policyJSON(),
-            "daemon": .object(daemon),
-            "recoveredStateFiles": .array(recovered.map(\.json)),
-            "events": ["count": .int(eventLog.events.count), "lastSeq": .int(eventLog.nextSeq - 1)],
-        ]
-    }
+    public func statusJSON() -> JSONValue { StatusReport(statusSnapshot()).json }
 }
 
 func getpidValue() -> Int32 { getpid() }

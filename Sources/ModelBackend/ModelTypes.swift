@@ -85,6 +85,11 @@ public struct ModelError: Error, Sendable, Equatable, CustomStringConvertible {
         case .cancelled: return "model_cancelled"
         }
     }
+
+    /// The `error` of a failed generation on every wire (a coordinator result, a Bluetooth
+    /// response, the task history): `code: detail`, so a client matches on the code before
+    /// the first colon and an operator reads the detail.
+    public var wireText: String { "\(code): \(message)" }
 }
 
 /// The backend's readiness, shown as `modelState` (SPEC 6 status, `status`, `doctor`).

@@ -44,6 +44,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -667,8 +668,9 @@ async def sc_status_change(args):
            f"({'none in 150 s' if st is None else f'{time.monotonic() - t0:.0f}s: ' + json.dumps(st)})")
     rid = new_id("no-model")
     msg, _ = await s.ask(rid, "anyone?", tokens=8, timeout=200)
-    TAP.ok(msg is not None and msg.get("id") == rid and msg.get("ok") is False and msg.get("error"),
-           f"a request while the model server is down is answered ok:false with a reason ({brief(msg)})")
+    TAP.ok(msg is not None and msg.get("id") == rid and msg.get("ok") is False
+           and re.match(r"model_[a-z0-9_]+: .", str(msg.get("error", ""))) is not None,
+           f"a request while the model server is down is answered ok:false, error \"model_<code>: <detail>\" ({brief(msg)})")
     start = len(s.status.messages)
     TAP.ok(await host_request("llama-start"), "the host started the model server again")
     t0 = time.monotonic()

@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-import Systemd
+import DBus
 
 /// Kept alive only by a reply handler: once it is gone, so is the handler.
 private final class Witness {}

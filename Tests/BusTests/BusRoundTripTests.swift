@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-import Systemd
+import DBus
 
 /// A private dbus-daemon (the real one, from Debian's dbus package) for the sd-bus wrapper.
 final class PrivateBus {

@@ -1,6 +1,6 @@
 import Testing
 @testable import BlueZ
-import Systemd
+import DBus
 import WorkerCore
 
 @Suite struct GattObjectsTests {

@@ -2,7 +2,7 @@ import Foundation
 import Testing
 @testable import BlueZ
 import Logging
-import Systemd
+import DBus
 import WorkerCore
 
 /// A stand-in for bluetoothd on a private bus, for what real BlueZ never does: calls

@@ -434,11 +434,29 @@ def ollama_backend(model):
         w.cleanup(); c.stop(); fixture.stop()
 
 
+@scenario("model-error")
+def model_error(model):
+    failing = OllamaFixture(model.url, "--fail-status", "500", "--fault-path", "/api/generate")
+    c = Coordinator()
+    w = Worker(c.url, {"kind": "ollama", "url": failing.url, "model": "tiny"})
+    try:
+        w.start(); w.cli("mode", "on")
+        [sub] = c.submit("the model server fails")
+        check(delivered(c, [sub]), "a subtask the model server fails is still posted")
+        result = [r for r in c.results()["results"] if r["subtaskId"] == sub][-1]
+        check(result["ok"] is False and str(result.get("error", "")).startswith("model_rejected_500: ") and len(result["error"]) > 20,
+              "as ok: false with error \"model_rejected_500: <detail>\" (ModelError's code, as on Bluetooth)", result)
+        tasks = json.loads(w.cli("tasks", "--json").stdout)["tasks"]
+        check([t.get("error") for t in tasks if t["id"] == sub] == [result.get("error")], "`tasks` keeps the same error", tasks[:1])
+    finally:
+        w.cleanup(); c.stop(); failing.stop()
+
+
 def main():
     model = ModelServer()
     try:
         scenarios = [the_whole_loop, token_lifecycle, forbidden_and_blacklisted, malformed_oversized_hanging_and_gone,
-                     power_deferred, held_policy, crash_safety, sigterm_grace, ollama_backend]
+                     power_deferred, held_policy, crash_safety, sigterm_grace, ollama_backend, model_error]
         for run in scenarios:
             if ONLY and run.scenario != ONLY:
                 continue

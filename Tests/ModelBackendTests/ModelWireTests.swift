@@ -443,6 +443,13 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         #expect(ModelError(.modelNotFound, "").code == "model_not_found")
         #expect(ModelError(.cancelled, "x").description == "x")
     }
+
+    @Test func wireErrorIsTheCodeThenTheDetailSoClientsSplitAtTheFirstColon() {
+        let error = ModelError(.rejected(status: 503), "llama.cpp is not ready (HTTP 503: loading); it may still be loading the model")
+        #expect(error.wireText == "model_rejected_503: llama.cpp is not ready (HTTP 503: loading); it may still be loading the model")
+        #expect(error.wireText.split(separator: ":", maxSplits: 1).first.map(String.init) == error.code)
+        #expect(ModelError(.unavailable, "cannot reach").wireText == "model_unavailable: cannot reach")
+    }
 }
 
 @Suite struct RequestsRefusedBeforeTheNetwork {

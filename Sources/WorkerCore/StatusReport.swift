@@ -1,0 +1,309 @@
+/// Everything `status` shows, taken from the daemon at one instant: the daemon gathers
+/// it, `StatusReport` renders it, so the rendering is tested without a daemon.
+public struct StatusSnapshot: Sendable, Equatable {
+    /// Where the daemon runs from and how long it has been up.
+    public struct Daemon: Sendable, Equatable {
+        public var version: String
+        public var pid: Int64
+        public var startedAtMs: Int64
+        public var configPath: String
+        public var stateDirectory: String
+        public var controlSocket: String
+        /// Why the last write to the state directory failed, until one succeeds.
+        public var persistenceProblem: String?
+
+        public init(version: String, pid: Int64, startedAtMs: Int64, configPath: String, stateDirectory: String,
+                    controlSocket: String, persistenceProblem: String? = nil) {
+            self.version = version
+            self.pid = pid
+            self.startedAtMs = startedAtMs
+            self.configPath = configPath
+            self.stateDirectory = stateDirectory
+            self.controlSocket = controlSocket
+            self.persistenceProblem = persistenceProblem
+        }
+    }
+
+    /// The network path as the path monitor last saw it.
+    public struct Network: Sendable, Equatable {
+        public var path: PathStatus
+        /// When `path.satisfied` last changed.
+        public var sinceMs: Int64
+
+        public init(path: PathStatus, sinceMs: Int64) {
+            self.path = path
+            self.sinceMs = sinceMs
+        }
+    }
+
+    /// How the last operator hook ended.
+    public struct Hook: Sendable, Equatable {
+        public var name: String
+        /// The outcome in words (`exited 0`, `timed out after 5000 ms`, …).
+        public var outcome: String
+        public var succeeded: Bool
+        public var timeMs: Int64
+
+        public init(name: String, outcome: String, succeeded: Bool, timeMs: Int64) {
+            self.name = name
+            self.outcome = outcome
+            self.succeeded = succeeded
+            self.timeMs = timeMs
+        }
+    }
+
+    /// The latest power reading and the decision made from it.
+    public struct Power: Sendable, Equatable {
+        public var telemetry: PowerTelemetry?
+        /// Age of `telemetry` (monotonic clock).
+        public var ageMs: Int64
+        public var decision: PowerDecision?
+        /// The monotonic time `decision`'s durations are measured to.
+        public var monotonicNowMs: Int64
+        /// Rule 2.2: the restored mode waits for external power.
+        public var chargeGateBlocked: Bool
+        public var held: HoldCounters
+
+        public init(telemetry: PowerTelemetry?, ageMs: Int64, decision: PowerDecision?, monotonicNowMs: Int64,
+                    chargeGateBlocked: Bool, held: HoldCounters) {
+            self.telemetry = telemetry
+            self.ageMs = ageMs
+            self.decision = decision
+            self.monotonicNowMs = monotonicNowMs
+            self.chargeGateBlocked = chargeGateBlocked
+            self.held = held
+        }
+    }
+
+    /// The model backend's configuration and its last readiness probe.
+    public struct Backend: Sendable, Equatable {
+        public var kind: String
+        public var url: String
+        public var model: String
+        /// `ready`, `loading`, `unavailable`; nil before the first probe (shown as `idle`).
+        public var modelState: String?
+        public var detail: String?
+        public var checkedAtMs: Int64?
+
+        public init(kind: String, url: String, model: String, modelState: String? = nil, detail: String? = nil, checkedAtMs: Int64? = nil) {
+            self.kind = kind
+            self.url = url
+            self.model = model
+            self.modelState = modelState
+            self.detail = detail
+            self.checkedAtMs = checkedAtMs
+        }
+    }
+
+    /// A state file moved aside at start.
+    public struct RecoveredFile: Sendable, Equatable {
+        public var file: String
+        public var movedTo: String
+        public var problem: String
+        public var timeMs: Int64
+
+        public init(file: String, movedTo: String, problem: String, timeMs: Int64) {
+            self.file = file
+            self.movedTo = movedTo
+            self.problem = problem
+            self.timeMs = timeMs
+        }
+    }
+
+    /// Wall-clock milliseconds when the snapshot was taken (uptime is measured to it).
+    public var nowMs: Int64
+    public var agentID: String
+    public var daemon: Daemon
+    /// The selected mode, persisted.
+    public var mode: ModeState
+    /// Whether the selected mode's runtime runs, and why not when it does not.
+    public var runtime: RuntimeState
+    /// nil until the path monitor reports.
+    public var network: Network?
+    /// nil until an operator hook has run.
+    public var lastHook: Hook?
+    public var power: Power
+    /// The policy in force (config plus per-host overrides) and where each key came from.
+    public var policy: PowerPolicy
+    public var policySources: [String: PolicySource]
+    /// `coordinator.url` from the config.
+    public var coordinatorURL: String?
+    /// nil while mode `on`'s runtime is not running.
+    public var coordinator: CoordinatorStatus?
+    /// The peripheral's latest report (`inactive` outside mode bluetooth).
+    public var bluetooth: BluetoothStatus
+    /// `bluetooth.adapter` and `bluetooth.maxClients` from the config.
+    public var bluetoothConfiguredAdapter: String?
+    public var bluetoothMaxClients: Int64
+    public var backend: Backend
+    /// The modes whose runtime runs now (at most the selected one).
+    public var activeRuntimes: Set<Mode>
+    /// State files moved aside at start.
+    public var recovered: [RecoveredFile]
+    /// Events kept in the log, and the sequence number of the latest.
+    public var eventCount: Int
+    public var lastEventSeq: Int64
+
+    public init(nowMs: Int64, agentID: String, daemon: Daemon, mode: ModeState, runtime: RuntimeState, network: Network? = nil,
+                lastHook: Hook? = nil, power: Power, policy: PowerPolicy, policySources: [String: PolicySource] = [:],
+                coordinatorURL: String? = nil, coordinator: CoordinatorStatus? = nil, bluetooth: BluetoothStatus = BluetoothStatus(),
+                bluetoothConfiguredAdapter: String? = nil, bluetoothMaxClients: Int64, backend: Backend,
+                activeRuntimes: Set<Mode> = [], recovered: [RecoveredFile] = [], eventCount: Int = 0, lastEventSeq: Int64 = 0) {
+        self.nowMs = nowMs
+        self.agentID = agentID
+        self.daemon = daemon
+        self.mode = mode
+        self.runtime = runtime
+        self.network = network
+        self.lastHook = lastHook
+        self.power = power
+        self.policy = policy
+        self.policySources = policySources
+        self.coordinatorURL = coordinatorURL
+        self.coordinator = coordinator
+        self.bluetooth = bluetooth
+        self.bluetoothConfiguredAdapter = bluetoothConfiguredAdapter
+        self.bluetoothMaxClients = bluetoothMaxClients
+        self.backend = backend
+        self.activeRuntimes = activeRuntimes
+        self.recovered = recovered
+        self.eventCount = eventCount
+        self.lastEventSeq = lastEventSeq
+    }
+}
+
+/// `status` rendered from a snapshot: the one-line summary (systemd's STATUS= and the
+/// first line the CLI prints) and the JSON whose keys the README documents as stable.
+public struct StatusReport: Sendable {
+    public let snapshot: StatusSnapshot
+
+    public init(_ snapshot: StatusSnapshot) { self.snapshot = snapshot }
+
+    /// One line: the mode, its runtime, and whatever needs the operator's eye.
+    public var summary: String {
+        let s = snapshot
+        var line = "mode \(s.mode.mode.rawValue), \(s.runtime.phase.rawValue)"
+        if s.runtime.phase != .running && s.mode.mode != .off { line += ": " + s.runtime.reason }
+        if let decision = s.power.decision, !decision.allowed { line += "; new work held: \(decision.reasonText)" }
+        if let coordinator = s.coordinator {
+            if let rejection = coordinator.rejection { line += "; coordinator rejected: \(rejection)" } else { line += coordinator.registered ? "; registered" : "; not registered" }
+            let failures = max(coordinator.consecutiveFailures, coordinator.heartbeatFailures)
+            if failures > 0 { line += " (\(failures) failures)" }
+        }
+        if let path = s.network?.path { line += path.satisfied ? "; network via \(path.interface ?? "?")" : "; network lost" }
+        if s.bluetooth.state != .inactive { line += "; " + s.bluetooth.summary }
+        if s.mode.restoredAtMs != nil { line += "; network restored: run 'edgecoder-worker mode on' to rejoin" }
+        if !s.recovered.isEmpty { line += "; \(s.recovered.count) state file(s) recovered" }
+        if s.daemon.persistenceProblem != nil { line += "; state not writable" }
+        return line
+    }
+
+    /// The whole `status --json` object.
+    public var json: JSONValue {
+        let s = snapshot
+        return [
+            "summary": .string(summary),
+            "agentId": .string(s.agentID),
+            "mode": StatusReport.modeJSON(s.mode, runtime: s.runtime),
+            "network": networkJSON,
+            "power": powerJSON,
+            "coordinator": coordinatorJSON,
+            "bluetooth": bluetoothJSON,
+            "backend": backendJSON,
+            "policy": PowerPolicy.showJSON(s.policy, sources: s.policySources),
+            "daemon": daemonJSON,
+            "recoveredStateFiles": .array(s.recovered.map {
+                ["file": .string($0.file), "movedTo": .string($0.movedTo), "problem": .string($0.problem), "time": .string(formatUTC(milliseconds: $0.timeMs))]
+            }),
+            "events": ["count": .int(Int64(s.eventCount)), "lastSeq": .int(s.lastEventSeq)],
+        ]
+    }
+
+    /// `mode --json`, and `status`'s `mode`.
+    public static func modeJSON(_ mode: ModeState, runtime: RuntimeState) -> JSONValue {
+        var object = JSONObject([
+            ("mode", .string(mode.mode.rawValue)),
+            ("since", .string(formatUTC(milliseconds: mode.sinceMs))),
+            ("sinceMs", .int(mode.sinceMs)),
+            ("reason", .string(mode.reason)),
+            ("downgraded", .bool(mode.downgraded)),
+            ("runtime", ["state": .string(runtime.phase.rawValue), "reason": .string(runtime.reason)]),
+        ])
+        if let restored = mode.restoredAtMs {
+            object["networkRestoredAt"] = .string(formatUTC(milliseconds: restored))
+            object["networkRestoredNotice"] = "the network path is back; the worker stays in bluetooth until an operator runs 'edgecoder-worker mode on'"
+        }
+        return .object(object)
+    }
+
+    var networkJSON: JSONValue {
+        guard let network = snapshot.network else { return ["state": "unknown", "reason": "the path monitor has not reported yet"] }
+        let path = network.path
+        var object = JSONObject([
+            ("state", .string(path.satisfied ? "satisfied" : "unsatisfied")),
+            ("satisfied", .bool(path.satisfied)),
+            ("since", .string(formatUTC(milliseconds: network.sinceMs))),
+            ("reason", .string(path.reason)),
+        ])
+        object["interface"] = .optional(path.interface)
+        if let hook = snapshot.lastHook {
+            object["lastHook"] = ["name": .string(hook.name), "outcome": .string(hook.outcome),
+                                  "ok": .bool(hook.succeeded), "time": .string(formatUTC(milliseconds: hook.timeMs))]
+        }
+        return .object(object)
+    }
+
+    var powerJSON: JSONValue {
+        let power = snapshot.power
+        var object = JSONObject()
+        if let telemetry = power.telemetry {
+            object["telemetry"] = telemetry.heartbeatJSON
+            object["ageMs"] = .int(max(0, power.ageMs))
+        } else {
+            object["telemetry"] = .null
+        }
+        if let decision = power.decision { object["decision"] = decision.json(nowMs: power.monotonicNowMs) }
+        object["chargeGate"] = power.chargeGateBlocked ? "blocked: connect power to start" : "open"
+        object["held"] = power.held.json
+        return .object(object)
+    }
+
+    var coordinatorJSON: JSONValue {
+        var object = snapshot.coordinator?.json.objectValue ?? JSONObject([("state", "not running")])
+        object["url"] = .optional(snapshot.coordinatorURL)
+        object["active"] = .bool(snapshot.activeRuntimes.contains(.on))
+        return .object(object)
+    }
+
+    var bluetoothJSON: JSONValue {
+        var object = snapshot.bluetooth.json.objectValue ?? JSONObject()
+        object["active"] = .bool(snapshot.activeRuntimes.contains(.bluetooth))
+        object["configuredAdapter"] = .optional(snapshot.bluetoothConfiguredAdapter)
+        object["maxClients"] = .int(snapshot.bluetoothMaxClients)
+        return .object(object)
+    }
+
+    var backendJSON: JSONValue {
+        let backend = snapshot.backend
+        var object = JSONObject([("kind", .string(backend.kind)), ("url", .string(backend.url)), ("model", .string(backend.model))])
+        object["modelState"] = .string(backend.modelState ?? "idle")
+        object["detail"] = .string(backend.detail ?? "not probed yet")
+        if let at = backend.checkedAtMs { object["checkedAt"] = .string(formatUTC(milliseconds: at)) }
+        return .object(object)
+    }
+
+    var daemonJSON: JSONValue {
+        let daemon = snapshot.daemon
+        var object = JSONObject([
+            ("version", .string(daemon.version)),
+            ("pid", .int(daemon.pid)),
+            ("startedAt", .string(formatUTC(milliseconds: daemon.startedAtMs))),
+            ("uptimeMs", .int(snapshot.nowMs - daemon.startedAtMs)),
+            ("config", .string(daemon.configPath)),
+            ("stateDirectory", .string(daemon.stateDirectory)),
+            ("controlSocket", .string(daemon.controlSocket)),
+        ])
+        object["persistenceProblem"] = .optional(daemon.persistenceProblem)
+        return .object(object)
+    }
+}
