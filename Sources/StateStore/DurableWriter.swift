@@ -78,6 +78,9 @@ public final class DurableWriter: Sendable {
 
     /// Physical operations performed so far (merged ones count once).
     var performedOperations: Int { queue.performed }
+
+    /// Callers waiting on queued operations (not on the one being performed).
+    var queuedWaiters: Int { queue.queuedWaiters }
 }
 
 /// The queue shared by a `DurableWriter` and its thread; the thread holds only this,
@@ -128,6 +131,7 @@ private final class WriteQueue: Sendable {
 
     var problem: String? { state.withLock { $0.problem } }
     var performed: Int { state.withLock { $0.performed } }
+    var queuedWaiters: Int { state.withLock { $0.queued.reduce(0) { $0 + $1.waiters.count } } }
 
     func enqueue(_ name: String, _ kind: Kind, waiter: CheckedContinuation<Void, any Error>?) {
         let startFailed: SystemError? = state.withLock { state in

@@ -55,21 +55,22 @@ func recordEvents(_ daemon: WorkerDaemon, seconds: Double, stop: GracefulShutdow
     return count
 }
 
-/// `status` round trips over the control socket from a thread of its own with a
-/// blocking client (a real client is another process: it must not share our pool).
-func statusRoundTrips(socket: String, count: Int) async -> [Double] {
+/// `status` round trips over the control socket for `seconds`, from a thread of its own
+/// with a blocking client (a real client is another process: it must not share our pool).
+func statusRoundTrips(socket: String, seconds: Double) async -> [Double] {
     final class Job: @unchecked Sendable {
         let socket: String
-        let count: Int
+        let seconds: Double
         var latencies: [Double] = []
         var continuation: CheckedContinuation<[Double], Never>?
-        init(socket: String, count: Int) { self.socket = socket; self.count = count }
+        init(socket: String, seconds: Double) { self.socket = socket; self.seconds = seconds }
         func run() {
             do {
                 let client = try UnixClient.connect(path: socket)
                 var buffer: [UInt8] = []
                 let request = Array(#"{"cmd":"status"}"#.utf8) + [0x0A]
-                for _ in 0..<count {
+                let deadline = monotonicNanoseconds() + UInt64(seconds * 1e9)
+                while monotonicNanoseconds() < deadline {
                     let start = monotonicNanoseconds()
                     try client.send(request)
                     guard try client.readLine(buffer: &buffer, limit: 1 << 22) != nil else { break }
@@ -82,7 +83,7 @@ func statusRoundTrips(socket: String, count: Int) async -> [Double] {
         }
     }
     return await withCheckedContinuation { continuation in
-        let job = Job(socket: socket, count: count)
+        let job = Job(socket: socket, seconds: seconds)
         job.continuation = continuation
         var thread = pthread_t()
         let rc = pthread_create(&thread, nil, { raw in
@@ -99,11 +100,13 @@ func percentile(_ values: [Double], _ p: Double) -> Double {
     return sorted[min(sorted.count - 1, Int((Double(sorted.count) * p).rounded(.down)))]
 }
 
+func mean(_ values: [Double]) -> Double { values.isEmpty ? .nan : values.reduce(0, +) / Double(values.count) }
+
 func ms(_ value: Double) -> String { String((value * 100).rounded() / 100) }
 
 func stateWritesBench() async {
     let seconds = Double(environment("BENCH_EVENT_SECONDS") ?? "") ?? 5
-    let roundTrips = Int(environment("BENCH_STATUS_ROUND_TRIPS") ?? "") ?? 300
+    let statusSeconds = Double(environment("BENCH_STATUS_SECONDS") ?? "") ?? 5
 
     // (a) Events per second through the actor, from one caller, the log full (1,000 events).
     let rootA = benchStateRoot("events")
@@ -139,9 +142,9 @@ func stateWritesBench() async {
         let stopRecording = GracefulShutdown()
         let (idle, loaded, recorded) = await withTaskGroup(of: Void.self) { group -> ([Double], [Double], Int) in
             group.addTask { try? await server.run(shutdown: shutdown) }
-            let idle = await statusRoundTrips(socket: socket, count: roundTrips)
+            let idle = await statusRoundTrips(socket: socket, seconds: statusSeconds)
             async let recording = recordEvents(daemon, seconds: 3_600, stop: stopRecording)
-            let loaded = await statusRoundTrips(socket: socket, count: roundTrips)
+            let loaded = await statusRoundTrips(socket: socket, seconds: statusSeconds)
             stopRecording.trigger()
             let recorded = await recording
             shutdown.trigger()
@@ -150,9 +153,9 @@ func stateWritesBench() async {
         }
         listener.close()
         await daemon.stop(reason: "bench done")
-        print("== state writes: control socket `status` round trips (\(roundTrips) each)")
-        print("   idle:                       median \(ms(percentile(idle, 0.5))) ms, p99 \(ms(percentile(idle, 0.99))) ms")
-        print("   while events are recorded:  median \(ms(percentile(loaded, 0.5))) ms, p99 \(ms(percentile(loaded, 0.99))) ms (\(recorded) events meanwhile)")
+        print("== state writes: control socket `status` round trips, one client, back to back for \(ms(statusSeconds)) s each")
+        print("   idle:                       median \(ms(percentile(idle, 0.5))) ms, mean \(ms(mean(idle))) ms, p99 \(ms(percentile(idle, 0.99))) ms, max \(ms(idle.max() ?? .nan)) ms (\(idle.count) round trips)")
+        print("   while events are recorded:  median \(ms(percentile(loaded, 0.5))) ms, mean \(ms(mean(loaded))) ms, p99 \(ms(percentile(loaded, 0.99))) ms, max \(ms(loaded.max() ?? .nan)) ms (\(loaded.count) round trips, \(recorded) events recorded meanwhile)")
     } catch {
         print("   cannot run the control socket bench under \(rootB): \(error)")
     }
