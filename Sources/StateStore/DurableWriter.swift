@@ -15,6 +15,7 @@ import Synchronization
 /// latest submission; a caller that needs one file on disk before another touches a
 /// second awaits the first (the journal and outbox do).
 public final class DurableWriter: Sendable {
+    /// The directory every operation of this writer is in.
     public let directory: StateDirectory
     private let queue: WriteQueue
 

@@ -177,6 +177,7 @@ public struct StateFileProblem: Error, Sendable {
 /// and removals go through `writer` and return once durable.
 public struct WorkJournal: Sendable {
     public let directory: StateDirectory
+    /// Performs the journal's writes and removals off the caller's thread.
     public let writer: DurableWriter
     public init(writer: DurableWriter) {
         self.directory = writer.directory

@@ -58,6 +58,7 @@ func recordEvents(_ daemon: WorkerDaemon, seconds: Double, stop: GracefulShutdow
 /// `status` round trips over the control socket for `seconds`, from a thread of its own
 /// with a blocking client (a real client is another process: it must not share our pool).
 func statusRoundTrips(socket: String, seconds: Double) async -> [Double] {
+    // Unchecked: the client thread alone touches `latencies` until it resumes the continuation.
     final class Job: @unchecked Sendable {
         let socket: String
         let seconds: Double
