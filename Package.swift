@@ -48,7 +48,7 @@ let package = Package(
         .target(name: "WorkerCLI", dependencies: ["WorkerCore", "Daemon", "Posix", "Logging", "BlueZ", "Telemetry"]),
         .executableTarget(name: "edgecoder-worker", dependencies: ["WorkerCLI"]),
         // Micro-benchmarks for `make bench` (not installed).
-        .executableTarget(name: "worker-bench", dependencies: ["Telemetry", "WorkerCore", "Posix"]),
+        .executableTarget(name: "worker-bench", dependencies: ["Telemetry", "WorkerCore", "Posix", "Daemon", "StateStore", "Logging"]),
 
         .testTarget(name: "WorkerCoreTests", dependencies: ["WorkerCore"]),
         .testTarget(name: "StateStoreTests", dependencies: ["StateStore", "WorkerCore", "Posix"]),

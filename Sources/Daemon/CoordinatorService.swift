@@ -90,7 +90,7 @@ actor CoordinatorLink {
                 status.registered = true
                 if token != meshToken {
                     meshToken = token
-                    try? files.saveMeshToken(token)
+                    try? await WorkerStateFiles.saveMeshToken(token, with: daemon.writer)
                 }
                 succeeded()
                 logger.notice("registered with the coordinator at \(baseURL) as \(agentID)")
@@ -120,7 +120,7 @@ actor CoordinatorLink {
         registered = false
         status.registered = false
         meshToken = nil
-        try? files.saveMeshToken(nil)
+        try? await WorkerStateFiles.saveMeshToken(nil, with: daemon.writer)
         await publish()
     }
 
@@ -204,7 +204,7 @@ public struct CoordinatorService: Service {
     func session(stop: GracefulShutdown) async {
         let link = CoordinatorLink(config: config, agentID: daemon.agentID, files: WorkerStateFiles(directory: directory),
                                    daemon: daemon, logger: logger, http: http)
-        let journal = WorkJournal(directory: directory)
+        let journal = WorkJournal(writer: daemon.writer)
         await link.update { $0.outboxDepth = journal.outboxDepth }
         logger.info("coordinator session starting (\(config.coordinator.url ?? "?"))")
         while !stop.isTriggered {
@@ -269,7 +269,7 @@ public struct CoordinatorService: Service {
                 try await runAndPost(entry, link: link, journal: journal, stop: stop)
             case .reportRestarted(let result):
                 logger.notice("reporting subtask \(result.subtaskID) as worker_restarted: its timeout passed while the worker was down")
-                try journal.complete(result)
+                try await journal.complete(result)
                 await recordResult(result, prompt: "", started: wallClockMilliseconds() - result.durationMs)
                 try await post(result, link: link, journal: journal, stop: stop)
             }
@@ -292,12 +292,12 @@ public struct CoordinatorService: Service {
                 await link.update { $0.deferredReason = nil; $0.consecutiveFailures = 0; $0.backoffMs = nil }
                 let entry = RecoveryPlan.JournalEntry(subtask: subtask, pulledAtMs: wallClockMilliseconds())
                 if found.journal.contains(where: { $0.subtask.id == subtask.id }) { continue }
-                try journal.record(entry)
+                try await journal.record(entry)
                 try await runAndPost(entry, link: link, journal: journal, stop: stop)
                 // At once after a result: no pause.
             case .unrunnable(let id, let taskID, let reason):
                 let result = SubtaskResult(subtaskID: id, taskID: taskID, ok: false, output: "", error: reason, durationMs: 0)
-                try journal.complete(result)
+                try await journal.complete(result)
                 try await post(result, link: link, journal: journal, stop: stop)
             case .deferred(let reason, let deferMs):
                 await link.update { $0.deferredReason = "coordinator: \(reason)" }
@@ -355,7 +355,7 @@ public struct CoordinatorService: Service {
         case .failure(let error):
             result = SubtaskResult(subtaskID: subtask.id, taskID: subtask.taskID, ok: false, output: "", error: error.wireText, durationMs: ended - started)
         }
-        try journal.complete(result)
+        try await journal.complete(result)
         await recordResult(result, prompt: subtask.input, started: started)
         try await post(result, link: link, journal: journal, stop: stop)
     }
@@ -381,7 +381,7 @@ public struct CoordinatorService: Service {
             }
             switch try await link.call(.result, CoordinatorWire.result(result, agentID: daemon.agentID)) {
             case .accepted:
-                try journal.delivered(result.subtaskID)
+                try await journal.delivered(result.subtaskID)
                 await link.update {
                     $0.outboxDepth = journal.outboxDepth
                     if result.ok { $0.subtasksDone += 1 } else { $0.subtasksFailed += 1 }

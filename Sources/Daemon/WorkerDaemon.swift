@@ -25,11 +25,15 @@ public struct DaemonPaths: Sendable {
 public let workerVersion = "0.1.0"
 
 /// The daemon's shared state: the selected mode, the event log, the agent id. Every
-/// change goes through here, is persisted before it is answered, and is recorded.
+/// change goes through here and is recorded; a mode or policy change is durable before
+/// it is answered, events and task history are written behind (SPEC promises no more).
 public actor WorkerDaemon {
     public let config: WorkerConfig
     public let paths: DaemonPaths
     let files: WorkerStateFiles
+    /// Every write of the state directory (the coordinator's journal included) goes
+    /// through this one thread, never an fsync on the actor.
+    public nonisolated let writer: DurableWriter
     let logger: Logger
     let clock: @Sendable () -> Int64
     let startedAtMs: Int64
@@ -61,7 +65,7 @@ public actor WorkerDaemon {
     private var pathSinceMs: Int64 = 0
     private var lastHook: (name: String, outcome: HookOutcome, timeMs: Int64)?
     /// Persisting failed (disk full, read-only): shown in status until a write succeeds.
-    private var persistenceProblem: String?
+    private var persistenceProblem: String? { writer.problem }
 
     /// Opens the state directory's files and restores the persisted mode; anything that
     /// cannot be read is moved aside and reported, never fatal.
@@ -70,6 +74,9 @@ public actor WorkerDaemon {
         self.config = config
         self.paths = paths
         self.files = WorkerStateFiles(directory: directory)
+        self.writer = DurableWriter(directory: directory, onProblem: { [logger] problem in
+            if let problem { logger.error(problem) } else { logger.notice("state directory writable again") }
+        })
         self.logger = logger
         self.clock = clock
         let now = clock()
@@ -133,9 +140,11 @@ public actor WorkerDaemon {
         self.eventLog = log
         self.agentID = agentID
         self.recovered = recovered
-        if config.agentId == nil { try? files.saveAgentID(agentID) }
-        try? files.saveMode(mode)
-        try? files.saveEvents(log)
+        if config.agentId == nil {
+            writer.submit(WorkerStateFiles.agentIDFile, mode: WorkerStateFiles.agentIDMode, WorkerStateFiles.agentIDBytes(agentID))
+        }
+        writer.submit(WorkerStateFiles.modeFile, WorkerStateFiles.modeBytes(mode))
+        writer.submit(WorkerStateFiles.eventsFile) { [log] in WorkerStateFiles.eventsBytes(log) }
     }
 
     /// `<host>-<12 hex digits>`: readable in a coordinator's list, unique per machine,
@@ -173,16 +182,15 @@ public actor WorkerDaemon {
         public var events: [WorkerEvent]
     }
 
-    /// Applies a mode request through the one decision function, persists, records.
+    /// Applies a mode request through the one decision function, records, and returns
+    /// once the new mode is durable (or its write failed: status then says so).
     @discardableResult
-    public func request(_ request: ModeRequest) -> ModeRequestResult {
+    public func request(_ request: ModeRequest) async -> ModeRequestResult {
         let previous = modeState
         let decision = ModeRules.decide(request, current: modeState, context: modeContext())
         let now = clock()
-        if decision.state != modeState {
-            modeState = decision.state
-            persist { try files.saveMode(modeState) }
-        }
+        let modeChanged = decision.state != modeState
+        if modeChanged { modeState = decision.state }
         // A mode chosen now passed the gate (or is off): nothing waits for power.
         if decision.outcome == .changed { gateBlocked = false }
         let events = decision.events.map { record($0, now: now) }
@@ -195,6 +203,9 @@ public actor WorkerDaemon {
         case .refused(let message):
             logger.warning("refused mode \(requestedMode(request)?.rawValue ?? "?"): \(message)")
         }
+        // Every change to the actor's state is made above, before this suspension point;
+        // another request may run meanwhile, and its newer mode supersedes this one.
+        if modeChanged { await persistDurably(WorkerStateFiles.modeFile, WorkerStateFiles.modeBytes(modeState)) }
         return ModeRequestResult(outcome: decision.outcome, previous: previous.mode, events: events)
     }
 
@@ -203,26 +214,20 @@ public actor WorkerDaemon {
         return nil
     }
 
-    /// Appends an event, persists the log and wakes `events --follow` readers.
+    /// Appends an event, hands the log to the writer and wakes `events --follow` readers.
     @discardableResult
     func record(_ draft: EventDraft, now: Int64? = nil) -> WorkerEvent {
         let event = eventLog.append(draft, timeMs: now ?? clock())
-        persist { try files.saveEvents(eventLog) }
+        // Serialized on the writer's thread, once for however many events queued meanwhile.
+        writer.submit(WorkerStateFiles.eventsFile) { [eventLog] in WorkerStateFiles.eventsBytes(eventLog) }
         for continuation in subscribers.values { continuation.yield(event) }
         return event
     }
 
-    private func persist(_ write: () throws -> Void) {
-        do {
-            try write()
-            if persistenceProblem != nil {
-                logger.notice("state directory writable again")
-                persistenceProblem = nil
-            }
-        } catch {
-            persistenceProblem = "cannot write the state directory \(paths.stateDirectory): \(error)"
-            logger.error(persistenceProblem!)
-        }
+    /// Writes and waits until durable. A failure is not the caller's to handle: the
+    /// writer reports it (logged, and shown in status until a write succeeds).
+    private func persistDurably(_ name: String, _ bytes: [UInt8]) async {
+        try? await writer.write(name, bytes)
     }
 
     /// A stream of events recorded from now on; ends when the daemon stops.
@@ -286,14 +291,14 @@ public actor WorkerDaemon {
         return reason
     }
 
-    /// Changes a per-host policy key; persists it and decides again at once.
-    public func changePolicy(_ change: PolicyOverrides.Change, by who: String) -> Result<JSONValue, ControlError> {
+    /// Changes a per-host policy key, decides again at once, and returns once the
+    /// overrides are durable.
+    public func changePolicy(_ change: PolicyOverrides.Change, by who: String) async -> Result<JSONValue, ControlError> {
         switch policyOverrides.applying(change, over: config) {
         case .failure(let problem):
             return .failure(ControlError(.badRequest, "policy \(problem.path): \(problem.message)"))
         case .success(let next):
             policyOverrides = next
-            persist { try files.savePolicy(next) }
             let text: String
             switch change {
             case .set(let key, let value): text = "\(key) set to \(value.serialized) by \(who)"
@@ -302,7 +307,9 @@ public actor WorkerDaemon {
             record(EventDraft(kind: .policyChanged, reason: text))
             logger.notice("policy: \(text)")
             if let reading { updateReading(reading, monotonicMs: max(readingAtMonotonicMs, Int64(monotonicNanoseconds() / 1_000_000))) }
-            return .success(policyJSON())
+            let answer = policyJSON()
+            await persistDurably(WorkerStateFiles.policyFile, WorkerStateFiles.policyBytes(next))
+            return .success(answer)
         }
     }
 
@@ -359,7 +366,11 @@ public actor WorkerDaemon {
 
     public func upsertTask(_ record: TaskRecord) {
         tasks.upsert(record)
-        persist { try files.saveTasks(tasks) }
+        submitTasks()
+    }
+
+    private func submitTasks() {
+        writer.submit(WorkerStateFiles.tasksFile) { [tasks] in WorkerStateFiles.tasksBytes(tasks) }
     }
 
     public func markTaskPosted(_ id: String, ok: Bool) {
@@ -410,14 +421,16 @@ public actor WorkerDaemon {
     /// Answers the watchdog: a reply proves the actor is not wedged.
     public func ping() -> Bool { true }
 
-    /// Records the stop and flushes; called once, after the services have stopped.
-    public func stop(reason: String) {
+    /// Records the stop and returns once everything written so far is durable; called
+    /// once, after the services have stopped.
+    public func stop(reason: String) async {
         tasks.markRunningInterrupted(atMs: clock())
-        persist { try files.saveTasks(tasks) }
+        submitTasks()
         record(EventDraft(kind: .daemonStopped, from: modeState.mode, reason: reason))
-        persist { try files.saveMode(modeState) }
+        writer.submit(WorkerStateFiles.modeFile, WorkerStateFiles.modeBytes(modeState))
         for continuation in subscribers.values { continuation.finish() }
         subscribers.removeAll()
+        await writer.flush()
     }
 
     // MARK: Status

@@ -79,10 +79,14 @@ public final class StateDirectory: Sendable {
         return target
     }
 
+    /// Removes `name` (absent is fine); the removal is durable once this returns, so a
+    /// delivered outbox entry cannot come back after a crash and be posted twice.
     public func remove(_ name: String) throws(SystemError) {
-        if unlinkat(directoryFD, name, 0) != 0 && errno != ENOENT {
+        if unlinkat(directoryFD, name, 0) != 0 {
+            if errno == ENOENT { return }
             throw SystemError("unlink", errno: errno, detail: "\(path)/\(name)")
         }
+        try systemCall("fsync", path) { fsync(directoryFD) }
     }
 
     public func names() -> [String] {

@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import Posix
 import WorkerCore
 
@@ -70,11 +73,13 @@ public struct WorkerStateFiles: Sendable {
         }
     }
 
-    public func saveMode(_ state: ModeState) throws {
-        try directory.write(WorkerStateFiles.modeFile, Array((state.json.serialized + "\n").utf8))
+    /// The content of the mode file.
+    public static func modeBytes(_ state: ModeState) -> [UInt8] {
+        Array((state.json.serialized + "\n").utf8)
     }
 
-    public func saveEvents(_ log: EventLog) throws {
+    /// The content of the event log's file.
+    public static func eventsBytes(_ log: EventLog) -> [UInt8] {
         // One event per line inside the array keeps the file readable with less/grep.
         var text = "{\"nextSeq\":\(log.nextSeq),\"events\":[\n"
         for (i, event) in log.events.enumerated() {
@@ -82,23 +87,57 @@ public struct WorkerStateFiles: Sendable {
             text += i + 1 < log.events.count ? ",\n" : "\n"
         }
         text += "]}\n"
-        try directory.write(WorkerStateFiles.eventsFile, Array(text.utf8))
+        return Array(text.utf8)
+    }
+
+    /// The content of the policy overrides' file.
+    public static func policyBytes(_ overrides: PolicyOverrides) -> [UInt8] {
+        Array((overrides.json.serialized + "\n").utf8)
+    }
+
+    /// The content of the task history's file.
+    public static func tasksBytes(_ history: TaskHistory) -> [UInt8] {
+        Array((history.json.serialized + "\n").utf8)
+    }
+
+    /// The content of the agent id's file.
+    public static func agentIDBytes(_ id: String) -> [UInt8] { Array((id + "\n").utf8) }
+    /// Readable by anyone: the id is shown to coordinators anyway.
+    public static let agentIDMode: mode_t = 0o644
+    /// The mesh token is a credential.
+    public static let meshTokenMode: mode_t = 0o600
+
+    public func saveMode(_ state: ModeState) throws {
+        try directory.write(WorkerStateFiles.modeFile, WorkerStateFiles.modeBytes(state))
+    }
+
+    public func saveEvents(_ log: EventLog) throws {
+        try directory.write(WorkerStateFiles.eventsFile, WorkerStateFiles.eventsBytes(log))
     }
 
     public func savePolicy(_ overrides: PolicyOverrides) throws {
-        try directory.write(WorkerStateFiles.policyFile, Array((overrides.json.serialized + "\n").utf8))
+        try directory.write(WorkerStateFiles.policyFile, WorkerStateFiles.policyBytes(overrides))
     }
 
     public func saveTasks(_ history: TaskHistory) throws {
-        try directory.write(WorkerStateFiles.tasksFile, Array((history.json.serialized + "\n").utf8))
+        try directory.write(WorkerStateFiles.tasksFile, WorkerStateFiles.tasksBytes(history))
     }
 
     /// The mesh token is a credential: 0600.
     public func saveMeshToken(_ token: String?) throws {
         if let token {
-            try directory.write(WorkerStateFiles.meshTokenFile, Array(token.utf8), mode: 0o600)
+            try directory.write(WorkerStateFiles.meshTokenFile, Array(token.utf8), mode: WorkerStateFiles.meshTokenMode)
         } else {
             try directory.remove(WorkerStateFiles.meshTokenFile)
+        }
+    }
+
+    /// `saveMeshToken` through the writer's thread; returns once durable.
+    public static func saveMeshToken(_ token: String?, with writer: DurableWriter) async throws {
+        if let token {
+            try await writer.write(WorkerStateFiles.meshTokenFile, mode: WorkerStateFiles.meshTokenMode, Array(token.utf8))
+        } else {
+            try await writer.remove(WorkerStateFiles.meshTokenFile)
         }
     }
 
@@ -113,7 +152,7 @@ public struct WorkerStateFiles: Sendable {
     }
 
     public func saveAgentID(_ id: String) throws {
-        try directory.write(WorkerStateFiles.agentIDFile, Array((id + "\n").utf8), mode: 0o644)
+        try directory.write(WorkerStateFiles.agentIDFile, WorkerStateFiles.agentIDBytes(id), mode: WorkerStateFiles.agentIDMode)
     }
 
     public func loadAgentID(nowMs: Int64) -> Loaded<String> {
@@ -134,10 +173,16 @@ public struct StateFileProblem: Error, Sendable {
 
 /// The coordinator's journal and outbox (SPEC 4, "Nothing is lost"): one file per subtask,
 /// `journal-<id>.json` written before it runs, `outbox-<id>.json` before its result is
-/// posted; each removed only once its successor exists or the post got a 2xx.
+/// posted; each removed only once its successor exists or the post got a 2xx. Writes
+/// and removals go through `writer` and return once durable.
 public struct WorkJournal: Sendable {
     public let directory: StateDirectory
-    public init(directory: StateDirectory) { self.directory = directory }
+    /// Performs the journal's writes and removals off the caller's thread.
+    public let writer: DurableWriter
+    public init(writer: DurableWriter) {
+        self.directory = writer.directory
+        self.writer = writer
+    }
 
     static let journalPrefix = "journal-"
     static let outboxPrefix = "outbox-"
@@ -157,20 +202,20 @@ public struct WorkJournal: Sendable {
         return out + ".json"
     }
 
-    public func record(_ entry: RecoveryPlan.JournalEntry) throws {
-        try directory.write(WorkJournal.fileName(prefix: WorkJournal.journalPrefix, id: entry.subtask.id), Array(entry.json.serialized.utf8))
+    public func record(_ entry: RecoveryPlan.JournalEntry) async throws {
+        try await writer.write(WorkJournal.fileName(prefix: WorkJournal.journalPrefix, id: entry.subtask.id), Array(entry.json.serialized.utf8))
     }
 
     /// Moves a finished subtask from the journal to the outbox: the outbox is written
     /// first, so a crash in between leaves both (the outbox wins at replay).
-    public func complete(_ result: SubtaskResult) throws {
-        try directory.write(WorkJournal.fileName(prefix: WorkJournal.outboxPrefix, id: result.subtaskID), Array(result.json.serialized.utf8))
-        try directory.remove(WorkJournal.fileName(prefix: WorkJournal.journalPrefix, id: result.subtaskID))
+    public func complete(_ result: SubtaskResult) async throws {
+        try await writer.write(WorkJournal.fileName(prefix: WorkJournal.outboxPrefix, id: result.subtaskID), Array(result.json.serialized.utf8))
+        try await writer.remove(WorkJournal.fileName(prefix: WorkJournal.journalPrefix, id: result.subtaskID))
     }
 
     /// After a 2xx: the result is delivered.
-    public func delivered(_ subtaskID: String) throws {
-        try directory.remove(WorkJournal.fileName(prefix: WorkJournal.outboxPrefix, id: subtaskID))
+    public func delivered(_ subtaskID: String) async throws {
+        try await writer.remove(WorkJournal.fileName(prefix: WorkJournal.outboxPrefix, id: subtaskID))
     }
 
     /// Everything found at start; unreadable files are quarantined by the loader and reported.

@@ -7,6 +7,12 @@ import Posix
 import Telemetry
 import WorkerCore
 
+// `worker-bench state-writes` runs only the state-writes figures (the rest takes minutes).
+if CommandLine.arguments.dropFirst().first == "state-writes" {
+    await stateWritesBench()
+    exit(0)
+}
+
 func measure(_ label: String, iterations: Int, batches: Int = 15, _ body: () -> Void) -> Double {
     var perCall: [Double] = []
     for _ in 0..<batches {
@@ -135,3 +141,5 @@ for chunk in [20, 509] {
     print("== Bluetooth reassembly of a \(bigRequest.count / 1024) KiB request in \(chunk)-byte writes")
     print("   linear scan (this daemon): \(format(scan / 1000)) ms; re-parse after every write (EdgeCoder): \(format(reparse / 1000)) ms; ratio \(format(reparse / scan))x")
 }
+
+await stateWritesBench()

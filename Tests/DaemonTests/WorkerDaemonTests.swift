@@ -64,3 +64,60 @@ import WorkerCore
         #expect(await daemon.admitNewWork() == .batteryLow)
     }
 }
+
+/// What the daemon writes, and when: mode and policy are durable before the answer,
+/// events and task history are written behind and flushed by the stop.
+@Suite struct DaemonStateWrites {
+    let dir = NSTemporaryDirectory() + "ecw-daemon-writes-" + UUID().uuidString
+
+    func daemon(logs: MemoryLogHandler = MemoryLogHandler()) throws -> WorkerDaemon {
+        let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
+        return WorkerDaemon(config: WorkerConfig(), paths: paths, directory: try StateDirectory(path: dir), logger: Logger(label: "test", handler: logs), clock: { 1_000 })
+    }
+
+    func file(_ name: String) -> String? {
+        (try? Data(contentsOf: URL(fileURLWithPath: dir + "/" + name))).map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    @Test func aModeChangeIsOnDiskWhenTheRequestReturns() async throws {
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let daemon = try daemon()
+        let result = await daemon.request(.operatorSet(.bluetooth, by: "test"))
+        #expect(result.outcome == .changed)
+        let mode = try #require(file(WorkerStateFiles.modeFile))
+        #expect(mode.contains("\"bluetooth\""))
+    }
+
+    @Test func aPolicyChangeIsOnDiskWhenItReturns() async throws {
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let daemon = try daemon()
+        _ = await daemon.changePolicy(.set(key: "minBatteryPct", value: 30), by: "test")
+        #expect(file(WorkerStateFiles.policyFile)?.contains("minBatteryPct") == true)
+    }
+
+    @Test func theStopMakesEveryRecordedEventAndTaskDurable() async throws {
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let daemon = try daemon()
+        for i in 0..<50 { await daemon.recordHook(name: "hook \(i)", outcome: .exited(0)) }
+        await daemon.upsertTask(TaskRecord(id: "t1", source: .bluetooth, origin: "test", prompt: "p", startedAtMs: 1_000))
+        await daemon.stop(reason: "test stop")
+        let events = try #require(file(WorkerStateFiles.eventsFile))
+        #expect(events.contains("hook 49 exited with status 0"))
+        #expect(events.contains("test stop"))
+        #expect(file(WorkerStateFiles.tasksFile)?.contains("\"t1\"") == true)
+    }
+
+    @Test func aStateDirectoryThatCannotBeWrittenShowsInStatusAndTheLog() async throws {
+        let logs = MemoryLogHandler()
+        let daemon = try daemon(logs: logs)
+        await daemon.writer.flush()
+        try FileManager.default.removeItem(atPath: dir)
+        // The mode write fails, yet the change is answered (and shown as not persisted).
+        let result = await daemon.request(.operatorSet(.bluetooth, by: "test"))
+        #expect(result.outcome == .changed)
+        let status = await daemon.statusJSON()
+        #expect(status["daemon"]?["persistenceProblem"]?.stringValue?.contains("cannot write the state directory \(dir)") == true)
+        #expect(await daemon.statusLine().contains("state not writable"))
+        #expect(logs.records.contains { $0.level == .error && $0.message.contains("cannot write the state directory") })
+    }
+}
