@@ -92,6 +92,7 @@ public struct CentralMachine: Sendable {
     var backoffMs: Int64 = 1_000
     var phaseDeadlineMs: Int64 = 0
     var housekeepingDueAtMs: Int64 = 0
+    var lastNowMs: Int64 = 0
     var responseFramer = JSONObjectFramer(maxBytes: 4 << 20, idleDropMs: 30_000)
     var statusFramer = JSONObjectFramer(maxBytes: 4_096, idleDropMs: 30_000)
     var pending: [String: Pending] = [:]
@@ -108,17 +109,22 @@ public struct CentralMachine: Sendable {
     /// Requests waiting for an answer.
     public var inFlight: Int { pending.count }
 
+    /// When the interpreter must feed `.tick` next (monotonic ms): only deadlines after
+    /// the last event's time count (one that has passed was handled then).
     public var nextDeadlineMs: Int64 {
         var deadline = housekeepingDueAtMs
-        for request in pending.values { deadline = min(deadline, request.deadlineMs) }
-        if phase == .idle && nextAttemptAtMs > 0 { deadline = min(deadline, max(nextAttemptAtMs, 0)) }
-        if let since = scanningSinceMs { deadline = min(deadline, since + settings.scanWindowMs) }
-        return deadline
+        func consider(_ time: Int64) { if time > lastNowMs { deadline = min(deadline, time) } }
+        for request in pending.values { consider(request.deadlineMs) }
+        if phase == .idle { consider(nextAttemptAtMs) }
+        if let since = scanningSinceMs { consider(since + settings.scanWindowMs) }
+        if phase != .idle && phase != .connected { consider(phaseDeadlineMs + 1) }
+        return max(deadline, lastNowMs + 1)
     }
 
     // MARK: Events
 
     public mutating func on(_ event: Event, now: Int64) -> [Command] {
+        lastNowMs = max(lastNowMs, now)
         var out: [Command] = []
         switch event {
         case .busOpened:

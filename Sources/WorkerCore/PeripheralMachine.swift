@@ -183,6 +183,7 @@ public struct PeripheralMachine: Sendable {
     var statusCheckDueAtMs: Int64 = 0
     var statusForcedAtMs: Int64?
     var housekeepingDueAtMs: Int64 = 0
+    var lastNowMs: Int64 = 0
 
     var outbox: [(role: GattLayout.Role, bytes: [UInt8])] = []
     var sending: Sending?
@@ -209,18 +210,22 @@ public struct PeripheralMachine: Sendable {
     /// True once `.stop` was handled and bluetoothd holds nothing of ours any more.
     public var stopped: Bool { stopping && application == .none && advertisement == .none }
 
-    /// When the interpreter must feed `.tick` at the latest (monotonic ms).
+    /// When the interpreter must feed `.tick` next (monotonic ms). Every time-based rule
+    /// runs in every `on`, so only deadlines after the last event's time count: one that
+    /// has passed was handled then (reporting it again would make the loop spin).
     public var nextDeadlineMs: Int64 {
         var deadline = housekeepingDueAtMs
-        if sending != nil || !outbox.isEmpty { deadline = min(deadline, nextChunkAtMs) }
-        if let forced = statusForcedAtMs { deadline = min(deadline, forced) }
-        if retryAtMs > 0 && (application == .none || advertisement == .none) { deadline = min(deadline, retryAtMs) }
-        return deadline
+        func consider(_ time: Int64) { if time > lastNowMs { deadline = min(deadline, time) } }
+        if sending != nil || !outbox.isEmpty { consider(nextChunkAtMs) }
+        if let forced = statusForcedAtMs { consider(forced) }
+        if application == .none || advertisement == .none { consider(retryAtMs) }
+        return max(deadline, lastNowMs + 1)
     }
 
     // MARK: Events
 
     public mutating func on(_ event: Event, now: Int64) -> [Command] {
+        lastNowMs = max(lastNowMs, now)
         var out: [Command] = []
         switch event {
         case .busOpened:
