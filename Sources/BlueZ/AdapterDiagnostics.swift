@@ -3,6 +3,7 @@ import Glibc
 #endif
 import CBluetooth
 import Posix
+import WorkerCore
 
 /// The kernel's view of the Bluetooth controllers, through libbluetooth (the only file
 /// that imports it) and sysfs: what to tell the operator when bluetoothd has no usable
@@ -50,6 +51,15 @@ public enum AdapterDiagnostics {
             }
             return adapter
         })
+    }
+
+    /// A setup problem the peripheral's machine found, with the kernel's view as advice.
+    public static func describe(_ problem: BluetoothSetupProblem) -> String {
+        switch problem {
+        case .bluezAbsent(let adapter): problem.summary + ": " + advice(for: adapter)
+        case .noAdapter(let configured, let known): explain(configured: configured, known: known)
+        case .poweredOff(let adapter): problem.summary + ": " + advice(for: adapter)
+        }
     }
 
     /// Why bluetoothd offers no usable adapter, and what to do.

@@ -26,22 +26,9 @@ public struct ControlServer: Service {
 
     public func run(shutdown: GracefulShutdown) async throws {
         _ = try await shutdown.cancelling {
-            try await withThrowingDiscardingTaskGroup { group in
-                let open = ConnectionCount()
-                while true {
-                    let connection = try await listener.accept()
-                    guard await open.tryEnter(limit: ControlServer.maxConnections) else {
-                        logger.warning("refusing a control connection: \(ControlServer.maxConnections) already open")
-                        connection.close()
-                        continue
-                    }
-                    group.addTask {
-                        await serve(connection)
-                        connection.close()
-                        await open.leave()
-                    }
-                }
-            }
+            try await acceptConnections(limit: ControlServer.maxConnections, accept: { try await listener.accept() }, retryAcceptFailures: false,
+                                        refuse: { [logger] _ in logger.warning("refusing a control connection: \(ControlServer.maxConnections) already open") },
+                                        serve: { connection in await serve(connection) })
         }
     }
 
@@ -150,17 +137,6 @@ public struct ControlServer: Service {
     func send(_ value: JSONValue, on connection: UnixConnection) async throws {
         try await connection.write(Array((value.serialized + "\n").utf8))
     }
-}
-
-/// Counts open connections (control socket, proxy).
-actor ConnectionCount {
-    private var open = 0
-    func tryEnter(limit: Int) -> Bool {
-        guard open < limit else { return false }
-        open += 1
-        return true
-    }
-    func leave() { open -= 1 }
 }
 
 /// Pings systemd's watchdog at half its interval, but only while the daemon's actor

@@ -18,10 +18,21 @@ public final class Reactor: Sendable {
     /// poll(2), or a stand-in for tests that cause a failure poll cannot be made to have.
     typealias Poll = @Sendable (UnsafeMutablePointer<pollfd>, nfds_t, Int32) -> Int32
 
+    /// A file descriptor and the poll(2) events a waiter wants of it.
+    public struct Interest: Sendable, Equatable {
+        public var fd: Int32
+        public var events: Int16
+        public init(fd: Int32, events: Int16) {
+            self.fd = fd
+            self.events = events
+        }
+    }
+
     private struct Waiter {
-        var fd: Int32
-        var events: Int16
-        var continuation: CheckedContinuation<Void, any Error>
+        var interests: [Interest]
+        /// CLOCK_MONOTONIC nanoseconds at which the wait ends without readiness.
+        var deadlineNs: UInt64?
+        var continuation: CheckedContinuation<Bool, any Error>
     }
 
     private struct State {
@@ -65,17 +76,25 @@ public final class Reactor: Sendable {
     }
 
     private func wait(fd: Int32, events: Int16) async throws {
+        _ = try await wait([Interest(fd: fd, events: events)], deadlineNs: nil)
+    }
+
+    /// Suspends until one of `interests` is ready (true) or the CLOCK_MONOTONIC time
+    /// `deadlineNs` passes (false): one call for "the bus or my wake-up fd, or my next
+    /// timer", so an event loop needs no timer task of its own. Throws CancellationError
+    /// when the task is cancelled.
+    public func wait(_ interests: [Interest], deadlineNs: UInt64?) async throws -> Bool {
         let id = state.withLock { state -> UInt64 in
             state.nextID += 1
             state.pending.insert(state.nextID)
             return state.nextID
         }
-        try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Bool, any Error>) in
                 let cancelled = state.withLock { state -> Bool in
                     state.pending.remove(id)
                     if state.cancelledEarly.remove(id) != nil { return true }
-                    state.waiters[id] = Waiter(fd: fd, events: events, continuation: continuation)
+                    state.waiters[id] = Waiter(interests: interests, deadlineNs: deadlineNs, continuation: continuation)
                     return false
                 }
                 if cancelled { continuation.resume(throwing: CancellationError()) } else { wake() }
@@ -100,20 +119,30 @@ public final class Reactor: Sendable {
 
     private func loop() {
         var fds: [pollfd] = []
-        var ids: [UInt64] = []
+        // Each waiter's id and the range of its entries in `fds`.
+        var owners: [(id: UInt64, range: Range<Int>)] = []
         var backoff = FailureBackoff()
         while true {
             fds.removeAll(keepingCapacity: true)
-            ids.removeAll(keepingCapacity: true)
+            owners.removeAll(keepingCapacity: true)
             fds.append(pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0))
+            var nearest: UInt64?
             state.withLock { state in
                 for (id, waiter) in state.waiters {
-                    ids.append(id)
-                    fds.append(pollfd(fd: waiter.fd, events: waiter.events, revents: 0))
+                    let start = fds.count
+                    for interest in waiter.interests { fds.append(pollfd(fd: interest.fd, events: interest.events, revents: 0)) }
+                    owners.append((id, start..<fds.count))
+                    if let deadline = waiter.deadlineNs { nearest = min(nearest ?? deadline, deadline) }
                 }
             }
+            var timeoutMs: Int32 = -1
+            if let nearest {
+                let now = monotonicNanoseconds()
+                // Rounded up, so a deadline is never reported before it has passed.
+                timeoutMs = nearest <= now ? 0 : Int32(clamping: (nearest - now + 999_999) / 1_000_000)
+            }
             let (rc, code) = fds.withUnsafeMutableBufferPointer { fds in
-                let rc = poll(fds.baseAddress!, nfds_t(fds.count), -1)
+                let rc = poll(fds.baseAddress!, nfds_t(fds.count), timeoutMs)
                 return (rc, rc < 0 ? errno : 0)
             }
             if rc < 0 {
@@ -133,17 +162,27 @@ public final class Reactor: Sendable {
                 var counter: UInt64 = 0
                 _ = read(wakeFD, &counter, 8)
             }
-            var ready: [(CheckedContinuation<Void, any Error>, Bool)] = []
+            let now = monotonicNanoseconds()
+            var ready: [(CheckedContinuation<Bool, any Error>, Result<Bool, SystemError>)] = []
             state.withLock { state in
-                for (index, id) in ids.enumerated() where fds[index + 1].revents != 0 {
-                    if let waiter = state.waiters.removeValue(forKey: id) {
-                        let invalid = fds[index + 1].revents & Int16(POLLNVAL) != 0
-                        ready.append((waiter.continuation, invalid))
+                for (id, range) in owners {
+                    guard let waiter = state.waiters[id] else { continue }
+                    let fired = fds[range].filter { $0.revents != 0 }
+                    if !fired.isEmpty {
+                        state.waiters.removeValue(forKey: id)
+                        let invalid = fired.contains { $0.revents & Int16(POLLNVAL) != 0 }
+                        ready.append((waiter.continuation, invalid ? .failure(SystemError("poll", errno: EBADF)) : .success(true)))
+                    } else if let deadline = waiter.deadlineNs, deadline <= now {
+                        state.waiters.removeValue(forKey: id)
+                        ready.append((waiter.continuation, .success(false)))
                     }
                 }
             }
-            for (continuation, invalid) in ready {
-                if invalid { continuation.resume(throwing: SystemError("poll", errno: EBADF)) } else { continuation.resume() }
+            for (continuation, result) in ready {
+                switch result {
+                case .success(let value): continuation.resume(returning: value)
+                case .failure(let error): continuation.resume(throwing: error)
+                }
             }
         }
     }

@@ -5,6 +5,7 @@ import BlueZ
 import Daemon
 import Logging
 import Posix
+import Proxy
 import WorkerCore
 
 // MARK: - proxy
@@ -72,7 +73,7 @@ struct ProxyCommand: Command {
             return ExitCode.failure
         }
         let central = GattCentral(settings: CentralSettings(adapter: adapter, device: device), logger: logger.labeled("central"))
-        let server = ProxyServer(listener: listener, central: central, logger: logger, requestTimeoutMs: Int64(timeoutMs))
+        let server = ProxyServer(listener: listener, upstream: central, version: workerVersion, logger: logger, requestTimeoutMs: Int64(timeoutMs))
         logger.notice("listening on http://127.0.0.1:\(listener.port) (GET /status, POST /api/generate, GET /api/tags)")
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await central.run() }

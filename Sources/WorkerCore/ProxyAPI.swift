@@ -138,3 +138,10 @@ public struct ProxyStatus: Sendable, Equatable {
         return .object(object)
     }
 }
+
+/// What the proxy's HTTP side needs from a worker link: send a request, get its result,
+/// show the link's state. `GattCentral` is the real one; tests of the HTTP side pass their own.
+public protocol ProxyUpstream: Sendable {
+    func generate(prompt: String, maxTokens: Int, timeoutMs: Int64) async -> GenerateResult
+    var currentStatus: ProxyStatus { get async }
+}

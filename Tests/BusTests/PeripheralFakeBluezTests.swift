@@ -41,7 +41,7 @@ final class FakeBluez: @unchecked Sendable {
             var slots: [BusSlot] = []
             slots.append(try! bus.exportObjects(under: "/") { [self] message in answer(message, bus: bus) })
             slots.append(try! bus.addMatch("type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged'") { [self] message in
-                guard message.path == GattObjects.response || message.path == GattObjects.status,
+                guard let path = message.path, GattLayout.characteristic(path: path)?.notifies == true,
                       let value = (try? message.arguments())?[1].stringKeyedEntries?["Value"]?.bytesValue else { return }
                 with { $0.notifications.append(value) }
             })
@@ -155,8 +155,6 @@ func eventually(_ what: String, seconds: Double = 10, _ condition: () async -> B
         await eventually("status advertising") { await host.last?.state == .advertising }
         let objects = try #require(bluez.with { $0.objectsOfApplication })
         #expect(objects.signature == "a{oa{sa{sv}}}")
-        let worker = try #require(await host.last.map { _ in "" })
-        _ = worker
 
         // Find the worker's unique name through the bus: the only other connection.
         let name = try #require(await uniqueNameOfWorker(daemon: daemon, excluding: bluez))

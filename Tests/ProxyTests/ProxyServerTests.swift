@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 import BlueZ
-@testable import Daemon
+@testable import Proxy
 import Logging
 import Posix
 import WorkerCore
@@ -15,7 +15,7 @@ import WorkerCore
         var settings = CentralSettings(adapter: nil, device: nil)
         settings.busAddress = "unix:path=/nonexistent/bus"
         let central = GattCentral(settings: settings, logger: Logger(label: "t", level: .error))
-        let server = ProxyServer(listener: listener, central: central, logger: Logger(label: "t", level: .error),
+        let server = ProxyServer(listener: listener, upstream: central, version: "0.1.0", logger: Logger(label: "t", level: .error),
                                  requestTimeoutMs: 5_000, readTimeoutMs: readTimeoutMs, maxConnections: maxConnections)
         let serving = Task { await server.run() }
         let centralTask = Task { await central.run() }

@@ -1,4 +1,3 @@
-import BlueZ
 import Logging
 import Posix
 import WorkerCore
@@ -9,16 +8,18 @@ import WorkerCore
 /// and in time, and at most `maxConnections` are served at once.
 public struct ProxyServer: Sendable {
     let listener: LoopbackTCPListener
-    let central: GattCentral
+    let upstream: any ProxyUpstream
+    let version: String
     let logger: Logger
     let requestTimeoutMs: Int64
     let readTimeoutMs: Int64
     let maxConnections: Int
 
-    public init(listener: LoopbackTCPListener, central: GattCentral, logger: Logger, requestTimeoutMs: Int64,
+    public init(listener: LoopbackTCPListener, upstream: any ProxyUpstream, version: String, logger: Logger, requestTimeoutMs: Int64,
                 readTimeoutMs: Int64 = 10_000, maxConnections: Int = 64) {
         self.listener = listener
-        self.central = central
+        self.upstream = upstream
+        self.version = version
         self.logger = logger
         self.requestTimeoutMs = requestTimeoutMs
         self.readTimeoutMs = readTimeoutMs
@@ -27,25 +28,9 @@ public struct ProxyServer: Sendable {
 
     /// Serves until cancelled.
     public func run() async {
-        let open = ConnectionCount()
-        await withDiscardingTaskGroup { group in
-            while !Task.isCancelled {
-                guard let connection = try? await listener.accept() else {
-                    if Task.isCancelled { break }
-                    continue
-                }
-                guard await open.tryEnter(limit: maxConnections) else {
-                    try? await connection.write(HTTPServerResponse.json(503, ["error": "too many connections; try again"]))
-                    connection.close()
-                    continue
-                }
-                group.addTask {
-                    await serve(connection)
-                    connection.close()
-                    await open.leave()
-                }
-            }
-        }
+        try? await acceptConnections(limit: maxConnections, accept: { try await listener.accept() }, retryAcceptFailures: true,
+                                     refuse: { connection in try? await connection.write(HTTPServerResponse.json(503, ["error": "too many connections; try again"])) },
+                                     serve: { connection in await serve(connection) })
     }
 
     private enum Read: Sendable { case request(HTTPRequest), refused(HTTPRefusal), closed }
@@ -93,12 +78,12 @@ public struct ProxyServer: Sendable {
     func respond(to request: HTTPRequest) async -> [UInt8] {
         switch (request.method, request.path) {
         case ("GET", "/status"), ("HEAD", "/status"):
-            return HTTPServerResponse.json(200, await central.currentStatus.json)
+            return HTTPServerResponse.json(200, await upstream.currentStatus.json)
         case ("GET", "/api/tags"):
-            let status = await central.currentStatus
+            let status = await upstream.currentStatus
             return HTTPServerResponse.json(200, ProxyAnswer.tags(connected: status.connected, deviceName: status.deviceName))
         case ("GET", "/api/version"):
-            return HTTPServerResponse.json(200, ["version": .string(workerVersion)])
+            return HTTPServerResponse.json(200, ["version": .string(version)])
         case ("POST", "/api/generate"):
             let generate: GenerateRequest
             switch GenerateRequest.parse(request.body) {
@@ -106,7 +91,7 @@ public struct ProxyServer: Sendable {
             case .success(let parsed): generate = parsed
             }
             let started = monotonicNanoseconds()
-            let result = await central.generate(prompt: generate.prompt, maxTokens: generate.maxTokens, timeoutMs: requestTimeoutMs)
+            let result = await upstream.generate(prompt: generate.prompt, maxTokens: generate.maxTokens, timeoutMs: requestTimeoutMs)
             let durationMs = Int64((monotonicNanoseconds() - started) / 1_000_000)
             let answer = ProxyAnswer.generate(generate, result, durationMs: durationMs, nowMs: wallClockMilliseconds())
             logger.info("POST /api/generate: \(answer.status) in \(durationMs) ms")

@@ -1,0 +1,461 @@
+/// The proxy's link to a worker (SPEC 6, the central's side) as a state machine: scan,
+/// connect to the named or strongest worker, subscribe to its notified characteristics,
+/// write requests in chunks, match responses by id, reconnect with backoff. Events in,
+/// commands out; `GattCentral` reads the bus and executes the commands. Every request's
+/// deadline lives here and expires on `.tick`, so nothing waits in a task of its own.
+public struct CentralMachine: Sendable {
+    public struct Settings: Sendable, Equatable {
+        /// The local adapter (`hci1`), else the first powered one.
+        public var adapter: String?
+        /// The worker's address (upper case); else the strongest worker found by a scan.
+        public var device: String?
+        /// How long a scan collects workers before choosing the strongest.
+        public var scanWindowMs: Int64 = 2_500
+        public var connectTimeoutMs: Int64 = 30_000
+        public var maxBackoffMs: Int64 = 30_000
+        /// Link upkeep (property re-reads while connecting) runs this often.
+        public var housekeepingMs: Int64 = 500
+
+        public init(adapter: String?, device: String?) {
+            self.adapter = adapter
+            self.device = device?.uppercased()
+        }
+    }
+
+    public enum Phase: Sendable, Equatable { case idle, connecting, resolving, subscribing, connected }
+
+    public enum Event: Sendable, Equatable {
+        case busOpened
+        case busClosed(reason: String)
+        case bluez(BlueZSignal)
+        case discoveryFailed(error: String, inProgress: Bool)
+        case connectAnswered(device: String, error: String?)
+        /// The answer to `.refreshDevice`.
+        case deviceProperties(device: String, BlueZInterfaces.Device)
+        case subscribeAnswered(path: String, error: String?)
+        case mtuRead(Int)
+        case statusRead([UInt8])
+        case writeAnswered(id: String, error: String?)
+        /// A request from the HTTP side: its id, its JSON bytes, how long it may take.
+        case request(id: String, bytes: [UInt8], timeoutMs: Int64)
+        /// The HTTP side no longer waits for it.
+        case abandon(id: String)
+        case tick
+        /// The proxy stops: every request waiting fails now.
+        case stop
+    }
+
+    public enum Command: Sendable, Equatable {
+        case loadObjects
+        case startDiscovery(adapterPath: String)
+        case stopDiscovery(adapterPath: String)
+        case connect(device: String, timeoutMs: Int64)
+        case disconnect(device: String)
+        /// Re-read the device's properties (bluetoothd 5.66 can drop the Connected signal).
+        case refreshDevice(String)
+        case startNotify(path: String)
+        case readMTU(path: String)
+        case readStatus(path: String)
+        /// A write with response of one chunk; answer with `.writeAnswered`.
+        case write(id: String, path: String, chunk: [UInt8])
+        /// The request's result, for the HTTP side.
+        case resolve(id: String, GenerateResult)
+        case log(MachineLogLevel, String)
+    }
+
+    struct Pending: Sendable {
+        var deadlineMs: Int64
+        var timeoutMs: Int64
+    }
+
+    struct Writing: Sendable {
+        var id: String
+        var bytes: [UInt8]
+        var offset = 0
+        var inFlight = 0
+    }
+
+    public let settings: Settings
+    public private(set) var follower = BlueZFollower()
+    public private(set) var busOpen = false
+    public private(set) var phase = Phase.idle
+    public private(set) var status = ProxyStatus()
+    /// Set while `status.problem` is one of the host's setup problems.
+    public private(set) var setupProblem: BluetoothSetupProblem?
+    var adapterPath: String?
+    var target: String?
+    var characteristics: [GattLayout.Role: String] = [:]
+    var subscribed: Set<String> = []
+    var scanningSinceMs: Int64?
+    var discoveryStarted = false
+    var nextAttemptAtMs: Int64 = 0
+    var backoffMs: Int64 = 1_000
+    var phaseDeadlineMs: Int64 = 0
+    var housekeepingDueAtMs: Int64 = 0
+    var lastNowMs: Int64 = 0
+    var responseFramer = JSONObjectFramer(maxBytes: 4 << 20, idleDropMs: 30_000)
+    var statusFramer = JSONObjectFramer(maxBytes: 4_096, idleDropMs: 30_000)
+    var pending: [String: Pending] = [:]
+    var writeQueue: [Writing] = []
+    var writing: Writing?
+    var random: SplitMix64
+
+    public init(settings: Settings, seed: UInt64) {
+        self.settings = settings
+        random = SplitMix64(seed: seed)
+        status.adapter = settings.adapter
+    }
+
+    /// Requests waiting for an answer.
+    public var inFlight: Int { pending.count }
+
+    /// When the interpreter must feed `.tick` next (monotonic ms): only deadlines after
+    /// the last event's time count (one that has passed was handled then).
+    public var nextDeadlineMs: Int64 {
+        var deadline = housekeepingDueAtMs
+        func consider(_ time: Int64) { if time > lastNowMs { deadline = min(deadline, time) } }
+        for request in pending.values { consider(request.deadlineMs) }
+        if phase == .idle { consider(nextAttemptAtMs) }
+        if let since = scanningSinceMs { consider(since + settings.scanWindowMs) }
+        if phase != .idle && phase != .connected { consider(phaseDeadlineMs + 1) }
+        return max(deadline, lastNowMs + 1)
+    }
+
+    // MARK: Events
+
+    public mutating func on(_ event: Event, now: Int64) -> [Command] {
+        lastNowMs = max(lastNowMs, now)
+        var out: [Command] = []
+        switch event {
+        case .busOpened:
+            busOpen = true
+        case .busClosed(let reason):
+            busOpen = false
+            bluezGone(now: now, &out)
+            follower = BlueZFollower()
+            status.problem = reason
+        case .bluez(let signal):
+            if case .characteristicValue(let path, let bytes) = signal {
+                if path == characteristics[.response] { responseChunk(bytes, now: now, &out) }
+                else if path == characteristics[.status] { statusChunk(bytes, now: now) }
+            }
+            for fact in follower.apply(signal) { apply(fact, now: now, &out) }
+            if case .owner = signal, !follower.present { bluezGone(now: now, &out) }
+        case .discoveryFailed(let error, let inProgress):
+            if !inProgress {
+                out.append(.log(.warning, "cannot start discovery: \(error)"))
+                discoveryStarted = false
+            }
+        case .connectAnswered(let device, let error):
+            guard target == device, phase == .connecting else { break }
+            if let error {
+                fail("cannot connect to \(follower.objects.address(of: device)): \(error)", now: now, &out)
+            } else {
+                phase = .resolving
+                out.append(.refreshDevice(device))
+            }
+        case .deviceProperties(let device, let properties):
+            guard var known = follower.objects.devices[device] else { break }
+            BlueZObjects.update(&known, with: properties)
+            follower.objects.devices[device] = known
+            if known.servicesResolved && follower.objects.workerCharacteristics(of: device) == nil { out.append(.loadObjects) }
+        case .subscribeAnswered(let path, let error):
+            guard phase == .subscribing else { break }
+            if let error { fail("cannot subscribe to \(path): \(error)", now: now, &out); break }
+            subscribed.insert(path)
+            if subscribed.count == GattLayout.notified.count { connected(now: now, &out) }
+        case .mtuRead(let mtu):
+            if (23...517).contains(mtu) { status.mtu = mtu }
+        case .statusRead(let bytes):
+            if let json = try? JSON.parse(bytes) { applyStatus(json) }
+        case .writeAnswered(let id, let error):
+            writeAnswered(id: id, error: error, now: now, &out)
+        case .request(let id, let bytes, let timeoutMs):
+            guard phase == .connected, characteristics[.request] != nil else {
+                out.append(.resolve(id: id, .notConnected("no worker connected: " + (status.problem ?? "scanning for \(BluetoothUUID.localName(agentID: "…"))"))))
+                break
+            }
+            pending[id] = Pending(deadlineMs: now + max(1, timeoutMs), timeoutMs: timeoutMs)
+            writeQueue.append(Writing(id: id, bytes: bytes))
+        case .abandon(let id):
+            pending.removeValue(forKey: id)
+        case .tick:
+            break
+        case .stop:
+            for id in pending.keys.sorted() { out.append(.resolve(id: id, .notConnected("the proxy is stopping"))) }
+            pending.removeAll()
+            writeQueue.removeAll()
+        }
+        expire(now: now, &out)
+        if now >= housekeepingDueAtMs {
+            housekeepingDueAtMs = now + settings.housekeepingMs
+            if (phase == .resolving || phase == .connecting), let target { out.append(.refreshDevice(target)) }
+        }
+        advance(now: now, &out)
+        pumpWrites(&out)
+        status.requestsInFlight = pending.count
+        return out
+    }
+
+    mutating func apply(_ fact: BlueZFollower.Fact, now: Int64, _ out: inout [Command]) {
+        switch fact {
+        case .appeared:
+            out.append(.loadObjects)
+        case .gone:
+            bluezGone(now: now, &out)
+        case .loaded, .deviceConnected, .deviceChanged, .adapterRemoved:
+            break
+        case .deviceDisconnected(let path):
+            if path == target { linkLost("the worker disconnected", now: now, &out) }
+        case .deviceRemoved(let path):
+            if path == target { linkLost("the worker's device object was removed", now: now, &out) }
+        case .remoteObjectsRemoved(let path):
+            // The worker's daemon stopped or left mode bluetooth: bluetoothd saw its
+            // service go (Service Changed) while the link itself may stay up.
+            if characteristics.values.contains(path) {
+                fail("the worker's service went away (its daemon stopped or left mode bluetooth)", now: now, &out)
+            }
+        case .adapterPowered(let path, let powered):
+            if path == adapterPath, !powered { linkLost("adapter powered off", now: now, &out) }
+        case .adapterDiscovering(let path, let discovering):
+            if path == adapterPath {
+                out.append(.log(.debug, "discovery \(discovering ? "on" : "off") on \(path)"))
+                if !discovering { discoveryStarted = false }
+            }
+        }
+    }
+
+    mutating func bluezGone(now: Int64, _ out: inout [Command]) {
+        linkLost("bluetoothd is not running (org.bluez is not on the system bus): systemctl start bluetooth", now: now, &out)
+        discoveryStarted = false
+        scanningSinceMs = nil
+        status.scanning = false
+    }
+
+    // MARK: Finding and connecting
+
+    /// Moves the link toward connected, one step at a time.
+    mutating func advance(now: Int64, _ out: inout [Command]) {
+        guard busOpen, follower.present else { return }
+        guard let (path, adapter) = follower.objects.choose(configured: settings.adapter) else {
+            return waiting(for: .noAdapter(configured: settings.adapter, known: follower.objects.adapters.values.map(\.name).sorted()))
+        }
+        adapterPath = path
+        status.adapter = adapter.name
+        guard adapter.powered else { return waiting(for: .poweredOff(adapter: adapter.name)) }
+        if setupProblem != nil {
+            setupProblem = nil
+            status.problem = nil
+        }
+        switch phase {
+        case .connected:
+            if let target, follower.objects.devices[target]?.connected == false { linkLost("the worker disconnected", now: now, &out) }
+            if let target, let rssi = follower.objects.devices[target]?.rssi { status.rssi = rssi }
+        case .connecting, .resolving, .subscribing:
+            if now > phaseDeadlineMs {
+                fail("connecting to \(status.deviceAddress ?? "?") took over \(settings.connectTimeoutMs) ms", now: now, &out)
+                return
+            }
+            if phase == .resolving, let target, follower.objects.devices[target]?.servicesResolved == true,
+               let found = follower.objects.workerCharacteristics(of: target) {
+                subscribe(found, &out)
+            }
+        case .idle:
+            guard now >= nextAttemptAtMs else { return }
+            let candidates = follower.objects.devices.filter { entry in
+                entry.value.adapter == path && (settings.device.map { entry.value.address.uppercased() == $0 }
+                    ?? (entry.value.uuids.contains(GattLayout.serviceUUID) && entry.value.rssi != nil))
+            }
+            let windowOver = scanningSinceMs.map { now - $0 >= settings.scanWindowMs } ?? false
+            if let best = candidates.max(by: { ($0.value.rssi ?? -999, $1.key) < ($1.value.rssi ?? -999, $0.key) }),
+               settings.device != nil || windowOver || best.value.connected {
+                connect(best.key, best.value, now: now, &out)
+            } else {
+                startDiscovery(adapterPath: path, now: now, &out)
+            }
+        }
+    }
+
+    mutating func waiting(for problem: BluetoothSetupProblem) {
+        status.problem = problem.summary
+        setupProblem = problem
+    }
+
+    mutating func startDiscovery(adapterPath: String, now: Int64, _ out: inout [Command]) {
+        if scanningSinceMs == nil { scanningSinceMs = now }
+        status.scanning = true
+        if status.problem == nil || !status.connected { status.problem = "scanning for a worker (service \(GattLayout.serviceUUID))" }
+        guard !discoveryStarted else { return }
+        discoveryStarted = true
+        out.append(.startDiscovery(adapterPath: adapterPath))
+    }
+
+    mutating func stopDiscovery(_ out: inout [Command]) {
+        guard discoveryStarted, let adapterPath else { return }
+        discoveryStarted = false
+        scanningSinceMs = nil
+        status.scanning = false
+        out.append(.stopDiscovery(adapterPath: adapterPath))
+    }
+
+    mutating func connect(_ path: String, _ device: BlueZObjects.Device, now: Int64, _ out: inout [Command]) {
+        stopDiscovery(&out)
+        target = path
+        phase = .connecting
+        phaseDeadlineMs = now + settings.connectTimeoutMs
+        status.deviceAddress = device.address
+        status.deviceName = device.name
+        status.rssi = device.rssi
+        status.problem = "connecting to \(device.name ?? device.address)"
+        out.append(.log(.info, "connecting to \(device.name ?? "?") (\(device.address), RSSI \(device.rssi.map(String.init) ?? "?"))"))
+        out.append(.connect(device: path, timeoutMs: settings.connectTimeoutMs))
+    }
+
+    mutating func subscribe(_ found: (paths: [GattLayout.Role: String], mtu: Int?), _ out: inout [Command]) {
+        phase = .subscribing
+        characteristics = found.paths
+        status.mtu = found.mtu
+        responseFramer.reset()
+        statusFramer.reset()
+        subscribed = []
+        for characteristic in GattLayout.notified {
+            if let path = found.paths[characteristic.role] { out.append(.startNotify(path: path)) }
+        }
+    }
+
+    mutating func connected(now: Int64, _ out: inout [Command]) {
+        phase = .connected
+        status.connected = true
+        status.problem = nil
+        status.lastSeenMs = now
+        backoffMs = 1_000
+        out.append(.log(.notice, "connected to the worker \(status.deviceName ?? "?") (\(status.deviceAddress ?? "?")), MTU \(status.mtu.map(String.init) ?? "?")"))
+        // The ATT MTU sets the write size; bluetoothd knows it once the link is up.
+        if let path = characteristics[.request] { out.append(.readMTU(path: path)) }
+        // The status characteristic's current value, without waiting for a notification.
+        if let path = characteristics[.status] { out.append(.readStatus(path: path)) }
+    }
+
+    mutating func fail(_ reason: String, now: Int64, _ out: inout [Command]) {
+        out.append(.log(.warning, reason + "; retrying in \(backoffMs) ms"))
+        if let target, phase != .idle { out.append(.disconnect(device: target)) }
+        linkLost(reason, now: now, &out)
+    }
+
+    /// The link is gone: requests waiting for an answer fail now (their notifications
+    /// cannot arrive any more); the next attempt waits the backoff.
+    mutating func linkLost(_ reason: String, now: Int64, _ out: inout [Command]) {
+        let wasConnected = phase == .connected
+        if phase != .idle {
+            nextAttemptAtMs = now + backoffMs + Int64(random.next() % UInt64(backoffMs / 2 + 1))
+            backoffMs = min(settings.maxBackoffMs, backoffMs * 2)
+        }
+        phase = .idle
+        target = nil
+        characteristics = [:]
+        subscribed = []
+        status.connected = false
+        status.problem = reason
+        if wasConnected {
+            status.reconnects += 1
+            out.append(.log(.warning, "lost the worker: \(reason)"))
+        }
+        for id in pending.keys.sorted() {
+            out.append(.resolve(id: id, .answered(ok: false, output: "", error: "link_lost: \(reason)", workerDurationMs: 0)))
+        }
+        pending.removeAll()
+        writeQueue.removeAll()
+        writing = nil
+    }
+
+    // MARK: Requests out, responses in
+
+    mutating func expire(now: Int64, _ out: inout [Command]) {
+        for (id, request) in pending.sorted(by: { $0.key < $1.key }) where now >= request.deadlineMs {
+            pending.removeValue(forKey: id)
+            out.append(.resolve(id: id, .timedOut(request.timeoutMs)))
+        }
+    }
+
+    /// The write size: min(MTU − 3, 508), 508 being the largest value bluetoothd before
+    /// 5.69 accepts.
+    public var chunkSize: Int { max(20, min((status.mtu ?? 23) - 3, 508)) }
+
+    /// Writes one request at a time, chunk after chunk, each a write with response (flow
+    /// control by the worker's side), never interleaved with another request's chunks.
+    mutating func pumpWrites(_ out: inout [Command]) {
+        while true {
+            if writing == nil {
+                guard !writeQueue.isEmpty else { return }
+                writing = writeQueue.removeFirst()
+            }
+            guard var current = writing else { return }
+            guard current.inFlight == 0 else { return }
+            guard pending[current.id] != nil, phase == .connected, let path = characteristics[.request],
+                  current.offset < current.bytes.count else {
+                writing = nil
+                continue
+            }
+            let end = min(current.offset + chunkSize, current.bytes.count)
+            let chunk = Array(current.bytes[current.offset..<end])
+            current.inFlight = chunk.count
+            writing = current
+            out.append(.write(id: current.id, path: path, chunk: chunk))
+            return
+        }
+    }
+
+    mutating func writeAnswered(id: String, error: String?, now: Int64, _ out: inout [Command]) {
+        guard var current = writing, current.id == id, current.inFlight > 0 else { return }
+        if let error {
+            writing = nil
+            if pending.removeValue(forKey: id) != nil {
+                out.append(.resolve(id: id, .answered(ok: false, output: "", error: "write_failed: \(error)", workerDurationMs: 0)))
+            }
+            // A write the worker's side refuses means the link or its service is not
+            // what we think: start over with a fresh connection.
+            if phase == .connected { fail("a write to the worker failed: \(error)", now: now, &out) }
+            return
+        }
+        current.offset += current.inFlight
+        current.inFlight = 0
+        writing = current.offset < current.bytes.count ? current : nil
+    }
+
+    mutating func responseChunk(_ bytes: [UInt8], now: Int64, _ out: inout [Command]) {
+        status.lastSeenMs = now
+        for event in responseFramer.feed(bytes, nowMs: now) {
+            guard case .object(let object) = event, let json = try? JSON.parse(object), let id = json["id"]?.stringValue,
+                  pending.removeValue(forKey: id) != nil else { continue }
+            out.append(.resolve(id: id, .answered(ok: json["ok"]?.boolValue ?? false, output: json["output"]?.stringValue ?? "",
+                                                  error: json["error"]?.stringValue, workerDurationMs: json["durationMs"]?.intValue ?? 0)))
+        }
+    }
+
+    mutating func statusChunk(_ bytes: [UInt8], now: Int64) {
+        status.lastSeenMs = now
+        for event in statusFramer.feed(bytes, nowMs: now) {
+            if case .object(let object) = event, let json = try? JSON.parse(object) { applyStatus(json) }
+        }
+    }
+
+    mutating func applyStatus(_ json: JSONValue) {
+        if let state = json["modelState"]?.stringValue { status.modelState = String(state.prefix(32)) }
+        if let battery = json["batteryPct"]?.intValue { status.batteryPct = battery < 0 ? nil : Int(min(100, battery)) }
+        if let name = json["name"]?.stringValue, name.hasPrefix("EdgeCoder-"), name.count <= 64 { status.deviceName = name }
+    }
+}
+
+/// A small deterministic random source (SplitMix64) for backoff jitter: seeded by the
+/// interpreter from the system's generator, by tests with a constant.
+public struct SplitMix64: RandomNumberGenerator, Sendable, Equatable {
+    var state: UInt64
+    public init(seed: UInt64) { state = seed }
+    public mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}

@@ -1,0 +1,641 @@
+/// The GATT peripheral of SPEC 6 as a state machine: what bluetoothd, the clients, the
+/// model and the clock say goes in as `Event`s; what the peripheral must do comes out as
+/// `Command`s (register with bluetoothd, notify a chunk, disconnect a device, run a
+/// request, answer a call). No bus, no clock, no tasks: `GattPeripheral` reads the bus,
+/// feeds events, executes commands, and wakes at `nextDeadlineMs`.
+
+/// What running one Bluetooth request came to.
+public struct PeripheralOutcome: Sendable, Equatable {
+    public var ok: Bool
+    public var output: String
+    public var error: String?
+    public var durationMs: Int64
+    public init(ok: Bool, output: String, error: String?, durationMs: Int64) {
+        self.ok = ok
+        self.output = output
+        self.error = error
+        self.durationMs = durationMs
+    }
+}
+
+/// How loud a line a machine asks its interpreter to log is.
+public enum MachineLogLevel: Sendable, Equatable { case debug, info, notice, warning }
+
+/// Why the Bluetooth side waits for the host: the machine knows which, the interpreter
+/// adds the kernel's view (rfkill, controllers) as advice when it shows the problem.
+public enum BluetoothSetupProblem: Sendable, Equatable {
+    case bluezAbsent(adapter: String?)
+    case noAdapter(configured: String?, known: [String])
+    case poweredOff(adapter: String)
+
+    /// The problem without the kernel's advice.
+    public var summary: String {
+        switch self {
+        case .bluezAbsent: "bluetoothd is not running (org.bluez is not on the system bus)"
+        case .noAdapter(let configured?, _): "adapter \(configured) (bluetooth.adapter) is not usable"
+        case .noAdapter(nil, _): "no powered adapter"
+        case .poweredOff(let adapter): "adapter \(adapter) is powered off"
+        }
+    }
+}
+
+public struct PeripheralMachine: Sendable {
+    public struct Settings: Sendable, Equatable {
+        public var adapter: String?
+        public var localName: String
+        public var maxRequestBytes: Int
+        public var maxQueuedRequests: Int
+        public var chunkPacingMs: Int64
+        public var maxClients: Int
+        public var statusIntervalMs: Int64 = 60_000
+        public var retryMs: Int64 = 5_000
+        /// Idle partial requests, the status check and the published status run this often.
+        public var housekeepingMs: Int64 = 500
+        public var statusCheckMs: Int64 = 2_000
+        /// bluetoothd calls StartNotify for the first subscriber only: a client joining
+        /// later gets the status this long after it connects (time to subscribe).
+        public var laterClientStatusDelayMs: Int64 = 1_500
+
+        public init(adapter: String?, localName: String, maxRequestBytes: Int, maxQueuedRequests: Int, chunkPacingMs: Int64, maxClients: Int) {
+            self.adapter = adapter
+            self.localName = localName
+            self.maxRequestBytes = maxRequestBytes
+            self.maxQueuedRequests = maxQueuedRequests
+            self.chunkPacingMs = chunkPacingMs
+            self.maxClients = maxClients
+        }
+    }
+
+    public enum Registration: Sendable, Equatable { case none, pending, done }
+    public enum Registered: String, Sendable, Equatable {
+        case application = "GATT application"
+        case advertisement
+    }
+    public enum RegistrationAnswer: Sendable, Equatable {
+        case accepted
+        /// bluetoothd already holds it (it keeps what we registered across an adapter power cycle).
+        case alreadyExists(String)
+        case refused(String)
+    }
+
+    /// A method call of bluetoothd's on one of the worker's characteristics.
+    public enum Call: Sendable, Equatable {
+        case read(GattLayout.Role, device: String?, mtu: Int?, offset: Int)
+        case write(GattLayout.Role, bytes: [UInt8], device: String?, mtu: Int?, expectsReply: Bool)
+        /// A WriteValue whose arguments are not (ay, a{sv}).
+        case malformedWrite
+        case startNotify(GattLayout.Role)
+        case stopNotify(GattLayout.Role)
+        /// LEAdvertisement1.Release: bluetoothd dropped the advertisement.
+        case releaseAdvertisement
+        /// A member the characteristic does not support.
+        case unsupported(member: String, path: String)
+    }
+
+    public enum Reply: Sendable, Equatable {
+        case value([UInt8])
+        case empty
+        case noReply
+        case error(name: String, message: String)
+    }
+
+    public enum Event: Sendable, Equatable {
+        case busOpened
+        /// The bus could not be opened, or its connection failed; nil on a deliberate close.
+        case busClosed(reason: String?)
+        case bluez(BlueZSignal)
+        case registration(Registered, epoch: Int, RegistrationAnswer)
+        /// A call from `sender` (only bluetoothd may call the application).
+        case call(sender: String?, Call)
+        /// The request handed out by `.serve(ticket:…)` is done.
+        case served(ticket: Int, PeripheralOutcome)
+        /// The answer to `.fetchStatusValues`.
+        case statusValues(modelState: String, batteryPct: Int?, force: Bool)
+        /// Nothing happened but time passed.
+        case tick
+        /// Take everything back from bluetoothd and disconnect the clients.
+        case stop
+        case unregistered(Registered)
+    }
+
+    public enum Command: Sendable, Equatable {
+        /// bluetoothd's GetManagedObjects.
+        case loadObjects
+        case register(Registered, adapterPath: String, epoch: Int)
+        case unregister(Registered, adapterPath: String)
+        case disconnect(device: String, address: String)
+        /// One notification chunk (PropertiesChanged on the characteristic's Value).
+        case notify(GattLayout.Role, [UInt8])
+        /// Run a request on the model; answer with `.served(ticket:…)`.
+        case serve(ticket: Int, BluetoothRequest, client: String)
+        /// Ask the daemon for the status characteristic's values; answer with `.statusValues`.
+        case fetchStatusValues(force: Bool)
+        /// `status` changed: show it.
+        case publish(BluetoothStatus)
+        case log(MachineLogLevel, String)
+        /// The answer to the `.call` being handled.
+        case reply(Reply)
+    }
+
+    struct Session: Sendable {
+        var address: String
+        var assembler: RequestAssembler
+        var mtu: Int?
+    }
+
+    struct Queued: Sendable {
+        var ticket: Int
+        var request: BluetoothRequest
+        var client: String
+    }
+
+    struct Sending: Sendable {
+        var role: GattLayout.Role
+        var chunks: [[UInt8]]
+        var next = 0
+    }
+
+    public let settings: Settings
+    public private(set) var follower = BlueZFollower()
+    public private(set) var busOpen = false
+    public private(set) var adapterPath: String?
+    public private(set) var application = Registration.none
+    public private(set) var advertisement = Registration.none
+    /// Bumped whenever bluetoothd's side is lost: answers to older calls are ignored.
+    public private(set) var epoch = 0
+    var retryAtMs: Int64 = 0
+    public private(set) var stopping = false
+
+    public private(set) var status = BluetoothStatus()
+    /// Set while `status.problem` is one of the host's setup problems.
+    public private(set) var setupProblem: BluetoothSetupProblem?
+    var lastPublished: BluetoothStatus?
+    var roster: ClientRoster
+    let queuePolicy: RequestQueuePolicy
+    var sessions: [String: Session] = [:]
+
+    /// Each characteristic's current value as D-Bus shows it: the last chunk notified.
+    public private(set) var values: [GattLayout.Role: [UInt8]] = [:]
+    /// The status characteristic's whole value, as a read returns it.
+    public private(set) var statusBytes: [UInt8] = []
+    public private(set) var notifying: Set<GattLayout.Role> = []
+    var statusSentAtMs: Int64 = 0
+    var statusCheckDueAtMs: Int64 = 0
+    var statusForcedAtMs: Int64?
+    var housekeepingDueAtMs: Int64 = 0
+    var lastNowMs: Int64 = 0
+
+    var outbox: [(role: GattLayout.Role, bytes: [UInt8])] = []
+    var sending: Sending?
+    var nextChunkAtMs: Int64 = 0
+
+    var waiting: [Queued] = []
+    var running: Queued?
+    var nextTicket = 0
+
+    public init(settings: Settings) {
+        self.settings = settings
+        roster = ClientRoster(maxClients: settings.maxClients)
+        queuePolicy = RequestQueuePolicy(maxQueued: settings.maxQueuedRequests)
+        status.localName = settings.localName
+        status.adapter = settings.adapter
+        status.state = .waiting
+        status.problem = "connecting to the system bus"
+    }
+
+    /// Clients being served, by device path.
+    public var clients: [String] { sessions.keys.sorted() }
+    /// Requests waiting or running.
+    public var queued: Int { waiting.count + (running == nil ? 0 : 1) }
+    /// True once `.stop` was handled and bluetoothd holds nothing of ours any more.
+    public var stopped: Bool { stopping && application == .none && advertisement == .none }
+
+    /// When the interpreter must feed `.tick` next (monotonic ms). Every time-based rule
+    /// runs in every `on`, so only deadlines after the last event's time count: one that
+    /// has passed was handled then (reporting it again would make the loop spin).
+    public var nextDeadlineMs: Int64 {
+        var deadline = housekeepingDueAtMs
+        func consider(_ time: Int64) { if time > lastNowMs { deadline = min(deadline, time) } }
+        if sending != nil || !outbox.isEmpty { consider(nextChunkAtMs) }
+        if let forced = statusForcedAtMs { consider(forced) }
+        if application == .none || advertisement == .none { consider(retryAtMs) }
+        return max(deadline, lastNowMs + 1)
+    }
+
+    // MARK: Events
+
+    public mutating func on(_ event: Event, now: Int64) -> [Command] {
+        lastNowMs = max(lastNowMs, now)
+        var out: [Command] = []
+        switch event {
+        case .busOpened:
+            busOpen = true
+            setProblem("asking the bus for bluetoothd (org.bluez)")
+        case .busClosed(let reason):
+            busOpen = false
+            bluezLost(&out)
+            follower = BlueZFollower()
+            if let reason {
+                status.state = .waiting
+                setProblem(reason)
+            }
+        case .bluez(let signal):
+            for fact in follower.apply(signal) { apply(fact, now: now, &out) }
+            if case .owner = signal, !follower.present { bluezAbsent() }
+        case .registration(let what, let epoch, let answer):
+            registered(what, epoch: epoch, answer: answer, now: now, &out)
+        case .call(let sender, let call):
+            handle(call, sender: sender, now: now, &out)
+        case .served(let ticket, let outcome):
+            finished(ticket: ticket, outcome, &out)
+        case .statusValues(let modelState, let batteryPct, let force):
+            statusValues(modelState: modelState, batteryPct: batteryPct, force: force, now: now, &out)
+        case .tick:
+            reconcile(now: now, &out)
+        case .stop:
+            stop(&out)
+        case .unregistered(let what):
+            if what == .application { application = .none } else { advertisement = .none }
+        }
+        housekeeping(now: now, &out)
+        startWork(&out)
+        pump(now: now, &out)
+        publish(&out)
+        return out
+    }
+
+    // MARK: bluetoothd's side
+
+    mutating func apply(_ fact: BlueZFollower.Fact, now: Int64, _ out: inout [Command]) {
+        switch fact {
+        case .appeared(let owner):
+            out.append(.log(.info, "bluetoothd is on the bus as \(owner)"))
+            out.append(.loadObjects)
+        case .gone:
+            bluezLost(&out)
+            bluezAbsent()
+        case .loaded:
+            reconcile(now: now, &out)
+        case .adapterRemoved(let path):
+            if path == adapterPath {
+                out.append(.log(.warning, "adapter \(adapterName(path)) went away"))
+                registrationsLost()
+            }
+            reconcile(now: now, &out)
+        case .adapterPowered(let path, let powered):
+            if path == adapterPath && !powered {
+                out.append(.log(.warning, "adapter \(adapterName(path)) powered off"))
+                registrationsLost()
+            }
+            reconcile(now: now, &out)
+        case .deviceConnected(let path):
+            guard let device = follower.objects.devices[path], device.adapter == adapterPath,
+                  advertisement == .done || application == .done else { return }
+            _ = admit(path, now: now, &out)
+        case .deviceDisconnected(let path), .deviceRemoved(let path):
+            deviceGone(path, &out)
+            if case .deviceRemoved = fact { reconcile(now: now, &out) }
+        case .adapterDiscovering, .remoteObjectsRemoved, .deviceChanged:
+            reconcile(now: now, &out)
+        }
+    }
+
+    private func adapterName(_ path: String) -> String { follower.objects.adapters[path]?.name ?? path }
+
+    mutating func bluezAbsent() {
+        waiting(for: .bluezAbsent(adapter: settings.adapter))
+    }
+
+    mutating func setProblem(_ text: String?) {
+        status.problem = text
+        setupProblem = nil
+    }
+
+    mutating func waiting(for problem: BluetoothSetupProblem) {
+        status.state = .waiting
+        status.problem = problem.summary
+        setupProblem = problem
+    }
+
+    /// Everything bluetoothd held for us is gone (it exited, or the bus did).
+    mutating func bluezLost(_ out: inout [Command]) {
+        if follower.present || application != .none || advertisement != .none {
+            out.append(.log(.warning, "bluetoothd left the bus: the application and advertisement are gone; registering again when it is back"))
+        }
+        registrationsLost()
+        retryAtMs = 0
+    }
+
+    /// The adapter went away or off, or bluetoothd did: what was registered is gone, and
+    /// so are the clients' links.
+    mutating func registrationsLost() {
+        application = .none
+        advertisement = .none
+        adapterPath = nil
+        epoch += 1
+        roster.removeAll()
+        sessions.removeAll()
+        notifying.removeAll()
+    }
+
+    /// Brings bluetoothd's side to what it should be: the application, then the
+    /// advertisement, on the chosen adapter; failures retried after `retryMs`.
+    mutating func reconcile(now: Int64, _ out: inout [Command]) {
+        guard !stopping, busOpen, follower.present else { return }
+        guard let (path, adapter) = follower.objects.choose(configured: settings.adapter) else {
+            return waiting(for: .noAdapter(configured: settings.adapter, known: follower.objects.adapters.values.map(\.name).sorted()))
+        }
+        status.adapter = adapter.name
+        status.address = adapter.address
+        guard adapter.powered else { return waiting(for: .poweredOff(adapter: adapter.name)) }
+        setupProblem = nil
+        if adapterPath != path {
+            registrationsLost()
+            adapterPath = path
+        }
+        guard now >= retryAtMs else { return }
+        if application == .none {
+            application = .pending
+            status.state = .registering
+            setProblem(nil)
+            out.append(.log(.info, "registering the GATT application on \(adapter.name)"))
+            out.append(.register(.application, adapterPath: path, epoch: epoch))
+        } else if application == .done && advertisement == .none {
+            guard adapter.canAdvertise else {
+                status.state = .failed
+                setProblem("adapter \(adapter.name) offers no LE advertising (org.bluez.LEAdvertisingManager1): it needs Bluetooth Low Energy")
+                return
+            }
+            advertisement = .pending
+            out.append(.register(.advertisement, adapterPath: path, epoch: epoch))
+        }
+    }
+
+    mutating func registered(_ what: Registered, epoch: Int, answer: RegistrationAnswer, now: Int64, _ out: inout [Command]) {
+        guard epoch == self.epoch, !stopping else { return }
+        var accepted = false
+        switch answer {
+        case .accepted:
+            accepted = true
+        case .alreadyExists(let message):
+            // bluetoothd keeps what we registered across an adapter power cycle (seen in
+            // the VM: the application survives power off/on): it is ours, and in place.
+            out.append(.log(.info, "\(what.rawValue) still registered with bluetoothd (\(message)); keeping it"))
+            accepted = true
+        case .refused(let error):
+            if what == .application { application = .none } else { advertisement = .none }
+            retryAtMs = now + settings.retryMs
+            status.state = .failed
+            setProblem("bluetoothd refused the \(what.rawValue) on \(status.adapter ?? "?"): \(error); retrying every \(settings.retryMs / 1000) s")
+            out.append(.log(.warning, status.problem!))
+        }
+        if accepted {
+            if what == .application { application = .done } else { advertisement = .done }
+            out.append(.log(.notice, "\(what.rawValue) registered on \(status.adapter ?? "?")\(what == .application ? "" : " as \(settings.localName)")"))
+            if what == .advertisement {
+                status.state = .advertising
+                setProblem(nil)
+                status.registrations += 1
+            }
+        }
+        reconcile(now: now, &out)
+    }
+
+    mutating func stop(_ out: inout [Command]) {
+        stopping = true
+        guard busOpen, follower.present, let adapterPath else {
+            application = .none
+            advertisement = .none
+            return
+        }
+        if advertisement != .none { out.append(.unregister(.advertisement, adapterPath: adapterPath)) }
+        if application != .none { out.append(.unregister(.application, adapterPath: adapterPath)) }
+        // Connected clients learn at once that the worker is gone (their link would
+        // otherwise stay up, to a host without the service).
+        for device in sessions.keys.sorted() {
+            out.append(.disconnect(device: device, address: sessions[device]!.address))
+        }
+        // Answers that cannot be delivered any more are dropped with the queue.
+        waiting.removeAll()
+        outbox.removeAll()
+        sending = nil
+    }
+
+    // MARK: Calls from bluetoothd
+
+    /// Whether `sender` may call the application's objects: bluetoothd only.
+    public func admitsCaller(_ sender: String?) -> Bool {
+        sender != nil && sender == follower.owner
+    }
+
+    mutating func handle(_ call: Call, sender: String?, now: Int64, _ out: inout [Command]) {
+        // Only bluetoothd talks to the application (the system bus's policy already keeps
+        // other users out; this keeps out local root mistakes too).
+        guard admitsCaller(sender) else {
+            out.append(.reply(.error(name: "org.freedesktop.DBus.Error.AccessDenied", message: "only bluetoothd may call the worker's GATT objects")))
+            return
+        }
+        switch call {
+        case .read(let role, let device, let mtu, let offset):
+            noteClient(device: device, mtu: mtu, now: now, &out)
+            let value = role == .status ? statusBytes : (values[role] ?? [])
+            guard offset >= 0, offset <= value.count else {
+                out.append(.reply(.error(name: "org.bluez.Error.InvalidOffset", message: "offset \(offset) is past the value's \(value.count) bytes")))
+                return
+            }
+            out.append(.reply(.value(Array(value[offset...]))))
+        case .write(let role, let bytes, let device, let mtu, let expectsReply):
+            out.append(.log(.debug, "write of \(bytes.count) bytes from \(device ?? "?") (mtu \(mtu ?? 0))"))
+            out.append(.reply(expectsReply ? .empty : .noReply))
+            guard role == .request else { return }
+            guard let client = noteClient(device: device, mtu: mtu, now: now, &out), var session = sessions[client] else {
+                if device == nil { out.append(.log(.warning, "a write of \(bytes.count) bytes named no device; dropped")) }
+                return
+            }
+            let events = session.assembler.feed(bytes, nowMs: now)
+            sessions[client] = session
+            assembled(events, client: session.address, &out)
+        case .malformedWrite:
+            out.append(.reply(.error(name: "org.bluez.Error.InvalidArguments", message: "WriteValue takes (ay, a{sv})")))
+        case .startNotify(let role):
+            notifying.insert(role)
+            if role == .status { out.append(.fetchStatusValues(force: true)) }
+            out.append(.reply(.empty))
+        case .stopNotify(let role):
+            notifying.remove(role)
+            out.append(.reply(.empty))
+        case .releaseAdvertisement:
+            out.append(.log(.warning, "bluetoothd released the advertisement"))
+            advertisement = .none
+            status.advertising = false
+            retryAtMs = now + settings.retryMs
+            out.append(.reply(.empty))
+        case .unsupported(let member, let path):
+            out.append(.reply(.error(name: "org.bluez.Error.NotSupported", message: "\(member) is not supported on \(path)")))
+        }
+    }
+
+    // MARK: Clients
+
+    /// The device of a ReadValue/WriteValue, from its options; learns its MTU. Returns
+    /// its object path when it is a served client. bluetoothd always names the device;
+    /// a call without one cannot be answered to anyone and takes no client's place.
+    @discardableResult
+    mutating func noteClient(device: String?, mtu: Int?, now: Int64, _ out: inout [Command]) -> String? {
+        guard let device, device.hasPrefix("/") else { return nil }
+        guard admit(device, now: now, &out) else { return nil }
+        if let mtu, (23...517).contains(mtu) { sessions[device]?.mtu = mtu }
+        return device
+    }
+
+    mutating func admit(_ device: String, now: Int64, _ out: inout [Command]) -> Bool {
+        if sessions[device] != nil { return true }
+        let address = follower.objects.address(of: device)
+        switch roster.seen(device) {
+        case .admitted:
+            sessions[device] = Session(address: address, assembler: RequestAssembler(maxRequestBytes: settings.maxRequestBytes), mtu: nil)
+            out.append(.log(.info, "client \(address) connected"))
+            if sessions.count > 1 { statusForcedAtMs = now + settings.laterClientStatusDelayMs }
+            return true
+        case .refused:
+            status.clientsRefused += 1
+            out.append(.log(.warning, "client \(address) refused: \(settings.maxClients) client(s) already connected (bluetooth.maxClients); disconnecting it, since BlueZ 5.66 would show it every other client's answers"))
+            out.append(.disconnect(device: device, address: address))
+            return false
+        }
+    }
+
+    mutating func deviceGone(_ path: String, _ out: inout [Command]) {
+        roster.gone(path)
+        if let session = sessions.removeValue(forKey: path) {
+            out.append(.log(.info, "client \(session.address) disconnected\(session.assembler.isPartial ? " in the middle of a request (dropped)" : "")"))
+        }
+    }
+
+    mutating func assembled(_ events: [AssemblerEvent], client: String, _ out: inout [Command]) {
+        for event in events {
+            switch event {
+            case .rejected(let id, let error):
+                status.requestsRejected += 1
+                out.append(.log(.info, "request from \(client) rejected: \(error)"))
+                enqueue(.response, BluetoothMessage.rejection(id: id, error: error))
+            case .request(let request):
+                guard queuePolicy.admits(waiting: waiting.count, running: running == nil ? 0 : 1) else {
+                    status.requestsFailed += 1
+                    out.append(.log(.warning, "request \(request.id) from \(client) refused: busy (\(queued) queued)"))
+                    enqueue(.response, BluetoothMessage.rejection(id: request.id, error: RequestQueuePolicy.busyError))
+                    continue
+                }
+                out.append(.log(.info, "request \(request.id) from \(client): \(request.prompt.utf8.count) bytes of prompt, maxTokens \(request.maxTokens)"))
+                nextTicket += 1
+                waiting.append(Queued(ticket: nextTicket, request: request, client: client))
+            }
+        }
+        status.queued = queued
+    }
+
+    // MARK: Requests
+
+    /// One request at a time runs on the model, in arrival order.
+    mutating func startWork(_ out: inout [Command]) {
+        guard running == nil, !stopping, !waiting.isEmpty else { return }
+        let next = waiting.removeFirst()
+        running = next
+        out.append(.serve(ticket: next.ticket, next.request, client: next.client))
+        status.queued = queued
+    }
+
+    mutating func finished(ticket: Int, _ outcome: PeripheralOutcome, _ out: inout [Command]) {
+        guard let item = running, item.ticket == ticket else { return }
+        running = nil
+        status.queued = queued
+        if outcome.ok { status.requestsServed += 1 } else { status.requestsFailed += 1 }
+        guard !stopping else { return }
+        enqueue(.response, BluetoothMessage.response(id: item.request.id, output: outcome.output, ok: outcome.ok,
+                                                     durationMs: outcome.durationMs, error: outcome.error))
+    }
+
+    // MARK: Notifications
+
+    mutating func enqueue(_ role: GattLayout.Role, _ bytes: [UInt8]?) {
+        guard let bytes, !bytes.isEmpty else { return }
+        outbox.append((role, bytes))
+    }
+
+    /// The chunk size fits the smallest MTU among the served clients (one notification
+    /// reaches all of them); 23 until a client's MTU is known.
+    public var notificationMTU: Int { sessions.values.compactMap(\.mtu).min() ?? 23 }
+
+    /// Sends each message whole, chunk after chunk, `chunkPacingMs` apart (bluetoothd
+    /// queues notifications without bound), never interleaving two messages.
+    mutating func pump(now: Int64, _ out: inout [Command]) {
+        while now >= nextChunkAtMs {
+            if sending == nil {
+                guard !outbox.isEmpty else { return }
+                let message = outbox.removeFirst()
+                sending = Sending(role: message.role, chunks: BluetoothMessage.chunks(message.bytes, mtu: notificationMTU).map { Array($0) })
+                nextChunkAtMs = max(nextChunkAtMs, now)
+            }
+            guard var current = sending, current.next < current.chunks.count else {
+                sending = nil
+                continue
+            }
+            let chunk = current.chunks[current.next]
+            current.next += 1
+            values[current.role] = chunk
+            // No one to send to (bluetoothd gone, application not registered): the rest
+            // of the message is dropped.
+            if busOpen && application == .done {
+                out.append(.notify(current.role, chunk))
+                sending = current.next < current.chunks.count ? current : nil
+            } else {
+                sending = nil
+            }
+            nextChunkAtMs += settings.chunkPacingMs
+        }
+    }
+
+    // MARK: Housekeeping
+
+    mutating func housekeeping(now: Int64, _ out: inout [Command]) {
+        if let forced = statusForcedAtMs, now >= forced {
+            statusForcedAtMs = nil
+            out.append(.fetchStatusValues(force: true))
+        }
+        guard now >= housekeepingDueAtMs else { return }
+        housekeepingDueAtMs = now + settings.housekeepingMs
+        for device in sessions.keys.sorted() {
+            guard var session = sessions[device] else { continue }
+            let events = session.assembler.tick(nowMs: now)
+            sessions[device] = session
+            if !events.isEmpty { assembled(events, client: session.address, &out) }
+        }
+        if now >= statusCheckDueAtMs {
+            statusCheckDueAtMs = now + settings.statusCheckMs
+            if busOpen && follower.present { out.append(.fetchStatusValues(force: false)) }
+            reconcile(now: now, &out)
+        }
+    }
+
+    /// The status characteristic: notified when its values change, every
+    /// `statusIntervalMs`, and (forced) on subscription.
+    mutating func statusValues(modelState: String, batteryPct: Int?, force: Bool, now: Int64, _ out: inout [Command]) {
+        let bytes = BluetoothMessage.status(modelState: modelState, batteryPct: batteryPct, name: settings.localName)
+        let changed = bytes != statusBytes
+        statusBytes = bytes
+        if force || changed || now - statusSentAtMs >= settings.statusIntervalMs {
+            statusSentAtMs = now
+            if notifying.contains(.status) || force { enqueue(.status, bytes) }
+        }
+    }
+
+    mutating func publish(_ out: inout [Command]) {
+        status.clients = sessions.values.map { BluetoothStatus.Client(address: $0.address, mtu: $0.mtu) }.sorted { $0.address < $1.address }
+        status.applicationRegistered = application == .done
+        status.advertising = advertisement == .done
+        status.queued = queued
+        guard status != lastPublished else { return }
+        lastPublished = status
+        out.append(.publish(status))
+    }
+}
