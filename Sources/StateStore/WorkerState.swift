@@ -213,8 +213,11 @@ public struct WorkJournal: Sendable {
         try await writer.remove(WorkJournal.fileName(prefix: WorkJournal.journalPrefix, id: result.subtaskID))
     }
 
-    /// After a 2xx: the result is delivered.
+    /// After a 2xx: the result is delivered. The journal entry goes too: a kill between
+    /// `complete`'s two steps leaves both files, and a journal entry that outlived its
+    /// delivered result would run the subtask again at the next start.
     public func delivered(_ subtaskID: String) async throws {
+        try await writer.remove(WorkJournal.fileName(prefix: WorkJournal.journalPrefix, id: subtaskID))
         try await writer.remove(WorkJournal.fileName(prefix: WorkJournal.outboxPrefix, id: subtaskID))
     }
 
@@ -239,6 +242,10 @@ public struct WorkJournal: Sendable {
                 }
             }
         }
+        // A subtask whose result is in the outbox has finished: its journal entry (left by
+        // a kill between writing the outbox and removing the entry) must not run it again.
+        let finished = Set(outbox.map(\.subtaskID))
+        journal.removeAll { finished.contains($0.subtask.id) }
         return (journal, outbox, recovered)
     }
 
