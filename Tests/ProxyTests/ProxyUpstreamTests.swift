@@ -1,0 +1,127 @@
+import Foundation
+import Testing
+import Logging
+import Posix
+@testable import Proxy
+import WorkerCore
+
+/// An upstream that answers as the test says and records what it was asked.
+actor ScriptedUpstream: ProxyUpstream {
+    var answer: GenerateResult
+    var status: ProxyStatus
+    private(set) var asked: [(prompt: String, maxTokens: Int, timeoutMs: Int64)] = []
+
+    init(answer: GenerateResult, status: ProxyStatus = ScriptedUpstream.connected) {
+        self.answer = answer
+        self.status = status
+    }
+
+    static var connected: ProxyStatus {
+        var status = ProxyStatus()
+        status.connected = true
+        status.deviceName = "EdgeCoder-abc"
+        status.deviceAddress = "00:AA:01:00:00:00"
+        status.modelState = "ready"
+        status.batteryPct = 87
+        status.rssi = -40
+        return status
+    }
+
+    func generate(prompt: String, maxTokens: Int, timeoutMs: Int64) async -> GenerateResult {
+        asked.append((prompt, maxTokens, timeoutMs))
+        return answer
+    }
+
+    var currentStatus: ProxyStatus { status }
+}
+
+/// The proxy's HTTP side over real TCP against an upstream in the test's hand: every
+/// success path (and each kind of failure the link reports) in-process, in milliseconds.
+/// The real link to a worker is tested in the BlueZ VM (Tests/BlueZ/proxy-phase.sh).
+@Suite struct ProxyUpstreamTests {
+    let helper = ProxyServerTests()
+
+    func withServer(_ upstream: ScriptedUpstream, _ body: @escaping @Sendable (UInt16) async throws -> Void) async throws {
+        let listener = try LoopbackTCPListener(port: 0)
+        let server = ProxyServer(listener: listener, upstream: upstream, version: "9.9.9", logger: Logger(label: "t", level: .error),
+                                 requestTimeoutMs: 7_000)
+        let serving = Task { await server.run() }
+        let outcome: Result<Void, any Error>
+        do { try await body(listener.port); outcome = .success(()) } catch { outcome = .failure(error) }
+        serving.cancel()
+        await serving.value
+        listener.close()
+        try outcome.get()
+    }
+
+    func post(_ port: UInt16, _ path: String, _ body: String) async throws -> (head: String, json: [String: Any]?, body: String) {
+        let answer = try await helper.exchange(port, helper.http("POST", path, body: body))
+        let parts = answer.components(separatedBy: "\r\n\r\n")
+        let payload = parts.dropFirst().joined(separator: "\r\n\r\n")
+        let json = try? JSONSerialization.jsonObject(with: Data(payload.utf8)) as? [String: Any]
+        return (parts.first ?? "", json, payload)
+    }
+
+    @Test func edgecodersShapeGetsTheOutputAndTheTimings() async throws {
+        let upstream = ScriptedUpstream(answer: .answered(ok: true, output: "fn main() {}", error: nil, workerDurationMs: 450))
+        try await withServer(upstream) { port in
+            let answer = try await post(port, "/api/generate", #"{"prompt":"write main","maxTokens":64}"#)
+            #expect(answer.head.hasPrefix("HTTP/1.1 200"))
+            #expect(answer.head.lowercased().contains("content-type: application/json"))
+            #expect(answer.json?["ok"] as? Bool == true)
+            #expect(answer.json?["output"] as? String == "fn main() {}")
+            #expect(answer.json?["response"] as? String == "fn main() {}")
+            #expect(answer.json?["workerDurationMs"] as? Int == 450)
+            #expect(answer.json?["durationMs"] is Int)
+        }
+        let asked = await upstream.asked
+        #expect(asked.count == 1 && asked[0].prompt == "write main" && asked[0].maxTokens == 64 && asked[0].timeoutMs == 7_000)
+    }
+
+    @Test func ollamasShapeIsOneNDJSONLineWhenStreamingAndPlainJSONOtherwise() async throws {
+        let upstream = ScriptedUpstream(answer: .answered(ok: true, output: "hello", error: nil, workerDurationMs: 10))
+        try await withServer(upstream) { port in
+            let streamed = try await post(port, "/api/generate", #"{"model":"edgecoder-bluetooth","prompt":"hi","options":{"num_predict":9}}"#)
+            #expect(streamed.head.hasPrefix("HTTP/1.1 200"))
+            #expect(streamed.head.lowercased().contains("content-type: application/x-ndjson"))
+            let line = try #require(streamed.body.split(separator: "\n").first)
+            let object = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+            #expect(object["response"] as? String == "hello" && object["done"] as? Bool == true && object["model"] as? String == "edgecoder-bluetooth")
+            let plain = try await post(port, "/api/generate", #"{"model":"m","prompt":"hi","stream":false}"#)
+            #expect(plain.head.lowercased().contains("content-type: application/json"))
+            #expect(plain.json?["response"] as? String == "hello")
+        }
+        #expect(await upstream.asked.map(\.maxTokens) == [9, BluetoothRequest.defaultMaxTokens])
+    }
+
+    @Test(arguments: [
+        (GenerateResult.answered(ok: false, output: "", error: "model_unavailable: down", workerDurationMs: 0), "HTTP/1.1 502", "model_unavailable: down"),
+        (.timedOut(7_000), "HTTP/1.1 504", "within 7000 ms"),
+        (.notConnected("no worker connected: scanning"), "HTTP/1.1 503", "no worker connected"),
+        (.answered(ok: false, output: "", error: "link_lost: the worker disconnected", workerDurationMs: 0), "HTTP/1.1 502", "link_lost"),
+    ])
+    func eachFailureOfTheLinkHasItsStatusInBothShapes(result: GenerateResult, status: String, text: String) async throws {
+        try await withServer(ScriptedUpstream(answer: result)) { port in
+            let edge = try await post(port, "/api/generate", #"{"prompt":"p"}"#)
+            #expect(edge.head.hasPrefix(status), "\(edge.head)")
+            #expect(edge.json?["ok"] as? Bool == false && (edge.json?["error"] as? String)?.contains(text) == true)
+            let ollama = try await post(port, "/api/generate", #"{"model":"m","prompt":"p"}"#)
+            #expect(ollama.head.hasPrefix(status))
+            #expect((ollama.json?["error"] as? String)?.contains(text) == true)
+        }
+    }
+
+    @Test func statusTagsAndVersionShowTheConnectedWorker() async throws {
+        try await withServer(ScriptedUpstream(answer: .timedOut(1))) { port in
+            let status = try await helper.exchange(port, helper.http("GET", "/status"))
+            for key in [#""connected":true"#, #""deviceName":"EdgeCoder-abc""#, #""deviceId":"00:AA:01:00:00:00""#, #""batteryPct":87"#,
+                        #""rssi":-40"#, #""modelState":"ready""#] {
+                #expect(status.contains(key), "\(key) in \(status)")
+            }
+            let tags = try await helper.exchange(port, helper.http("GET", "/api/tags"))
+            #expect(tags.contains(#""name":"edgecoder-bluetooth""#) && tags.contains(#""worker":"EdgeCoder-abc""#))
+            let version = try await helper.exchange(port, helper.http("GET", "/api/version"))
+            #expect(version.contains(#""version":"9.9.9""#))
+        }
+    }
+}
