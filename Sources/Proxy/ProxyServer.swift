@@ -38,30 +38,28 @@ public struct ProxyServer: Sendable {
     func serve(_ connection: UnixConnection) async {
         let readTimeout = UInt64(readTimeoutMs) * 1_000_000
         // The whole request must arrive within the read timeout (slow clients are cut off).
-        let read: Read = await withTaskGroup(of: Read?.self) { group in
-            group.addTask {
-                var reader = HTTPRequestReader()
-                while true {
-                    let bytes: [UInt8]
-                    do { bytes = try await connection.read(max: 16_384) } catch {
-                        logger.debug("reading a request failed: \(error)")
-                        return .closed
-                    }
-                    if bytes.isEmpty { return .closed }
-                    switch reader.feed(bytes) {
-                    case .needMore: continue
-                    case .complete(let request): return .request(request)
-                    case .refused(let refusal): return .refused(refusal)
-                    }
+        let winner = await race({ () -> Read in
+            var reader = HTTPRequestReader()
+            while true {
+                let bytes: [UInt8]
+                do { bytes = try await connection.read(max: 16_384) } catch {
+                    logger.debug("reading a request failed: \(error)")
+                    return .closed
+                }
+                if bytes.isEmpty { return .closed }
+                switch reader.feed(bytes) {
+                case .needMore: continue
+                case .complete(let request): return .request(request)
+                case .refused(let refusal): return .refused(refusal)
                 }
             }
-            group.addTask {
-                try? await Task.sleep(nanoseconds: readTimeout)
-                return Task.isCancelled ? nil : .refused(HTTPRefusal(408, "the request did not arrive within \(readTimeoutMs) ms"))
-            }
-            let first = await group.next() ?? nil
-            group.cancelAll()
-            return first ?? .closed
+        }, { () -> Read in
+            do { try await Task.sleep(nanoseconds: readTimeout) } catch { return .closed }
+            return .refused(HTTPRefusal(408, "the request did not arrive within \(readTimeoutMs) ms"))
+        })
+        let read: Read
+        switch winner {
+        case .first(let value), .second(let value): read = value
         }
         let answer: [UInt8]
         switch read {
