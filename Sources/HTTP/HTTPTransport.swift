@@ -9,9 +9,3 @@ public protocol HTTPTransport: Sendable {
 
 extension HTTPClient: HTTPTransport {}
 
-extension HTTPResponse {
-    /// A response as a transport other than libcurl builds it (no transfer to time).
-    public init(status: Int, body: [UInt8]) {
-        self.init(status: status, body: body, durationMicroseconds: 0)
-    }
-}
