@@ -56,6 +56,8 @@ let package = Package(
         .testTarget(name: "DaemonTests", dependencies: ["Daemon", "WorkerCore", "StateStore", "Logging", "BlueZ", "Posix", "HTTP"]),
         .testTarget(name: "IntegrationTests", dependencies: ["WorkerCore"]),
         .testTarget(name: "BusTests", dependencies: ["Systemd", "BlueZ", "Posix", "WorkerCore"]),
+        .testTarget(name: "PosixTests", dependencies: ["Posix", "CWorkerShims"]),
+        .testTarget(name: "WorkerCLITests", dependencies: ["WorkerCLI"]),
     ],
     swiftLanguageModes: [.v6]
 )
