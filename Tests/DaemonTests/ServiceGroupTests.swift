@@ -60,7 +60,7 @@ final class ScriptedSignals: Sendable {
 }
 
 /// What the services did, in order.
-final class Journal: Sendable {
+final class ServiceLog: Sendable {
     private let lines = Mutex<[String]>([])
     func append(_ line: String) { lines.withLock { $0.append(line) } }
     var all: [String] { lines.withLock { $0 } }
@@ -70,7 +70,7 @@ final class Journal: Sendable {
 /// Stops when asked, taking `stopMs` to finish what it has in hand.
 struct PoliteService: Service {
     let name: String
-    let journal: Journal
+    let journal: ServiceLog
     var stopMs: UInt64 = 10
 
     func run(shutdown: GracefulShutdown) async throws {
@@ -86,7 +86,7 @@ struct PoliteService: Service {
 /// Ignores the graceful stop; only cancellation ends it.
 struct StubbornService: Service {
     let name: String
-    let journal: Journal
+    let journal: ServiceLog
 
     func run(shutdown: GracefulShutdown) async throws {
         journal.append("\(name) started")
@@ -102,7 +102,7 @@ struct StubbornService: Service {
 struct EndingService: Service {
     struct Broke: Error, CustomStringConvertible { var description: String { "the disk is gone" } }
     let name: String
-    let journal: Journal
+    let journal: ServiceLog
     let fails: Bool
 
     func run(shutdown: GracefulShutdown) async throws {
@@ -112,7 +112,7 @@ struct EndingService: Service {
     }
 }
 
-final class Counter: Sendable {
+final class HitCounter: Sendable {
     private let value = Mutex(0)
     func increment() { value.withLock { $0 += 1 } }
     var count: Int { value.withLock { $0 } }
@@ -120,9 +120,9 @@ final class Counter: Sendable {
 
 struct GroupRun {
     let signals = ScriptedSignals()
-    let journal = Journal()
+    let journal = ServiceLog()
     let logs = MemoryLogHandler()
-    let shutdownStarts = Counter()
+    let shutdownStarts = HitCounter()
 
     func start(_ services: [any Service], deadlineMs: UInt64) -> Task<ServiceGroupExit, Never> {
         let group = ServiceGroup(services: services, logger: Logger(label: "group", handler: logs),
@@ -213,7 +213,7 @@ func milliseconds(since start: UInt64) -> UInt64 { (monotonicNanoseconds() - sta
 
     @Test func cancellingCancelsTheBodyAndReturnsNilWhenTriggered() async throws {
         let shutdown = GracefulShutdown()
-        let journal = Journal()
+        let journal = ServiceLog()
         let task = Task {
             try await shutdown.cancelling {
                 do {

@@ -11,7 +11,7 @@ import Testing
 
     @Test func aWaitResumesOnlyWhenTheWantedValueIsSet() async {
         let signal = StateSignal(false)
-        let resumed = Counter()
+        let resumed = HitCounter()
         let waiter = Task {
             await signal.wait(for: true)
             resumed.increment()
@@ -27,7 +27,7 @@ import Testing
 
     @Test func settingAValueWakesEveryWaiterForItAndNoOther() async {
         let signal = StateSignal(false)
-        let wantTrue = Counter(), wantFalse = Counter()
+        let wantTrue = HitCounter(), wantFalse = HitCounter()
         let trues = (0..<3).map { _ in Task { await signal.wait(for: true); wantTrue.increment() } }
         try? await Task.sleep(nanoseconds: 10_000_000)
         signal.set(true)
