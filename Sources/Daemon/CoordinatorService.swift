@@ -17,7 +17,8 @@ actor CoordinatorLink {
     let files: WorkerStateFiles
     let daemon: WorkerDaemon
     let logger: Logger
-    let http: HTTPClient
+    let transport: any HTTPTransport
+    let clock: any WorkerClock
     var meshToken: String?
     var registered = false
     private var registrationWaiters: [CheckedContinuation<Void, Never>] = []
@@ -27,7 +28,8 @@ actor CoordinatorLink {
     /// A rejection (403, blacklisted) stops work; retried no faster than this.
     static let rejectionRetryMs: Int64 = 5 * 60 * 1000
 
-    init(config: WorkerConfig, agentID: String, files: WorkerStateFiles, daemon: WorkerDaemon, logger: Logger, http: HTTPClient) {
+    init(config: WorkerConfig, agentID: String, files: WorkerStateFiles, daemon: WorkerDaemon, logger: Logger,
+         transport: any HTTPTransport, clock: any WorkerClock) {
         var url = config.coordinator.url ?? ""
         while url.hasSuffix("/") { url.removeLast() }
         self.baseURL = url
@@ -36,8 +38,9 @@ actor CoordinatorLink {
         self.files = files
         self.daemon = daemon
         self.logger = logger
-        self.http = http
-        if case .loaded(let token) = files.loadMeshToken(nowMs: wallClockMilliseconds()) { meshToken = token }
+        self.transport = transport
+        self.clock = clock
+        if case .loaded(let token) = files.loadMeshToken(nowMs: clock.wallMs()) { meshToken = token }
     }
 
     func publish() async { await daemon.updateCoordinator(status) }
@@ -51,14 +54,14 @@ actor CoordinatorLink {
                                   totalTimeoutMs: totalTimeoutMs ?? config.coordinator.requestTimeoutMs,
                                   maxResponseBytes: Int(config.coordinator.maxResponseBytes))
         do {
-            let started = monotonicNanoseconds()
+            let started = clock.monotonicMs()
             logger.debug("POST /\(call.rawValue)")
-            let response = try await http.perform(request)
-            logger.debug("/\(call.rawValue) answered \(response.status) in \((monotonicNanoseconds() - started) / 1_000_000) ms")
+            let response = try await transport.perform(request)
+            logger.debug("/\(call.rawValue) answered \(response.status) in \(clock.monotonicMs() - started) ms")
             let answer = CoordinatorAnswer.classify(call, status: response.status, body: response.body)
             if call == .heartbeat, case .accepted = answer {
-                status.lastHeartbeatAtMs = wallClockMilliseconds()
-                status.lastHeartbeatLatencyMs = Int64((monotonicNanoseconds() - started) / 1_000_000)
+                status.lastHeartbeatAtMs = clock.wallMs()
+                status.lastHeartbeatLatencyMs = clock.monotonicMs() - started
             }
             return answer
         } catch let error as HTTPError {
@@ -100,7 +103,7 @@ actor CoordinatorLink {
                 throw Stop.rejected(reason)
             case let other:
                 let delay = await failed("register: \(other.failureText)")
-                try await Task.sleep(nanoseconds: UInt64(delay) * 1_000_000)
+                try await clock.sleep(milliseconds: delay)
             }
         }
     }
@@ -135,7 +138,7 @@ actor CoordinatorLink {
     /// Records a failure; returns the backoff to wait (full jitter).
     func failed(_ what: String) async -> Int64 {
         status.consecutiveFailures += 1
-        let delay = backoff.delay(failures: status.consecutiveFailures) { Int64.random(in: $0) }
+        let delay = backoff.delay(failures: status.consecutiveFailures) { clock.random(in: $0) }
         status.backoffMs = delay
         status.lastError = what
         logger.warning("\(what); retrying in \(delay) ms (failure \(status.consecutiveFailures))")
@@ -145,7 +148,7 @@ actor CoordinatorLink {
 
     func rejected(_ reason: String) async {
         status.rejection = reason
-        status.retryAtMs = wallClockMilliseconds() + CoordinatorLink.rejectionRetryMs
+        status.retryAtMs = clock.wallMs() + CoordinatorLink.rejectionRetryMs
         registered = false
         status.registered = false
         logger.error("the coordinator rejected this worker: \(reason); stopping, retrying in 5 minutes")
@@ -174,15 +177,20 @@ public struct CoordinatorService: Service {
     let directory: StateDirectory
     let logger: Logger
     let backend: ModelBackend
-    let http: HTTPClient
+    let transport: any HTTPTransport
+    let clock: any WorkerClock
 
-    public init(daemon: WorkerDaemon, config: WorkerConfig, directory: StateDirectory, logger: Logger, http: HTTPClient = .shared) {
+    /// `transport` carries both the coordinator's calls and the model server's; `clock`
+    /// paces heartbeats, pulls and backoff and stamps the journal.
+    public init(daemon: WorkerDaemon, config: WorkerConfig, directory: StateDirectory, logger: Logger,
+                transport: any HTTPTransport = HTTPClient.shared, clock: any WorkerClock = SystemClock()) {
         self.daemon = daemon
         self.config = config
         self.directory = directory
         self.logger = logger
-        self.backend = ModelBackend(config: config.backend, client: http)
-        self.http = http
+        self.backend = ModelBackend(config: config.backend, client: transport)
+        self.transport = transport
+        self.clock = clock
     }
 
     public func run(shutdown: GracefulShutdown) async throws {
@@ -203,7 +211,7 @@ public struct CoordinatorService: Service {
     /// One session: recovery, registration, then heartbeats and work until `stop`.
     func session(stop: GracefulShutdown) async {
         let link = CoordinatorLink(config: config, agentID: daemon.agentID, files: WorkerStateFiles(directory: directory),
-                                   daemon: daemon, logger: logger, http: http)
+                                   daemon: daemon, logger: logger, transport: transport, clock: clock)
         let journal = WorkJournal(writer: daemon.writer)
         await link.update { $0.outboxDepth = journal.outboxDepth }
         logger.info("coordinator session starting (\(config.coordinator.url ?? "?"))")
@@ -221,7 +229,7 @@ public struct CoordinatorService: Service {
                 })
             } catch CoordinatorLink.Stop.rejected(let reason) {
                 await link.rejected(reason)
-                _ = try? await stop.cancelling { try await Task.sleep(nanoseconds: UInt64(CoordinatorLink.rejectionRetryMs) * 1_000_000) }
+                _ = try? await stop.cancelling { try await clock.sleep(milliseconds: CoordinatorLink.rejectionRetryMs) }
                 await link.clearRejection()
             } catch {
                 if !stop.isTriggered { logger.warning("coordinator session error: \(error)") }
@@ -250,15 +258,15 @@ public struct CoordinatorService: Service {
                 await link.update { $0.heartbeatFailures += 1; $0.lastError = "heartbeat: \(other.failureText)" }
                 logger.warning("heartbeat failed: \(other.failureText)")
             }
-            try await Task.sleep(nanoseconds: UInt64(config.coordinator.heartbeatIntervalMs) * 1_000_000)
+            try await clock.sleep(milliseconds: config.coordinator.heartbeatIntervalMs)
         }
     }
 
     /// Recovery first (outbox, then journal), then pull / run / post until stopped.
     func work(_ link: CoordinatorLink, journal: WorkJournal, stop: GracefulShutdown) async throws {
-        let found = journal.load(nowMs: wallClockMilliseconds())
+        let found = journal.load(nowMs: clock.wallMs())
         for file in found.recovered { logger.error("journal file \(file.file) \(file.problem); kept as \(file.movedTo)") }
-        for action in RecoveryPlan.plan(journal: found.journal, outbox: found.outbox, nowMs: wallClockMilliseconds()) {
+        for action in RecoveryPlan.plan(journal: found.journal, outbox: found.outbox, nowMs: clock.wallMs()) {
             if stop.isTriggered { return }
             switch action {
             case .post(let result):
@@ -270,7 +278,7 @@ public struct CoordinatorService: Service {
             case .reportRestarted(let result):
                 logger.notice("reporting subtask \(result.subtaskID) as worker_restarted: its timeout passed while the worker was down")
                 try await journal.complete(result)
-                await recordResult(result, prompt: "", started: wallClockMilliseconds() - result.durationMs)
+                await recordResult(result, prompt: "", started: clock.wallMs() - result.durationMs)
                 try await post(result, link: link, journal: journal, stop: stop)
             }
         }
@@ -290,7 +298,7 @@ public struct CoordinatorService: Service {
                 try await pause(config.coordinator.pullIntervalMs, stop: stop)
             case .work(let subtask):
                 await link.update { $0.deferredReason = nil; $0.consecutiveFailures = 0; $0.backoffMs = nil }
-                let entry = RecoveryPlan.JournalEntry(subtask: subtask, pulledAtMs: wallClockMilliseconds())
+                let entry = RecoveryPlan.JournalEntry(subtask: subtask, pulledAtMs: clock.wallMs())
                 if found.journal.contains(where: { $0.subtask.id == subtask.id }) { continue }
                 try await journal.record(entry)
                 try await runAndPost(entry, link: link, journal: journal, stop: stop)
@@ -314,28 +322,30 @@ public struct CoordinatorService: Service {
 
     /// Sleeps, but wakes when the session stops.
     func pause(_ ms: Int64, stop: GracefulShutdown) async throws {
-        _ = try await stop.cancelling { try await Task.sleep(nanoseconds: UInt64(max(0, ms)) * 1_000_000) }
+        let clock = self.clock
+        _ = try await stop.cancelling { try await clock.sleep(milliseconds: ms) }
     }
 
     /// Runs a journaled subtask (bounded by its timeout; on stop, by stopGraceMs), moves
     /// it to the outbox and posts it. A subtask cut off by the stop stays in the journal.
     func runAndPost(_ entry: RecoveryPlan.JournalEntry, link: CoordinatorLink, journal: WorkJournal, stop: GracefulShutdown) async throws {
         let subtask = entry.subtask
-        let started = wallClockMilliseconds()
+        let started = clock.wallMs()
         var record = TaskRecord(id: subtask.id, source: .coordinator, origin: subtask.taskID, prompt: subtask.input, startedAtMs: started)
         await daemon.upsertTask(record)
         await link.update { $0.running = subtask.id }
         let remaining = max(1_000, entry.pulledAtMs + subtask.timeoutMs - started)
         let request = ModelRequest(prompt: subtask.input, maxTokens: Int(config.backend.maxTokens), timeoutMs: min(remaining, config.backend.timeoutMs))
         let backend = self.backend
-        let grace = UInt64(config.coordinator.stopGraceMs) * 1_000_000
+        let clock = self.clock
+        let grace = config.coordinator.stopGraceMs
         // The generation races the stop plus its grace; losing leaves the journal entry.
         let outcome: Result<ModelOutput, ModelError>?
         switch await race({ () async -> Result<ModelOutput, ModelError> in
             do throws(ModelError) { return .success(try await backend.generate(request)) } catch { return .failure(error) }
         }, {
             await stop.wait()
-            try? await Task.sleep(nanoseconds: grace)
+            try? await clock.sleep(milliseconds: grace)
         }) {
         case .first(let result): outcome = result
         case .second: outcome = nil
@@ -343,11 +353,11 @@ public struct CoordinatorService: Service {
         await link.update { $0.running = nil }
         guard let outcome else {
             logger.warning("stopping: subtask \(subtask.id) did not finish within the grace; it stays in the journal and runs again at the next start if its timeout allows")
-            record.finish(ok: false, output: "", error: "interrupted", atMs: wallClockMilliseconds(), state: .interrupted)
+            record.finish(ok: false, output: "", error: "interrupted", atMs: clock.wallMs(), state: .interrupted)
             await daemon.upsertTask(record)
             throw CancellationError()
         }
-        let ended = wallClockMilliseconds()
+        let ended = clock.wallMs()
         let result: SubtaskResult
         switch outcome {
         case .success(let output):

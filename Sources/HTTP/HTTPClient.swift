@@ -35,6 +35,13 @@ public struct HTTPResponse: Sendable {
     public var body: [UInt8]
     /// From the start of the transfer to its end.
     public var durationMicroseconds: Int64
+
+    /// `durationMicroseconds` is 0 for a transport with no transfer to time.
+    public init(status: Int, body: [UInt8], durationMicroseconds: Int64 = 0) {
+        self.status = status
+        self.body = body
+        self.durationMicroseconds = durationMicroseconds
+    }
 }
 
 /// Why a request got no HTTP answer. `kind` is what callers match on.
@@ -51,6 +58,12 @@ public struct HTTPError: Error, Sendable, Equatable, CustomStringConvertible {
     public var kind: Kind
     public var message: String
     public var description: String { message }
+
+    /// `message` says what failed for the operator; `kind` is what code matches on.
+    public init(kind: Kind, message: String) {
+        self.kind = kind
+        self.message = message
+    }
 }
 
 /// One thin wrapper over libcurl: every transfer runs on one dedicated thread through

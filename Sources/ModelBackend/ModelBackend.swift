@@ -16,14 +16,14 @@ public struct ModelBackend: Sendable {
     public let config: WorkerConfig.Backend
     /// The wire format: URLs, bodies and decoding.
     public let wire: ModelWire
-    private let client: HTTPClient
+    private let client: any HTTPTransport
 
     /// Longest wait for a connection to the model server (bounded by the call's time).
     public static let connectTimeoutMs: Int64 = 3_000
     /// Longest wait for the readiness probe (bounded by `backend.timeoutMs`).
     public static let probeTimeoutMs: Int64 = 5_000
 
-    public init(config: WorkerConfig.Backend, client: HTTPClient = .shared) {
+    public init(config: WorkerConfig.Backend, client: any HTTPTransport = HTTPClient.shared) {
         self.config = config
         self.wire = ModelWire(config: config)
         self.client = client

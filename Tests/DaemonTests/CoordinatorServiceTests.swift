@@ -1,0 +1,305 @@
+import Foundation
+import HTTP
+import Logging
+import Posix
+import StateStore
+import Testing
+import WorkerCore
+@testable import Daemon
+
+/// One coordinator session in-process: the real loop, a scripted coordinator and model
+/// server, a manual clock. The same cases run against the dev coordinator in
+/// Tests/Suites/coordinator.sh; here they take milliseconds and pin exact delays.
+final class CoordinatorBed: Sendable {
+    static let subtask = #"{"id":"s1","taskId":"t1","kind":"single_step","input":"say hi","timeoutMs":30000}"#
+    static let heartbeatMs: Int64 = 15_000
+    static let pullMs: Int64 = 5_000
+
+    let dir = NSTemporaryDirectory() + "ecw-coordinator-" + UUID().uuidString
+    let clock: ManualClock
+    let transport: ScriptedTransport
+    let directory: StateDirectory
+    let daemon: WorkerDaemon
+    let service: CoordinatorService
+    let stop = GracefulShutdown()
+    let ended = StateSignal(false)
+
+    init(jitter: @escaping @Sendable (ClosedRange<Int64>) -> Int64 = { $0.upperBound }) throws {
+        clock = ManualClock(jitter: jitter)
+        transport = ScriptedTransport(defaults: [
+            "/register": .json(200, #"{"accepted":true,"meshToken":"mesh-1"}"#),
+            "/heartbeat": .json(200, #"{"ok":true}"#),
+            "/pull": .json(200, #"{"subtask":null}"#),
+            "/result": .json(200, #"{"ok":true}"#),
+            "/api/generate": .json(200, #"{"response":"hi there","done":true}"#),
+        ])
+        var config = WorkerConfig()
+        config.coordinator.url = "http://coordinator.test/"
+        config.coordinator.heartbeatIntervalMs = CoordinatorBed.heartbeatMs
+        config.coordinator.pullIntervalMs = CoordinatorBed.pullMs
+        config.backend.kind = .ollama
+        config.backend.url = "http://model.test"
+        directory = try StateDirectory(path: dir)
+        let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
+        let logger = Logger(label: "coordinator", handler: MemoryLogHandler())
+        let clock = self.clock
+        daemon = WorkerDaemon(config: config, paths: paths, directory: directory, logger: logger, clock: { clock.wallMs() })
+        service = CoordinatorService(daemon: daemon, config: config, directory: directory, logger: logger, transport: transport, clock: clock)
+    }
+
+    var journal: WorkJournal { WorkJournal(directory: directory) }
+
+    func start() {
+        let service = self.service, stop = self.stop, ended = self.ended
+        Task {
+            await service.session(stop: stop)
+            ended.set(true)
+        }
+    }
+
+    /// Stops the session gracefully and checks that it ends without the clock moving.
+    func finish(sourceLocation: SourceLocation = #_sourceLocation) async {
+        stop.trigger()
+        await eventually("the session to end on stop", sourceLocation: sourceLocation) { self.ended.value }
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    var status: JSONValue {
+        get async { await daemon.statusJSON()["coordinator"] ?? .null }
+    }
+
+    /// The paths called so far, heartbeats left out (they run on their own cadence).
+    var workCalls: [String] { transport.calls.map(\.path).filter { $0 != "/heartbeat" } }
+
+    func storedMeshToken() -> String? {
+        if case .loaded(let token) = WorkerStateFiles(directory: directory).loadMeshToken(nowMs: 0) { return token }
+        return nil
+    }
+
+    func entry(pulledAgoMs: Int64) throws -> RecoveryPlan.JournalEntry {
+        guard case .success(let subtask) = Subtask.parse(try JSON.parse(CoordinatorBed.subtask)) else { throw CancellationError() }
+        return RecoveryPlan.JournalEntry(subtask: subtask, pulledAtMs: clock.wallMs() - pulledAgoMs)
+    }
+}
+
+@Suite struct CoordinatorSessionInProcess {
+    @Test func registersOnceThenSendsTheMeshTokenOnEveryOtherCall() async throws {
+        let bed = try CoordinatorBed()
+        bed.start()
+        #expect(await bed.clock.waitForSleep(CoordinatorBed.pullMs))
+        #expect(await bed.clock.waitForSleep(CoordinatorBed.heartbeatMs))
+        let calls = bed.transport.calls
+        #expect(calls.filter { $0.path == "/register" }.count == 1)
+        #expect(calls.first?.path == "/register")
+        #expect(calls.first?.header("x-mesh-token") == nil)
+        let agentID = await bed.daemon.agentID
+        #expect(calls.first?.body?["agentId"]?.stringValue == agentID)
+        for call in calls.dropFirst() { #expect(call.header("x-mesh-token") == "mesh-1", "\(call.path)") }
+        #expect(bed.storedMeshToken() == "mesh-1")
+        #expect(await bed.status["registered"] == true)
+        #expect(await bed.status["lastHeartbeat"]?.stringValue == formatUTC(milliseconds: bed.clock.wallMs()))
+
+        // The cadences come from the clock: nothing more until it moves.
+        let before = bed.transport.calls.count
+        await settle()
+        #expect(bed.transport.calls.count == before)
+        bed.clock.advance(by: CoordinatorBed.pullMs)
+        await eventually("a second pull") { bed.transport.calls(to: "/pull").count == 2 }
+        #expect(bed.transport.calls(to: "/heartbeat").count == 1)
+        await bed.finish()
+    }
+
+    @Test(arguments: ["/pull", "/heartbeat"])
+    func unauthorizedForgetsTheMeshTokenAndRegistersAgain(path: String) async throws {
+        let bed = try CoordinatorBed()
+        bed.transport.script(path, .json(401, #"{"error":"mesh_unauthorized","reason":"token rotated"}"#))
+        bed.transport.script("/register", .json(200, #"{"accepted":true,"meshToken":"mesh-1"}"#), .failure(.couldNotConnect),
+                             .json(200, #"{"accepted":true,"meshToken":"mesh-2"}"#))
+        bed.start()
+        // The registration after the 401 fails once: the old token is gone meanwhile.
+        #expect(await bed.clock.waitForSleep(1_500))
+        #expect(bed.storedMeshToken() == nil)
+        #expect(await bed.status["registered"] == false)
+        bed.clock.advance(by: 1_500)
+        await eventually("a third registration") { bed.transport.calls(to: "/register").count == 3 }
+        #expect(await bed.clock.waitForSleep(CoordinatorBed.pullMs))
+        let registrations = bed.transport.calls(to: "/register")
+        #expect(registrations.allSatisfy { $0.header("x-mesh-token") == nil }, "register never carries the old token")
+        await eventually("a call with the new token") { bed.transport.calls(to: path).last?.header("x-mesh-token") == "mesh-2" }
+        #expect(bed.storedMeshToken() == "mesh-2")
+        #expect(await bed.status["registered"] == true)
+        await bed.finish()
+    }
+
+    @Test(arguments: [
+        ("/register", #"{"error":"forbidden","reason":"revoked by the operator"}"#, 403, "forbidden: revoked by the operator"),
+        ("/heartbeat", #"{"ok":true,"blacklisted":true,"reason":"abuse"}"#, 200, "blacklisted: abuse"),
+        ("/pull", #"{"subtask":null,"blocked":true,"reason":"abuse"}"#, 200, "blocked: abuse"),
+    ])
+    func aRejectionStopsWithTheReasonAndRetriesNoFasterThanFiveMinutes(path: String, body: String, httpStatus: Int, reason: String) async throws {
+        let bed = try CoordinatorBed()
+        bed.transport.script(path, .json(httpStatus, body))
+        bed.start()
+        #expect(await bed.clock.waitForSleep(CoordinatorLink.rejectionRetryMs))
+        let rejectedAt = bed.clock.wallMs()
+        #expect(await bed.status["rejection"]?.stringValue == reason)
+        #expect(await bed.status["retryAt"]?.stringValue == formatUTC(milliseconds: rejectedAt + 300_000))
+        #expect(await bed.status["registered"] == false)
+        #expect(bed.clock.sleeping == [300_000], "no heartbeat or pull keeps running while rejected")
+
+        let calls = bed.transport.calls.count
+        bed.clock.advance(by: 299_999)
+        await settle()
+        #expect(bed.transport.calls.count == calls, "nothing is sent before the five minutes are up")
+        bed.clock.advance(by: 1)
+        await eventually("registering again after five minutes") { bed.transport.calls(to: "/register").count == 2 }
+        #expect(await bed.clock.waitForSleep(CoordinatorBed.pullMs))
+        #expect(await bed.status["rejection"] == .null)
+        #expect(await bed.status["registered"] == true)
+        await bed.finish()
+    }
+
+    @Test func networkFailuresBackOffWithFullJitterUpToTheCap() async throws {
+        // Half of the ceiling: what is slept must be the jitter's draw, not the ceiling.
+        let bed = try CoordinatorBed(jitter: { $0.upperBound / 2 })
+        let ceilings: [Int64] = [1_500, 3_000, 6_000, 12_000, 24_000, 48_000, 60_000, 60_000]
+        for _ in ceilings { bed.transport.script("/register", .failure(.couldNotConnect)) }
+        bed.start()
+        for (n, ceiling) in ceilings.enumerated() {
+            try #require(await bed.clock.waitForSleep(ceiling / 2), "failure \(n + 1)")
+            #expect(bed.clock.jitterRanges.last == 0...ceiling)
+            #expect(await bed.status["consecutiveFailures"] == .int(Int64(n + 1)))
+            #expect(await bed.status["backoffMs"] == .int(ceiling / 2))
+            #expect(await bed.status["lastError"]?.stringValue?.hasPrefix("register: could-not-connect") == true)
+            #expect(bed.transport.calls(to: "/register").count == n + 1)
+            bed.clock.advance(by: ceiling / 2 - 1)
+            await settle()
+            #expect(bed.transport.calls(to: "/register").count == n + 1, "no retry before the backoff is over")
+            bed.clock.advance(by: 1)
+        }
+        #expect(await bed.clock.waitForSleep(CoordinatorBed.pullMs))
+        #expect(bed.clock.jitterRanges.count == ceilings.count)
+        #expect(await bed.status["consecutiveFailures"] == 0)
+        #expect(await bed.status["backoffMs"] == .null)
+        #expect(await bed.status["registered"] == true)
+        await bed.finish()
+    }
+
+    @Test func aFailedPullBacksOffAndANoWorkAnswerResetsTheCount() async throws {
+        let bed = try CoordinatorBed()
+        bed.transport.script("/pull", .json(503, #"{"error":"overloaded"}"#), .failure(.timedOut))
+        bed.start()
+        #expect(await bed.clock.waitForSleep(1_500))
+        #expect(await bed.status["lastError"]?.stringValue == "pull: pull answered HTTP 503: overloaded")
+        bed.clock.advance(by: 1_500)
+        #expect(await bed.clock.waitForSleep(3_000))
+        #expect(await bed.status["consecutiveFailures"] == 2)
+        bed.clock.advance(by: 3_000)
+        #expect(await bed.clock.waitForSleep(CoordinatorBed.pullMs))
+        #expect(await bed.status["consecutiveFailures"] == 0)
+        await bed.finish()
+    }
+
+    @Test(arguments: [(#","deferMs":42000"#, Int64(42_000)), ("", CoordinatorBed.pullMs)])
+    func aPowerDeferredPullWaitsItsDeferMs(deferMs: String, expected: Int64) async throws {
+        let bed = try CoordinatorBed()
+        bed.transport.script("/pull", .json(200, #"{"subtask":null,"powerDeferred":true,"reason":"grid_peak"\#(deferMs)}"#))
+        bed.start()
+        #expect(await bed.clock.waitForSleep(expected))
+        #expect(await bed.status["deferredReason"]?.stringValue == "coordinator: grid_peak")
+        bed.clock.advance(by: expected - 1)
+        await settle()
+        #expect(bed.transport.calls(to: "/pull").count == 1, "no pull before deferMs is over")
+        bed.clock.advance(by: 1)
+        await eventually("the next pull") { bed.transport.calls(to: "/pull").count == 2 }
+        await eventually("the deferral to clear") { await bed.status["deferredReason"] == .null }
+        await bed.finish()
+    }
+
+    @Test func aPulledSubtaskIsJournaledRunOnTheModelAndItsResultPosted() async throws {
+        let bed = try CoordinatorBed()
+        bed.transport.script("/pull", .json(200, #"{"subtask":\#(CoordinatorBed.subtask)}"#))
+        bed.start()
+        await eventually("the result") { bed.transport.calls(to: "/result").count == 1 }
+        #expect(await bed.clock.waitForSleep(CoordinatorBed.pullMs))
+        #expect(bed.workCalls == ["/register", "/pull", "/api/generate", "/result", "/pull"], "a result is followed by a pull at once")
+        let result = try #require(bed.transport.calls(to: "/result").first?.body)
+        #expect(result["subtaskId"] == "s1")
+        #expect(result["taskId"] == "t1")
+        #expect(result["ok"] == true)
+        #expect(result["output"] == "hi there")
+        let loaded = bed.journal.load(nowMs: bed.clock.wallMs())
+        #expect(loaded.journal.isEmpty && loaded.outbox.isEmpty, "delivered: neither journal nor outbox keeps it")
+        #expect(await bed.status["subtasksDone"] == 1)
+        #expect(await bed.daemon.tasksJSON(limit: nil)["tasks"]?.arrayValue?.first?["state"] == "done")
+        await bed.finish()
+    }
+
+    @Test func anUndeliveredResultStaysInTheOutboxAndIsPostedAgainAfterBackoff() async throws {
+        let bed = try CoordinatorBed()
+        bed.transport.script("/pull", .json(200, #"{"subtask":\#(CoordinatorBed.subtask)}"#))
+        bed.transport.script("/result", .failure(.couldNotConnect))
+        bed.start()
+        #expect(await bed.clock.waitForSleep(1_500))
+        let waiting = bed.journal.load(nowMs: bed.clock.wallMs())
+        #expect(waiting.outbox.map(\.subtaskID) == ["s1"])
+        #expect(waiting.journal.isEmpty)
+        #expect(await bed.status["outboxDepth"] == 1)
+        bed.clock.advance(by: 1_500)
+        await eventually("the second post") { bed.transport.calls(to: "/result").count == 2 }
+        await eventually("the outbox to empty") { bed.journal.outboxDepth == 0 }
+        #expect(bed.transport.calls(to: "/api/generate").count == 1, "the model runs once")
+        await bed.finish()
+    }
+}
+
+@Suite struct CoordinatorCrashRecoveryInProcess {
+    @Test func theOutboxIsDeliveredBeforeAJournaledSubtaskRunsAgainAndBeforeAnyPull() async throws {
+        let bed = try CoordinatorBed()
+        try bed.journal.record(try bed.entry(pulledAgoMs: 60_000))
+        try bed.journal.complete(SubtaskResult(subtaskID: "s1", taskID: "t1", ok: true, output: "from before", durationMs: 900))
+        var second = try bed.entry(pulledAgoMs: 10_000)
+        second.subtask.id = "s2"
+        second.subtask.raw = try JSON.parse(CoordinatorBed.subtask.replacingOccurrences(of: "\"s1\"", with: "\"s2\""))
+        try bed.journal.record(second)
+        bed.start()
+        #expect(await bed.clock.waitForSleep(CoordinatorBed.pullMs))
+        #expect(bed.workCalls == ["/register", "/result", "/api/generate", "/result", "/pull"])
+        let posted = bed.transport.calls(to: "/result").compactMap(\.body)
+        #expect(posted.map { $0["subtaskId"] } == ["s1", "s2"])
+        #expect(posted.first?["output"] == "from before", "the outbox result is posted as it was written")
+        #expect(posted.last?["ok"] == true)
+        let loaded = bed.journal.load(nowMs: bed.clock.wallMs())
+        #expect(loaded.journal.isEmpty && loaded.outbox.isEmpty)
+        #expect(await bed.status["subtasksDone"] == 2)
+        await bed.finish()
+    }
+
+    @Test func aJournaledSubtaskRunsAgainWithinWhatIsLeftOfItsTimeout() async throws {
+        let bed = try CoordinatorBed()
+        try bed.journal.record(try bed.entry(pulledAgoMs: 10_000))
+        bed.start()
+        await eventually("the rerun's result") { bed.transport.calls(to: "/result").count == 1 }
+        let generate = try #require(bed.transport.calls(to: "/api/generate").first)
+        #expect(generate.totalTimeoutMs == 20_000, "30 s timeout, pulled 10 s before the start")
+        #expect(generate.body?["prompt"] == "say hi")
+        #expect(bed.transport.calls(to: "/result").first?.body?["ok"] == true)
+        await bed.finish()
+    }
+
+    @Test func aJournaledSubtaskPastItsTimeoutIsReportedAsWorkerRestarted() async throws {
+        let bed = try CoordinatorBed()
+        try bed.journal.record(try bed.entry(pulledAgoMs: 30_000))
+        bed.start()
+        #expect(await bed.clock.waitForSleep(CoordinatorBed.pullMs))
+        #expect(bed.transport.calls(to: "/api/generate").isEmpty, "too late to run")
+        let result = try #require(bed.transport.calls(to: "/result").first?.body)
+        #expect(result["subtaskId"] == "s1")
+        #expect(result["ok"] == false)
+        #expect(result["error"] == "worker_restarted")
+        #expect(result["durationMs"] == 30_000)
+        #expect(await bed.status["subtasksFailed"] == 1)
+        #expect(bed.journal.load(nowMs: bed.clock.wallMs()).journal.isEmpty)
+        await bed.finish()
+    }
+}
