@@ -16,11 +16,11 @@ public actor ConnectionCount {
 /// task and close it after. Returns when accepting fails after cancellation; rethrows an
 /// accept failure otherwise unless `retryAcceptFailures` (a listener that must not die of
 /// one EMFILE).
-public func acceptConnections(limit: Int, accept: @Sendable () async throws -> UnixConnection,
+public func acceptConnections(limit: Int, counter open: ConnectionCount = ConnectionCount(),
+                              accept: @Sendable () async throws -> UnixConnection,
                               retryAcceptFailures: Bool,
                               refuse: @escaping @Sendable (UnixConnection) async -> Void,
                               serve: @escaping @Sendable (UnixConnection) async -> Void) async throws {
-    let open = ConnectionCount()
     try await withThrowingDiscardingTaskGroup { group in
         while !Task.isCancelled {
             let connection: UnixConnection

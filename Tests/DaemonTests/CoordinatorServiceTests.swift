@@ -47,7 +47,7 @@ final class CoordinatorBed: Sendable {
         service = CoordinatorService(daemon: daemon, config: config, directory: directory, logger: logger, transport: transport, clock: clock)
     }
 
-    var journal: WorkJournal { WorkJournal(directory: directory) }
+    var journal: WorkJournal { WorkJournal(writer: daemon.writer) }
 
     func start() {
         let service = self.service, stop = self.stop, ended = self.ended
@@ -256,12 +256,12 @@ final class CoordinatorBed: Sendable {
 @Suite struct CoordinatorCrashRecoveryInProcess {
     @Test func theOutboxIsDeliveredBeforeAJournaledSubtaskRunsAgainAndBeforeAnyPull() async throws {
         let bed = try CoordinatorBed()
-        try bed.journal.record(try bed.entry(pulledAgoMs: 60_000))
-        try bed.journal.complete(SubtaskResult(subtaskID: "s1", taskID: "t1", ok: true, output: "from before", durationMs: 900))
+        try await bed.journal.record(try bed.entry(pulledAgoMs: 60_000))
+        try await bed.journal.complete(SubtaskResult(subtaskID: "s1", taskID: "t1", ok: true, output: "from before", durationMs: 900))
         var second = try bed.entry(pulledAgoMs: 10_000)
         second.subtask.id = "s2"
         second.subtask.raw = try JSON.parse(CoordinatorBed.subtask.replacingOccurrences(of: "\"s1\"", with: "\"s2\""))
-        try bed.journal.record(second)
+        try await bed.journal.record(second)
         bed.start()
         #expect(await bed.clock.waitForSleep(CoordinatorBed.pullMs))
         #expect(bed.workCalls == ["/register", "/result", "/api/generate", "/result", "/pull"])
@@ -277,7 +277,7 @@ final class CoordinatorBed: Sendable {
 
     @Test func aJournaledSubtaskRunsAgainWithinWhatIsLeftOfItsTimeout() async throws {
         let bed = try CoordinatorBed()
-        try bed.journal.record(try bed.entry(pulledAgoMs: 10_000))
+        try await bed.journal.record(try bed.entry(pulledAgoMs: 10_000))
         bed.start()
         await eventually("the rerun's result") { bed.transport.calls(to: "/result").count == 1 }
         let generate = try #require(bed.transport.calls(to: "/api/generate").first)
@@ -289,7 +289,7 @@ final class CoordinatorBed: Sendable {
 
     @Test func aJournaledSubtaskPastItsTimeoutIsReportedAsWorkerRestarted() async throws {
         let bed = try CoordinatorBed()
-        try bed.journal.record(try bed.entry(pulledAgoMs: 30_000))
+        try await bed.journal.record(try bed.entry(pulledAgoMs: 30_000))
         bed.start()
         #expect(await bed.clock.waitForSleep(CoordinatorBed.pullMs))
         #expect(bed.transport.calls(to: "/api/generate").isEmpty, "too late to run")
