@@ -361,9 +361,12 @@ public enum HTTPURL {
 /// Agent ids travel in every coordinator call and in the Bluetooth name; they are
 /// restricted to characters that are safe in both.
 public enum AgentID {
+    /// The longest agent id accepted.
+    public static let maxBytes = 128
+
     public static func validationProblem(_ id: String) -> String? {
         if id.isEmpty { return "must not be empty" }
-        if id.utf8.count > 128 { return "must be at most 128 characters, got \(id.utf8.count)" }
+        if id.utf8.count > maxBytes { return "must be at most \(maxBytes) characters, got \(id.utf8.count)" }
         let ok = id.unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "-" || $0 == "_" || $0 == ".") }
         return ok ? nil : "may hold only letters, digits, '-', '_' and '.', got \"\(printable(id))\""
     }

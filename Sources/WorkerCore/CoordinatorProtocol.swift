@@ -32,6 +32,7 @@ public enum CoordinatorWire {
     /// The result body, with `output` cut (on a character boundary) so the whole body
     /// stays under the coordinator's limit.
     public static func result(_ result: SubtaskResult, agentID: String) -> JSONValue {
+        let result = result.boundedError
         func body(_ output: String) -> JSONValue {
             var object = JSONObject([
                 ("subtaskId", .string(result.subtaskID)), ("taskId", .string(result.taskID)), ("agentId", .string(agentID)),
@@ -52,7 +53,8 @@ public enum CoordinatorWire {
     }
 }
 
-/// A subtask from `/pull`, validated. `raw` is what the coordinator sent, kept for the journal.
+/// A subtask from `/pull`, validated. `raw` is what the coordinator sent; the journal
+/// keeps only what a rerun needs (`RecoveryPlan.JournalEntry`).
 public struct Subtask: Sendable, Equatable {
     public var id: String
     public var taskID: String
@@ -114,6 +116,34 @@ public struct SubtaskResult: Sendable, Equatable {
         self.error = error
         self.durationMs = durationMs
     }
+
+    /// An error text is a reason, not a payload: longer ones are cut to this (UTF-8 bytes).
+    public static let maxErrorBytes = 4_096
+
+    /// The result as posted: the error cut to `maxErrorBytes` and the output cut so the
+    /// body fits the coordinator's limit. The outbox keeps this, not the model's whole
+    /// text, so an outbox file is never larger than `maxStoredBytes`.
+    public var bounded: SubtaskResult {
+        var result = boundedError
+        guard let output = CoordinatorWire.result(result, agentID: String(repeating: "a", count: AgentID.maxBytes))["output"]?.stringValue else { return result }
+        result.output = output
+        return result
+    }
+
+    var boundedError: SubtaskResult {
+        guard let error, error.utf8.count > SubtaskResult.maxErrorBytes else { return self }
+        var result = self
+        let utf8 = error.utf8
+        var end = utf8.index(utf8.startIndex, offsetBy: SubtaskResult.maxErrorBytes)
+        // A continuation byte (10xxxxxx) at the cut means the cut is inside a character.
+        while end > utf8.startIndex && utf8[end] & 0xC0 == 0x80 { end = utf8.index(before: end) }
+        result.error = String(decoding: Array(utf8[..<end]), as: UTF8.self)
+        return result
+    }
+
+    /// The largest outbox file a `bounded` result makes: the body limit (the outbox
+    /// holds the body's fields without the agent id). Its reader refuses larger files.
+    public static let maxStoredBytes = CoordinatorWire.maxBodyBytes
 
     public var json: JSONValue {
         var object = JSONObject([("subtaskId", .string(subtaskID)), ("taskId", .string(taskID)), ("ok", .bool(ok)), ("output", .string(output))])
@@ -227,7 +257,22 @@ public enum RecoveryPlan {
             self.pulledAtMs = pulledAtMs
         }
 
-        public var json: JSONValue { ["pulledAtMs": .int(pulledAtMs), "subtask": subtask.raw] }
+        /// What a rerun needs, not the whole subtask the coordinator sent: its other
+        /// fields can be as large as `coordinator.maxResponseBytes` (64 MiB), while this
+        /// is bounded by `maxStoredBytes` whatever the coordinator adds.
+        public var json: JSONValue {
+            var stored = JSONObject([("id", .string(subtask.id)), ("taskId", .string(subtask.taskID))])
+            if subtask.kind.utf8.count <= JournalEntry.maxKindBytes { stored["kind"] = .string(subtask.kind) }
+            stored["input"] = .string(subtask.input)
+            stored["timeoutMs"] = .int(subtask.timeoutMs)
+            return ["pulledAtMs": .int(pulledAtMs), "subtask": .object(stored)]
+        }
+
+        /// A kind longer than this is not kept (a rerun does not need it).
+        static let maxKindBytes = 64
+        /// The largest journal file `json` makes: the input escaped at worst (a control
+        /// character becomes six bytes), plus ids and keys. Its reader refuses larger files.
+        public static let maxStoredBytes = 6 * Subtask.maxInputBytes + 65_536
 
         public static func from(json value: JSONValue) -> JournalEntry? {
             guard let pulled = value["pulledAtMs"]?.intValue, let raw = value["subtask"],
