@@ -42,7 +42,8 @@ public enum CoordinatorWire {
             object["durationMs"] = .int(result.durationMs)
             return .object(object)
         }
-        var output = result.output
+        // Escaping never shortens text: what is over the limit unescaped goes first, cheaply.
+        var output = utf8Prefix(result.output, maxBytes: maxBodyBytes)
         var value = body(output)
         while value.serialized.utf8.count > maxBodyBytes - 1024 && !output.isEmpty {
             // Escaping can make JSON longer than the text; cut a quarter and measure again.
@@ -133,11 +134,7 @@ public struct SubtaskResult: Sendable, Equatable {
     var boundedError: SubtaskResult {
         guard let error, error.utf8.count > SubtaskResult.maxErrorBytes else { return self }
         var result = self
-        let utf8 = error.utf8
-        var end = utf8.index(utf8.startIndex, offsetBy: SubtaskResult.maxErrorBytes)
-        // A continuation byte (10xxxxxx) at the cut means the cut is inside a character.
-        while end > utf8.startIndex && utf8[end] & 0xC0 == 0x80 { end = utf8.index(before: end) }
-        result.error = String(decoding: Array(utf8[..<end]), as: UTF8.self)
+        result.error = utf8Prefix(error, maxBytes: SubtaskResult.maxErrorBytes)
         return result
     }
 
@@ -304,4 +301,14 @@ public enum RecoveryPlan {
         }
         return actions
     }
+}
+
+/// The longest prefix of `text` of at most `maxBytes` UTF-8 bytes, cut between characters.
+func utf8Prefix(_ text: String, maxBytes: Int) -> String {
+    let utf8 = text.utf8
+    guard utf8.count > maxBytes else { return text }
+    var end = utf8.index(utf8.startIndex, offsetBy: max(0, maxBytes))
+    // A continuation byte (10xxxxxx) at the cut means the cut is inside a character.
+    while end > utf8.startIndex && utf8[end] & 0xC0 == 0x80 { end = utf8.index(before: end) }
+    return String(decoding: Array(utf8[..<end]), as: UTF8.self)
 }
