@@ -77,7 +77,7 @@ import WorkerCore
         // The input at its limit, every byte escaped at worst (six bytes each), plus
         // whatever else a coordinator adds to the subtask (64 MiB max): kept out.
         let input = String(repeating: "\u{1}", count: Subtask.maxInputBytes)
-        let raw: JSONValue = ["id": .string(String(repeating: "\"", count: 200)), "taskId": .string(String(repeating: "\\", count: 200)),
+        let raw: JSONValue = ["id": .string(String(repeating: "\"", count: 200)), "taskId": .string(String(repeating: "\"", count: 199) + "t"),
                               "kind": "single_step", "input": .string(input), "timeoutMs": 60_000,
                               "projectMeta": .string(String(repeating: "m", count: 5 * 1_048_576))]
         guard case .success(let subtask) = Subtask.parse(raw) else { Issue.record("a valid subtask"); return }
