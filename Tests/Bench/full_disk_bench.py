@@ -42,9 +42,16 @@ try:
         json.dump(config, f)
     state = f"{work}/state"
     os.makedirs(state)
+    # A quiet fake host on mains: the real host's load must not hold work (cpu-busy).
+    for path, text in (("sys/class/power_supply/AC/type", "Mains"), ("sys/class/power_supply/AC/online", "1"),
+                       ("proc/stat", "cpu  100 0 100 10000 0 0 0 0 0 0"), ("proc/meminfo", "MemTotal: 8000000 kB\nMemAvailable: 6000000 kB")):
+        os.makedirs(os.path.dirname(f"{work}/sysroot/{path}"), exist_ok=True)
+        with open(f"{work}/sysroot/{path}", "w") as f:
+            f.write(text + "\n")
     daemon = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c",
                                'mount -t tmpfs -o size=131072,mode=0750 ecw-state "$0" && exec "$@"', state,
-                               binary, "run", "--config", f"{work}/config.json", "--state-dir", state, "--runtime-dir", f"{work}/run"],
+                               binary, "run", "--config", f"{work}/config.json", "--state-dir", state, "--runtime-dir", f"{work}/run",
+                               "--sysfs-root", f"{work}/sysroot"],
                               stderr=subprocess.DEVNULL)
     procs.append(daemon)
     cli = lambda *a: subprocess.run([binary, *a, "--runtime-dir", f"{work}/run"], capture_output=True, text=True)
@@ -66,7 +73,10 @@ try:
     subprocess.run(["nsenter", "-t", str(daemon.pid), "-m", "sh", "-c", f"dd if=/dev/zero of={state}/filler bs=4096 2>/dev/null"])
     http("POST", curl + "/_dev/subtasks", [{"input": f"s{i}"} for i in range(50)])
     full_pulls, full_s, steps = pull_rate(seconds)
-    held = json.loads(cli("status", "--json").stdout)["power"]["held"].get("state-unwritable")
+    final = json.loads(cli("status", "--json").stdout)
+    held = final["power"]["held"].get("state-unwritable")
+    if any(v for k, v in final["power"]["held"].items() if k != "state-unwritable"):
+        print(f"   (the power policy held work too: {final['power']['held']})")
     print(f"== pulls per second with the state directory full (128 KiB tmpfs, 50 subtasks queued; {os.path.basename(binary)} {binary})")
     print(f"   full:  {full_pulls} pulls in {full_s:.1f} s = {full_pulls / full_s:.3f} per second, over {steps} backoff steps "
           f"({full_pulls / max(steps, 1):.2f} pulls per step; goal <= 1); held pulls counted: {held}")
