@@ -54,15 +54,14 @@ public enum CoordinatorWire {
     }
 }
 
-/// A subtask from `/pull`, validated. `raw` is what the coordinator sent; the journal
-/// keeps only what a rerun needs (`RecoveryPlan.JournalEntry`).
+/// A subtask from `/pull`, validated: what running it needs. The coordinator's other
+/// fields are not kept (the journal stores this, bounded, not the whole answer).
 public struct Subtask: Sendable, Equatable {
     public var id: String
     public var taskID: String
     public var kind: String
     public var input: String
     public var timeoutMs: Int64
-    public var raw: JSONValue
 
     /// Bounds on what we accept from a coordinator.
     public static let maxInputBytes = 1_048_576
@@ -91,7 +90,7 @@ public struct Subtask: Sendable, Equatable {
         }
         var timeout = defaultTimeoutMs
         if let given = value["timeoutMs"]?.doubleValue, given.isFinite, given >= 1 { timeout = Int64(min(given, 86_400_000)) }
-        return .success(Subtask(id: id, taskID: taskID, kind: value["kind"]?.stringValue ?? "single_step", input: input, timeoutMs: timeout, raw: value))
+        return .success(Subtask(id: id, taskID: taskID, kind: value["kind"]?.stringValue ?? "single_step", input: input, timeoutMs: timeout))
     }
 
     /// Ids end up in file names and logs: printable ASCII without separators, bounded.
