@@ -343,13 +343,16 @@ public struct CoordinatorService: Service {
                 // At once after a result: no pause.
             case .unrunnable(let id, let taskID, let reason):
                 let result = SubtaskResult(subtaskID: id, taskID: taskID, ok: false, output: "", error: reason, durationMs: 0)
+                let stored: SubtaskResult
                 do {
-                    try await post(try await journal.complete(result), link: link, journal: journal, stop: stop)
-                } catch let error where !(error is CancellationError) && !(error is CoordinatorLink.Stop) {
+                    stored = try await journal.complete(result)
+                } catch {
                     logger.error("the answer to unrunnable subtask \(id) could not be written to the outbox (\(error)); posting it once from memory")
                     await answerUnstored(result, prompt: "", link: link)
                     try await pause(await link.failed("outbox \(id): \(error)"), stop: stop)
+                    continue
                 }
+                try await post(stored, link: link, journal: journal, stop: stop)
             case .deferred(let reason, let deferMs):
                 await link.update { $0.deferredReason = "coordinator: \(reason)" }
                 try await pause(deferMs ?? config.coordinator.pullIntervalMs, stop: stop)

@@ -406,6 +406,25 @@ final class MockDiskFailure: Sendable {
         await bed.finish()
     }
 
+    @Test func aMockedOutboxFailureForAnUnrunnableSubtaskAnswersItOnceFromMemoryAndBacksOff() async throws {
+        let disk = MockDiskFailure { name, removal in !removal && name.hasPrefix("outbox-") }
+        let bed = try CoordinatorBed(fault: disk.fault)
+        disk.failing = true
+        bed.transport.script("/pull", .json(200, #"{"subtask":{"id":"u1","taskId":"t1","kind":"single_step"}}"#))
+        bed.start()
+        #expect(await bed.clock.waitForSleep(1_500))
+        let answers = bed.transport.calls(to: "/result").compactMap(\.body)
+        #expect(answers.map { $0["subtaskId"] } == ["u1"], "answered once")
+        #expect(answers.first?["ok"] == false)
+        #expect(await bed.status["lastError"]?.stringValue?.hasPrefix("outbox u1: ") == true)
+        #expect(bed.transport.calls(to: "/pull").count == 1)
+        disk.failing = false
+        bed.clock.advance(by: 1_500)
+        await eventually("pulling again once a write succeeds") { bed.transport.calls(to: "/pull").count == 2 }
+        #expect(bed.transport.calls(to: "/result").count == 1)
+        await bed.finish()
+    }
+
     @Test func aMockedRemovalFailureAfterDeliveryBacksOffAndNeverPostsTheResultTwice() async throws {
         let disk = MockDiskFailure(errno: EROFS) { name, removal in removal && name.hasPrefix("outbox-") }
         let bed = try CoordinatorBed(fault: disk.fault)
