@@ -194,7 +194,8 @@ public struct CoordinatorService: Service {
     }
 
     public func run(shutdown: GracefulShutdown) async throws {
-        while !shutdown.isTriggered {
+        // Cancelled, the waits below return at once: checking only the shutdown spun.
+        while !shutdown.isTriggered && !Task.isCancelled {
             let runtime = daemon.runtimeSignal(for: Self.mode)
             guard try await shutdown.cancelling({ await runtime.wait(for: true) }) != nil else { return }
             let stop = GracefulShutdown()
