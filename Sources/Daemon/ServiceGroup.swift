@@ -124,9 +124,6 @@ public struct ServiceGroup: Sendable {
                     }
                 }
             }
-            // Cancelled services whose shutdown was never triggered would otherwise see a
-            // cancelled wait as "keep going": trigger every token, then cancel.
-            for token in tokens { token.trigger() }
             group.cancelAll()
             return exit
         }
