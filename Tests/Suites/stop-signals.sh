@@ -19,8 +19,9 @@ ok() { echo "ok - $*"; }
 notok() { echo "not ok - $*"; fail=1; }
 
 work=$(mktemp -d /tmp/ecw-stop-XXXXXX)
+groups=""   # process groups started here, killed by id if a run left one behind
 cleanup() {
-  pkill -KILL -f -- "--state-dir $work/" 2>/dev/null
+  for group in $groups; do kill -KILL -- "-$group" 2>/dev/null; done
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -39,6 +40,7 @@ for i in $(seq "$runs_make"); do
   mkdir -p "$state" "$run"
   setsid make -s -f "$work/Makefile" STATE="$state" RUN="$run" run 2>>"$work/make.log" &
   make_pid=$!
+  groups="$groups $make_pid"
   for _ in $(seq 200); do "$bin" status --runtime-dir "$run" >/dev/null 2>&1 && break; sleep 0.02; done
   # Varied: at once, or after a while; the group once or twice.
   sleep "0.$(( (i * 37) % 30 ))"
@@ -50,7 +52,7 @@ for i in $(seq "$runs_make"); do
   if pgrep -g "$make_pid" >/dev/null 2>&1 || [ "$took" -gt "$bound_ms" ]; then
     slow=$((slow + 1))
     echo "# run $i: the group took ${took} ms to end; log lines: $(wc -l < "$work/make.log")"
-    pkill -KILL -g "$make_pid" 2>/dev/null
+    kill -KILL -- "-$make_pid" 2>/dev/null
   fi
   { wait "$make_pid"; } 2>/dev/null
 done
