@@ -98,7 +98,8 @@ public actor GattPeripheral: BusDriving {
         feed(.stop)
         kickBus()
         let deadline = monotonicMs() + timeoutMs
-        while !machine.stopped && monotonicMs() < deadline {
+        // A cancelled sleep returns at once: cancelled, this would spin until the deadline.
+        while !machine.stopped && monotonicMs() < deadline && !Task.isCancelled {
             try? await Task.sleep(nanoseconds: 20_000_000)
         }
         closeBus(reason: nil)

@@ -201,9 +201,10 @@ public struct CoordinatorService: Service {
     }
 
     public func run(shutdown: GracefulShutdown) async throws {
-        while !shutdown.isTriggered {
+        // Cancelled, the waits below return at once: checking only the shutdown spun.
+        while !shutdown.isTriggered && !Task.isCancelled {
             let runtime = daemon.runtimeSignal(for: Self.mode)
-            guard try await shutdown.cancelling({ await runtime.wait(for: true) }) != nil else { return }
+            guard try await shutdown.cancelling({ await runtime.wait(for: true) }) != nil, !Task.isCancelled else { return }
             let stop = GracefulShutdown()
             // The session is stopped gracefully (it finishes its subtask), never cancelled from here.
             _ = await race({ await session(stop: stop) }, {

@@ -11,6 +11,9 @@ import WorkerCore
 
 /// The one place that wires the parts into a running daemon.
 public enum DaemonMain {
+    /// After a second SIGTERM/SIGINT the process is gone within this many seconds.
+    public static let secondSignalBoundSeconds: UInt32 = 3
+
     /// Runs the daemon until SIGTERM/SIGINT; returns the process exit code.
     public static func run(config: WorkerConfig, paths: DaemonPaths, logger baseLogger: Logger) async -> Int32 {
         var logger = baseLogger
@@ -21,6 +24,15 @@ public enum DaemonMain {
         do { signals = try SignalPipe() } catch {
             logger.error("cannot install signal handlers: \(error)")
             return 1
+        }
+
+        // The graceful stop has its deadline, then cancels; if what is cancelled never
+        // ends, the process still does (issue 12 §6). A second signal means "now".
+        let gracefulDeadlineMs = config.coordinator.stopGraceMs + 2_000
+        do {
+            try signals.exitIfStopHangs(afterFirst: UInt32(gracefulDeadlineMs / 1_000) + 5, afterSecond: DaemonMain.secondSignalBoundSeconds)
+        } catch {
+            logger.warning("cannot bound the stop with an alarm: \(error)")
         }
 
         let directory: StateDirectory
@@ -69,7 +81,7 @@ public enum DaemonMain {
         logger.notice("ready: \(summary); agent \(daemon.agentID); control socket \(paths.controlSocket)")
 
         let group = ServiceGroup(services: services, logger: logger,
-                                 gracefulDeadlineNanoseconds: UInt64(config.coordinator.stopGraceMs + 2_000) * 1_000_000,
+                                 gracefulDeadlineNanoseconds: UInt64(gracefulDeadlineMs) * 1_000_000,
                                  onShutdownStart: { ServiceManager.notify("STOPPING=1\nSTATUS=stopping") })
         let exit = await group.run(signals: signals)
         listener.close()
