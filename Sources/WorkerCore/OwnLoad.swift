@@ -28,7 +28,7 @@ public enum ProcNetTCP {
             // sl local rem st queues timer retrnsmt uid timeout inode …
             guard fields.count >= 10 else { continue }
             let local = fields[1]
-            guard let colon = local.lastIndex(of: UInt8(ascii: ":")),
+            guard let colon = local.lastIndex(of: UInt8(ascii: ":")), hex(local[..<colon], maxDigits: 32) != nil,
                   let localPort = hex(local[(colon + 1)...], maxDigits: 4), localPort == UInt64(port),
                   let state = hex(fields[3], maxDigits: 2), state == UInt64(listen),
                   let uid = decimal(fields[7]), uid <= UInt64(UInt32.max),
