@@ -87,6 +87,7 @@ struct ModelSwitcher: Sendable {
                                                                      message: message, progressPct: progress.percent, sinceMs: started))
                     await reporter.post(phase: "pulling_model", message: message, progressPct: progress.percent, force: false)
                 }
+                await reporter.flush()
             } else if try await !puller.isInstalled(model) {
                 throw ModelError(.modelNotFound, "model \(model) is not on the Ollama server at \(puller.root) and the request says autoInstall false")
             }
@@ -148,13 +149,27 @@ actor SwitchReporter {
         self.clock = clock
     }
 
+    /// The last progress the throttle held back, sent by `flush`.
+    var held: (phase: String, message: String, progressPct: Double?)?
+
     /// Posts unless the throttle says it is too soon; `force` posts a phase's last word.
     func post(phase: String, message: String, progressPct: Double?, force: Bool) async {
         let pct = progressPct.map { String(Int($0)) } ?? ""
         // The throttle compares what changed: whole percents, not every byte.
         let send = throttle.shouldSend(phase: phase, message: force ? "\(phase)|\(message)" : "\(phase)|\(pct)", nowMs: clock.monotonicMs())
-        guard send || force else { return }
+        guard send || force else {
+            held = (phase, message, progressPct)
+            return
+        }
+        held = nil
         _ = await link.orchestration("status", OrchestrationWire.status(phase: phase, message: message, progressPct: progressPct))
+    }
+
+    /// Sends the progress held back last, so the coordinator sees where a phase ended.
+    func flush() async {
+        guard let held else { return }
+        self.held = nil
+        _ = await link.orchestration("status", OrchestrationWire.status(phase: held.phase, message: held.message, progressPct: held.progressPct))
     }
 }
 
