@@ -52,7 +52,7 @@ public struct OwnProcesses: Sendable {
     /// The own processes now: the worker's tree and the server's.
     public mutating func sample() -> (processes: [ProcessSample], server: Server) {
         let table = processTable()
-        var roots: Set<Int32> = [workerPID]
+        var roots: Set<Int32> = workerPID > 1 ? [workerPID] : []
         var server = Server.remote
         var uidProcesses: Set<Int32> = []
         if let port = serverPort {
@@ -90,7 +90,7 @@ public struct OwnProcesses: Sendable {
     mutating func owner(of inodes: Set<UInt64>, candidates: Dictionary<Int32, ProcessSample>.Keys) -> Int32? {
         if let cached = cachedServer, candidates.contains(cached), holds(cached, inodes) { return cached }
         cachedServer = nil
-        for pid in candidates where pid != workerPID && holds(pid, inodes) {
+        for pid in candidates where pid > 1 && pid != workerPID && holds(pid, inodes) {
             cachedServer = pid
             return pid
         }

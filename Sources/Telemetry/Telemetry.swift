@@ -68,7 +68,7 @@ public struct TelemetryReader: Sendable {
             nowMs: nowMs)
         reading.telemetry.otherCpuUsagePct = share?.otherPct
         reading.cpuShare = share
-        reading.ownProcesses = server.map { "worker pid \(own?.workerPID ?? 0); \($0.description)" }
+        reading.ownProcesses = server.map { found in ((own?.workerPID ?? 0) > 1 ? "worker pid \(own?.workerPID ?? 0); " : "no worker process; ") + found.description }
         return reading
     }
 

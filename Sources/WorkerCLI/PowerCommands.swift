@@ -218,6 +218,7 @@ struct DoctorCommand: Command {
         // The daemon's own load and its model server's are not "other load" (SPEC 3.2).
         if let url = daemonStatus["backend"]?["url"]?.stringValue { backendURL = url }
         let daemonPID = daemonStatus["daemon"]?["pid"]?.intValue.map { Int32(truncatingIfNeeded: $0) } ?? 0
+        // Without a daemon (pid 0) only the model server counts as the worker's own.
         let own = OwnProcesses(root: root, serverPort: backendURL.flatMap(LoopbackServer.port(of:)), workerPID: daemonPID)
         let reading = readTelemetryOnce(root: root, own: own)
         let decision = PowerDecision.decide(reading.telemetry, policy: policy, previous: nil, nowMs: 0)

@@ -90,12 +90,13 @@ public struct ProcessSample: Sendable, Equatable {
 
 public enum ProcessTree {
     /// `roots` and every process below them, by parent links; safe against cycles and
-    /// parents that are not in the table.
+    /// parents that are not in the table. Pids 0 and 1 are never roots: everything on the
+    /// host descends from them (and systemd holds socket-activated servers' sockets).
     public static func descendants(of roots: Set<Int32>, parents: [Int32: Int32]) -> Set<Int32> {
         var children: [Int32: [Int32]] = [:]
         for (pid, parent) in parents where pid != parent { children[parent, default: []].append(pid) }
-        var found = roots
-        var queue = Array(roots)
+        var found = roots.filter { $0 > 1 }
+        var queue = Array(found)
         while let next = queue.popLast() {
             for child in children[next] ?? [] where found.insert(child).inserted { queue.append(child) }
         }

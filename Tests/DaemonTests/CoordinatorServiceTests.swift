@@ -24,7 +24,8 @@ final class CoordinatorBed: Sendable {
     let stop = GracefulShutdown()
     let ended = StateSignal(false)
 
-    init(jitter: @escaping @Sendable (ClosedRange<Int64>) -> Int64 = { $0.upperBound }) throws {
+    init(jitter: @escaping @Sendable (ClosedRange<Int64>) -> Int64 = { $0.upperBound },
+         configure: (inout WorkerConfig) -> Void = { _ in }) throws {
         clock = ManualClock(jitter: jitter)
         transport = ScriptedTransport(defaults: [
             "/register": .json(200, #"{"accepted":true,"meshToken":"mesh-1"}"#),
@@ -39,6 +40,7 @@ final class CoordinatorBed: Sendable {
         config.coordinator.pullIntervalMs = CoordinatorBed.pullMs
         config.backend.kind = .ollama
         config.backend.url = "http://model.test"
+        configure(&config)
         directory = try StateDirectory(path: dir)
         let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
         let logger = Logger(label: "coordinator", handler: MemoryLogHandler())

@@ -69,6 +69,8 @@ import Testing
         #expect(ProcessTree.descendants(of: [30], parents: parents) == [30, 31])
         #expect(ProcessTree.descendants(of: [40], parents: parents) == [40])
         #expect(ProcessTree.descendants(of: [99], parents: parents) == [99])
+        #expect(ProcessTree.descendants(of: [0], parents: parents).isEmpty, "pid 0 is every process's ancestor")
+        #expect(ProcessTree.descendants(of: [1, 10], parents: parents) == [10, 11, 12], "init is never the worker's")
     }
 
     static func sample(_ pid: Int32, ticks: UInt64, start: UInt64 = 1) -> ProcessSample {
