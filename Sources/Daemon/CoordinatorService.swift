@@ -31,6 +31,8 @@ actor CoordinatorLink {
     var runningSwitch: String?
     /// Outcomes whose ack the coordinator has not taken yet, by request key.
     var switchOutcomes: [String: (ok: Bool, error: String?)] = [:]
+    /// Requests acknowledged in this session: never carried out twice.
+    var acknowledgedSwitches: Set<String> = []
     /// A rejection (403, blacklisted) stops work; retried no faster than this.
     static let rejectionRetryMs: Int64 = 5 * 60 * 1000
 

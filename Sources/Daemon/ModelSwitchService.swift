@@ -195,6 +195,8 @@ extension CoordinatorLink {
     func takeSwitchRequest() -> ModelSwitchRequest? {
         guard let request = pendingSwitch, runningSwitch == nil else { return nil }
         pendingSwitch = nil
+        // A heartbeat answered before the coordinator took our ack still says pending.
+        if acknowledgedSwitches.contains(request.key) { return nil }
         runningSwitch = request.key
         return request
     }
@@ -207,5 +209,8 @@ extension CoordinatorLink {
 
     func recordSwitchOutcome(_ key: String, ok: Bool, error: String?) { switchOutcomes[key] = (ok, error) }
 
-    func forgetSwitchOutcome(_ key: String) { switchOutcomes[key] = nil }
+    func forgetSwitchOutcome(_ key: String) {
+        switchOutcomes[key] = nil
+        acknowledgedSwitches.insert(key)
+    }
 }
