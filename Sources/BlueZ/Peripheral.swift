@@ -153,12 +153,7 @@ public actor GattPeripheral: BusDriving {
             case .publish(let status):
                 unpublished = status
             case .log(let level, let message):
-                switch level {
-                case .debug: logger.debug(message)
-                case .info: logger.info(message)
-                case .notice: logger.notice(message)
-                case .warning: logger.warning(message)
-                }
+                logger.log(level, message)
             case .reply(let answer):
                 reply = answer
             }

@@ -72,13 +72,14 @@ public actor WorkerDaemon {
     private var persistenceProblem: String? { writer.problem }
 
     /// Opens the state directory's files and restores the persisted mode; anything that
-    /// cannot be read is moved aside and reported, never fatal.
+    /// cannot be read is moved aside and reported, never fatal. `writer` replaces the one
+    /// made for `directory` (tests pass one that mocks a failing disk).
     public init(config: WorkerConfig, paths: DaemonPaths, directory: StateDirectory, logger: Logger,
-                clock: @escaping @Sendable () -> Int64 = wallClockMilliseconds) {
+                clock: @escaping @Sendable () -> Int64 = wallClockMilliseconds, writer: DurableWriter? = nil) {
         self.config = config
         self.paths = paths
         self.files = WorkerStateFiles(directory: directory)
-        self.writer = DurableWriter(directory: directory, onProblem: { [logger] problem in
+        self.writer = writer ?? DurableWriter(directory: directory, onProblem: { [logger] problem in
             if let problem { logger.error(problem) } else { logger.notice("state directory writable again") }
         })
         self.logger = logger
@@ -157,10 +158,10 @@ public actor WorkerDaemon {
         self.agentID = agentID
         self.recovered = recovered
         if config.agentId == nil {
-            writer.submit(WorkerStateFiles.agentIDFile, mode: WorkerStateFiles.agentIDMode, WorkerStateFiles.agentIDBytes(agentID))
+            self.writer.submit(WorkerStateFiles.agentIDFile, mode: WorkerStateFiles.agentIDMode, WorkerStateFiles.agentIDBytes(agentID))
         }
-        writer.submit(WorkerStateFiles.modeFile, WorkerStateFiles.modeBytes(mode))
-        writer.submit(WorkerStateFiles.eventsFile) { [log] in WorkerStateFiles.eventsBytes(log) }
+        self.writer.submit(WorkerStateFiles.modeFile, WorkerStateFiles.modeBytes(mode))
+        self.writer.submit(WorkerStateFiles.eventsFile) { [log] in WorkerStateFiles.eventsBytes(log) }
     }
 
     /// `<host>-<12 hex digits>`: readable in a coordinator's list, unique per machine,
@@ -310,6 +311,15 @@ public actor WorkerDaemon {
     /// Why new work is held now, without counting it as a held assignment (a model pull
     /// waiting for the policy asks this repeatedly).
     public var currentHold: HoldReason? { powerDecision?.reason }
+
+    /// Whether pulling must wait because the state directory cannot be written: a pulled
+    /// subtask could not be journaled, and running it unjournaled could lose it. The
+    /// problem while it lasts (until a write succeeds), each held pull counted.
+    public func stateHold() -> String? {
+        guard let problem = writer.problem else { return nil }
+        holdCounters.record(.stateUnwritable)
+        return problem
+    }
 
     /// Changes a per-host policy key, decides again at once, and returns once the
     /// overrides are durable.

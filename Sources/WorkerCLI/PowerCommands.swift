@@ -227,6 +227,11 @@ struct DoctorCommand: Command {
         if reading.supplies.isEmpty { advice.append("no power supply in \(root)sys/class/power_supply: treated as a desktop on mains") }
         if reading.telemetry.thermalState == nil { advice.append("no temperature sensor was readable: the thermal rule cannot hold work") }
 
+        let stateDirectory = daemonStatus["daemon"]?["stateDirectory"]?.stringValue
+            ?? environment("EDGECODER_WORKER_STATE_DIR") ?? Defaults.stateDirectory
+        let state = examineStateDirectory(stateDirectory, daemonProblem: daemonStatus["daemon"]?["persistenceProblem"]?.stringValue)
+        advice.append(contentsOf: state.advice)
+
         if let adapter = daemonStatus["bluetooth"]?["configuredAdapter"]?.stringValue { configuredAdapter = adapter }
         let bluetooth = await BluetoothDoctor.report(configuredAdapter: configuredAdapter)
         advice.append(contentsOf: bluetooth.advice)
@@ -239,6 +244,7 @@ struct DoctorCommand: Command {
         report["decision"] = ["allowed": .bool(decision.allowed), "reason": .string(decision.reasonText)]
         if let summary = daemonStatus["summary"] { report["daemon"] = summary }
         if let network = daemonStatus["network"] { report["network"] = network }
+        report["stateDirectory"] = state.json
         var bluetoothReport = bluetooth.json.objectValue ?? JSONObject()
         if let service = daemonStatus["bluetooth"] { bluetoothReport["service"] = service }
         report["bluetooth"] = .object(bluetoothReport)
@@ -250,4 +256,16 @@ struct DoctorCommand: Command {
         }
         return ExitCode.ok
     }
+}
+
+/// statvfs of the state directory: free space and the read-only flag (a full or read-only
+/// disk holds new work in mode `on`).
+func examineStateDirectory(_ path: String, daemonProblem: String?) -> StateDirectoryCheck {
+    var info = statvfs()
+    guard statvfs(path, &info) == 0 else {
+        return StateDirectoryCheck(path: path, freeBytes: nil, readOnly: nil, problem: "statvfs: \(String(cString: strerror(errno)))",
+                                   daemonProblem: daemonProblem)
+    }
+    let free = Int64(clamping: UInt64(info.f_bavail).multipliedReportingOverflow(by: UInt64(info.f_frsize)).partialValue)
+    return StateDirectoryCheck(path: path, freeBytes: free, readOnly: info.f_flag & UInt(ST_RDONLY) != 0, daemonProblem: daemonProblem)
 }

@@ -13,6 +13,9 @@ public struct WorkerConfig: Sendable, Equatable {
         public var connectTimeoutMs: Int64 = 5_000
         public var requestTimeoutMs: Int64 = 30_000
         public var maxResponseBytes: Int64 = 1_048_576
+        /// Allows an `http://` url to a host that is not loopback: the registration and
+        /// mesh tokens then cross the network in clear text.
+        public var allowInsecureHttp = false
         public init() {}
     }
     public var coordinator = Coordinator()
@@ -174,8 +177,12 @@ extension WorkerConfig {
                     case "connectTimeoutMs": reader.int(value, path: path, 100...120_000).map { config[keyPath: c].connectTimeoutMs = $0 }
                     case "requestTimeoutMs": reader.int(value, path: path, 100...600_000).map { config[keyPath: c].requestTimeoutMs = $0 }
                     case "maxResponseBytes": reader.int(value, path: path, 1_024...67_108_864).map { config[keyPath: c].maxResponseBytes = $0 }
+                    case "allowInsecureHttp": reader.bool(value, path: path).map { config.coordinator.allowInsecureHttp = $0 }
                     default: reader.unknown(path)
                     }
+                }
+                if let url = config.coordinator.url, !config.coordinator.allowInsecureHttp, let problem = HTTPURL.cleartextProblem(url) {
+                    reader.problem(path + ".url", problem)
                 }
             case "backend":
                 guard let object = reader.object(value, path: path) else { return }
@@ -189,7 +196,7 @@ extension WorkerConfig {
                     case "maxOutputBytes": reader.int(value, path: path, 1_024...16_777_216).map { config.backend.maxOutputBytes = $0 }
                     case "maxTokens": reader.int(value, path: path, 1...32_768).map { config.backend.maxTokens = $0 }
                     case "allowRemoteModelSwitch":
-                        reader.flag(value, path: path).map {
+                        reader.bool(value, path: path).map {
                             config.backend.allowRemoteModelSwitch = $0
                             config.policy.allowRemoteModelSwitch = $0
                             config.policyKeysInFile.insert("allowRemoteModelSwitch")
@@ -328,7 +335,7 @@ struct ConfigReader {
         return s
     }
 
-    mutating func flag(_ value: JSONValue, path: String) -> Bool? {
+    mutating func bool(_ value: JSONValue, path: String) -> Bool? {
         if case .bool(let b) = value { return b }
         problem(path, "must be true or false, got \(value.typeDescription)")
         return nil
@@ -379,14 +386,53 @@ public enum HTTPURL {
         if authority.contains("@") { return "must not carry credentials (user@host); use coordinator.registrationToken" }
         return nil
     }
+
+    /// Why a coordinator URL would send the tokens in clear text: `http://` to a host
+    /// that is not loopback. nil for https and for loopback (127.0.0.0/8, ::1, localhost).
+    public static func cleartextProblem(_ text: String) -> String? {
+        guard text.lowercased().hasPrefix("http://"), let host = host(of: text), !isLoopback(host) else { return nil }
+        return "http:// to \(printable(host)) would send the registration and mesh tokens unencrypted; use https://, "
+            + "or set coordinator.allowInsecureHttp to true (only on a network you trust); plain http is allowed to loopback addresses"
+    }
+
+    /// The host of an http(s) URL, brackets kept off an IPv6 literal, port dropped.
+    public static func host(of text: String) -> String? {
+        guard let scheme = text.firstRange(of: "://") else { return nil }
+        let authority = text[scheme.upperBound...].prefix(while: { $0 != "/" && $0 != "?" && $0 != "#" })
+        let hostPort = authority.split(separator: "@", omittingEmptySubsequences: false).last ?? authority
+        if hostPort.hasPrefix("[") {
+            guard let close = hostPort.firstIndex(of: "]") else { return nil }
+            return String(hostPort[hostPort.index(after: hostPort.startIndex)..<close])
+        }
+        let host = hostPort.prefix(while: { $0 != ":" })
+        return host.isEmpty ? nil : String(host)
+    }
+
+    /// 127.0.0.0/8 written as four decimal parts, ::1 (and its IPv4-mapped 127 form), localhost.
+    public static func isLoopback(_ host: String) -> Bool {
+        var lower = host.lowercased()
+        if lower.hasSuffix(".") { lower.removeLast() }
+        if lower == "localhost" || lower == "::1" || lower == "0:0:0:0:0:0:0:1" { return true }
+        if lower.hasPrefix("::ffff:") { lower.removeFirst(7) }
+        let parts = lower.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 4 else { return false }
+        let octets = parts.compactMap { part -> Int? in
+            guard !part.isEmpty, part.count <= 3, part.allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
+            return Int(part).flatMap { $0 <= 255 ? $0 : nil }
+        }
+        return octets.count == 4 && octets[0] == 127
+    }
 }
 
 /// Agent ids travel in every coordinator call and in the Bluetooth name; they are
 /// restricted to characters that are safe in both.
 public enum AgentID {
+    /// The longest agent id accepted.
+    public static let maxBytes = 128
+
     public static func validationProblem(_ id: String) -> String? {
         if id.isEmpty { return "must not be empty" }
-        if id.utf8.count > 128 { return "must be at most 128 characters, got \(id.utf8.count)" }
+        if id.utf8.count > maxBytes { return "must be at most \(maxBytes) characters, got \(id.utf8.count)" }
         let ok = id.unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "-" || $0 == "_" || $0 == ".") }
         return ok ? nil : "may hold only letters, digits, '-', '_' and '.', got \"\(printable(id))\""
     }

@@ -322,3 +322,51 @@ public struct StatusReport: Sendable {
         return .object(object)
     }
 }
+
+/// `doctor`'s view of the state directory: what statvfs says of its file system and what
+/// the daemon last failed to write, with the advice that follows. Pure: the CLI reads.
+public struct StateDirectoryCheck: Sendable, Equatable {
+    public var path: String
+    /// Bytes an unprivileged writer may still use; nil when statvfs failed.
+    public var freeBytes: Int64?
+    public var readOnly: Bool?
+    /// Why statvfs failed, when it did.
+    public var problem: String?
+    /// The daemon's `persistenceProblem`, when it answered and has one.
+    public var daemonProblem: String?
+
+    /// Below this, a journal entry of a large subtask (6 MiB at worst) may not fit.
+    public static let lowFreeBytes: Int64 = 8 * 1_048_576
+
+    public init(path: String, freeBytes: Int64?, readOnly: Bool?, problem: String? = nil, daemonProblem: String? = nil) {
+        self.path = path
+        self.freeBytes = freeBytes
+        self.readOnly = readOnly
+        self.problem = problem
+        self.daemonProblem = daemonProblem
+    }
+
+    /// What an operator should do, if anything.
+    public var advice: [String] {
+        var lines: [String] = []
+        if let daemonProblem {
+            lines.append("the daemon cannot write its state directory (\(daemonProblem)): new work is held (state-unwritable) until a write succeeds")
+        }
+        if readOnly == true {
+            lines.append("the state directory \(path) is on a read-only file system: remount it read-write")
+        } else if let freeBytes, freeBytes < StateDirectoryCheck.lowFreeBytes {
+            lines.append("the state directory \(path) has \(freeBytes) bytes free: free space, or a large subtask cannot be journaled and new work is held")
+        }
+        if let problem { lines.append("the state directory \(path) cannot be examined: \(problem)") }
+        return lines
+    }
+
+    public var json: JSONValue {
+        var object = JSONObject([("path", .string(path))])
+        object["freeBytes"] = freeBytes.map { .int($0) } ?? .null
+        object["readOnly"] = readOnly.map { .bool($0) } ?? .null
+        object["persistenceProblem"] = .optional(daemonProblem)
+        if let problem { object["problem"] = .string(problem) }
+        return .object(object)
+    }
+}

@@ -223,7 +223,7 @@ enum DocumentedStatus {
         #expect(json["power"]?["telemetry"] == .null)
         #expect(json["power"]?["ageMs"] == nil && json["power"]?["decision"] == nil)
         #expect(json["power"]?["chargeGate"] == "open")
-        #expect(json["power"]?["held"]?.objectValue?.keys == HoldReason.allCases.map(\.rawValue))
+        #expect(json["power"]?["held"]?.objectValue?.keys == HoldReason.allCases.map(\.rawValue) + LocalHoldReason.allCases.map(\.rawValue))
         #expect(json["coordinator"] == ["state": "not running", "url": .null, "active": false])
         #expect(json["bluetooth"]?["active"] == false)
         #expect(json["bluetooth"]?["state"] == "inactive")
