@@ -65,6 +65,7 @@ struct PeripheralBridge: PeripheralHost {
         await daemon.upsertTask(record)
         let request = ModelRequest(prompt: request.prompt, maxTokens: request.maxTokens, timeoutMs: timeoutMs)
         let result: Result<ModelOutput, ModelError>
+        let backend = self.backend.using(model: await daemon.activeModel)
         do throws(ModelError) { result = .success(try await backend.generate(request)) } catch { result = .failure(error) }
         let ended = wallClockMilliseconds()
         switch result {

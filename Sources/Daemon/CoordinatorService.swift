@@ -25,6 +25,14 @@ actor CoordinatorLink {
     private var registering = false
     var status = CoordinatorStatus()
     let backoff = Backoff()
+    /// The model switch the last heartbeat answer asked for (SPEC 7), not yet taken.
+    var pendingSwitch: ModelSwitchRequest?
+    /// The key of the switch being carried out; one at a time.
+    var runningSwitch: String?
+    /// Outcomes whose ack the coordinator has not taken yet, by request key.
+    var switchOutcomes: [String: (ok: Bool, error: String?)] = [:]
+    /// Requests acknowledged in this session: never carried out twice.
+    var acknowledgedSwitches: Set<String> = []
     /// Results the coordinator took whose outbox file could not be removed yet: never
     /// posted again by this session, only removed again.
     private(set) var deliveredNotRemoved: Set<String> = []
@@ -65,6 +73,7 @@ actor CoordinatorLink {
             if call == .heartbeat, case .accepted = answer {
                 status.lastHeartbeatAtMs = clock.wallMs()
                 status.lastHeartbeatLatencyMs = clock.monotonicMs() - started
+                pendingSwitch = ModelSwitchRequest.parse(heartbeatAnswer: try? JSON.parse(response.body))
             }
             return answer
         } catch let error as HTTPError {
@@ -251,11 +260,28 @@ public struct CoordinatorService: Service {
     }
 
     /// Every heartbeatIntervalMs, with telemetry; 401 re-registers, blacklisting stops.
+    /// A model switch asked in an answer runs beside the heartbeats, which go on.
     func heartbeats(_ link: CoordinatorLink) async throws {
+        let switcher = ModelSwitcher(link: link, daemon: daemon, backend: backend, config: config, clock: clock,
+                                     logger: logger, holdPollMs: config.coordinator.pullIntervalMs)
+        try await withThrowingDiscardingTaskGroup { group in
+            while true {
+                try await heartbeat(link)
+                if let request = await link.takeSwitchRequest() {
+                    group.addTask { await switcher.run(request) }
+                }
+                try await clock.sleep(milliseconds: config.coordinator.heartbeatIntervalMs)
+            }
+        }
+    }
+
+    /// One heartbeat (registering first when needed).
+    func heartbeat(_ link: CoordinatorLink) async throws {
         while true {
             try await link.ensureRegistered()
+            let swapping = await daemon.modelSwitch?.inProgress ?? false
             let body = CoordinatorWire.heartbeat(agentID: daemon.agentID, telemetry: await daemon.powerTelemetryJSON(),
-                                                 activeModel: config.backend.model)
+                                                 activeModel: await daemon.activeModel, modelSwapInProgress: swapping)
             switch try await link.call(.heartbeat, body) {
             case .accepted:
                 // A heartbeat's success says nothing about pulls and results: their
@@ -270,7 +296,7 @@ public struct CoordinatorService: Service {
                 await link.update { $0.heartbeatFailures += 1; $0.lastError = "heartbeat: \(other.failureText)" }
                 logger.warning("heartbeat failed: \(other.failureText)")
             }
-            try await clock.sleep(milliseconds: config.coordinator.heartbeatIntervalMs)
+            return
         }
     }
 
@@ -413,7 +439,7 @@ public struct CoordinatorService: Service {
         await link.update { $0.running = subtask.id }
         let remaining = max(1_000, entry.pulledAtMs + subtask.timeoutMs - started)
         let request = ModelRequest(prompt: subtask.input, maxTokens: Int(config.backend.maxTokens), timeoutMs: min(remaining, config.backend.timeoutMs))
-        let backend = self.backend
+        let backend = self.backend.using(model: await daemon.activeModel)
         let clock = self.clock
         let grace = config.coordinator.stopGraceMs
         // The generation races the stop plus its grace; losing leaves the journal entry.

@@ -29,7 +29,7 @@ public struct ModelProbeService: Service {
                 if selected && generating {
                     // A generation in progress answers the question better than a probe.
                 } else if selected {
-                    let (state, detail) = await backend.probe()
+                    let (state, detail) = await backend.using(model: await daemon.activeModel).probe()
                     if state != last {
                         if state == .ready { logger.info("model backend ready: \(detail)") } else { logger.warning("model backend \(state.rawValue): \(detail)") }
                         last = state

@@ -25,6 +25,8 @@ public struct WorkerStateFiles: Sendable {
     public static let policyFile = "policy.json"
     public static let tasksFile = "tasks.json"
     public static let meshTokenFile = "mesh-token"
+    /// The model a coordinator switched this worker to (SPEC 7).
+    public static let activeModelFile = "active-model.json"
 
     /// No state file of ours is legitimately larger (the journal and outbox have limits
     /// of their own); a bigger one is corrupt.
@@ -95,6 +97,11 @@ public struct WorkerStateFiles: Sendable {
     /// The content of the policy overrides' file.
     public static func policyBytes(_ overrides: PolicyOverrides) -> [UInt8] {
         Array((overrides.json.serialized + "\n").utf8)
+    }
+
+    /// The content of the active model's file.
+    public static func activeModelBytes(_ active: ActiveModel) -> [UInt8] {
+        Array((active.json.serialized + "\n").utf8)
     }
 
     /// The content of the task history's file.

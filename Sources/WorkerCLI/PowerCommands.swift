@@ -7,8 +7,8 @@ import Telemetry
 import WorkerCore
 
 /// One telemetry reading with a CPU figure: /proc/stat needs two samples.
-func readTelemetryOnce(root: String) -> PowerReading {
-    var reader = TelemetryReader(root: root)
+func readTelemetryOnce(root: String, own: OwnProcesses? = nil) -> PowerReading {
+    var reader = TelemetryReader(root: root, own: own)
     _ = reader.read()
     usleep(250_000)
     return reader.read()
@@ -188,8 +188,8 @@ struct DoctorCommand: Command {
     }
 
     func run() async -> Int32 {
-        let reading = readTelemetryOnce(root: root)
         var advice: [String] = []
+        var backendURL: String?
         // The policy in force: the daemon's (with this host's overrides) when it answers.
         var policy = PowerPolicy()
         var policySource = "built-in defaults"
@@ -207,6 +207,7 @@ struct DoctorCommand: Command {
             switch loadConfig(path: configPath, explicit: false) {
             case .success(let config):
                 policy = config.policy
+                backendURL = config.backend.url
                 configuredAdapter = config.bluetooth.adapter
                 policySource = "\(configPath) (the daemon is not running: this host's overrides are not shown)"
             case .failure(let failure):
@@ -214,6 +215,12 @@ struct DoctorCommand: Command {
             }
             if case .unavailable(let message) = error { advice.append(message) }
         }
+        // The daemon's own load and its model server's are not "other load" (SPEC 3.2).
+        if let url = daemonStatus["backend"]?["url"]?.stringValue { backendURL = url }
+        let daemonPID = daemonStatus["daemon"]?["pid"]?.intValue.map { Int32(truncatingIfNeeded: $0) } ?? 0
+        // Without a daemon (pid 0) only the model server counts as the worker's own.
+        let own = OwnProcesses(root: root, serverPort: backendURL.flatMap(LoopbackServer.port(of:)), workerPID: daemonPID)
+        let reading = readTelemetryOnce(root: root, own: own)
         let decision = PowerDecision.decide(reading.telemetry, policy: policy, previous: nil, nowMs: 0)
         let checks = PowerDecision.checks(reading.telemetry, policy: policy, batteryLatched: decision.batteryLatched)
         for check in checks where check.holds { advice.append("\(check.reason.rawValue): \(check.reason.explanation) (\(check.detail))") }

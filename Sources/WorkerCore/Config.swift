@@ -31,6 +31,9 @@ public struct WorkerConfig: Sendable, Equatable {
         public var maxOutputBytes: Int64 = 262_144
         /// Tokens generated for a coordinator subtask (Bluetooth requests carry their own).
         public var maxTokens: Int64 = 512
+        /// Whether the coordinator may make this worker pull and switch models (SPEC 7);
+        /// the default of the per-host policy key `allowRemoteModelSwitch`.
+        public var allowRemoteModelSwitch = false
         public init() {}
     }
     public var backend = Backend()
@@ -94,6 +97,9 @@ public struct PowerPolicy: Sendable, Equatable {
     public var maxThermalState: ThermalState = .fair
     public var maxCpuUsagePct: Int64 = 90
     public var resumeDwellSec: Int64 = 30
+    /// Whether the coordinator may make this host pull and switch models: it downloads
+    /// gigabytes, so a host can refuse what the fleet's config allows (SPEC 7).
+    public var allowRemoteModelSwitch = false
     public init() {}
 }
 
@@ -189,12 +195,23 @@ extension WorkerConfig {
                     case "openaiEndpoint": reader.choice(value, path: path, OpenAIEndpoint.self).map { config.backend.openaiEndpoint = $0 }
                     case "maxOutputBytes": reader.int(value, path: path, 1_024...16_777_216).map { config.backend.maxOutputBytes = $0 }
                     case "maxTokens": reader.int(value, path: path, 1...32_768).map { config.backend.maxTokens = $0 }
+                    case "allowRemoteModelSwitch":
+                        reader.bool(value, path: path).map {
+                            config.backend.allowRemoteModelSwitch = $0
+                            config.policy.allowRemoteModelSwitch = $0
+                            config.policyKeysInFile.insert("allowRemoteModelSwitch")
+                        }
                     default: reader.unknown(path)
                     }
                 }
             case "policy":
                 guard let object = reader.object(value, path: path) else { return }
                 reader.members(of: object, path: path) { reader, key, value, path in
+                    // Its config key is backend.allowRemoteModelSwitch; one place to set it.
+                    if key == "allowRemoteModelSwitch" {
+                        reader.problem(path, "set backend.allowRemoteModelSwitch in the config (policy set allowRemoteModelSwitch overrides it per host)")
+                        return
+                    }
                     if let problem = config.policy.set(key: key, json: value) {
                         if case .unknownKey = problem { reader.unknown(path) } else { reader.problem(path, problem.message) }
                     } else {

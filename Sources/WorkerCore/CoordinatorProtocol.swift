@@ -20,10 +20,10 @@ public enum CoordinatorWire {
         return .object(body)
     }
 
-    public static func heartbeat(agentID: String, telemetry: JSONValue, activeModel: String?) -> JSONValue {
+    public static func heartbeat(agentID: String, telemetry: JSONValue, activeModel: String?, modelSwapInProgress: Bool = false) -> JSONValue {
         var body = JSONObject([("agentId", .string(agentID)), ("powerTelemetry", telemetry)])
         if let activeModel { body["activeModel"] = .string(activeModel) }
-        body["modelSwapInProgress"] = false
+        body["modelSwapInProgress"] = .bool(modelSwapInProgress)
         return .object(body)
     }
 

@@ -134,7 +134,7 @@ public struct PowerDecision: Sendable, Equatable {
         case .lowPowerMode: return policy.pauseOnLowPowerMode && t.lowPowerMode == true
         case .thermal: return t.thermalState.map { $0 > policy.maxThermalState } ?? false
         case .cpuBusy:
-            guard let cpu = t.cpuUsagePct, cpu.isFinite else { return false }
+            guard let cpu = t.otherCpuUsagePct ?? t.cpuUsagePct, cpu.isFinite else { return false }
             return cpu > Double(policy.maxCpuUsagePct)
         }
     }
@@ -175,8 +175,12 @@ public struct PowerDecision: Sendable, Equatable {
             case .thermal:
                 detail = "thermal state \(t.thermalState?.rawValue ?? "unknown"), maxThermalState \(policy.maxThermalState.rawValue)"
             case .cpuBusy:
-                let cpu = t.cpuUsagePct.flatMap { $0.isFinite ? "\(($0 * 10).rounded() / 10) %" : nil } ?? "unknown"
-                detail = "CPU \(cpu), maxCpuUsagePct \(policy.maxCpuUsagePct)"
+                func percent(_ value: Double?) -> String { value.flatMap { $0.isFinite ? "\(($0 * 10).rounded() / 10) %" : nil } ?? "unknown" }
+                if t.otherCpuUsagePct != nil {
+                    detail = "other load \(percent(t.otherCpuUsagePct)) (host \(percent(t.cpuUsagePct)), less the worker and its model server), maxCpuUsagePct \(policy.maxCpuUsagePct)"
+                } else {
+                    detail = "CPU \(percent(t.cpuUsagePct)), maxCpuUsagePct \(policy.maxCpuUsagePct)"
+                }
             }
             return Check(reason: reason, holds: holds(reason, t, policy: policy, batteryLatched: batteryLatched), detail: detail)
         }

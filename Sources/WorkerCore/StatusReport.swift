@@ -84,14 +84,22 @@ public struct StatusSnapshot: Sendable, Equatable {
         public var modelState: String?
         public var detail: String?
         public var checkedAtMs: Int64?
+        /// `backend.model`; `model` is the active one, which a coordinator may have switched.
+        public var configuredModel: String?
+        public var switchedModel: ActiveModel?
+        public var modelSwitch: ModelSwitchStatus?
 
-        public init(kind: String, url: String, model: String, modelState: String? = nil, detail: String? = nil, checkedAtMs: Int64? = nil) {
+        public init(kind: String, url: String, model: String, modelState: String? = nil, detail: String? = nil, checkedAtMs: Int64? = nil,
+                    configuredModel: String? = nil, switchedModel: ActiveModel? = nil, modelSwitch: ModelSwitchStatus? = nil) {
             self.kind = kind
             self.url = url
             self.model = model
             self.modelState = modelState
             self.detail = detail
             self.checkedAtMs = checkedAtMs
+            self.configuredModel = configuredModel
+            self.switchedModel = switchedModel
+            self.modelSwitch = modelSwitch
         }
     }
 
@@ -192,6 +200,7 @@ public struct StatusReport: Sendable {
         }
         if let path = s.network?.path { line += path.satisfied ? "; network via \(path.interface ?? "?")" : "; network lost" }
         if s.bluetooth.state != .inactive { line += "; " + s.bluetooth.summary }
+        if let change = s.backend.modelSwitch, change.inProgress { line += "; switching model to \(change.model ?? "?") (\(change.phase.rawValue))" }
         if s.mode.restoredAtMs != nil { line += "; network restored: run 'edgecoder-worker mode on' to rejoin" }
         if !s.recovered.isEmpty { line += "; \(s.recovered.count) state file(s) recovered" }
         if s.daemon.persistenceProblem != nil { line += "; state not writable" }
@@ -289,6 +298,12 @@ public struct StatusReport: Sendable {
         object["modelState"] = .string(backend.modelState ?? "idle")
         object["detail"] = .string(backend.detail ?? "not probed yet")
         if let at = backend.checkedAtMs { object["checkedAt"] = .string(formatUTC(milliseconds: at)) }
+        object["modelSource"] = .string(backend.switchedModel == nil ? "config" : "coordinator")
+        if let switched = backend.switchedModel {
+            object["configuredModel"] = .string(switched.switchedFrom)
+            object["switchedAt"] = .string(formatUTC(milliseconds: switched.switchedAtMs))
+        }
+        object["modelSwitch"] = backend.modelSwitch?.json ?? .null
         return .object(object)
     }
 

@@ -25,9 +25,11 @@ final class CoordinatorBed: Sendable {
     let stop = GracefulShutdown()
     let ended = StateSignal(false)
 
-    /// `fault` mocks a failing disk: the daemon's writer fails each operation it returns an error for.
+    /// `fault` mocks a failing disk: the daemon's writer fails each operation it returns an error for;
+    /// `configure` changes the config before the daemon is made.
     init(jitter: @escaping @Sendable (ClosedRange<Int64>) -> Int64 = { $0.upperBound },
-         fault: (@Sendable (_ name: String, _ removal: Bool) -> (any Error)?)? = nil) throws {
+         fault: (@Sendable (_ name: String, _ removal: Bool) -> (any Error)?)? = nil,
+         configure: (inout WorkerConfig) -> Void = { _ in }) throws {
         clock = ManualClock(jitter: jitter)
         transport = ScriptedTransport(defaults: [
             "/register": .json(200, #"{"accepted":true,"meshToken":"mesh-1"}"#),
@@ -42,6 +44,7 @@ final class CoordinatorBed: Sendable {
         config.coordinator.pullIntervalMs = CoordinatorBed.pullMs
         config.backend.kind = .ollama
         config.backend.url = "http://model.test"
+        configure(&config)
         directory = try StateDirectory(path: dir)
         let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
         let logger = Logger(label: "coordinator", handler: MemoryLogHandler())

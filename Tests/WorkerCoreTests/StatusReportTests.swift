@@ -67,7 +67,10 @@ enum DocumentedStatus {
                    "subtasksFailed": .int, "outboxDepth": .int, "running": .nullable(.string)])
     static let backend = Shape.object(
         required: ["kind": .string, "url": .string, "model": .string, "modelState": .string, "detail": .string],
-        optional: ["checkedAt": .string])
+        optional: ["checkedAt": .string, "modelSource": .string, "configuredModel": .string, "switchedAt": .string,
+                   "modelSwitch": .nullable(.object(required: ["phase": .string, "inProgress": .bool, "model": .nullable(.string),
+                                                               "rolloutId": .nullable(.string), "message": .string,
+                                                               "progressPct": .nullable(.any), "since": .string]))])
     static let bluetooth = Shape.object(required: [
         "active": .bool, "state": .string, "adapter": .nullable(.string), "address": .nullable(.string), "localName": .string,
         "applicationRegistered": .bool, "advertising": .bool, "problem": .nullable(.string),
