@@ -125,7 +125,7 @@ fi
 # when they live under /tmp (the guest's own tmpfs). Parents are mounted before what lies
 # inside them, and a folder inside another share is visible already: share the outermost.
 mkdir -p "$CACHE"
-mapfile -t candidates < <(printf '%s\n' "$REPO" "$(realpath "$CACHE")" "${SHARES[@]}" |
+mapfile -t candidates < <(printf '%s\n' "$(realpath "$REPO")" "$(realpath "$CACHE")" "${SHARES[@]}" |
   awk '{ print length($0) "\t" $0 }' | sort -n -k1,1 | cut -f2- | uniq)
 GUEST_SHARES=()
 for d in "${candidates[@]}"; do
