@@ -16,16 +16,9 @@ SYSUSERS=${2:-systemd/sysusers.d/edgecoder-worker.conf}
 TMPFILES=${3:-systemd/tmpfiles.d/edgecoder-worker.conf}
 MAX_EXPOSURE=2.0
 
-failures=0
-checks=0
-ok()     { checks=$((checks + 1)); echo "ok - $*"; }
-not_ok() { checks=$((checks + 1)); failures=$((failures + 1)); echo "not ok - $*"; }
-check()  { # check DESCRIPTION COMMAND...  (passes when COMMAND succeeds)
-    local desc=$1; shift
-    if "$@"; then ok "$desc"; else not_ok "$desc"; fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib/tap.sh"
 
-TMP=$(mktemp -d) || { echo "not ok - mktemp failed"; exit 1; }
+TMP=$(mktemp -d) || { not_ok "mktemp failed"; tap_done; exit 1; }
 trap 'rm -rf "$TMP"' EXIT
 
 # ---------------------------------------------------------------------------
@@ -103,12 +96,12 @@ usec() {
 # ---------------------------------------------------------------------------
 if ! command -v systemd-analyze >/dev/null 2>&1; then
     not_ok "systemd-analyze is not installed (apt-get install systemd); cannot check the unit"
-    echo "# $failures of $checks checks failed"
+    tap_done
     exit 1
 fi
 if [[ ! -f $UNIT ]]; then
     not_ok "unit file $UNIT not found (run from the repository root)"
-    echo "# $failures of $checks checks failed"
+    tap_done
     exit 1
 fi
 ok "unit file $UNIT exists"
@@ -278,5 +271,4 @@ else
     check "systemd-tmpfiles parses $TMPFILES${tf_err:+: $tf_err}" [ -z "$tf_err" ]
 fi
 
-echo "# $((checks - failures)) of $checks checks passed"
-[[ $failures -eq 0 ]]
+tap_done
