@@ -14,9 +14,7 @@ bound_ms=${STOP_BOUND_MS:-4500}
 runs_make=${STOP_RUNS_MAKE:-16}
 runs_double=${STOP_RUNS_DOUBLE:-30}
 
-fail=0
-ok() { echo "ok - $*"; }
-notok() { echo "not ok - $*"; fail=1; }
+source Tests/Suites/lib/tap.sh
 
 work=$(mktemp -d /tmp/ecw-stop-XXXXXX)
 groups=""   # process groups started here, killed by id if a run left one behind
@@ -56,13 +54,13 @@ for i in $(seq "$runs_make"); do
   fi
   { wait "$make_pid"; } 2>/dev/null
 done
-grep -q "did not finish in time" "$work/make.log" && notok "a stop under make needed the forced exit: $(grep -c 'did not finish' "$work/make.log") times"
+grep -q "did not finish in time" "$work/make.log" && not_ok "a stop under make needed the forced exit: $(grep -c 'did not finish' "$work/make.log") times"
 [ "$slow" = 0 ] && ok "under make, SIGTERM to the group ends the daemon within ${bound_ms} ms ($runs_make runs)" \
-  || notok "$slow of $runs_make runs under make did not end within ${bound_ms} ms"
+  || not_ok "$slow of $runs_make runs under make did not end within ${bound_ms} ms"
 
 # 2. Two SIGTERMs a few microseconds to a millisecond apart, the window in which the
 #    second lands while the graceful stop is under way (shell sleeps are too coarse).
-python3 - "$bin" "$work" "$runs_double" "$bound_ms" <<'EOF' && ok "two SIGTERMs 0-1.5 ms apart end the daemon within the bound (${runs_double} runs)" || notok "two close SIGTERMs left a daemon running"
+python3 - "$bin" "$work" "$runs_double" "$bound_ms" <<'EOF' && ok "two SIGTERMs 0-1.5 ms apart end the daemon within the bound (${runs_double} runs)" || not_ok "two close SIGTERMs left a daemon running"
 import os, signal, subprocess, sys, time
 binary, work, runs, bound = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]) / 1000
 failed = 0
@@ -113,17 +111,17 @@ if cc -O1 -I "$shims/include" -o "$work/hang" "$work/hang.c" "$shims/shims.c" 2>
   for _ in $(seq 100); do grep -q armed "$work/hang.out" && break; sleep 0.01; done
   kill -TERM "$hang_pid"
   sleep 0.3
-  kill -0 "$hang_pid" 2>/dev/null && ok "after one signal (bound 0: none) the hung process still runs" || notok "the first signal alone ended it"
+  kill -0 "$hang_pid" 2>/dev/null && ok "after one signal (bound 0: none) the hung process still runs" || not_ok "the first signal alone ended it"
   kill -TERM "$hang_pid"
   started=$(now_ms)
   while kill -0 "$hang_pid" 2>/dev/null && [ $(( $(now_ms) - started )) -lt 3000 ]; do sleep 0.02; done
   took=$(( $(now_ms) - started ))
   wait "$hang_pid"; status=$?
   [ "$status" = 7 ] && [ "$took" -lt 1800 ] && ok "a hung process exits ${took} ms after the second signal (bound 1 s), status 7" \
-    || { notok "the hung process: status $status after ${took} ms"; kill -KILL "$hang_pid" 2>/dev/null; }
-  grep -q "did not finish in time" "$work/hang.err" && ok "the forced exit says why on stderr" || notok "stderr: $(cat "$work/hang.err")"
+    || { not_ok "the hung process: status $status after ${took} ms"; kill -KILL "$hang_pid" 2>/dev/null; }
+  grep -q "did not finish in time" "$work/hang.err" && ok "the forced exit says why on stderr" || not_ok "stderr: $(cat "$work/hang.err")"
 else
-  notok "cannot compile the shim test: $(cat "$work/cc.log")"
+  not_ok "cannot compile the shim test: $(cat "$work/cc.log")"
 fi
 
-exit $fail
+tap_done; exit $?
