@@ -35,12 +35,15 @@ public struct ModelBackend: Sendable {
         return "\(config.kind.rawValue) model \"\(ModelText.printable(config.model, limit: 120))\" at \(wire.root)\(endpoint)"
     }
 
-    /// Runs `request` on the model and returns the whole answer: the stream, collected
-    /// (one code path for every caller). The call takes at most `request.timeoutMs`
-    /// (bounded by `backend.timeoutMs`); the text is cut at `backend.maxOutputBytes`. A
-    /// cancelled task stops the transfer at once and gets `.cancelled`.
+    /// Runs `request` on the model and returns the whole answer, through the same path as
+    /// `stream` (collected), but asking the server for one answer (`stream: false`):
+    /// servers check a request before they answer it whole, so a refusal comes back as
+    /// its status (llama-cpp-python's stream answers 200 and then breaks off). The call
+    /// takes at most `request.timeoutMs` (bounded by `backend.timeoutMs`); the text is cut
+    /// at `backend.maxOutputBytes`. A cancelled task stops the transfer at once and gets
+    /// `.cancelled`.
     public func generate(_ request: ModelRequest) async throws(ModelError) -> ModelOutput {
-        try await stream(request).collect()
+        try await ModelStream(backend: self, request: request, streaming: false).collect()
     }
 
     /// Runs `request` on the model, streamed: pieces of text as the server produces them,
@@ -48,12 +51,12 @@ public struct ModelBackend: Sendable {
     /// `next()`. Ending the iteration early or cancelling the iterating task aborts the
     /// HTTP request, so the server stops generating.
     public func stream(_ request: ModelRequest) -> ModelStream {
-        ModelStream(backend: self, request: request)
+        ModelStream(backend: self, request: request, streaming: true)
     }
 
     /// Opens the streamed request: checks it, sends it, and waits for the status. A non-2xx
     /// answer is read whole and becomes its error.
-    func open(_ request: ModelRequest) async throws(ModelError) -> (body: AsyncThrowingStream<[UInt8], any Error>, timeoutMs: Int64, connectTimeoutMs: Int64) {
+    func open(_ request: ModelRequest, streaming: Bool) async throws(ModelError) -> (body: AsyncThrowingStream<[UInt8], any Error>, timeoutMs: Int64, connectTimeoutMs: Int64) {
         if let problem = wire.urlProblem {
             throw ModelError(.invalidRequest, "backend.url \(problem)")
         }
@@ -67,13 +70,15 @@ public struct ModelBackend: Sendable {
         if Task.isCancelled { throw ModelError(.cancelled, "the model call was cancelled before it started") }
         let connectTimeoutMs = min(ModelBackend.connectTimeoutMs, timeoutMs)
         let path = wire.path(for: request)
-        let accept = config.kind == .ollama ? "application/x-ndjson" : "text/event-stream"
-        // The decoder bounds what it keeps; this only bounds a server that never stops.
-        let http = HTTPRequest(method: "POST", url: wire.root + path, headers: wire.headers(accept: accept),
-                               body: wire.generateBody(request, stream: true),
-                               connectTimeoutMs: connectTimeoutMs, totalTimeoutMs: timeoutMs, maxResponseBytes: ModelWire.maxResponseCap)
-        let started = monotonicNanoseconds()
+        let accept = !streaming ? "application/json" : config.kind == .ollama ? "application/x-ndjson" : "text/event-stream"
         let cap = wire.responseCap(for: request)
+        // A stream's decoder bounds what it keeps; the HTTP cap then only bounds a server
+        // that never stops. A whole answer is bounded as a whole.
+        let http = HTTPRequest(method: "POST", url: wire.root + path, headers: wire.headers(accept: accept),
+                               body: wire.generateBody(request, stream: streaming),
+                               connectTimeoutMs: connectTimeoutMs, totalTimeoutMs: timeoutMs,
+                               maxResponseBytes: streaming ? ModelWire.maxResponseCap : cap)
+        let started = monotonicNanoseconds()
         do {
             let response = try await client.stream(http)
             if !(200...299).contains(response.status) {
@@ -216,8 +221,10 @@ public struct ModelStream: AsyncSequence, Sendable {
     public typealias Element = ModelStreamEvent
     let backend: ModelBackend
     let request: ModelRequest
+    /// False: the server is asked for the whole answer, delivered as one piece.
+    let streaming: Bool
 
-    public func makeAsyncIterator() -> Iterator { Iterator(backend: backend, request: request) }
+    public func makeAsyncIterator() -> Iterator { Iterator(backend: backend, request: request, streaming: streaming) }
 
     /// Reads the whole stream: the `.done` output, with the time to the first piece.
     public func collect() async throws(ModelError) -> ModelOutput {
@@ -231,18 +238,22 @@ public struct ModelStream: AsyncSequence, Sendable {
     public struct Iterator: AsyncIteratorProtocol {
         let backend: ModelBackend
         let request: ModelRequest
+        let streaming: Bool
         var body: AsyncThrowingStream<[UInt8], any Error>.AsyncIterator?
         var decoder: ModelStreamDecoder?
         var pending: [ModelStreamEvent] = []
+        /// An error that comes after the pieces already pending.
+        var failure: ModelError?
         var ended = false
         var started: UInt64 = 0
         var firstPieceMs: Int64 = 0
         var timeoutMs: Int64 = 0
         var connectTimeoutMs: Int64 = 0
 
-        init(backend: ModelBackend, request: ModelRequest) {
+        init(backend: ModelBackend, request: ModelRequest, streaming: Bool) {
             self.backend = backend
             self.request = request
+            self.streaming = streaming
         }
 
         public mutating func next() async throws -> ModelStreamEvent? {
@@ -252,11 +263,15 @@ public struct ModelStream: AsyncSequence, Sendable {
         /// The next event, with the error typed.
         public mutating func nextPiece() async throws(ModelError) -> ModelStreamEvent? {
             if !pending.isEmpty { return pending.removeFirst() }
+            if let error = failure {
+                failure = nil
+                throw error
+            }
             if ended { return nil }
             if decoder == nil {
                 started = monotonicNanoseconds()
                 do {
-                    let opened = try await backend.open(request)
+                    let opened = try await backend.open(request, streaming: streaming)
                     body = opened.body.makeAsyncIterator()
                     timeoutMs = opened.timeoutMs
                     connectTimeoutMs = opened.connectTimeoutMs
@@ -264,7 +279,7 @@ public struct ModelStream: AsyncSequence, Sendable {
                     ended = true
                     throw error
                 }
-                decoder = ModelStreamDecoder(wire: backend.wire, request: request)
+                decoder = ModelStreamDecoder(wire: backend.wire, request: request, streaming: streaming)
             }
             while pending.isEmpty && !ended {
                 let chunk: [UInt8]?
@@ -281,14 +296,15 @@ public struct ModelStream: AsyncSequence, Sendable {
                     throw ModelError(.cancelled, "the model call was cancelled after \(ModelBackend.milliseconds(since: started)) ms")
                 }
                 if let chunk {
-                    switch decoder!.feed(chunk) {
-                    case .success(let pieces):
-                        if firstPieceMs == 0 && !pieces.isEmpty { firstPieceMs = Swift.max(1, ModelBackend.milliseconds(since: started)) }
-                        pending += pieces.map { .text($0) }
-                    case .failure(let error):
+                    let (pieces, error) = decoder!.feed(chunk)
+                    if firstPieceMs == 0 && !pieces.isEmpty { firstPieceMs = Swift.max(1, ModelBackend.milliseconds(since: started)) }
+                    pending += pieces.map { .text($0) }
+                    if let error {
                         ended = true
                         body = nil  // aborts the transfer
-                        throw error
+                        // The pieces before the error go out first.
+                        if pending.isEmpty { throw error }
+                        failure = error
                     }
                 } else {
                     ended = true
@@ -296,6 +312,11 @@ public struct ModelStream: AsyncSequence, Sendable {
                     switch decoder!.finish() {
                     case .success(var output):
                         output.durationMs = ModelBackend.milliseconds(since: started)
+                        if !streaming && !output.text.isEmpty {
+                            // A whole answer is its one piece.
+                            firstPieceMs = output.durationMs
+                            pending.append(.text(output.text))
+                        }
                         output.firstPieceMs = firstPieceMs
                         pending.append(.done(output))
                     case .failure(let error):

@@ -32,8 +32,11 @@ public struct ModelStreamDecoder: Sendable {
     /// `done: true` or `data: [DONE]` came.
     var finished = false
 
-    public init(wire: ModelWire, request: ModelRequest) {
+    /// `streaming` false: the request asked for the whole answer (`stream: false`), which
+    /// is decoded as one object at the end.
+    public init(wire: ModelWire, request: ModelRequest, streaming: Bool = true) {
         self.wire = wire
+        if !streaming { whole = true }
         chat = wire.usesChat(request)
         path = wire.path(for: request)
         lineCap = max(wire.responseCap(for: request), 65_536)
@@ -43,26 +46,25 @@ public struct ModelStreamDecoder: Sendable {
         textCap = 3 * min(outputCap, ModelWire.maxResponseCap) + ModelWire.answerOverheadBytes
     }
 
-    /// The pieces of text in `bytes` (none while a line is incomplete).
-    public mutating func feed(_ bytes: [UInt8]) -> Result<[String], ModelError> {
+    /// The pieces of text in `bytes` (none while a line is incomplete), and the error that
+    /// ends the stream, when one came (the pieces before it still count).
+    public mutating func feed(_ bytes: [UInt8]) -> (pieces: [String], error: ModelError?) {
         var pieces: [String] = []
         if whole == nil, let first = bytes.first(where: { !ModelText.isJSONWhitespace($0) }) {
             whole = wire.config.kind == .openai && first == UInt8(ascii: "{")
         }
         buffer.append(contentsOf: bytes)
         if whole == true {
-            if buffer.count > lineCap { return .failure(tooLarge()) }
-            return .success([])
+            return ([], buffer.count > lineCap ? tooLarge(whole: true) : nil)
         }
         var start = 0
         while let newline = buffer[start...].firstIndex(of: 0x0A) {
             let line = buffer[start..<newline]
             start = newline + 1
-            if let error = take(line, into: &pieces) { return .failure(error) }
+            if let error = take(line, into: &pieces) { return (pieces, error) }
         }
         buffer.removeFirst(start)
-        if buffer.count > lineCap { return .failure(tooLarge()) }
-        return .success(pieces)
+        return (pieces, buffer.count > lineCap ? tooLarge() : nil)
     }
 
     /// The end of the body: the last line, then the whole output, or why there is none.
@@ -209,8 +211,9 @@ public struct ModelStreamDecoder: Sendable {
         ModelError(.badAnswer, "\(wire.serverName) answered \(path) with \(what); \(wire.kindHint)")
     }
 
-    func tooLarge() -> ModelError {
-        ModelError(.tooLarge, "\(wire.serverName)'s answer to \(path) is larger than \(textCap) bytes of text (backend.maxOutputBytes \(wire.config.maxOutputBytes) plus room); lower maxTokens or raise backend.maxOutputBytes")
+    func tooLarge(whole: Bool = false) -> ModelError {
+        let what = whole ? "\(lineCap) bytes" : "\(textCap) bytes of text"
+        return ModelError(.tooLarge, "\(wire.serverName)'s answer to \(path) is larger than \(what) (backend.maxOutputBytes \(wire.config.maxOutputBytes) plus room); lower maxTokens or raise backend.maxOutputBytes")
     }
 }
 

@@ -81,11 +81,12 @@ public struct ModelWire: Sendable {
 
     /// Whether `request` goes to the chat API: a chat always does where the backend has
     /// one (never flattened into a prompt). Ollama's generate API takes a system message
-    /// itself; OpenAI's completions API has none, so a system message means chat there.
+    /// and `format` itself; OpenAI's completions API has neither a system message nor
+    /// `response_format`, so either means chat there.
     public func usesChat(_ request: ModelRequest) -> Bool {
         switch config.kind {
         case .ollama: return request.messages != nil
-        case .openai: return request.isChat || config.openaiEndpoint == .chat
+        case .openai: return request.isChat || request.format == .json || config.openaiEndpoint == .chat
         }
     }
 
