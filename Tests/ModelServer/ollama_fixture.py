@@ -185,8 +185,9 @@ class Config:
                 self.loaded[name] = None if seconds is None else time.monotonic() + seconds
 
     def find(self, name):
-        n = normalize(name)
-        return n if n in self.models else None
+        """The listed model `name` means: Ollama compares names case-insensitively."""
+        n = normalize(name).lower()
+        return next((m for m in self.models if m.lower() == n), None)
 
 
 class Handler(BaseHTTPRequestHandler):
