@@ -140,22 +140,25 @@ public struct ModelStreamDecoder: Sendable {
         return nil
     }
 
+    static let dataField = Array("data:".utf8)
+    static let otherFields = [Array("event:".utf8), Array("id:".utf8), Array("retry:".utf8)]
+    static let doneData = Array("[DONE]".utf8)
+
     mutating func eventLine(_ line: ArraySlice<UInt8>, into pieces: inout [String]) -> ModelError? {
         // Comments (": ping"), and the event's other fields, carry no text.
         if line.first == UInt8(ascii: ":") { return nil }
-        let text = String(decoding: line, as: UTF8.self)
-        guard text.hasPrefix("data:") else {
-            if text.hasPrefix("event:") || text.hasPrefix("id:") || text.hasPrefix("retry:") { return nil }
+        guard line.starts(with: ModelStreamDecoder.dataField) else {
+            if ModelStreamDecoder.otherFields.contains(where: { line.starts(with: $0) }) { return nil }
             return bad("a line that is not a server-sent event: \(ModelText.describeNonJSON(Array(line)))")
         }
-        var payload = Substring(text.dropFirst(5))
-        if payload.first == " " { payload.removeFirst() }
-        if payload == "[DONE]" {
+        var payload = line.dropFirst(ModelStreamDecoder.dataField.count)
+        if payload.first == 0x20 { payload.removeFirst() }
+        if payload.elementsEqual(ModelStreamDecoder.doneData) {
             finished = true
             return nil
         }
         let object: JSONObject
-        switch ModelWire.parseObject(Array(payload.utf8)) {
+        switch ModelWire.parseObject(Array(payload)) {
         case .success(let parsed): object = parsed
         case .failure(let what): return bad("an event whose data is \(what.replacingFirst("a body", with: "a value"))")
         }
