@@ -30,13 +30,14 @@ import StateStore
             "/api/tags": .json(200, #"{"models":[{"name":"tiny:latest","model":"tiny:latest"}]}"#),
             "/api/ps": .json(200, #"{"models":[{"name":"tiny:latest","model":"tiny:latest","expires_at":"2030-01-01T00:00:00Z"}]}"#),
             // Loading takes a while, as it does with a real model.
-            "/api/generate": .delayed(150, 200, #"{"model":"tiny","response":"","done":true,"done_reason":"load"}"#),
+            "/api/generate": .delayed(400, 200, #"{"model":"tiny","response":"","done":true,"done_reason":"load"}"#),
         ])
-        // Not in /api/ps until the load is done (about 150 ms of looks every 10 ms).
-        for _ in 0..<8 { transport.script("/api/ps", .json(200, #"{"models":[]}"#)) }
+        // Not in /api/ps for the first two looks (50 ms apart while loading), well within the
+        // load's 400 ms: Ollama lists a model as soon as its load returns.
+        transport.script("/api/ps", .json(200, #"{"models":[]}"#), .json(200, #"{"models":[]}"#))
         let service = ModelProbeService(daemon: daemon, backend: ModelBackend(config: config.backend, client: transport),
                                         logger: Logger(label: "test", handler: MemoryLogHandler()),
-                                        intervalNanoseconds: 30_000_000, loadPollNanoseconds: 10_000_000)
+                                        intervalNanoseconds: 30_000_000, loadPollNanoseconds: 50_000_000)
         let shutdown = GracefulShutdown()
         let running = Task { try await service.run(shutdown: shutdown) }
         defer { shutdown.trigger(); running.cancel() }
