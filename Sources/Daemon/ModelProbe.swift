@@ -35,6 +35,15 @@ public struct ModelProbeService: Service {
         }
         let phase = Mutex(Phase.none)
         let task = Mutex<Task<Void, Never>?>(nil)
+        /// False while a load runs.
+        let idle = StateSignal(true)
+
+        var isRunning: Bool {
+            phase.withLock { phase in
+                if case .running = phase { return true }
+                return false
+            }
+        }
     }
 
     public func run(shutdown: GracefulShutdown) async throws {
@@ -48,7 +57,9 @@ public struct ModelProbeService: Service {
                 let generating = await daemon.isGenerating
                 var interval = intervalNanoseconds
                 if selected && generating {
-                    // A generation in progress answers the question better than a probe.
+                    // A generation in progress answers the question better than a probe;
+                    // one that is not yet ready is looked at again soon after it ends.
+                    if last != .ready { interval = min(interval, loadPollNanoseconds) }
                 } else if selected {
                     var readiness = await backend.probe()
                     if readiness.needsLoad {
@@ -64,9 +75,18 @@ public struct ModelProbeService: Service {
                     await daemon.updateModel(state: "idle", detail: "mode off: the backend is not in use")
                     last = nil
                 }
-                // Sleep the interval, or less when a working mode is selected or left.
+                // Sleep the interval, or less when a working mode is selected or left, or
+                // when a load ends (then the model is in /api/ps: ready at once).
                 let wait = interval
-                _ = await race({ try? await Task.sleep(nanoseconds: wait) }, { await working.wait(for: !selected) })
+                let loading = loads.isRunning
+                _ = await race({
+                    if loading {
+                        // Task.value cannot be cancelled, so the signal is what is awaited.
+                        _ = await race({ try? await Task.sleep(nanoseconds: wait) }, { await loads.idle.wait(for: true) })
+                    } else {
+                        try? await Task.sleep(nanoseconds: wait)
+                    }
+                }, { await working.wait(for: !selected) })
                 try Task.checkCancellation()
             }
         }
@@ -86,6 +106,7 @@ public struct ModelProbeService: Service {
                 return ModelReadiness(.unavailable, "\(readiness.detail); loading it failed: \(error.message)")
             case .none:
                 phase = .running(startedMs: nowMs)
+                loads.idle.set(false)
                 let backend = backend
                 let logger = logger
                 logger.notice("loading the model into the backend's memory (keep_alive \(keepAlive)) so that no request pays the load")
@@ -97,6 +118,7 @@ public struct ModelProbeService: Service {
                         } catch {
                             loads.phase.withLock { $0 = .failed(error) }
                         }
+                        loads.idle.set(true)
                     }
                 }
                 return ModelReadiness(.loading, "\(readiness.detail); loading it now (keep_alive \(keepAlive))")

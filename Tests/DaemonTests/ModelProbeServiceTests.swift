@@ -56,7 +56,7 @@ import StateStore
         }
         #expect(states.contains("loading") && states.last == "ready", "\(states)")
         let loads = transport.calls(to: "/api/generate")
-        #expect(loads.count == 1, "one load")
+        #expect(loads.count == 1, "one load: \(transport.calls.map(\.path))")
         #expect(loads.first?.body?["prompt"] == nil && loads.first?.body?["keep_alive"] == "30m")
         #expect(transport.calls.allSatisfy { $0.header("authorization") == "Bearer probe-key-42" }, "the key goes with every call")
         let status = await daemon.statusJSON()
