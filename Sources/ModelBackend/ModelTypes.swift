@@ -122,8 +122,6 @@ public struct ModelError: Error, Sendable, Equatable, CustomStringConvertible {
         case invalidRequest
         /// The calling task was cancelled; the transfer was stopped.
         case cancelled
-        /// The server refused the API key, or wants one and none is configured (401, 403).
-        case unauthorized
         /// The model spent the answer thinking (Ollama `thinking`, OpenAI
         /// `reasoning_content`) and gave no text: never a success with no output.
         case onlyThought
@@ -151,7 +149,6 @@ public struct ModelError: Error, Sendable, Equatable, CustomStringConvertible {
         case .tooLarge: return "model_answer_too_large"
         case .invalidRequest: return "model_invalid_request"
         case .cancelled: return "model_cancelled"
-        case .unauthorized: return "model_unauthorized"
         case .onlyThought: return "model_only_thought"
         }
     }

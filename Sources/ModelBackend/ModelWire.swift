@@ -439,15 +439,6 @@ public struct ModelWire: Sendable {
         return names.count > 10 ? "\(shown) and \(names.count - 10) more" : shown
     }
 
-    /// The readiness of a generation that came back: an answer is the best proof.
-    public func readiness(after error: ModelError) -> ModelReadiness {
-        switch error.kind {
-        case .rejected(status: 401), .rejected(status: 403), .unauthorized: return ModelReadiness(.unauthorized, error.message)
-        case .rejected(status: 503): return ModelReadiness(.loading, error.message)
-        default: return ModelReadiness(.unavailable, error.message)
-        }
-    }
-
     /// A body read as a JSON object, or a description of what it is instead.
     enum Parsed {
         case success(JSONObject)

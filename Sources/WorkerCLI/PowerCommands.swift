@@ -187,7 +187,8 @@ extension DoctorCommand {
             json["url"] = .string(config.url)
             json["model"] = .string(config.model)
             state = readiness.state.rawValue
-            detail = readiness.detail
+            // Nobody loads it while the daemon is down: it does when a working mode starts.
+            detail = readiness.needsLoad ? readiness.detail + "; the daemon loads it when a working mode starts" : readiness.detail
             json["from"] = "a probe now (the daemon is not running)"
         } else {
             return (.null, nil)
