@@ -5,9 +5,10 @@ import HTTP
 import Posix
 import WorkerCore
 
-/// The local model server the worker runs prompts on: Ollama (`POST /api/generate`)
-/// or an OpenAI-compatible server (`POST /v1/completions` or `/v1/chat/completions`,
-/// as llama.cpp's server, vLLM and LM Studio serve), non-streaming.
+/// The local model server the worker runs prompts and chats on: Ollama (`POST
+/// /api/generate`, `/api/chat`) or an OpenAI-compatible server (`POST /v1/completions` or
+/// `/v1/chat/completions`, as llama.cpp's server, vLLM and LM Studio serve), streamed or
+/// whole.
 ///
 /// A value, cheap to copy and to rebuild when the configuration changes; the transfers
 /// run on the HTTP client's own thread, so no call blocks a Swift-concurrency thread.
@@ -87,7 +88,8 @@ public struct ModelBackend: Sendable {
             }
             return (response.body, timeoutMs, connectTimeoutMs)
         } catch {
-            throw failure(error, started: started, timeoutMs: timeoutMs, connectTimeoutMs: connectTimeoutMs, cap: cap)
+            throw failure(error, started: started, timeoutMs: timeoutMs, connectTimeoutMs: connectTimeoutMs,
+                          cap: streaming ? ModelWire.maxResponseCap : cap)
         }
     }
 
@@ -142,24 +144,24 @@ public struct ModelBackend: Sendable {
             let tags: (status: Int, body: [UInt8])
             switch await get(wire.probePath) {
             case .success(let answer): tags = answer
-            case .failure(let readiness): return readiness
+            case .failure(let failure): return failure.readiness
             }
             let listed = wire.decodeProbe(status: tags.status, body: tags.body)
             guard listed.state == .ready else { return ModelReadiness(listed.state, listed.detail) }
             switch await get("/api/ps") {
             case .success(let answer): return wire.decodeRunning(status: answer.status, body: answer.body)
-            case .failure(let readiness): return readiness
+            case .failure(let failure): return failure.readiness
             }
         case .openai:
             switch await get("/health") {
             case .success(let answer):
                 if let readiness = wire.decodeHealth(status: answer.status, body: answer.body) { return readiness }
-            case .failure(let readiness): return readiness
+            case .failure(let failure): return failure.readiness
             }
             let models: (status: Int, body: [UInt8])
             switch await get(wire.probePath) {
             case .success(let answer): models = answer
-            case .failure(let readiness): return readiness
+            case .failure(let failure): return failure.readiness
             }
             let listed = wire.decodeProbe(status: models.status, body: models.body)
             guard listed.state == .ready else { return ModelReadiness(listed.state, listed.detail) }
@@ -167,7 +169,7 @@ public struct ModelBackend: Sendable {
             case .success(let answer) where answer.status == 401 || answer.status == 403:
                 return ModelReadiness(.unauthorized, wire.unauthorizedDetail(status: answer.status, body: answer.body, path: ModelWire.authCheckPath))
             case .success: return ModelReadiness(listed.state, listed.detail)
-            case .failure(let readiness): return readiness
+            case .failure(let failure): return failure.readiness
             }
         }
     }
@@ -211,8 +213,10 @@ public struct ModelBackend: Sendable {
 }
 
 /// A probe request that got no answer, as the readiness it means.
-typealias ProbeFailure = ModelReadiness
-extension ModelReadiness: Error {}
+struct ProbeFailure: Error {
+    let readiness: ModelReadiness
+    init(_ state: ModelState, _ detail: String) { readiness = ModelReadiness(state, detail) }
+}
 
 /// A generation as it streams: `.text` pieces, then `.done`. Errors are `ModelError`.
 /// Nothing is sent until the first `next()`; dropping the iterator or cancelling the
@@ -287,7 +291,8 @@ public struct ModelStream: AsyncSequence, Sendable {
                     chunk = try await body?.next()
                 } catch {
                     ended = true
-                    throw backend.failure(error, started: started, timeoutMs: timeoutMs, connectTimeoutMs: connectTimeoutMs, cap: backend.wire.responseCap(for: request))
+                    throw backend.failure(error, started: started, timeoutMs: timeoutMs, connectTimeoutMs: connectTimeoutMs,
+                                          cap: streaming ? ModelWire.maxResponseCap : backend.wire.responseCap(for: request))
                 }
                 // The body stream ends early, without an error, when this task is cancelled.
                 if Task.isCancelled {
