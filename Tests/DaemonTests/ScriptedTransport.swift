@@ -11,8 +11,6 @@ final class ScriptedTransport: HTTPTransport {
         case failure(HTTPError.Kind)
         /// No answer until the caller gives up (its task is cancelled).
         case hang
-        /// This answer after a pause of this many milliseconds.
-        case delayed(Int, Int, String)
     }
 
     struct Call: Sendable {
@@ -62,9 +60,6 @@ final class ScriptedTransport: HTTPTransport {
             throw HTTPError(kind: kind, message: "scripted \(kind.rawValue) for \(path)")
         case .hang:
             while true { try await Task.sleep(nanoseconds: 3_600_000_000_000) }
-        case .delayed(let ms, let status, let text):
-            try await Task.sleep(for: .milliseconds(ms))
-            return HTTPResponse(status: status, body: Array(text.utf8))
         }
     }
 

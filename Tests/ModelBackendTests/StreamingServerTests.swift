@@ -190,7 +190,8 @@ private func drain(_ stream: ModelStream) async throws -> (pieces: [(String, Int
 
 @Suite struct OllamaFixtureRules {
     @Test func readyOnlyOnceLoadedAndLoadingWhileItLoads() async throws {
-        let fixture = try await OllamaFixture.start(["--load-ms", "1200"])
+        // A load long enough that the look during it comes first, even on a loaded machine.
+        let fixture = try await OllamaFixture.start(["--load-ms", "4000"])
         defer { fixture.stop() }
         let backend = ModelBackend(config: backendConfig(.ollama, url: fixture.url))
         let before = await backend.probe()
