@@ -188,6 +188,19 @@ private func drain(_ stream: ModelStream) async throws -> (pieces: [(String, Int
     }
 }
 
+@Suite struct OllamaStreamingThroughToLlamaCpp {
+    @Test func theFixtureRelaysLlamaCppsStreamPieceByPiece() async throws {
+        let backend = ModelBackend(config: backendConfig(.ollama, url: try await ModelServerBed.shared.upstream()))
+        let (pieces, output) = try await drain(backend.stream(ModelRequest(prompt: "x", maxTokens: 40, timeoutMs: 60_000)))
+        #expect(pieces.count >= 20, "\(pieces.count) pieces")
+        #expect(pieces.map(\.0).joined() == output.text)
+        #expect(output.finishReason == "length")
+        #expect(output.outputTokens == 40, "eval_count of the last line")
+        let chat = try await drain(backend.stream(ModelRequest(messages: [ModelMessage(role: "user", content: "hi")], system: "brief", maxTokens: 12, timeoutMs: 60_000)))
+        #expect(chat.pieces.count >= 6 && chat.pieces.map(\.0).joined() == chat.output.text)
+    }
+}
+
 @Suite struct OllamaFixtureRules {
     @Test func readyOnlyOnceLoadedAndLoadingWhileItLoads() async throws {
         // A load long enough that the look during it comes first, even on a loaded machine.
