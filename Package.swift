@@ -61,6 +61,7 @@ let package = Package(
         .testTarget(name: "IntegrationTests", dependencies: ["WorkerCore"]),
         .testTarget(name: "ProxyTests", dependencies: ["Proxy", "BlueZ", "Posix", "Logging", "WorkerCore"]),
         .testTarget(name: "BusTests", dependencies: ["DBus", "BlueZ", "Posix", "WorkerCore"]),
+        .testTarget(name: "LoggingTests", dependencies: ["Logging"]),
         .testTarget(name: "PosixTests", dependencies: ["Posix", "Logging", "CWorkerShims"]),
         .testTarget(name: "WorkerCLITests", dependencies: ["WorkerCLI"]),
     ],

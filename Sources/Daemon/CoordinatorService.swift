@@ -25,6 +25,17 @@ actor CoordinatorLink {
     private var registering = false
     var status = CoordinatorStatus()
     let backoff = Backoff()
+    /// The model switch the last heartbeat answer asked for (SPEC 7), not yet taken.
+    var pendingSwitch: ModelSwitchRequest?
+    /// The key of the switch being carried out; one at a time.
+    var runningSwitch: String?
+    /// Outcomes whose ack the coordinator has not taken yet, by request key.
+    var switchOutcomes: [String: (ok: Bool, error: String?)] = [:]
+    /// Requests acknowledged in this session: never carried out twice.
+    var acknowledgedSwitches: Set<String> = []
+    /// Results the coordinator took whose outbox file could not be removed yet: never
+    /// posted again by this session, only removed again.
+    private(set) var deliveredNotRemoved: Set<String> = []
     /// A rejection (403, blacklisted) stops work; retried no faster than this.
     static let rejectionRetryMs: Int64 = 5 * 60 * 1000
 
@@ -62,6 +73,7 @@ actor CoordinatorLink {
             if call == .heartbeat, case .accepted = answer {
                 status.lastHeartbeatAtMs = clock.wallMs()
                 status.lastHeartbeatLatencyMs = clock.monotonicMs() - started
+                pendingSwitch = ModelSwitchRequest.parse(heartbeatAnswer: try? JSON.parse(response.body))
             }
             return answer
         } catch let error as HTTPError {
@@ -161,6 +173,10 @@ actor CoordinatorLink {
         await publish()
     }
 
+    func markDelivered(_ id: String, removed: Bool) {
+        if removed { deliveredNotRemoved.remove(id) } else { deliveredNotRemoved.insert(id) }
+    }
+
     func update(_ change: (inout CoordinatorStatus) -> Void) async {
         change(&status)
         await publish()
@@ -194,9 +210,10 @@ public struct CoordinatorService: Service {
     }
 
     public func run(shutdown: GracefulShutdown) async throws {
-        while !shutdown.isTriggered {
+        // Cancelled, the waits below return at once: checking only the shutdown spun.
+        while !shutdown.isTriggered && !Task.isCancelled {
             let runtime = daemon.runtimeSignal(for: Self.mode)
-            guard try await shutdown.cancelling({ await runtime.wait(for: true) }) != nil else { return }
+            guard try await shutdown.cancelling({ await runtime.wait(for: true) }) != nil, !Task.isCancelled else { return }
             let stop = GracefulShutdown()
             // The session is stopped gracefully (it finishes its subtask), never cancelled from here.
             _ = await race({ await session(stop: stop) }, {
@@ -232,18 +249,39 @@ public struct CoordinatorService: Service {
                 _ = try? await stop.cancelling { try await clock.sleep(milliseconds: CoordinatorLink.rejectionRetryMs) }
                 await link.clearRejection()
             } catch {
-                if !stop.isTriggered { logger.warning("coordinator session error: \(error)") }
+                if stop.isTriggered { break }
+                // A local failure (journal or outbox not writable, …) waits like a network
+                // one: restarting at once pulled a thousand times a second.
+                let delay = await link.failed("local failure: \(error)")
+                _ = try? await pause(delay, stop: stop)
             }
         }
         logger.info("coordinator session stopped")
     }
 
     /// Every heartbeatIntervalMs, with telemetry; 401 re-registers, blacklisting stops.
+    /// A model switch asked in an answer runs beside the heartbeats, which go on.
     func heartbeats(_ link: CoordinatorLink) async throws {
+        let switcher = ModelSwitcher(link: link, daemon: daemon, backend: backend, config: config, clock: clock,
+                                     logger: logger, holdPollMs: config.coordinator.pullIntervalMs)
+        try await withThrowingDiscardingTaskGroup { group in
+            while true {
+                try await heartbeat(link)
+                if let request = await link.takeSwitchRequest() {
+                    group.addTask { await switcher.run(request) }
+                }
+                try await clock.sleep(milliseconds: config.coordinator.heartbeatIntervalMs)
+            }
+        }
+    }
+
+    /// One heartbeat (registering first when needed).
+    func heartbeat(_ link: CoordinatorLink) async throws {
         while true {
             try await link.ensureRegistered()
+            let swapping = await daemon.modelSwitch?.inProgress ?? false
             let body = CoordinatorWire.heartbeat(agentID: daemon.agentID, telemetry: await daemon.powerTelemetryJSON(),
-                                                 activeModel: config.backend.model)
+                                                 activeModel: await daemon.activeModel, modelSwapInProgress: swapping)
             switch try await link.call(.heartbeat, body) {
             case .accepted:
                 // A heartbeat's success says nothing about pulls and results: their
@@ -258,7 +296,7 @@ public struct CoordinatorService: Service {
                 await link.update { $0.heartbeatFailures += 1; $0.lastError = "heartbeat: \(other.failureText)" }
                 logger.warning("heartbeat failed: \(other.failureText)")
             }
-            try await clock.sleep(milliseconds: config.coordinator.heartbeatIntervalMs)
+            return
         }
     }
 
@@ -270,6 +308,11 @@ public struct CoordinatorService: Service {
             if stop.isTriggered { return }
             switch action {
             case .post(let result):
+                if await link.deliveredNotRemoved.contains(result.subtaskID) {
+                    try await journal.delivered(result.subtaskID)
+                    await link.markDelivered(result.subtaskID, removed: true)
+                    continue
+                }
                 logger.notice("delivering the result of \(result.subtaskID) left in the outbox")
                 try await post(result, link: link, journal: journal, stop: stop)
             case .rerun(let entry):
@@ -277,9 +320,9 @@ public struct CoordinatorService: Service {
                 try await runAndPost(entry, link: link, journal: journal, stop: stop)
             case .reportRestarted(let result):
                 logger.notice("reporting subtask \(result.subtaskID) as worker_restarted: its timeout passed while the worker was down")
-                try await journal.complete(result)
-                await recordResult(result, prompt: "", started: clock.wallMs() - result.durationMs)
-                try await post(result, link: link, journal: journal, stop: stop)
+                let stored = try await journal.complete(result)
+                await recordResult(stored, prompt: "", started: clock.wallMs() - stored.durationMs)
+                try await post(stored, link: link, journal: journal, stop: stop)
             }
         }
 
@@ -287,6 +330,12 @@ public struct CoordinatorService: Service {
             if let held = await daemon.admitNewWork() {
                 await link.update { $0.deferredReason = "held by the power policy: \(held.rawValue)" }
                 try await pause(config.coordinator.pullIntervalMs, stop: stop)
+                continue
+            }
+            if let problem = await daemon.stateHold() {
+                await link.update { $0.deferredReason = "held: \(LocalHoldReason.stateUnwritable.rawValue): \(problem)" }
+                if await probeStateDirectory() { continue }
+                try await pause(await link.failed("held until the state directory takes writes: \(problem)"), stop: stop)
                 continue
             }
             guard try await stop.cancelling({ try await link.ensureRegistered() }) != nil else { return }
@@ -297,16 +346,40 @@ public struct CoordinatorService: Service {
                 await link.update { $0.deferredReason = nil; $0.consecutiveFailures = 0; $0.backoffMs = nil }
                 try await pause(config.coordinator.pullIntervalMs, stop: stop)
             case .work(let subtask):
-                await link.update { $0.deferredReason = nil; $0.consecutiveFailures = 0; $0.backoffMs = nil }
+                await link.update { $0.deferredReason = nil }
                 let entry = RecoveryPlan.JournalEntry(subtask: subtask, pulledAtMs: clock.wallMs())
-                if found.journal.contains(where: { $0.subtask.id == subtask.id }) { continue }
-                try await journal.record(entry)
+                if found.journal.contains(where: { $0.subtask.id == subtask.id }) {
+                    // Handled at recovery; pulling again at once would spin on a coordinator that repeats it.
+                    try await pause(config.coordinator.pullIntervalMs, stop: stop)
+                    continue
+                }
+                do {
+                    try await journal.record(entry)
+                } catch {
+                    // Unjournaled, a crash could lose it: not run, answered, and the loop
+                    // backs off (and holds new work while the directory refuses writes).
+                    let reason = "worker_journal_failed: \(printable(String(describing: error), limit: 300))"
+                    logger.error("subtask \(subtask.id) could not be journaled (\(error)); answering it ok: false")
+                    await answerUnstored(SubtaskResult(subtaskID: subtask.id, taskID: subtask.taskID, ok: false, output: "", error: reason, durationMs: 0),
+                                         prompt: subtask.input, link: link)
+                    try await pause(await link.failed("journal \(subtask.id): \(error)"), stop: stop)
+                    continue
+                }
+                await link.update { $0.consecutiveFailures = 0; $0.backoffMs = nil }
                 try await runAndPost(entry, link: link, journal: journal, stop: stop)
                 // At once after a result: no pause.
             case .unrunnable(let id, let taskID, let reason):
                 let result = SubtaskResult(subtaskID: id, taskID: taskID, ok: false, output: "", error: reason, durationMs: 0)
-                try await journal.complete(result)
-                try await post(result, link: link, journal: journal, stop: stop)
+                let stored: SubtaskResult
+                do {
+                    stored = try await journal.complete(result)
+                } catch {
+                    logger.error("the answer to unrunnable subtask \(id) could not be written to the outbox (\(error)); posting it once from memory")
+                    await answerUnstored(result, prompt: "", link: link)
+                    try await pause(await link.failed("outbox \(id): \(error)"), stop: stop)
+                    continue
+                }
+                try await post(stored, link: link, journal: journal, stop: stop)
             case .deferred(let reason, let deferMs):
                 await link.update { $0.deferredReason = "coordinator: \(reason)" }
                 try await pause(deferMs ?? config.coordinator.pullIntervalMs, stop: stop)
@@ -317,6 +390,36 @@ public struct CoordinatorService: Service {
             case let other:
                 try await pause(await link.failed("pull: \(other.failureText)"), stop: stop)
             }
+        }
+    }
+
+    /// One small write and its removal: succeeds once the state directory takes writes
+    /// again, which ends the hold (the writer's problem clears with any success).
+    func probeStateDirectory() async -> Bool {
+        do {
+            try await daemon.writer.write(CoordinatorService.probeFile, Array(repeating: UInt8(ascii: "\n"), count: 4_096))
+            try await daemon.writer.remove(CoordinatorService.probeFile)
+            return true
+        } catch {
+            return false
+        }
+    }
+
+    static let probeFile = "write-check"
+
+    /// Posts a result that could not be stored, once and best effort: without a file it
+    /// cannot be retried across a restart, and the coordinator re-queues an unanswered
+    /// subtask on its own timeout.
+    func answerUnstored(_ result: SubtaskResult, prompt: String, link: CoordinatorLink) async {
+        let started = clock.wallMs() - result.durationMs
+        var record = TaskRecord(id: result.subtaskID, source: .coordinator, origin: result.taskID, prompt: prompt, startedAtMs: started)
+        record.finish(ok: result.ok, output: result.output, error: result.error, atMs: started + result.durationMs, state: .failed)
+        await daemon.upsertTask(record)
+        switch try? await link.call(.result, CoordinatorWire.result(result, agentID: daemon.agentID)) {
+        case .accepted?:
+            await link.update { if result.ok { $0.subtasksDone += 1 } else { $0.subtasksFailed += 1 } }
+        case let other:
+            logger.warning("the answer to subtask \(result.subtaskID) was not delivered (\(other?.failureText ?? "cancelled")); the coordinator's timeout re-queues it")
         }
     }
 
@@ -336,7 +439,7 @@ public struct CoordinatorService: Service {
         await link.update { $0.running = subtask.id }
         let remaining = max(1_000, entry.pulledAtMs + subtask.timeoutMs - started)
         let request = ModelRequest(prompt: subtask.input, maxTokens: Int(config.backend.maxTokens), timeoutMs: min(remaining, config.backend.timeoutMs))
-        let backend = self.backend
+        let backend = self.backend.using(model: await daemon.activeModel)
         let clock = self.clock
         let grace = config.coordinator.stopGraceMs
         // The generation races the stop plus its grace; losing leaves the journal entry.
@@ -365,9 +468,18 @@ public struct CoordinatorService: Service {
         case .failure(let error):
             result = SubtaskResult(subtaskID: subtask.id, taskID: subtask.taskID, ok: false, output: "", error: error.wireText, durationMs: ended - started)
         }
-        try await journal.complete(result)
-        await recordResult(result, prompt: subtask.input, started: started)
-        try await post(result, link: link, journal: journal, stop: stop)
+        let stored: SubtaskResult
+        do {
+            stored = try await journal.complete(result)
+        } catch {
+            // Posted from memory rather than run again: the journal entry stays until the
+            // coordinator has it, so a crash meanwhile still reruns it. The next pull
+            // waits for the state directory (the writer's problem holds it).
+            logger.error("the result of \(subtask.id) could not be written to the outbox (\(error)); posting it from memory")
+            stored = result.bounded
+        }
+        await recordResult(stored, prompt: subtask.input, started: started)
+        try await post(stored, link: link, journal: journal, stop: stop)
     }
 
     func recordResult(_ result: SubtaskResult, prompt: String, started: Int64) async {
@@ -391,12 +503,13 @@ public struct CoordinatorService: Service {
             }
             switch try await link.call(.result, CoordinatorWire.result(result, agentID: daemon.agentID)) {
             case .accepted:
-                try await journal.delivered(result.subtaskID)
-                await link.update {
-                    $0.outboxDepth = journal.outboxDepth
-                    if result.ok { $0.subtasksDone += 1 } else { $0.subtasksFailed += 1 }
-                }
+                // Taken: whatever happens to the files now, this session never posts it again.
+                await link.markDelivered(result.subtaskID, removed: false)
+                await link.update { if result.ok { $0.subtasksDone += 1 } else { $0.subtasksFailed += 1 } }
                 await daemon.markTaskPosted(result.subtaskID, ok: result.ok)
+                try await journal.delivered(result.subtaskID)
+                await link.markDelivered(result.subtaskID, removed: true)
+                await link.update { $0.outboxDepth = journal.outboxDepth }
                 return
             case .unauthorized(let reason):
                 await link.forgetRegistration(reason)

@@ -61,9 +61,11 @@ public struct ModelProbeService: Service {
                     // one that is not yet ready is looked at again soon after it ends.
                     if last != .ready { interval = min(interval, loadPollNanoseconds) }
                 } else if selected {
-                    var readiness = await backend.probe()
+                    // The coordinator's switch may have changed the model (SPEC 7).
+                    let current = backend.using(model: await daemon.activeModel)
+                    var readiness = await current.probe()
                     if readiness.needsLoad {
-                        readiness = load(readiness, loads: loads)
+                        readiness = load(readiness, backend: current, loads: loads)
                         if readiness.state == .loading { interval = min(interval, loadPollNanoseconds) }
                     }
                     if readiness.state != last {
@@ -94,7 +96,7 @@ public struct ModelProbeService: Service {
 
     /// A model that is pulled but not loaded: starts loading it, or says how the load goes.
     /// A failed load is reported once as `unavailable`, then tried again.
-    func load(_ readiness: ModelReadiness, loads: Loads) -> ModelReadiness {
+    func load(_ readiness: ModelReadiness, backend: ModelBackend, loads: Loads) -> ModelReadiness {
         let nowMs = Int64(monotonicNanoseconds() / 1_000_000)
         let keepAlive = backend.config.keepAlive.stringValue ?? backend.config.keepAlive.serialized
         return loads.phase.withLock { phase -> ModelReadiness in
@@ -107,7 +109,6 @@ public struct ModelProbeService: Service {
             case .none:
                 phase = .running(startedMs: nowMs)
                 loads.idle.set(false)
-                let backend = backend
                 let logger = logger
                 logger.notice("loading the model into the backend's memory (keep_alive \(keepAlive)) so that no request pays the load")
                 loads.task.withLock {

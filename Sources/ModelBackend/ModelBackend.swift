@@ -17,7 +17,7 @@ public struct ModelBackend: Sendable {
     public let config: WorkerConfig.Backend
     /// The wire format: URLs, bodies and decoding.
     public let wire: ModelWire
-    private let client: any HTTPTransport
+    let client: any HTTPTransport
 
     /// Longest wait for a connection to the model server (bounded by the call's time).
     public static let connectTimeoutMs: Int64 = 3_000

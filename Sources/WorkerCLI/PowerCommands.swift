@@ -8,8 +8,8 @@ import Telemetry
 import WorkerCore
 
 /// One telemetry reading with a CPU figure: /proc/stat needs two samples.
-func readTelemetryOnce(root: String) -> PowerReading {
-    var reader = TelemetryReader(root: root)
+func readTelemetryOnce(root: String, own: OwnProcesses? = nil) -> PowerReading {
+    var reader = TelemetryReader(root: root, own: own)
     _ = reader.read()
     usleep(250_000)
     return reader.read()
@@ -226,8 +226,8 @@ struct DoctorCommand: Command {
     }
 
     func run() async -> Int32 {
-        let reading = readTelemetryOnce(root: root)
         var advice: [String] = []
+        var backendURL: String?
         // The policy in force: the daemon's (with this host's overrides) when it answers.
         var policy = PowerPolicy()
         var policySource = "built-in defaults"
@@ -246,6 +246,7 @@ struct DoctorCommand: Command {
             switch loadConfig(path: configPath, explicit: false) {
             case .success(let config):
                 policy = config.policy
+                backendURL = config.backend.url
                 configuredAdapter = config.bluetooth.adapter
                 configuredBackend = config.backend
                 policySource = "\(configPath) (the daemon is not running: this host's overrides are not shown)"
@@ -254,11 +255,22 @@ struct DoctorCommand: Command {
             }
             if case .unavailable(let message) = error { advice.append(message) }
         }
+        // The daemon's own load and its model server's are not "other load" (SPEC 3.2).
+        if let url = daemonStatus["backend"]?["url"]?.stringValue { backendURL = url }
+        let daemonPID = daemonStatus["daemon"]?["pid"]?.intValue.map { Int32(truncatingIfNeeded: $0) } ?? 0
+        // Without a daemon (pid 0) only the model server counts as the worker's own.
+        let own = OwnProcesses(root: root, serverPort: backendURL.flatMap(LoopbackServer.port(of:)), workerPID: daemonPID)
+        let reading = readTelemetryOnce(root: root, own: own)
         let decision = PowerDecision.decide(reading.telemetry, policy: policy, previous: nil, nowMs: 0)
         let checks = PowerDecision.checks(reading.telemetry, policy: policy, batteryLatched: decision.batteryLatched)
         for check in checks where check.holds { advice.append("\(check.reason.rawValue): \(check.reason.explanation) (\(check.detail))") }
         if reading.supplies.isEmpty { advice.append("no power supply in \(root)sys/class/power_supply: treated as a desktop on mains") }
         if reading.telemetry.thermalState == nil { advice.append("no temperature sensor was readable: the thermal rule cannot hold work") }
+
+        let stateDirectory = daemonStatus["daemon"]?["stateDirectory"]?.stringValue
+            ?? environment("EDGECODER_WORKER_STATE_DIR") ?? Defaults.stateDirectory
+        let state = examineStateDirectory(stateDirectory, daemonProblem: daemonStatus["daemon"]?["persistenceProblem"]?.stringValue)
+        advice.append(contentsOf: state.advice)
 
         if let adapter = daemonStatus["bluetooth"]?["configuredAdapter"]?.stringValue { configuredAdapter = adapter }
         let bluetooth = await BluetoothDoctor.report(configuredAdapter: configuredAdapter)
@@ -275,6 +287,7 @@ struct DoctorCommand: Command {
         report["decision"] = ["allowed": .bool(decision.allowed), "reason": .string(decision.reasonText)]
         if let summary = daemonStatus["summary"] { report["daemon"] = summary }
         if let network = daemonStatus["network"] { report["network"] = network }
+        report["stateDirectory"] = state.json
         var bluetoothReport = bluetooth.json.objectValue ?? JSONObject()
         if let service = daemonStatus["bluetooth"] { bluetoothReport["service"] = service }
         report["bluetooth"] = .object(bluetoothReport)
@@ -287,4 +300,16 @@ struct DoctorCommand: Command {
         }
         return ExitCode.ok
     }
+}
+
+/// statvfs of the state directory: free space and the read-only flag (a full or read-only
+/// disk holds new work in mode `on`).
+func examineStateDirectory(_ path: String, daemonProblem: String?) -> StateDirectoryCheck {
+    var info = statvfs()
+    guard statvfs(path, &info) == 0 else {
+        return StateDirectoryCheck(path: path, freeBytes: nil, readOnly: nil, problem: "statvfs: \(String(cString: strerror(errno)))",
+                                   daemonProblem: daemonProblem)
+    }
+    let free = Int64(clamping: UInt64(info.f_bavail).multipliedReportingOverflow(by: UInt64(info.f_frsize)).partialValue)
+    return StateDirectoryCheck(path: path, freeBytes: free, readOnly: info.f_flag & UInt(ST_RDONLY) != 0, daemonProblem: daemonProblem)
 }

@@ -2,7 +2,8 @@ import Foundation
 import HTTP
 import Logging
 import Posix
-import StateStore
+import Synchronization
+@testable import StateStore
 import Testing
 import WorkerCore
 @testable import Daemon
@@ -24,7 +25,11 @@ final class CoordinatorBed: Sendable {
     let stop = GracefulShutdown()
     let ended = StateSignal(false)
 
-    init(jitter: @escaping @Sendable (ClosedRange<Int64>) -> Int64 = { $0.upperBound }) throws {
+    /// `fault` mocks a failing disk: the daemon's writer fails each operation it returns an error for;
+    /// `configure` changes the config before the daemon is made.
+    init(jitter: @escaping @Sendable (ClosedRange<Int64>) -> Int64 = { $0.upperBound },
+         fault: (@Sendable (_ name: String, _ removal: Bool) -> (any Error)?)? = nil,
+         configure: (inout WorkerConfig) -> Void = { _ in }) throws {
         clock = ManualClock(jitter: jitter)
         transport = ScriptedTransport(defaults: [
             "/register": .json(200, #"{"accepted":true,"meshToken":"mesh-1"}"#),
@@ -39,11 +44,14 @@ final class CoordinatorBed: Sendable {
         config.coordinator.pullIntervalMs = CoordinatorBed.pullMs
         config.backend.kind = .ollama
         config.backend.url = "http://model.test"
+        configure(&config)
         directory = try StateDirectory(path: dir)
         let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
         let logger = Logger(label: "coordinator", handler: MemoryLogHandler())
         let clock = self.clock
-        daemon = WorkerDaemon(config: config, paths: paths, directory: directory, logger: logger, clock: { clock.wallMs() })
+        let stateDirectory = directory
+        let writer = fault.map { DurableWriter(directory: stateDirectory, onProblem: { _ in }, beforeEach: nil, fault: $0) }
+        daemon = WorkerDaemon(config: config, paths: paths, directory: directory, logger: logger, clock: { clock.wallMs() }, writer: writer)
         service = CoordinatorService(daemon: daemon, config: config, directory: directory, logger: logger, transport: transport, clock: clock)
     }
 
@@ -260,7 +268,6 @@ final class CoordinatorBed: Sendable {
         try await bed.journal.complete(SubtaskResult(subtaskID: "s1", taskID: "t1", ok: true, output: "from before", durationMs: 900))
         var second = try bed.entry(pulledAgoMs: 10_000)
         second.subtask.id = "s2"
-        second.subtask.raw = try JSON.parse(CoordinatorBed.subtask.replacingOccurrences(of: "\"s1\"", with: "\"s2\""))
         try await bed.journal.record(second)
         bed.start()
         #expect(await bed.clock.waitForSleep(CoordinatorBed.pullMs))
@@ -300,6 +307,145 @@ final class CoordinatorBed: Sendable {
         #expect(result["durationMs"] == 30_000)
         #expect(await bed.status["subtasksFailed"] == 1)
         #expect(bed.journal.load(nowMs: bed.clock.wallMs()).journal.isEmpty)
+        await bed.finish()
+    }
+}
+
+/// A disk that fails on demand: while `failing`, the operations `matches` picks fail
+/// with `errno` (ENOSPC unless told), as the kernel would report them.
+final class MockDiskFailure: Sendable {
+    private let state = Mutex(false)
+    let matches: @Sendable (String, Bool) -> Bool
+    let errno: Int32
+
+    init(errno: Int32 = ENOSPC, matches: @escaping @Sendable (_ name: String, _ removal: Bool) -> Bool = { _, _ in true }) {
+        self.matches = matches
+        self.errno = errno
+    }
+
+    var failing: Bool {
+        get { state.withLock { $0 } }
+        set { state.withLock { $0 = newValue } }
+    }
+
+    var fault: @Sendable (String, Bool) -> (any Error)? {
+        { [self] name, removal in
+            failing && matches(name, removal) ? SystemError(removal ? "unlink" : "open", errno: errno, detail: name) : nil
+        }
+    }
+}
+
+@Suite struct CoordinatorLocalFaultsInProcess {
+    static let hostileID = String(repeating: ":", count: 90)
+
+    @Test func aSubtaskIdOfNinetyColonsIsJournaledUnderAFixedLengthNameRunAndAnswered() async throws {
+        let bed = try CoordinatorBed()
+        let subtask = CoordinatorBed.subtask.replacingOccurrences(of: "\"s1\"", with: "\"\(Self.hostileID)\"")
+        bed.transport.script("/pull", .json(200, #"{"subtask":\#(subtask)}"#))
+        bed.transport.script("/result", .failure(.couldNotConnect))
+        bed.start()
+        // The first post fails: the result waits in the outbox, under a name of fixed length.
+        #expect(await bed.clock.waitForSleep(1_500))
+        let names = bed.directory.names().filter { $0.hasPrefix("outbox-") }
+        #expect(names.count == 1)
+        #expect(names.first?.utf8.count == WorkJournal.fileName(prefix: "outbox-", id: "s1").utf8.count, "\(names)")
+        #expect(names.first == WorkJournal.fileName(prefix: "outbox-", id: Self.hostileID))
+        #expect(WorkJournal.legacyFileName(prefix: "outbox-", id: Self.hostileID).utf8.count > 255, "the old name was too long for any file system")
+        #expect(bed.journal.load(nowMs: bed.clock.wallMs()).outbox.map(\.subtaskID) == [Self.hostileID], "the id is kept inside the file")
+        #expect(bed.transport.calls(to: "/pull").count == 1, "no spin: one pull")
+        #expect(bed.transport.calls(to: "/api/generate").count == 1)
+        #expect(bed.daemon.writer.problem == nil)
+        bed.clock.advance(by: 1_500)
+        await eventually("the second post") { bed.transport.calls(to: "/result").count == 2 }
+        let result = try #require(bed.transport.calls(to: "/result").last?.body)
+        #expect(result["subtaskId"]?.stringValue == Self.hostileID)
+        #expect(result["ok"] == true)
+        await eventually("the outbox to empty") { bed.journal.outboxDepth == 0 }
+        #expect(await bed.clock.waitForSleep(CoordinatorBed.pullMs))
+        await bed.finish()
+    }
+
+    @Test func aMockedFullDiskAnswersTheSubtaskNotOkBacksOffAndPullsNothingUntilAWriteSucceeds() async throws {
+        let disk = MockDiskFailure()
+        let bed = try CoordinatorBed(fault: disk.fault)
+        await bed.daemon.writer.flush()
+        disk.failing = true
+        // Registered without a new mesh token: nothing is written before the pull.
+        bed.transport.script("/register", .json(200, #"{"accepted":true}"#))
+        bed.transport.script("/pull", .json(200, #"{"subtask":\#(CoordinatorBed.subtask)}"#))
+        bed.start()
+        #expect(await bed.clock.waitForSleep(1_500), "the journal failure backs off like a network failure")
+        let answer = try #require(bed.transport.calls(to: "/result").first?.body)
+        #expect(answer["subtaskId"] == "s1")
+        #expect(answer["ok"] == false)
+        #expect(answer["error"]?.stringValue?.hasPrefix("worker_journal_failed: ") == true, "\(answer)")
+        #expect(answer["error"]?.stringValue?.contains("ENOSPC") == true || answer["error"]?.stringValue?.contains("space") == true)
+        #expect(bed.transport.calls(to: "/api/generate").isEmpty, "an unjournaled subtask is never run")
+        #expect(await bed.status["consecutiveFailures"] == 1)
+        #expect(await bed.status["lastError"]?.stringValue?.hasPrefix("journal s1: ") == true)
+        #expect(await bed.status["subtasksFailed"] == 1)
+
+        // Each further step: one write attempt, no pull, a longer backoff.
+        for (step, ceiling) in [(Int64(1_500), Int64(3_000)), (3_000, 6_000), (6_000, 12_000)] {
+            bed.clock.advance(by: step)
+            #expect(await bed.clock.waitForSleep(ceiling))
+            #expect(bed.transport.calls(to: "/pull").count == 1, "no pull while the state directory refuses writes")
+        }
+        let status = await bed.daemon.statusJSON()
+        #expect(status["power"]?["held"]?["state-unwritable"] == 3)
+        #expect(status["coordinator"]?["deferredReason"]?.stringValue?.hasPrefix("held: state-unwritable: ") == true)
+        #expect(status["daemon"]?["persistenceProblem"]?.stringValue != nil)
+        #expect(status["summary"]?.stringValue?.contains("state not writable") == true)
+        #expect(await bed.status["consecutiveFailures"] == 4)
+
+        disk.failing = false
+        bed.clock.advance(by: 12_000)
+        await eventually("a pull once a write succeeds") { bed.transport.calls(to: "/pull").count == 2 }
+        #expect(await bed.clock.waitForSleep(CoordinatorBed.pullMs))
+        #expect(await bed.status["consecutiveFailures"] == 0)
+        #expect(await bed.status["deferredReason"] == .null)
+        #expect(bed.daemon.writer.problem == nil)
+        #expect(!bed.directory.names().contains(CoordinatorService.probeFile), "the probe is removed")
+        await bed.finish()
+    }
+
+    @Test func aMockedOutboxFailureForAnUnrunnableSubtaskAnswersItOnceFromMemoryAndBacksOff() async throws {
+        let disk = MockDiskFailure { name, removal in !removal && name.hasPrefix("outbox-") }
+        let bed = try CoordinatorBed(fault: disk.fault)
+        disk.failing = true
+        bed.transport.script("/pull", .json(200, #"{"subtask":{"id":"u1","taskId":"t1","kind":"single_step"}}"#))
+        bed.start()
+        #expect(await bed.clock.waitForSleep(1_500))
+        let answers = bed.transport.calls(to: "/result").compactMap(\.body)
+        #expect(answers.map { $0["subtaskId"] } == ["u1"], "answered once")
+        #expect(answers.first?["ok"] == false)
+        #expect(await bed.status["lastError"]?.stringValue?.hasPrefix("outbox u1: ") == true)
+        #expect(bed.transport.calls(to: "/pull").count == 1)
+        disk.failing = false
+        bed.clock.advance(by: 1_500)
+        await eventually("pulling again once a write succeeds") { bed.transport.calls(to: "/pull").count == 2 }
+        #expect(bed.transport.calls(to: "/result").count == 1)
+        await bed.finish()
+    }
+
+    @Test func aMockedRemovalFailureAfterDeliveryBacksOffAndNeverPostsTheResultTwice() async throws {
+        let disk = MockDiskFailure(errno: EROFS) { name, removal in removal && name.hasPrefix("outbox-") }
+        let bed = try CoordinatorBed(fault: disk.fault)
+        disk.failing = true
+        bed.transport.script("/pull", .json(200, #"{"subtask":\#(CoordinatorBed.subtask)}"#))
+        bed.start()
+        #expect(await bed.clock.waitForSleep(1_500), "the session restarts after a backoff, not at once")
+        #expect(await bed.status["lastError"]?.stringValue?.hasPrefix("local failure: ") == true)
+        #expect(bed.transport.calls(to: "/result").count == 1)
+        #expect(bed.journal.outboxDepth == 1, "the read-only directory kept the file")
+        #expect(await bed.status["subtasksDone"] == 1)
+
+        disk.failing = false
+        bed.clock.advance(by: 1_500)
+        await eventually("the delivered file to go") { bed.journal.outboxDepth == 0 }
+        #expect(await bed.clock.waitForSleep(CoordinatorBed.pullMs))
+        #expect(bed.transport.calls(to: "/result").count == 1, "delivered once: the session remembers what the coordinator took")
+        #expect(bed.transport.calls(to: "/api/generate").count == 1)
         await bed.finish()
     }
 }

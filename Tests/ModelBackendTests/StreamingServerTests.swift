@@ -40,9 +40,11 @@ private func drain(_ stream: ModelStream) async throws -> (pieces: [(String, Int
         #expect(pieces.count >= 100, "one piece a token: \(pieces.count)")
         #expect(pieces.map(\.0).joined() == output.text)
         #expect(output.finishReason == "length")
-        // The first piece came long before the answer was whole.
-        let first = try #require(pieces.first?.1)
-        #expect(first * 3 < output.durationMs, "first piece at \(first) ms, whole answer at \(output.durationMs) ms")
+        // The pieces came while the model generated, not all at its end: from the first
+        // piece on (the wait before it may be another test's generation on this shared
+        // server), they spread over most of the generation.
+        let first = try #require(pieces.first?.1), last = try #require(pieces.last?.1)
+        #expect(last - first > (output.durationMs - first) / 2, "pieces from \(first) ms to \(last) ms, whole answer at \(output.durationMs) ms")
         #expect(output.firstPieceMs > 0 && output.firstPieceMs <= first + 50)
         // llama-cpp-python sends no usage in a stream (llama.cpp and vLLM do, asked with
         // stream_options); when it comes, it counts the pieces.
@@ -67,7 +69,7 @@ private func drain(_ stream: ModelStream) async throws -> (pieces: [(String, Int
         #expect(!short.text.isEmpty)
         // llama.cpp (llama-cpp-python) serves one generation at a time: had the cancelled one
         // kept running, this one would have waited for most of it.
-        #expect(served < max(whole / 2, 200), "served in \(served) ms; the whole long generation takes \(whole) ms")
+        #expect(served < max(whole * 2 / 3, 200), "served in \(served) ms; the whole long generation takes \(whole) ms")
         var logged = false
         for _ in 0..<50 where !logged {
             logged = llamaLog(url).components(separatedBy: "Disconnected from client").count > disconnectsBefore

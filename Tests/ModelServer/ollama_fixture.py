@@ -18,6 +18,12 @@ It follows Ollama's documented HTTP API for what edgecoder-worker uses:
   GET  /api/ps         {"models": [{"name", "model", "size", "digest", "details",
                          "expires_at", "size_vram", "context_length"}]}: the models loaded
   GET  /  and  HEAD /  "Ollama is running";  GET /api/version  {"version": ...}
+  POST /api/pull      {"model", "stream"?} -> NDJSON progress as docs/api.md "Pull a Model"
+                       shows it ("pulling manifest", "pulling <digest>" with total and
+                       completed, "verifying sha256 digest", "writing manifest", "success"),
+                       streamed in chunks over --pull-ms; the model is then listed. A model
+                       not in --pullable streams {"error": ...} inside the 200, as Ollama's
+                       PullHandler does once the stream has started.
 
 Loading and keep_alive, as Ollama does them: a model is loaded by the first request that
 names it (an empty prompt, or empty messages, only loads it: done_reason "load"), stays
@@ -145,6 +151,8 @@ class Config:
         self.size, self.digest = size, digest
         self.modified_at = datetime.now().astimezone().isoformat()
         self.requests = 0
+        self.pulls = []
+        self.pullable = [normalize(m) for m in (args.pullable or [])]
         self.lock = threading.Lock()
         self.thinking = [normalize(m) for m in (args.thinking_model or [])]
         # name -> monotonic expiry (None: forever); a model is in /api/ps while loaded
@@ -292,6 +300,7 @@ class Handler(BaseHTTPRequestHandler):
             "/api/ps": ("GET",),
             "/api/generate": ("POST",),
             "/api/chat": ("POST",),
+            "/api/pull": ("POST",),
         }
         if path not in routes:
             self.send_bytes(404, b"404 page not found", "text/plain", head=(method == "HEAD"))
@@ -307,6 +316,8 @@ class Handler(BaseHTTPRequestHandler):
             self.tags()
         elif path == "/api/ps":
             self.ps()
+        elif path == "/api/pull":
+            self.pull(body)
         else:
             self.generate(body, chat=(path == "/api/chat"))
 
@@ -360,6 +371,67 @@ class Handler(BaseHTTPRequestHandler):
                 "expires_at": expires.astimezone().isoformat(), "size_vram": 0, "context_length": 512,
             })
         self.send_json(200, {"models": models})
+
+    def pull(self, body):
+        try:
+            req = json.loads(body.decode("utf-8")) if body else None
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            self.error(400, "invalid JSON: %s" % e)
+            return
+        if req is None:
+            self.error(400, "missing request body")
+            return
+        if not isinstance(req, dict):
+            self.error(400, "json: cannot unmarshal %s into Go value of type api.PullRequest" % type(req).__name__)
+            return
+        name = req.get("model") or req.get("name")
+        if not isinstance(name, str) or not name.strip() or any(c.isspace() for c in name.strip()):
+            self.error(400, "invalid model name")
+            return
+        name = normalize(name)
+        with self.cfg.lock:
+            self.cfg.pulls.append(name)
+        known = name in self.cfg.pullable or name in self.cfg.models
+        layers = [("sha256:" + hashlib.sha256((name + str(i)).encode()).hexdigest(), size)
+                  for i, size in enumerate((40_000_000, 1_200, 310))]
+        lines = [{"status": "pulling manifest"}]
+        if known:
+            steps = 8
+            for i in range(1, steps + 1):
+                for digest, size in layers:
+                    lines.append({"status": "pulling %s" % digest[7:19], "digest": digest, "total": size,
+                                  "completed": size * i // steps})
+            lines += [{"status": "verifying sha256 digest"}, {"status": "writing manifest"}, {"status": "success"}]
+        else:
+            lines.append({"error": "pull model manifest: file does not exist"})
+        if req.get("stream") is False:
+            last = lines[-1]
+            if "error" in last:
+                self.error(500, last["error"])
+            else:
+                self.finish_pull(name)
+                self.send_json(200, last)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-ndjson")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        pause = max(0, self.cfg.args.pull_ms) / 1000.0 / max(1, len(lines))
+        for line in lines:
+            if line.get("status") == "success":
+                self.finish_pull(name)
+            data = (json.dumps(line, separators=(",", ":")) + "\n").encode()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+            if pause and STOP.wait(pause):
+                break
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def finish_pull(self, name):
+        with self.cfg.lock:
+            if name not in self.cfg.models:
+                self.cfg.models.append(name)
 
     def generate(self, body, chat=False):
         t0 = time.monotonic_ns()
@@ -634,6 +706,8 @@ def main():
     ap.add_argument("--upstream", help="OpenAI-compatible completions URL, e.g. http://127.0.0.1:PORT/v1/completions")
     ap.add_argument("--upstream-model", default="tiny", help="model name sent upstream (default tiny)")
     ap.add_argument("--upstream-timeout", type=float, default=60.0)
+    ap.add_argument("--pullable", action="append", help="a model /api/pull can fetch (repeatable)")
+    ap.add_argument("--pull-ms", type=int, default=1500, help="how long a pull streams its progress")
     ap.add_argument("--delay-ms", type=int, default=0)
     ap.add_argument("--fail-status", type=int, default=0)
     ap.add_argument("--malformed", action="store_true")

@@ -14,4 +14,13 @@ if [ $rc -eq 2 ] && grep -q 'policy.minBatteryPct: must be in 0…100, got 400' 
 else
   echo "not ok - broken example: rc=$rc: $out"; fail=1
 fi
+sed 's#"url": "https://coordinator.example"#"url": "http://coordinator.example"#' Config/edgecoder-worker.json > "$tmp/cleartext.json"
+out=$("$bin" config check --config "$tmp/cleartext.json" 2>&1); rc=$?
+if [ $rc -eq 2 ] && grep -q 'coordinator.url: http:// to coordinator.example would send the registration and mesh tokens unencrypted' <<<"$out"; then
+  echo "ok - an http:// coordinator that is not loopback is refused, saying why"
+else
+  echo "not ok - cleartext coordinator: rc=$rc: $out"; fail=1
+fi
+sed 's#"allowInsecureHttp": false#"allowInsecureHttp": true#' "$tmp/cleartext.json" > "$tmp/allowed.json"
+if out=$("$bin" config check --config "$tmp/allowed.json" 2>&1); then echo "ok - coordinator.allowInsecureHttp true accepts it"; else echo "not ok - allowInsecureHttp: $out"; fail=1; fi
 exit $fail

@@ -52,9 +52,12 @@ restore_network() {
 start_daemon() {  # grace_ms
   cat > "$work/config.json" <<EOF
 {"network": {"pathLossGraceMs": $1},
- "hooks": {"networkRestored": "echo \"\$EDGECODER_EVENT \$EDGECODER_INTERFACE \$EDGECODER_MODE\" >> $work/hook.out; exit 3", "timeoutMs": 5000}}
+ "hooks": {"networkRestored": "ls -l /proc/\$\$/fd > $work/hook.fds; echo \"\$EDGECODER_EVENT \$EDGECODER_INTERFACE \$EDGECODER_MODE\" >> $work/hook.out; env > $work/hook.env; sleep 300 & echo \$! > $work/hook.bg; head -c 100000 /dev/zero | tr -c x x; exit 3", "timeoutMs": 5000}}
 EOF
-  ip netns exec "$ns" "$bin" run --config "$work/config.json" --state-dir "$work/state" --runtime-dir "$work/run" 2>>"$work/daemon.log" &
+  # A secret in the environment and a descriptor without close-on-exec: the hook must
+  # get neither (issue 12 §4).
+  CREDENTIALS_DIRECTORY=/run/credentials/edgecoder-worker.service \
+    ip netns exec "$ns" "$bin" run --config "$work/config.json" --state-dir "$work/state" --runtime-dir "$work/run" 2>>"$work/daemon.log" 7</dev/null &
   daemon_pid=$!
   for _ in $(seq 100); do cli status >/dev/null 2>&1 && break; sleep 0.05; done
   wait_for_status '"satisfied":true' 5 || notok "the path is satisfied at start"
@@ -110,6 +113,23 @@ if wait_for_status '"networkRestoredAt"' 5; then
   wait_for_status '"outcome":"exited with status 3"' 5 \
     && ok "the hook's exit status is recorded in status" || notok "hook status: $(cli status --json)"
   cli events | grep -q 'hook-ran.*exited with status 3' && ok "the hook's exit status is an event" || notok "no hook-ran event"
+  names=$(cut -d= -f1 "$work/hook.env" | grep -v '^PWD$' | sort | tr '\n' ' ')
+  [ "$names" = "EDGECODER_AGENT_ID EDGECODER_EVENT EDGECODER_INTERFACE EDGECODER_MODE LANG PATH " ] \
+    && ok "the hook's environment is PATH, LANG and the EDGECODER_* variables" || notok "hook environment: $names"
+  # The shell keeps descriptors of its own (a saved stdout at 10): look for the daemon's.
+  ! grep -q ' 7 -> \| socket:' "$work/hook.fds" && grep -q ' 2 -> ' "$work/hook.fds" \
+    && ok "the hook inherits none of the daemon's descriptors" || notok "hook descriptors: $(cat "$work/hook.fds")"
+  bg=$(cat "$work/hook.bg" 2>/dev/null)
+  gone=no
+  for _ in $(seq 50); do
+    if [ -n "$bg" ] && { ! kill -0 "$bg" 2>/dev/null || grep -q '^State:.*Z' "/proc/$bg/status" 2>/dev/null; }; then gone=yes; break; fi
+    sleep 0.1
+  done
+  [ "$gone" = yes ] && ok "the hook's background child died with it" || { notok "sleep '$bg' outlived the hook"; [ -n "$bg" ] && kill "$bg" 2>/dev/null; }
+  grep -q 'hooks.networkRestored: \[output cut after 8192 bytes: 91808 more bytes not logged\]' "$work/daemon.log" \
+    && ok "the hook's output is cut with a note before the journal" || notok "hook output in the log: $(grep -c hooks.networkRestored "$work/daemon.log") lines"
+  [ "$(grep -o 'hooks.networkRestored: x*' "$work/daemon.log" | wc -c)" -lt 9000 ] && ok "at most the limit of the output is logged" \
+    || notok "the log has more of the hook's output than the limit"
   grep -q '<5>edgecoder-worker: network path satisfied again via veth0' "$work/daemon.log" \
     && ok "the restore is logged at notice level" || notok "no notice line in the log: $(grep -i restored "$work/daemon.log")"
   cli status | grep -q "NOTICE:   the network path is back" && ok "status shows the restore notice" || notok "status: $(cli status)"

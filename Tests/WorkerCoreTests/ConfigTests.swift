@@ -117,6 +117,43 @@ import Testing
         #expect(WorkerConfig.isGoDuration(text) == valid)
     }
 
+    @Test(arguments: ["http://coordinator.example", "http://10.0.0.5:8080/", "HTTP://Coord.Example/api", "http://[2001:db8::1]:80",
+                      "http://127.example", "http://128.0.0.1", "http://localhost.evil.example"])
+    func refusesPlainHttpToAHostThatIsNotLoopbackSayingWhy(url: String) {
+        let found = problems(#"{"coordinator": {"url": "\#(url)"}}"#)
+        #expect(found.map(\.path) == ["coordinator.url"])
+        let message = found.first?.message ?? ""
+        #expect(message.contains("unencrypted") && message.contains("coordinator.allowInsecureHttp") && message.contains("https://"), "\(message)")
+    }
+
+    @Test(arguments: ["http://127.0.0.1:4000", "http://127.1.2.3/", "http://localhost:8080", "http://LOCALHOST", "http://[::1]:9000/x",
+                      "https://coordinator.example", "https://10.0.0.5"])
+    func acceptsPlainHttpOnlyToLoopbackAndHttpsAnywhere(url: String) throws {
+        let config = try WorkerConfig.parse(Array(#"{"coordinator": {"url": "\#(url)"}}"#.utf8))
+        #expect(config.coordinator.url == url)
+        #expect(config.coordinator.allowInsecureHttp == false)
+    }
+
+    @Test func allowInsecureHttpAcceptsPlainHttpToAnyHostWhateverTheKeyOrder() throws {
+        for text in [#"{"coordinator": {"url": "http://coordinator.lan", "allowInsecureHttp": true}}"#,
+                     #"{"coordinator": {"allowInsecureHttp": true, "url": "http://coordinator.lan"}}"#] {
+            let config = try WorkerConfig.parse(Array(text.utf8))
+            #expect(config.coordinator.url == "http://coordinator.lan")
+            #expect(config.coordinator.allowInsecureHttp)
+        }
+        let explicitFalse = problems(#"{"coordinator": {"url": "http://coordinator.lan", "allowInsecureHttp": false}}"#)
+        #expect(explicitFalse.map(\.path) == ["coordinator.url"])
+        let notABool = problems(#"{"coordinator": {"allowInsecureHttp": "yes"}}"#)
+        #expect(notABool.map(\.path) == ["coordinator.allowInsecureHttp"])
+        #expect(notABool.first?.message.contains("true or false") == true)
+    }
+
+    @Test func theBackendMayStayOnPlainHttp() throws {
+        // The model server is local and carries no worker token: only the coordinator is refused.
+        let config = try WorkerConfig.parse(Array(#"{"backend": {"url": "http://gpu-box.lan:11434"}}"#.utf8))
+        #expect(config.backend.url == "http://gpu-box.lan:11434")
+    }
+
     @Test func reportsEveryProblemAtOnce() {
         let found = problems(#"{"x": 1, "coordinator": {"url": "gopher://a", "pullIntervalMs": true}, "policy": {"minBatteryPct": -5}}"#)
         #expect(found.map(\.path) == ["x", "coordinator.url", "coordinator.pullIntervalMs", "policy.minBatteryPct"])

@@ -285,7 +285,7 @@ private struct Drive {
     @Test func jsonListsEveryReasonInOrderAndRoundTrips() {
         var counters = HoldCounters()
         counters.record(.cpuBusy, count: 7)
-        #expect(counters.json.serialized == #"{"not-charging":0,"draining":0,"battery-low":0,"low-power-mode":0,"thermal":0,"cpu-busy":7}"#)
+        #expect(counters.json.serialized == #"{"not-charging":0,"draining":0,"battery-low":0,"low-power-mode":0,"thermal":0,"cpu-busy":7,"state-unwritable":0}"#)
         #expect(HoldCounters.from(json: counters.json) == counters)
     }
 
@@ -298,6 +298,19 @@ private struct Drive {
     func persistedCountersAreReadStrictly(text: String, thermal: Int64?) throws {
         let counters = HoldCounters.from(json: try JSON.parse(text))
         #expect(counters?.count(.thermal) == thermal)
+    }
+
+    @Test func anUnwritableStateDirectoryIsCountedBesideThePowerReasonsAndRoundTrips() throws {
+        var counters = HoldCounters()
+        counters.record(.stateUnwritable)
+        counters.record(.stateUnwritable, count: 2)
+        counters.record(.thermal)
+        #expect(counters.count(.stateUnwritable) == 3)
+        #expect(counters.total == 4)
+        #expect(counters.json["state-unwritable"] == 3)
+        #expect(HoldCounters.from(json: counters.json) == counters)
+        #expect(HoldCounters.from(json: try JSON.parse(#"{"state-unwritable":-1}"#)) == nil)
+        #expect(!HoldReason.allCases.map(\.rawValue).contains("state-unwritable"), "never a power decision's reason")
     }
 
     @Test func countersSaturateInsteadOfOverflowing() {
