@@ -440,7 +440,9 @@ def ollama_backend(model):
         result = [r for r in c.results()["results"] if r["subtaskId"] == ids[0]][0]
         check(result["ok"] and result["output"], "with the model's text", result)
         check(c.state()["registrations"][0]["body"]["localModelProvider"] == "ollama-local", "registered as ollama-local")
-        check(w.status()["backend"]["modelState"] == "ready", "the ollama readiness probe (/api/tags) says ready")
+        # Ready means loaded: the worker loads the model when mode on starts (/api/ps lists it then).
+        check(wait_for(lambda: w.status()["backend"]["modelState"] == "ready", timeout=10),
+              "the ollama readiness probe (/api/tags, then /api/ps once loaded) says ready", w.status()["backend"])
     finally:
         w.cleanup(); c.stop(); fixture.stop()
 
