@@ -80,6 +80,7 @@ bench: release
 	python3 Tests/Bench/full_disk_bench.py $(RELEASE_BIN)
 	python3 Tests/Bench/control_bench.py $(RELEASE_BIN)
 	.build/release/worker-bench
+	bash Tests/Bench/stream_bench.sh
 	bash Tests/Bench/bluetooth_bench.sh $(RELEASE_BIN)
 
 # A whole coordinator round trip on loopback: dev coordinator, worker, llama.cpp.

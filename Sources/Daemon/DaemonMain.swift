@@ -16,6 +16,9 @@ public enum DaemonMain {
 
     /// Runs the daemon until SIGTERM/SIGINT; returns the process exit code.
     public static func run(config: WorkerConfig, paths: DaemonPaths, logger baseLogger: Logger) async -> Int32 {
+        var config = config
+        // The model server's key: the config's, else the systemd credential (never logged).
+        if config.backend.apiKey == nil { config.backend.apiKey = ModelBackend.credentialAPIKey() }
         var logger = baseLogger
         logger.level = LogLevel(name: config.log.level.rawValue) ?? .info
 

@@ -17,7 +17,7 @@ extension ModelBackend {
     }
 
     /// The puller for this backend's Ollama server, over the same transport.
-    public var puller: ModelPuller { ModelPuller(root: wire.root, client: client) }
+    public var puller: ModelPuller { ModelPuller(root: wire.root, client: client, apiKey: config.apiKey) }
 }
 
 /// Pulls models onto an Ollama server.
@@ -28,6 +28,8 @@ public struct ModelPuller: Sendable {
     public let root: String
     let client: any HTTPTransport
     let source: BodySource
+    /// `Authorization: Bearer` for a server behind an authenticating proxy (`backend.apiKey`).
+    let authorization: [(String, String)]
 
     /// Ollama streams a progress line for every few hundred kilobytes; a pull of a large
     /// model that is buffered whole (a transport without streaming) must still fit.
@@ -36,16 +38,15 @@ public struct ModelPuller: Sendable {
     public static let defaultTimeoutMs: Int64 = 6 * 3_600_000
 
     /// `source` delivers the body in pieces as they arrive; without one, the transport's
-    /// whole answer is read as one piece (progress then arrives at the end).
-    public init(root: String, client: any HTTPTransport, source: BodySource? = nil) {
+    /// stream does (a transport without a streaming path of its own gives its whole answer
+    /// as one piece, and progress then arrives at the end).
+    public init(root: String, client: any HTTPTransport, apiKey: String? = nil, source: BodySource? = nil) {
         self.root = root
         self.client = client
+        self.authorization = apiKey.map { [("authorization", "Bearer \($0)")] } ?? []
         self.source = source ?? { request in
-            let response = try await client.perform(request)
-            let (chunks, continuation) = AsyncThrowingStream<[UInt8], any Error>.makeStream()
-            continuation.yield(response.body)
-            continuation.finish()
-            return (response.status, chunks)
+            let response = try await client.stream(request)
+            return (response.status, response.body)
         }
     }
 
@@ -56,7 +57,7 @@ public struct ModelPuller: Sendable {
                      progress: @Sendable (PullProgress) async -> Void) async throws(ModelError) {
         let body: JSONValue = ["model": .string(model), "stream": true]
         let request = HTTP.HTTPRequest(method: "POST", url: root + "/api/pull",
-                                  headers: [("content-type", "application/json"), ("accept", "application/x-ndjson")],
+                                  headers: [("content-type", "application/json"), ("accept", "application/x-ndjson")] + authorization,
                                   body: body.serializedBytes, connectTimeoutMs: ModelBackend.connectTimeoutMs,
                                   totalTimeoutMs: timeoutMs, maxResponseBytes: ModelPuller.maxBufferedBytes)
         var state = PullProgress()
@@ -109,7 +110,7 @@ public struct ModelPuller: Sendable {
 
     /// Whether the server has `model` (`GET /api/tags`, names compared as Ollama does).
     public func isInstalled(_ model: String) async throws(ModelError) -> Bool {
-        let request = HTTP.HTTPRequest(method: "GET", url: root + "/api/tags", headers: [("accept", "application/json")],
+        let request = HTTP.HTTPRequest(method: "GET", url: root + "/api/tags", headers: [("accept", "application/json")] + authorization,
                                   connectTimeoutMs: ModelBackend.connectTimeoutMs, totalTimeoutMs: ModelBackend.probeTimeoutMs,
                                   maxResponseBytes: ModelWire.probeResponseCap)
         let response: HTTPResponse

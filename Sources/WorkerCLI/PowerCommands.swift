@@ -2,6 +2,7 @@ import BlueZ
 #if canImport(Glibc)
 import Glibc
 #endif
+import ModelBackend
 import Posix
 import Telemetry
 import WorkerCore
@@ -165,6 +166,43 @@ struct PolicyCommand: Command {
 
 // MARK: - doctor
 
+extension DoctorCommand {
+    /// The model backend: the running daemon's last probe, else a probe now with the config
+    /// (the key from the config or, under systemd, the credential). Which model is loaded,
+    /// or why not, and what to do; never the key.
+    static func modelReport(daemonStatus: JSONValue, configured: WorkerConfig.Backend?) async -> (json: JSONValue, advice: String?) {
+        var json = JSONObject()
+        let state: String
+        let detail: String
+        if case .object(let backend)? = daemonStatus["backend"] {
+            for key in ["kind", "url", "model"] { json[key] = backend[key] }
+            state = backend["modelState"]?.stringValue ?? "unknown"
+            detail = backend["detail"]?.stringValue ?? ""
+            json["from"] = "the running daemon's last probe"
+        } else if var config = configured {
+            if config.apiKey == nil { config.apiKey = ModelBackend.credentialAPIKey() }
+            let backend = ModelBackend(config: config)
+            let readiness = await backend.probe()
+            json["kind"] = .string(config.kind.rawValue)
+            json["url"] = .string(config.url)
+            json["model"] = .string(config.model)
+            state = readiness.state.rawValue
+            // Nobody loads it while the daemon is down: it does when a working mode starts.
+            detail = readiness.needsLoad ? readiness.detail + "; the daemon loads it when a working mode starts" : readiness.detail
+            json["from"] = "a probe now (the daemon is not running)"
+        } else {
+            return (.null, nil)
+        }
+        json["modelState"] = .string(state)
+        json["detail"] = .string(detail)
+        switch state {
+        case "ready", "idle": return (.object(json), nil)
+        case "loading": return (.object(json), "model backend loading: \(detail); wait, it becomes ready once the model is in memory")
+        default: return (.object(json), "model backend \(state): \(detail)")
+        }
+    }
+}
+
 struct DoctorCommand: Command {
     static let name = "doctor"
     static let summary = "every raw reading behind the current state, and what to do"
@@ -195,6 +233,7 @@ struct DoctorCommand: Command {
         var policySource = "built-in defaults"
         var daemonStatus: JSONValue = .null
         var configuredAdapter: String?
+        var configuredBackend: WorkerConfig.Backend?
         do {
             var client = try ControlClient(runtimeDirectory: runtimeDirectory)
             let shown = try client.call(.policyShow)
@@ -209,6 +248,7 @@ struct DoctorCommand: Command {
                 policy = config.policy
                 backendURL = config.backend.url
                 configuredAdapter = config.bluetooth.adapter
+                configuredBackend = config.backend
                 policySource = "\(configPath) (the daemon is not running: this host's overrides are not shown)"
             case .failure(let failure):
                 advice.append("the config cannot be used: \(failure.lines.joined(separator: "; "))")
@@ -236,6 +276,9 @@ struct DoctorCommand: Command {
         let bluetooth = await BluetoothDoctor.report(configuredAdapter: configuredAdapter)
         advice.append(contentsOf: bluetooth.advice)
 
+        let model = await DoctorCommand.modelReport(daemonStatus: daemonStatus, configured: configuredBackend)
+        if let problem = model.advice { advice.append(problem) }
+
         var report = JSONObject()
         report["power"] = reading.doctorJSON
         report["policyFrom"] = .string(policySource)
@@ -248,6 +291,7 @@ struct DoctorCommand: Command {
         var bluetoothReport = bluetooth.json.objectValue ?? JSONObject()
         if let service = daemonStatus["bluetooth"] { bluetoothReport["service"] = service }
         report["bluetooth"] = .object(bluetoothReport)
+        report["model"] = model.json
         report["advice"] = .array(advice.map { .string($0) })
         if json {
             print(JSONValue.object(report).serialized)

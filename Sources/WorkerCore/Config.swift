@@ -31,6 +31,15 @@ public struct WorkerConfig: Sendable, Equatable {
         public var maxOutputBytes: Int64 = 262_144
         /// Tokens generated for a coordinator subtask (Bluetooth requests carry their own).
         public var maxTokens: Int64 = 512
+        /// Ollama's `think`, sent with every request: thinking models otherwise think by
+        /// default and can spend `num_predict` on it, leaving no answer.
+        public var think = false
+        /// Ollama's `keep_alive`, sent with every request: a Go duration (`"30m"`) or
+        /// seconds as a number (-1 keeps the model loaded for good).
+        public var keepAlive: JSONValue = "30m"
+        /// Sent as `Authorization: Bearer`; else the systemd credential `backend-api-key`.
+        /// Never logged, never in status.
+        public var apiKey: String?
         /// Whether the coordinator may make this worker pull and switch models (SPEC 7);
         /// the default of the per-host policy key `allowRemoteModelSwitch`.
         public var allowRemoteModelSwitch = false
@@ -195,6 +204,13 @@ extension WorkerConfig {
                     case "openaiEndpoint": reader.choice(value, path: path, OpenAIEndpoint.self).map { config.backend.openaiEndpoint = $0 }
                     case "maxOutputBytes": reader.int(value, path: path, 1_024...16_777_216).map { config.backend.maxOutputBytes = $0 }
                     case "maxTokens": reader.int(value, path: path, 1...32_768).map { config.backend.maxTokens = $0 }
+                    case "think": reader.bool(value, path: path).map { config.backend.think = $0 }
+                    case "keepAlive": reader.keepAlive(value, path: path).map { config.backend.keepAlive = $0 }
+                    case "apiKey":
+                        // The key itself is never quoted in a problem.
+                        if let key = reader.string(value, path: path, maxLength: 4096, nonEmpty: true) {
+                            if key.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7F }) { config.backend.apiKey = key } else { reader.problem(path, "must be printable ASCII without spaces (it goes into an HTTP header)") }
+                        }
                     case "allowRemoteModelSwitch":
                         reader.bool(value, path: path).map {
                             config.backend.allowRemoteModelSwitch = $0
@@ -280,6 +296,23 @@ extension WorkerConfig {
         return config
     }
 
+    /// Go's `time.ParseDuration` syntax, which Ollama reads `keep_alive` strings with.
+    public static func isGoDuration(_ text: String) -> Bool {
+        var rest = Substring(text)
+        if rest.first == "-" || rest.first == "+" { rest.removeFirst() }
+        if rest == "0" { return true }
+        guard !rest.isEmpty else { return false }
+        let units = ["ns", "us", "µs", "ms", "s", "m", "h"]
+        while !rest.isEmpty {
+            let number = rest.prefix { $0.isASCII && ($0.isNumber || $0 == ".") }
+            guard !number.isEmpty, number.filter({ $0 == "." }).count <= 1, number != "." else { return false }
+            rest = rest.dropFirst(number.count)
+            guard let unit = units.sorted(by: { $0.count > $1.count }).first(where: { rest.hasPrefix($0) }) else { return false }
+            rest = rest.dropFirst(unit.count)
+        }
+        return true
+    }
+
     public static func isAdapterName(_ name: String) -> Bool {
         guard name.hasPrefix("hci"), name.count > 3, name.count <= 6 else { return false }
         return name.dropFirst(3).allSatisfy { $0.isASCII && $0.isNumber }
@@ -351,6 +384,16 @@ struct ConfigReader {
             return nil
         }
         return number
+    }
+
+    /// Ollama's `keep_alive`: a Go duration string (`"30m"`, `"1h30m"`, `"0"`, `"-1m"`) or
+    /// a whole number of seconds (negative: keep loaded for good).
+    mutating func keepAlive(_ value: JSONValue, path: String) -> JSONValue? {
+        if case .int = value { return value }
+        guard let text = string(value, path: path, maxLength: 32, nonEmpty: true) else { return nil }
+        if WorkerConfig.isGoDuration(text) { return value }
+        problem(path, "must be a duration like \"30m\", \"1h\" or \"0\", or a number of seconds (-1: forever), got \"\(printable(text))\"")
+        return nil
     }
 
     mutating func choice<E: RawRepresentable & CaseIterable>(_ value: JSONValue, path: String, _: E.Type) -> E? where E.RawValue == String {

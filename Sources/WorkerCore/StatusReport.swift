@@ -80,7 +80,7 @@ public struct StatusSnapshot: Sendable, Equatable {
         public var kind: String
         public var url: String
         public var model: String
-        /// `ready`, `loading`, `unavailable`; nil before the first probe (shown as `idle`).
+        /// `ready`, `loading`, `unavailable`, `unauthorized`; nil before the first probe (shown as `idle`).
         public var modelState: String?
         public var detail: String?
         public var checkedAtMs: Int64?

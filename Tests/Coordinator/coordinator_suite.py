@@ -135,7 +135,7 @@ class Worker:
         self.process = None
         self.log = open(os.path.join(self.dir, "daemon.log"), "ab")
 
-    def start(self, state_tmpfs_bytes=None):
+    def start(self, state_tmpfs_bytes=None, env=None):
         args = [BINARY, "run", "--config", f"{self.dir}/config.json", "--state-dir", f"{self.dir}/state", "--runtime-dir", f"{self.dir}/run"]
         args += ["--sysfs-root", self.sysfs_root]
         if state_tmpfs_bytes:
@@ -144,7 +144,7 @@ class Worker:
             os.makedirs(f"{self.dir}/state", exist_ok=True)
             args = ["unshare", "-m", "--propagation", "private", "sh", "-c",
                     f'mount -t tmpfs -o size={state_tmpfs_bytes},mode=0750 ecw-state "$0" && exec "$@"', f"{self.dir}/state"] + args
-        self.process = subprocess.Popen(args, stderr=self.log)
+        self.process = subprocess.Popen(args, stderr=self.log, env={**os.environ, **(env or {})})
         wait_for(lambda: self.cli("status").returncode == 0, timeout=10)
 
     def cli(self, *args):
@@ -440,9 +440,41 @@ def ollama_backend(model):
         result = [r for r in c.results()["results"] if r["subtaskId"] == ids[0]][0]
         check(result["ok"] and result["output"], "with the model's text", result)
         check(c.state()["registrations"][0]["body"]["localModelProvider"] == "ollama-local", "registered as ollama-local")
-        check(w.status()["backend"]["modelState"] == "ready", "the ollama readiness probe (/api/tags) says ready")
+        # Ready means loaded: the worker loads the model when mode on starts (/api/ps lists it then).
+        check(wait_for(lambda: w.status()["backend"]["modelState"] == "ready", timeout=10),
+              "the ollama readiness probe (/api/tags, then /api/ps once loaded) says ready", w.status()["backend"])
     finally:
         w.cleanup(); c.stop(); fixture.stop()
+
+
+@scenario("backend-key")
+def backend_key(model):
+    """The model server's key from the systemd credential backend-api-key: sent with every
+    call, never in status or the log; without it the probe itself says unauthorized."""
+    key = "cred-key-5f1c"
+    fixture = OllamaFixture(model.url, "--api-key", key)
+    c = Coordinator()
+    w = Worker(c.url, {"kind": "ollama", "url": fixture.url, "model": "tiny"})
+    keyless = Worker(c.url, {"kind": "ollama", "url": fixture.url, "model": "tiny"})
+    try:
+        credentials = os.path.join(w.dir, "credentials")
+        os.makedirs(credentials)
+        with open(os.path.join(credentials, "backend-api-key"), "w") as f:
+            f.write(key + "\n")
+        w.start(env={"CREDENTIALS_DIRECTORY": credentials}); w.cli("mode", "on")
+        ids = c.submit("with the key from the credential")
+        check(delivered(c, ids), "subtasks run with the key from $CREDENTIALS_DIRECTORY/backend-api-key")
+        result = [r for r in c.results()["results"] if r["subtaskId"] == ids[0]][0]
+        check(result["ok"] and result["output"], "with the model's text", result)
+        check(wait_for(lambda: w.status()["backend"]["modelState"] == "ready", timeout=10), "modelState ready (loaded, key accepted)", w.status()["backend"])
+        status_text = w.cli("status", "--json").stdout + w.cli("status").stdout
+        check(key not in status_text and key not in w.logtext(), "the key is in neither status nor the log")
+        keyless.start(); keyless.cli("mode", "on")
+        check(wait_for(lambda: keyless.status()["backend"]["modelState"] == "unauthorized", timeout=10),
+              "without the key the probe itself says unauthorized", keyless.status()["backend"])
+        check("backend-api-key" in keyless.status()["backend"]["detail"], "and says where the key goes", keyless.status()["backend"])
+    finally:
+        keyless.cleanup(); w.cleanup(); c.stop(); fixture.stop()
 
 
 @scenario("model-error")
@@ -685,7 +717,7 @@ def main():
     model = ModelServer()
     try:
         scenarios = [the_whole_loop, token_lifecycle, forbidden_and_blacklisted, malformed_oversized_hanging_and_gone,
-                     power_deferred, held_policy, crash_safety, sigterm_grace, ollama_backend, model_error,
+                     power_deferred, held_policy, crash_safety, sigterm_grace, ollama_backend, backend_key, model_error,
                      hostile_id, full_disk, largest_values_across_kill, model_switch, own_load]
         for run in scenarios:
             if ONLY and run.scenario != ONLY:

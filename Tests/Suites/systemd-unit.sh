@@ -57,6 +57,7 @@ list_value() {
 
 # has_item KEY ITEM: ITEM is in the effective list of KEY.
 has_item() { list_value "$1" | grep -qxF -- "$2"; }
+has_line() { directive "$1" | grep -qxF -- "$2"; }    # has_line KEY VALUE: one of the KEY= lines
 
 # parse_exposure: read systemd-analyze security output on stdin and print the
 # "Overall exposure level" number (e.g. 1.5), or nothing if there is none.
@@ -173,6 +174,8 @@ check "StateDirectoryMode=0750" eq StateDirectoryMode 0750
 check "RuntimeDirectory=edgecoder-worker" eq RuntimeDirectory edgecoder-worker
 check "RuntimeDirectoryMode=0755 (group edgecoder must reach control.sock)" eq RuntimeDirectoryMode 0755
 check "ConfigurationDirectory=edgecoder-worker" eq ConfigurationDirectory edgecoder-worker
+check "LoadCredential= loads the model server's key (backend-api-key) from the credstore" \
+    has_line LoadCredential backend-api-key:edgecoder-worker.backend-api-key
 check "User=edgecoder-worker" eq User edgecoder-worker
 check "no DynamicUser=yes (static sysusers user)" not_yes DynamicUser
 check "SupplementaryGroups includes bluetooth (BlueZ D-Bus policy)" has_item SupplementaryGroups bluetooth

@@ -79,12 +79,42 @@ import Testing
         (#"{"hooks": {"networkRestored": 5}}"#, "hooks.networkRestored", "must be a string"),
         (#"{"control": {"readGroup": "a;b"}}"#, "control.readGroup", "group name"),
         (#"{"log": {"level": "loud"}}"#, "log.level", "must be one of"),
+        (#"{"backend": {"think": "no"}}"#, "backend.think", "must be true or false"),
+        (#"{"backend": {"keepAlive": "30 minutes"}}"#, "backend.keepAlive", "duration like \"30m\""),
+        (#"{"backend": {"keepAlive": "30"}}"#, "backend.keepAlive", "or a number of seconds"),
+        (#"{"backend": {"keepAlive": 1.5}}"#, "backend.keepAlive", "must be a string"),
+        (#"{"backend": {"apiKey": ""}}"#, "backend.apiKey", "must not be empty"),
+        (#"{"backend": {"apiKey": "two words"}}"#, "backend.apiKey", "printable ASCII without spaces"),
     ])
     func refusesABadKeyNamingItsPath(text: String, path: String, message: String) {
         let found = problems(text)
         #expect(found.count == 1, "\(found)")
         #expect(found.first?.path == path)
         #expect(found.first?.message.contains(message) == true, "\(found.first?.message ?? "none")")
+    }
+
+    @Test func backendKeysForThinkingKeepAliveAndTheKey() throws {
+        let defaults = WorkerConfig().backend
+        #expect(defaults.think == false && defaults.keepAlive == "30m" && defaults.apiKey == nil)
+        let config = try WorkerConfig.parse(Array(#"{"backend": {"think": true, "keepAlive": "1h30m", "apiKey": "sk-abc_123"}}"#.utf8))
+        #expect(config.backend.think)
+        #expect(config.backend.keepAlive == "1h30m")
+        #expect(config.backend.apiKey == "sk-abc_123")
+        for forever in [#"-1"#, #""-1m""#, #""0""#, #"3600"#] {
+            #expect(throws: Never.self) { try WorkerConfig.parse(Array(#"{"backend": {"keepAlive": \#(forever)}}"#.utf8)) }
+        }
+    }
+
+    @Test func aRefusedKeyIsNeverQuotedInTheProblem() {
+        let found = problems(#"{"backend": {"apiKey": "secret value"}}"#)
+        #expect(found.count == 1)
+        #expect(!found.description.contains("secret"))
+    }
+
+    @Test(arguments: [("30m", true), ("1h30m", true), ("0", true), ("-1m", true), ("1.5h", true), ("250ms", true),
+                      ("", false), ("30", false), ("m", false), ("1d", false), ("1..5h", false), ("-", false)])
+    func readsGoDurationsAsOllamaDoes(text: String, valid: Bool) {
+        #expect(WorkerConfig.isGoDuration(text) == valid)
     }
 
     @Test(arguments: ["http://coordinator.example", "http://10.0.0.5:8080/", "HTTP://Coord.Example/api", "http://[2001:db8::1]:80",
