@@ -20,8 +20,10 @@ for bin in $bins; do
     target=${bin##*/fuzz-}
     scratch=$OUT/run/$target
     rm -rf "$scratch"; mkdir -p "$scratch/corpus"
+    dict=()
+    [ -f "Tests/Fuzz/$target/dict" ] && dict=(-dict="Tests/Fuzz/$target/dict")
     # -malloc_limit_mb: no parser should allocate that much for a few KiB of input.
-    "$bin" "$scratch/corpus" "Tests/Fuzz/$target/corpus" -max_total_time="$SECONDS_EACH" -timeout=10 \
+    "$bin" "$scratch/corpus" "Tests/Fuzz/$target/corpus" "${dict[@]}" -max_total_time="$SECONDS_EACH" -timeout=10 \
         -rss_limit_mb=2048 -malloc_limit_mb=256 -artifact_prefix="$scratch/" -print_final_stats=1 \
         > "$scratch/log" 2>&1
     rc=$?

@@ -32,7 +32,9 @@ for bin in $bins; do
             ok=0; echo "# $target: a kept regression input fails again; see $scratch/regressions.log"
         fi
     fi
-    if ! "$bin" "$scratch/corpus" "Tests/Fuzz/$target/corpus" -max_total_time="$SECONDS_EACH" -timeout=10 \
+    dict=()
+    [ -f "Tests/Fuzz/$target/dict" ] && dict=(-dict="Tests/Fuzz/$target/dict")
+    if ! "$bin" "$scratch/corpus" "Tests/Fuzz/$target/corpus" "${dict[@]}" -max_total_time="$SECONDS_EACH" -timeout=10 \
         -malloc_limit_mb=256 -artifact_prefix="$scratch/" > "$scratch/log" 2>&1; then
         ok=0; echo "# $target: fuzzing found a failure; the input is in $scratch (keep it in Tests/Fuzz/$target/regressions/)"
         grep -E 'Fatal error|ERROR:' "$scratch/log" | head -3 | sed 's/^/#   /'
