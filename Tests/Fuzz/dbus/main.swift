@@ -211,17 +211,22 @@ final class Harness {
         for _ in 0..<100 { while (try? bus.process()) == true {}; usleep(1_000) }
     }
 
+    var round: UInt64 = 0
+
     /// Sends a signal and waits until it comes back; nil when the writer refused it or the
-    /// daemon did not pass it on. A sentinel signal sent after it tells "dropped" from
-    /// "not yet": the daemon keeps a connection's messages in order.
+    /// daemon did not pass it on. A sentinel signal carrying the round's number follows it:
+    /// the daemon keeps a connection's messages in order, so once this round's sentinel is
+    /// back, everything of this round (and of earlier ones) has arrived.
     func roundTrip(path: String, interface: String, member: String, arguments: [DBusValue]) -> BusMessage? {
+        round += 1
         received.removeAll()
+        var sent = true
         do {
             try bus.emitSignal(path: path, interface: interface, member: member, arguments: arguments)
         } catch {
-            return nil
+            sent = false
         }
-        try! bus.emitSignal(path: "/fuzz", interface: "org.example.Fuzz", member: "Sentinel", arguments: [])
+        try! bus.emitSignal(path: "/fuzz", interface: "org.example.Fuzz", member: "Sentinel", arguments: [.uint64(round)])
         for _ in 0..<2_000 {
             do {
                 while try bus.process() {}
@@ -232,12 +237,14 @@ final class Harness {
                 connect()
                 return nil
             }
-            if let message = received.first(where: { $0.member == member }) { return message }
-            if received.contains(where: { $0.member == "Sentinel" }) { return nil }
+            if let end = received.firstIndex(where: { $0.member == "Sentinel" && (try? $0.arguments()) == [.uint64(round)] }) {
+                guard sent else { return nil }
+                return received[..<end].last(where: { $0.member == member && $0.interface == interface })
+            }
             var pfd = pollfd(fd: bus.fileDescriptor, events: bus.events == 0 ? Int16(POLLIN) : bus.events, revents: 0)
             _ = poll(&pfd, 1, 5)
         }
-        fatalError("neither the signal nor the sentinel came back within 10 s")
+        fatalError("the sentinel did not come back within 10 s")
     }
 }
 
