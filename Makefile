@@ -13,7 +13,7 @@ export PATH := /opt/swift/usr/bin:$(PATH)
 APT_PACKAGES := pkg-config libcurl4-openssl-dev libbluetooth-dev libsystemd-dev \
                 util-linux systemd iproute2 python3 curl openssl dbus-daemon
 
-.PHONY: all build release run test unit suites bench demo install deps clean
+.PHONY: all build release run test unit suites bench fuzz demo install deps clean
 
 all: build
 
@@ -82,6 +82,12 @@ bench: release
 	.build/release/worker-bench
 	bash Tests/Bench/stream_bench.sh
 	bash Tests/Bench/bluetooth_bench.sh $(RELEASE_BIN)
+
+# libFuzzer targets (Tests/Fuzz), each run for FUZZ_SECONDS from its seed corpus; what they
+# find stays in .build/fuzz/run, a crash is kept in Tests/Fuzz/<target>/regressions/.
+FUZZ_SECONDS ?= 60
+fuzz:
+	bash Tests/Fuzz/run.sh $(FUZZ_SECONDS)
 
 # A whole coordinator round trip on loopback: dev coordinator, worker, llama.cpp.
 demo: build

@@ -142,7 +142,8 @@ public enum Rtnetlink {
         case 1: return .other(type: type)  // NLMSG_NOOP
         case 2:
             guard payload.count >= 4 else { throw PayloadError(message: "NLMSG_ERROR shorter than its errno") }
-            return .error(errno: -Int32(bitPattern: u32(payload, payload.startIndex)), sequence: sequence)
+            // nlmsgerr carries -errno; wrapping negation, as a hostile -INT32_MIN must not trap.
+            return .error(errno: 0 &- Int32(bitPattern: u32(payload, payload.startIndex)), sequence: sequence)
         case 3: return .done(sequence: sequence)
         case 4: return .overrun
         case 16, 17: return .link(try link(payload), deleted: type == 17)

@@ -96,6 +96,17 @@ func hexBytes(_ hex: String) -> [UInt8] {
         #expect(Rtnetlink.parse(attribute).error?.message.contains("does not fit") == true)
     }
 
+    /// Found by the rtnetlink fuzz target (Tests/Fuzz/rtnetlink/regressions): negating
+    /// an errno field of INT32_MIN trapped.
+    @Test func anErrorMessageWithTheMostNegativeErrnoDoesNotTrap() {
+        let datagram: [UInt8] = [20, 0, 0, 0, 2, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 0x00, 0x00, 0x00, 0x80]
+        let parsed = Rtnetlink.parse(datagram)
+        #expect(parsed.error == nil)
+        #expect(parsed.messages == [.error(errno: Int32.min, sequence: 7)])
+        let ordinary: [UInt8] = [20, 0, 0, 0, 2, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 0xF5, 0xFF, 0xFF, 0xFF]  // -11
+        #expect(Rtnetlink.parse(ordinary).messages == [.error(errno: 11, sequence: 8)])
+    }
+
     @Test func randomBytesNeverCrashTheParser() {
         var generator = SeededGenerator(seed: 42)
         for _ in 0..<20_000 {
