@@ -572,7 +572,7 @@ def own_load(model):
     llama.cpp server flow without a cpu-busy hold; an unrelated CPU burner holds."""
     baseline = host_busy_pct()
     if baseline > 30:
-        print(f"ok - # SKIP own-load: the host is already {baseline:.0f} % busy with other work; cpu-busy cannot be told apart", flush=True)
+        print(f"# SKIP own-load: the host is already {baseline:.0f} % busy with other work; cpu-busy cannot be told apart (not counted as passed)", flush=True)
         return
     root = tempfile.mkdtemp(prefix="ecw-ownload-")
     fake_laptop(root, battery=100, on_mains=True)
