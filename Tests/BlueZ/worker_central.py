@@ -504,8 +504,14 @@ async def sc_request(args):
     return msg
 
 
-def chunk_checks(s, first_chunk, msg_len, mtu, pacing_ms, what):
-    chunks = s.resp.chunks[first_chunk:]
+def chunk_checks(s, first_chunk, msg_len, mtu, pacing_ms, what, until=None):
+    """The chunks from FIRST_CHUNK up to the one that completed the message (its time,
+    UNTIL): a notification that arrives after the message (bleak reports a read of the
+    characteristic's value as one, and later messages follow) is not part of it."""
+    chunks = [c for c in s.resp.chunks[first_chunk:] if until is None or c[0] <= until]
+    later = len(s.resp.chunks) - first_chunk - len(chunks)
+    if later:
+        TAP.note(f"{what}: {later} notification(s) after the message completed, not counted")
     sizes = [n for _, n in chunks]
     # SPEC 6 says min(512, MTU-3); bluetoothd 5.66 sends notifications to BlueZ centrals as
     # Multiple Handle Value Notifications and cuts values at MTU-5, so the daemon uses
@@ -555,7 +561,8 @@ async def sc_long(args):
            f"arrives whole (it parses as one JSON object)")
     if msg is None:
         return
-    span = chunk_checks(s, first, len(raw), s.mtu, pacing, f"{len(raw)}-byte response at MTU {s.mtu}")
+    span = chunk_checks(s, first, len(raw), s.mtu, pacing, f"{len(raw)}-byte response at MTU {s.mtu}",
+                        until=s.resp.messages[i][0])
     if args.get("throughput") and span > 0:
         rate = int(len(raw) / span)
         print(f"# throughput: {rate} bytes/s ({len(raw)} bytes in {span:.2f}s at MTU {s.mtu}, "
