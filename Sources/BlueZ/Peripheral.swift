@@ -204,6 +204,12 @@ public actor GattPeripheral: BusDriving {
     /// A round's end: the clock tick, the status values and the published state, which
     /// need the daemon (async); returns the machine's next deadline.
     func processed() async -> Int64? {
+        let started = monotonicMs()
+        defer {
+            // The bus waits while the daemon answers: a slow answer delays notifications.
+            let took = monotonicMs() - started
+            if took > 500 { logger.warning("a round of the Bluetooth loop waited \(took) ms for the daemon") }
+        }
         feed(.tick)
         if let force = statusFetch {
             statusFetch = nil

@@ -238,3 +238,50 @@ func messages(in bluez: FakeBluez) -> [JSONValue] {
     }
     return out
 }
+
+/// A host whose answers are long and slow, as a real model's are.
+actor SlowHost: PeripheralHost {
+    let delayMs: UInt64
+    let outputBytes: Int
+    init(delayMs: UInt64, outputBytes: Int) {
+        self.delayMs = delayMs
+        self.outputBytes = outputBytes
+    }
+    func serve(_ request: BluetoothRequest, client: String) async -> PeripheralOutcome {
+        try? await Task.sleep(nanoseconds: delayMs * 1_000_000)
+        return PeripheralOutcome(ok: true, output: String(repeating: "w", count: outputBytes), error: nil, durationMs: Int64(delayMs))
+    }
+    func statusValues() async -> (modelState: String, batteryPct: Int?) { ("ready", nil) }
+    func report(_ status: BluetoothStatus) async {}
+}
+
+@Suite(.serialized) struct PeripheralPacingTests {
+    @Test func pacedAnswersAndStatusArriveWholeOverARealBus() async throws {
+        let daemon = try PrivateBus()
+        defer { daemon.stop() }
+        let bluez = FakeBluez(address: daemon.address)
+        bluez.start()
+        defer { bluez.stop() }
+        await eventually("the fake to own org.bluez") { bluez.with { $0.owned } }
+
+        var settings = PeripheralSettings(config: WorkerConfig.Bluetooth(), agentID: "test-0123456789abcdefgh")
+        settings.chunkPacingMs = 10
+        settings.busAddress = daemon.address
+        let peripheral = GattPeripheral(settings: settings, host: SlowHost(delayMs: 1_500, outputBytes: 6_000), logger: Logger(label: "test", level: .error))
+        let session = Task { await peripheral.run() }
+        await eventually("registration") { bluez.with { $0.registeredApplications == 1 && $0.registeredAdvertisements == 1 } }
+        let name = try #require(await PeripheralFakeBluezTests().uniqueNameOfWorker(daemon: daemon, excluding: bluez))
+        let device: DBusValue = .properties([("device", .objectPath("/org/bluez/hci0/dev_00_AA_01_01_00_01")), ("mtu", .uint16(48))])
+        bluez.call("subscribe", to: name, path: GattObjects.status, member: "StartNotify", arguments: [])
+        bluez.call("write", to: name, path: GattObjects.request, member: "WriteValue",
+                   arguments: [.bytes(Array(#"{"id":"long-1","prompt":"hello"}"#.utf8)), device])
+        await eventually("the answer", seconds: 30) { messages(in: bluez).contains { $0["id"]?.stringValue == "long-1" } }
+        let all = messages(in: bluez)
+        #expect(all.contains { $0["modelState"]?.stringValue == "ready" }, "the status arrived whole")
+        #expect(all.first { $0["id"]?.stringValue == "long-1" }?["output"]?.stringValue?.utf8.count == 6_000)
+        #expect(bluez.with { $0.notifications }.allSatisfy { $0.count <= 43 })
+        await peripheral.stop()
+        session.cancel()
+        _ = await session.value
+    }
+}
