@@ -226,7 +226,13 @@ final class Harness {
         } catch {
             sent = false
         }
-        try! bus.emitSignal(path: "/fuzz", interface: "org.example.Fuzz", member: "Sentinel", arguments: [.uint64(round)])
+        do {
+            try bus.emitSignal(path: "/fuzz", interface: "org.example.Fuzz", member: "Sentinel", arguments: [.uint64(round)])
+        } catch {
+            // The daemon already closed the connection over the message before (see below).
+            connect()
+            return nil
+        }
         for _ in 0..<2_000 {
             do {
                 while try bus.process() {}
