@@ -183,3 +183,15 @@ extension BusDriving {
     /// Wakes the loop now (something was queued from outside a bus handler).
     nonisolated func kickBus() { wake.signal() }
 }
+
+extension Logger {
+    /// A line a state machine asked for, at its level.
+    func log(_ level: MachineLogLevel, _ message: String) {
+        switch level {
+        case .debug: debug(message)
+        case .info: info(message)
+        case .notice: notice(message)
+        case .warning: warning(message)
+        }
+    }
+}

@@ -141,12 +141,7 @@ public actor GattCentral: BusDriving, ProxyUpstream {
             case .resolve(let id, let result):
                 waiters.removeValue(forKey: id)?.resume(returning: result)
             case .log(let level, let message):
-                switch level {
-                case .debug: logger.debug(message)
-                case .info: logger.info(message)
-                case .notice: logger.notice(message)
-                case .warning: logger.warning(message)
-                }
+                logger.log(level, message)
             }
         }
     }

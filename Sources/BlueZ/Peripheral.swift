@@ -98,7 +98,8 @@ public actor GattPeripheral: BusDriving {
         feed(.stop)
         kickBus()
         let deadline = monotonicMs() + timeoutMs
-        while !machine.stopped && monotonicMs() < deadline {
+        // A cancelled sleep returns at once: cancelled, this would spin until the deadline.
+        while !machine.stopped && monotonicMs() < deadline && !Task.isCancelled {
             try? await Task.sleep(nanoseconds: 20_000_000)
         }
         closeBus(reason: nil)
@@ -153,12 +154,7 @@ public actor GattPeripheral: BusDriving {
             case .publish(let status):
                 unpublished = status
             case .log(let level, let message):
-                switch level {
-                case .debug: logger.debug(message)
-                case .info: logger.info(message)
-                case .notice: logger.notice(message)
-                case .warning: logger.warning(message)
-                }
+                logger.log(level, message)
             case .reply(let answer):
                 reply = answer
             }

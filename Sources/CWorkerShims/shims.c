@@ -30,6 +30,16 @@ int ecw_peer_groups(int fd, uint32_t *groups, int capacity) {
 }
 
 static volatile int signal_write_fd = -1;
+static volatile sig_atomic_t signals_received = 0;
+static volatile unsigned forced_exit_after[2] = {0, 0};
+static volatile int forced_exit_status = 1;
+
+// alarm() keeps one timer: arm it for `seconds` unless one already ends sooner.
+static void arm_forced_exit(unsigned seconds) {
+    if (seconds == 0) return;
+    unsigned left = alarm(seconds);
+    if (left != 0 && left < seconds) alarm(left);
+}
 
 static void on_signal(int signo) {
     int saved = errno;
@@ -39,7 +49,33 @@ static void on_signal(int signo) {
         ssize_t ignored = write(signal_write_fd, &byte, 1);
         (void)ignored;
     }
+    if (signals_received < 2) signals_received++;
+    arm_forced_exit(forced_exit_after[signals_received - 1]);
     errno = saved;
+}
+
+static void on_forced_exit(int signo) {
+    (void)signo;
+    static const char message[] =
+        "<3>edgecoder-worker: the stop did not finish in time after the signal; exiting now "
+        "(state files are replaced atomically: none is half-written)\n";
+    ssize_t ignored = write(2, message, sizeof(message) - 1);
+    (void)ignored;
+    _exit(forced_exit_status);
+}
+
+int ecw_arm_forced_exit(unsigned after_first, unsigned after_second, int status) {
+    forced_exit_after[0] = after_first;
+    forced_exit_after[1] = after_second;
+    forced_exit_status = status;
+    struct sigaction action;
+    memset(&action, 0, sizeof(action));
+    action.sa_handler = on_forced_exit;
+    sigfillset(&action.sa_mask);
+    if (sigaction(SIGALRM, &action, NULL) != 0) return -errno;
+    // A signal that came before this call still counts.
+    if (signals_received > 0) arm_forced_exit(forced_exit_after[signals_received - 1]);
+    return 0;
 }
 
 int ecw_install_signal_pipe(int write_fd) {
@@ -69,6 +105,18 @@ void ecw_reset_signals(void) {
 
 int ecw_eventfd_nonblocking(void) { return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); }
 int ecw_pipe_nonblocking(int fds[2]) { return pipe2(fds, O_NONBLOCK | O_CLOEXEC); }
+int ecw_pipe_from_child(int fds[2]) {
+    if (pipe2(fds, O_CLOEXEC) != 0) return -1;
+    int flags = fcntl(fds[0], F_GETFL);
+    if (flags < 0 || fcntl(fds[0], F_SETFL, flags | O_NONBLOCK) != 0) {
+        int saved = errno;
+        close(fds[0]);
+        close(fds[1]);
+        errno = saved;
+        return -1;
+    }
+    return 0;
+}
 int ecw_accept_nonblocking(int fd) { return accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC); }
 
 #include <linux/netlink.h>
@@ -96,18 +144,8 @@ int ecw_netlink_open(int protocol, uint32_t groups, int rcvbuf) {
     return fd;
 }
 
-extern char **environ;
-
-int ecw_spawn_shell(const char *command, char *const extra_env[], int stdout_fd, int *pidfd) {
+int ecw_spawn_shell(const char *command, char *const envp[], int stdout_fd, int *pidfd) {
     *pidfd = -1;
-    size_t base = 0, extra = 0;
-    while (environ && environ[base]) base++;
-    while (extra_env && extra_env[extra]) extra++;
-    char **env = calloc(base + extra + 1, sizeof(char *));
-    if (!env) return -ENOMEM;
-    for (size_t i = 0; i < extra; i++) env[i] = extra_env[i];
-    for (size_t i = 0; i < base; i++) env[extra + i] = environ[i];
-
     posix_spawnattr_t attr;
     posix_spawnattr_init(&attr);
     sigset_t defaults;
@@ -116,6 +154,7 @@ int ecw_spawn_shell(const char *command, char *const extra_env[], int stdout_fd,
     sigaddset(&defaults, SIGINT);
     sigaddset(&defaults, SIGHUP);
     sigaddset(&defaults, SIGPIPE);
+    sigaddset(&defaults, SIGALRM);
     sigset_t none;
     sigemptyset(&none);
     posix_spawnattr_setsigdefault(&attr, &defaults);
@@ -129,13 +168,15 @@ int ecw_spawn_shell(const char *command, char *const extra_env[], int stdout_fd,
         posix_spawn_file_actions_adddup2(&actions, stdout_fd, 1);
         posix_spawn_file_actions_adddup2(&actions, stdout_fd, 2);
     }
+    // Not every descriptor is close-on-exec (libcurl's sockets, libraries' own): the
+    // hook must see none of the daemon's connections. glibc 2.34 and later.
+    posix_spawn_file_actions_addclosefrom_np(&actions, 3);
 
     pid_t pid;
     char *argv[] = {"/bin/sh", "-c", (char *)command, NULL};
-    int rc = posix_spawn(&pid, "/bin/sh", &actions, &attr, argv, env);
+    int rc = posix_spawn(&pid, "/bin/sh", &actions, &attr, argv, envp);
     posix_spawn_file_actions_destroy(&actions);
     posix_spawnattr_destroy(&attr);
-    free(env);
     if (rc != 0) return -rc;
 #ifdef SYS_pidfd_open
     long fd = syscall(SYS_pidfd_open, pid, 0);
@@ -151,4 +192,14 @@ int ecw_reap(int pid, int *status) {
     int rc = waitpid(pid, status, WNOHANG);
     if (rc < 0) return -errno;
     return rc == 0 ? 0 : 1;
+}
+
+int ecw_exited(int pid, int *code, int *signo) {
+    siginfo_t info;
+    memset(&info, 0, sizeof(info));
+    if (waitid(P_PID, (id_t)pid, &info, WEXITED | WNOHANG | WNOWAIT) != 0) return -errno;
+    if (info.si_pid == 0) return 0;
+    *code = info.si_code == CLD_EXITED ? info.si_status : -1;
+    *signo = info.si_code == CLD_EXITED ? 0 : info.si_status;
+    return 1;
 }

@@ -25,7 +25,10 @@ public struct BluetoothService: Service {
         let active = daemon.runtimeSignal(for: Self.mode)
         while true {
             _ = await race({ await active.wait(for: true) }, { await shutdown.wait() })
-            if shutdown.isTriggered { return }
+            // Once cancelled, both waits return at once: without the second check a
+            // cancelled service started and stopped the runtime in a tight loop, for ever
+            // (issue 12 §6: 129 million times after two quick SIGTERMs).
+            if shutdown.isTriggered || Task.isCancelled { return }
             let host = PeripheralBridge(daemon: daemon, backend: backend, timeoutMs: config.backend.timeoutMs)
             let peripheral = GattPeripheral(settings: PeripheralSettings(config: config.bluetooth, agentID: daemon.agentID),
                                             host: host, logger: logger)
@@ -62,6 +65,7 @@ struct PeripheralBridge: PeripheralHost {
         await daemon.upsertTask(record)
         let request = ModelRequest(prompt: request.prompt, maxTokens: request.maxTokens, timeoutMs: timeoutMs)
         let result: Result<ModelOutput, ModelError>
+        let backend = self.backend.using(model: await daemon.activeModel)
         do throws(ModelError) { result = .success(try await backend.generate(request)) } catch { result = .failure(error) }
         let ended = wallClockMilliseconds()
         switch result {

@@ -1,9 +1,14 @@
 import Logging
 import Posix
+import Synchronization
 import WorkerCore
 
 /// The control socket: newline-delimited JSON requests from `edgecoder-worker`
-/// clients, with the peer-credential rule of SPEC 8 applied to every request.
+/// clients, with the peer-credential rule of SPEC 8 applied to every request. Anyone may
+/// connect, so no one may crowd the operator out (issue 12 §3): places are counted per
+/// user at accept time (`ControlQuota`, root and the daemon's user in a pool of their
+/// own), a peer that sends no whole request within the idle time is closed, and a
+/// refused request ends its connection.
 public struct ControlServer: Service {
     public let name = "control"
     let listener: UnixListener
@@ -12,54 +17,96 @@ public struct ControlServer: Service {
     let daemonUID: UInt32
     let readGroupGID: UInt32?
     let readGroupName: String
-    /// More clients than this at once is not an operator; refuse the rest.
-    static let maxConnections = 64
+    let places: ControlPlaces
+    let idleTimeoutNanoseconds: UInt64
+    /// A connection that sends no whole request line for this long is closed.
+    public static let defaultIdleTimeoutMs: Int64 = 5_000
 
-    public init(listener: UnixListener, daemon: WorkerDaemon, logger: Logger, daemonUID: UInt32, readGroupName: String, readGroupGID: UInt32?) {
+    public init(listener: UnixListener, daemon: WorkerDaemon, logger: Logger, daemonUID: UInt32, readGroupName: String, readGroupGID: UInt32?,
+                quota: ControlQuota = ControlQuota(), idleTimeoutMs: Int64 = ControlServer.defaultIdleTimeoutMs) {
         self.listener = listener
         self.daemon = daemon
         self.logger = logger
         self.daemonUID = daemonUID
         self.readGroupName = readGroupName
         self.readGroupGID = readGroupGID
+        self.places = ControlPlaces(quota)
+        self.idleTimeoutNanoseconds = UInt64(max(1, idleTimeoutMs)) * 1_000_000
+    }
+
+    /// Who is at the other end, read once at accept time.
+    struct Peer: Sendable {
+        var uid: UInt32
+        var access: ControlAccess
+        var privileged: Bool
     }
 
     public func run(shutdown: GracefulShutdown) async throws {
         _ = try await shutdown.cancelling {
-            try await acceptConnections(limit: ControlServer.maxConnections, accept: { try await listener.accept() }, retryAcceptFailures: false,
-                                        refuse: { [logger] _ in logger.warning("refusing a control connection: \(ControlServer.maxConnections) already open") },
-                                        serve: { connection in await serve(connection) })
+            try await acceptConnections(accept: { try await listener.accept() }, retryAcceptFailures: false,
+                                        admit: { connection in admit(connection) },
+                                        serve: { connection, peer in await serve(connection, peer: peer) },
+                                        release: { [places] peer in places.leave(peer) })
         }
     }
 
-    func serve(_ connection: UnixConnection) async {
-        let access: ControlAccess
-        let peerUID: UInt32
+    /// Reads the peer's credentials (SO_PEERCRED is there right after accept) and takes a
+    /// place for it, or tells it why not without waiting for it to read.
+    func admit(_ connection: UnixConnection) -> Peer? {
+        let peer: Peer
         do {
-            let peer = try connection.peerCredentials()
-            peerUID = peer.uid
-            access = ControlAccess.of(PeerCredentials(pid: peer.pid, uid: peer.uid, gid: peer.gid, groups: peer.groups),
-                                      daemonUID: daemonUID, readGroupGID: readGroupGID)
+            let credentials = try connection.peerCredentials()
+            let access = ControlAccess.of(PeerCredentials(pid: credentials.pid, uid: credentials.uid, gid: credentials.gid, groups: credentials.groups),
+                                          daemonUID: daemonUID, readGroupGID: readGroupGID)
+            peer = Peer(uid: credentials.uid, access: access, privileged: credentials.uid == 0 || credentials.uid == daemonUID)
         } catch {
             logger.warning("cannot read a control peer's credentials: \(error)")
-            return
+            return nil
         }
+        if let refusal = places.enter(peer) {
+            // The same words for every refusal of one user, so the logger's repeat limit
+            // folds a flood of them into a count.
+            logger.warning("refusing a control connection from \(userName(uid: peer.uid)): \(refusal.message)")
+            connection.sendNow(Array((ControlError(.busy, refusal.message).json.serialized + "\n").utf8))
+            return nil
+        }
+        return peer
+    }
+
+    func serve(_ connection: UnixConnection, peer: Peer) async {
         var buffer: [UInt8] = []
+        var deadline = monotonicNanoseconds() + idleTimeoutNanoseconds
         while true {
-            let chunk: [UInt8]
-            do { chunk = try await connection.read() } catch { return }
+            // A whole request line must come within the idle time: a silent or trickling
+            // peer gives its place back.
+            guard let chunk = await read(connection, until: deadline) else {
+                logger.debug("closing a control connection from uid \(peer.uid): no request within \(idleTimeoutNanoseconds / 1_000_000) ms")
+                return
+            }
             if chunk.isEmpty { return }
             buffer.append(contentsOf: chunk)
             while let newline = buffer.firstIndex(of: 0x0A) {
                 let line = buffer[..<newline]
                 defer { buffer.removeSubrange(...newline) }
                 if line.allSatisfy({ $0 == 0x20 || $0 == 0x0D || $0 == 0x09 }) { continue }
-                guard await handle(line, access: access, peerUID: peerUID, on: connection) else { return }
+                guard await handle(line, access: peer.access, peerUID: peer.uid, on: connection) else { return }
+                deadline = monotonicNanoseconds() + idleTimeoutNanoseconds
             }
             if buffer.count > ControlRequest.maxLineBytes {
                 try? await send(ControlError(.tooLong, "request line longer than \(ControlRequest.maxLineBytes) bytes").json, on: connection)
                 return
             }
+        }
+    }
+
+    /// The next bytes, or nil when the deadline passes first or reading fails.
+    func read(_ connection: UnixConnection, until deadline: UInt64) async -> [UInt8]? {
+        let now = monotonicNanoseconds()
+        guard now < deadline else { return nil }
+        let wait = deadline - now
+        switch await race({ try? await connection.read() }, { try? await Task.sleep(nanoseconds: wait) }) {
+        case .first(let chunk): return chunk
+        case .second: return nil
         }
     }
 
@@ -79,7 +126,9 @@ public struct ControlServer: Service {
                 ? "permission denied: \(who) may not read the daemon's state; reading needs root, the daemon's user (\(userName(uid: daemonUID))) or membership in the group \(readGroupName)"
                 : "permission denied: \(who) may read but not change the daemon; changing needs root or the daemon's user (\(userName(uid: daemonUID)))"
             logger.info("refused \(request.json.serialized) from \(who) (uid \(peerUID))")
-            return (try? await send(ControlError(.forbidden, message).json, on: connection)) != nil
+            // Then hung up: a peer that may not do this keeps no place to try again in.
+            try? await send(ControlError(.forbidden, message).json, on: connection)
+            return false
         }
         let answer: JSONValue
         switch request {
@@ -137,6 +186,14 @@ public struct ControlServer: Service {
     func send(_ value: JSONValue, on connection: UnixConnection) async throws {
         try await connection.write(Array((value.serialized + "\n").utf8))
     }
+}
+
+/// The quota behind a lock, shared by the accept loop and the connections' tasks.
+final class ControlPlaces: Sendable {
+    private let quota: Mutex<ControlQuota>
+    init(_ quota: ControlQuota) { self.quota = Mutex(quota) }
+    func enter(_ peer: ControlServer.Peer) -> ControlQuota.Refusal? { quota.withLock { $0.enter(uid: peer.uid, privileged: peer.privileged) } }
+    func leave(_ peer: ControlServer.Peer) { quota.withLock { $0.leave(uid: peer.uid, privileged: peer.privileged) } }
 }
 
 /// Pings systemd's watchdog at half its interval, but only while the daemon's actor

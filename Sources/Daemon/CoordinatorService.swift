@@ -17,17 +17,30 @@ actor CoordinatorLink {
     let files: WorkerStateFiles
     let daemon: WorkerDaemon
     let logger: Logger
-    let http: HTTPClient
+    let transport: any HTTPTransport
+    let clock: any WorkerClock
     var meshToken: String?
     var registered = false
     private var registrationWaiters: [CheckedContinuation<Void, Never>] = []
     private var registering = false
     var status = CoordinatorStatus()
     let backoff = Backoff()
+    /// The model switch the last heartbeat answer asked for (SPEC 7), not yet taken.
+    var pendingSwitch: ModelSwitchRequest?
+    /// The key of the switch being carried out; one at a time.
+    var runningSwitch: String?
+    /// Outcomes whose ack the coordinator has not taken yet, by request key.
+    var switchOutcomes: [String: (ok: Bool, error: String?)] = [:]
+    /// Requests acknowledged in this session: never carried out twice.
+    var acknowledgedSwitches: Set<String> = []
+    /// Results the coordinator took whose outbox file could not be removed yet: never
+    /// posted again by this session, only removed again.
+    private(set) var deliveredNotRemoved: Set<String> = []
     /// A rejection (403, blacklisted) stops work; retried no faster than this.
     static let rejectionRetryMs: Int64 = 5 * 60 * 1000
 
-    init(config: WorkerConfig, agentID: String, files: WorkerStateFiles, daemon: WorkerDaemon, logger: Logger, http: HTTPClient) {
+    init(config: WorkerConfig, agentID: String, files: WorkerStateFiles, daemon: WorkerDaemon, logger: Logger,
+         transport: any HTTPTransport, clock: any WorkerClock) {
         var url = config.coordinator.url ?? ""
         while url.hasSuffix("/") { url.removeLast() }
         self.baseURL = url
@@ -36,8 +49,9 @@ actor CoordinatorLink {
         self.files = files
         self.daemon = daemon
         self.logger = logger
-        self.http = http
-        if case .loaded(let token) = files.loadMeshToken(nowMs: wallClockMilliseconds()) { meshToken = token }
+        self.transport = transport
+        self.clock = clock
+        if case .loaded(let token) = files.loadMeshToken(nowMs: clock.wallMs()) { meshToken = token }
     }
 
     func publish() async { await daemon.updateCoordinator(status) }
@@ -51,14 +65,15 @@ actor CoordinatorLink {
                                   totalTimeoutMs: totalTimeoutMs ?? config.coordinator.requestTimeoutMs,
                                   maxResponseBytes: Int(config.coordinator.maxResponseBytes))
         do {
-            let started = monotonicNanoseconds()
+            let started = clock.monotonicMs()
             logger.debug("POST /\(call.rawValue)")
-            let response = try await http.perform(request)
-            logger.debug("/\(call.rawValue) answered \(response.status) in \((monotonicNanoseconds() - started) / 1_000_000) ms")
+            let response = try await transport.perform(request)
+            logger.debug("/\(call.rawValue) answered \(response.status) in \(clock.monotonicMs() - started) ms")
             let answer = CoordinatorAnswer.classify(call, status: response.status, body: response.body)
             if call == .heartbeat, case .accepted = answer {
-                status.lastHeartbeatAtMs = wallClockMilliseconds()
-                status.lastHeartbeatLatencyMs = Int64((monotonicNanoseconds() - started) / 1_000_000)
+                status.lastHeartbeatAtMs = clock.wallMs()
+                status.lastHeartbeatLatencyMs = clock.monotonicMs() - started
+                pendingSwitch = ModelSwitchRequest.parse(heartbeatAnswer: try? JSON.parse(response.body))
             }
             return answer
         } catch let error as HTTPError {
@@ -100,7 +115,7 @@ actor CoordinatorLink {
                 throw Stop.rejected(reason)
             case let other:
                 let delay = await failed("register: \(other.failureText)")
-                try await Task.sleep(nanoseconds: UInt64(delay) * 1_000_000)
+                try await clock.sleep(milliseconds: delay)
             }
         }
     }
@@ -135,7 +150,7 @@ actor CoordinatorLink {
     /// Records a failure; returns the backoff to wait (full jitter).
     func failed(_ what: String) async -> Int64 {
         status.consecutiveFailures += 1
-        let delay = backoff.delay(failures: status.consecutiveFailures) { Int64.random(in: $0) }
+        let delay = backoff.delay(failures: status.consecutiveFailures) { clock.random(in: $0) }
         status.backoffMs = delay
         status.lastError = what
         logger.warning("\(what); retrying in \(delay) ms (failure \(status.consecutiveFailures))")
@@ -145,7 +160,7 @@ actor CoordinatorLink {
 
     func rejected(_ reason: String) async {
         status.rejection = reason
-        status.retryAtMs = wallClockMilliseconds() + CoordinatorLink.rejectionRetryMs
+        status.retryAtMs = clock.wallMs() + CoordinatorLink.rejectionRetryMs
         registered = false
         status.registered = false
         logger.error("the coordinator rejected this worker: \(reason); stopping, retrying in 5 minutes")
@@ -156,6 +171,10 @@ actor CoordinatorLink {
         status.rejection = nil
         status.retryAtMs = nil
         await publish()
+    }
+
+    func markDelivered(_ id: String, removed: Bool) {
+        if removed { deliveredNotRemoved.remove(id) } else { deliveredNotRemoved.insert(id) }
     }
 
     func update(_ change: (inout CoordinatorStatus) -> Void) async {
@@ -174,21 +193,27 @@ public struct CoordinatorService: Service {
     let directory: StateDirectory
     let logger: Logger
     let backend: ModelBackend
-    let http: HTTPClient
+    let transport: any HTTPTransport
+    let clock: any WorkerClock
 
-    public init(daemon: WorkerDaemon, config: WorkerConfig, directory: StateDirectory, logger: Logger, http: HTTPClient = .shared) {
+    /// `transport` carries both the coordinator's calls and the model server's; `clock`
+    /// paces heartbeats, pulls and backoff and stamps the journal.
+    public init(daemon: WorkerDaemon, config: WorkerConfig, directory: StateDirectory, logger: Logger,
+                transport: any HTTPTransport = HTTPClient.shared, clock: any WorkerClock = SystemClock()) {
         self.daemon = daemon
         self.config = config
         self.directory = directory
         self.logger = logger
-        self.backend = ModelBackend(config: config.backend, client: http)
-        self.http = http
+        self.backend = ModelBackend(config: config.backend, client: transport)
+        self.transport = transport
+        self.clock = clock
     }
 
     public func run(shutdown: GracefulShutdown) async throws {
-        while !shutdown.isTriggered {
+        // Cancelled, the waits below return at once: checking only the shutdown spun.
+        while !shutdown.isTriggered && !Task.isCancelled {
             let runtime = daemon.runtimeSignal(for: Self.mode)
-            guard try await shutdown.cancelling({ await runtime.wait(for: true) }) != nil else { return }
+            guard try await shutdown.cancelling({ await runtime.wait(for: true) }) != nil, !Task.isCancelled else { return }
             let stop = GracefulShutdown()
             // The session is stopped gracefully (it finishes its subtask), never cancelled from here.
             _ = await race({ await session(stop: stop) }, {
@@ -203,7 +228,7 @@ public struct CoordinatorService: Service {
     /// One session: recovery, registration, then heartbeats and work until `stop`.
     func session(stop: GracefulShutdown) async {
         let link = CoordinatorLink(config: config, agentID: daemon.agentID, files: WorkerStateFiles(directory: directory),
-                                   daemon: daemon, logger: logger, http: http)
+                                   daemon: daemon, logger: logger, transport: transport, clock: clock)
         let journal = WorkJournal(writer: daemon.writer)
         await link.update { $0.outboxDepth = journal.outboxDepth }
         logger.info("coordinator session starting (\(config.coordinator.url ?? "?"))")
@@ -221,21 +246,42 @@ public struct CoordinatorService: Service {
                 })
             } catch CoordinatorLink.Stop.rejected(let reason) {
                 await link.rejected(reason)
-                _ = try? await stop.cancelling { try await Task.sleep(nanoseconds: UInt64(CoordinatorLink.rejectionRetryMs) * 1_000_000) }
+                _ = try? await stop.cancelling { try await clock.sleep(milliseconds: CoordinatorLink.rejectionRetryMs) }
                 await link.clearRejection()
             } catch {
-                if !stop.isTriggered { logger.warning("coordinator session error: \(error)") }
+                if stop.isTriggered { break }
+                // A local failure (journal or outbox not writable, …) waits like a network
+                // one: restarting at once pulled a thousand times a second.
+                let delay = await link.failed("local failure: \(error)")
+                _ = try? await pause(delay, stop: stop)
             }
         }
         logger.info("coordinator session stopped")
     }
 
     /// Every heartbeatIntervalMs, with telemetry; 401 re-registers, blacklisting stops.
+    /// A model switch asked in an answer runs beside the heartbeats, which go on.
     func heartbeats(_ link: CoordinatorLink) async throws {
+        let switcher = ModelSwitcher(link: link, daemon: daemon, backend: backend, config: config, clock: clock,
+                                     logger: logger, holdPollMs: config.coordinator.pullIntervalMs)
+        try await withThrowingDiscardingTaskGroup { group in
+            while true {
+                try await heartbeat(link)
+                if let request = await link.takeSwitchRequest() {
+                    group.addTask { await switcher.run(request) }
+                }
+                try await clock.sleep(milliseconds: config.coordinator.heartbeatIntervalMs)
+            }
+        }
+    }
+
+    /// One heartbeat (registering first when needed).
+    func heartbeat(_ link: CoordinatorLink) async throws {
         while true {
             try await link.ensureRegistered()
+            let swapping = await daemon.modelSwitch?.inProgress ?? false
             let body = CoordinatorWire.heartbeat(agentID: daemon.agentID, telemetry: await daemon.powerTelemetryJSON(),
-                                                 activeModel: config.backend.model)
+                                                 activeModel: await daemon.activeModel, modelSwapInProgress: swapping)
             switch try await link.call(.heartbeat, body) {
             case .accepted:
                 // A heartbeat's success says nothing about pulls and results: their
@@ -250,18 +296,23 @@ public struct CoordinatorService: Service {
                 await link.update { $0.heartbeatFailures += 1; $0.lastError = "heartbeat: \(other.failureText)" }
                 logger.warning("heartbeat failed: \(other.failureText)")
             }
-            try await Task.sleep(nanoseconds: UInt64(config.coordinator.heartbeatIntervalMs) * 1_000_000)
+            return
         }
     }
 
     /// Recovery first (outbox, then journal), then pull / run / post until stopped.
     func work(_ link: CoordinatorLink, journal: WorkJournal, stop: GracefulShutdown) async throws {
-        let found = journal.load(nowMs: wallClockMilliseconds())
+        let found = journal.load(nowMs: clock.wallMs())
         for file in found.recovered { logger.error("journal file \(file.file) \(file.problem); kept as \(file.movedTo)") }
-        for action in RecoveryPlan.plan(journal: found.journal, outbox: found.outbox, nowMs: wallClockMilliseconds()) {
+        for action in RecoveryPlan.plan(journal: found.journal, outbox: found.outbox, nowMs: clock.wallMs()) {
             if stop.isTriggered { return }
             switch action {
             case .post(let result):
+                if await link.deliveredNotRemoved.contains(result.subtaskID) {
+                    try await journal.delivered(result.subtaskID)
+                    await link.markDelivered(result.subtaskID, removed: true)
+                    continue
+                }
                 logger.notice("delivering the result of \(result.subtaskID) left in the outbox")
                 try await post(result, link: link, journal: journal, stop: stop)
             case .rerun(let entry):
@@ -269,9 +320,9 @@ public struct CoordinatorService: Service {
                 try await runAndPost(entry, link: link, journal: journal, stop: stop)
             case .reportRestarted(let result):
                 logger.notice("reporting subtask \(result.subtaskID) as worker_restarted: its timeout passed while the worker was down")
-                try await journal.complete(result)
-                await recordResult(result, prompt: "", started: wallClockMilliseconds() - result.durationMs)
-                try await post(result, link: link, journal: journal, stop: stop)
+                let stored = try await journal.complete(result)
+                await recordResult(stored, prompt: "", started: clock.wallMs() - stored.durationMs)
+                try await post(stored, link: link, journal: journal, stop: stop)
             }
         }
 
@@ -279,6 +330,12 @@ public struct CoordinatorService: Service {
             if let held = await daemon.admitNewWork() {
                 await link.update { $0.deferredReason = "held by the power policy: \(held.rawValue)" }
                 try await pause(config.coordinator.pullIntervalMs, stop: stop)
+                continue
+            }
+            if let problem = await daemon.stateHold() {
+                await link.update { $0.deferredReason = "held: \(LocalHoldReason.stateUnwritable.rawValue): \(problem)" }
+                if await probeStateDirectory() { continue }
+                try await pause(await link.failed("held until the state directory takes writes: \(problem)"), stop: stop)
                 continue
             }
             guard try await stop.cancelling({ try await link.ensureRegistered() }) != nil else { return }
@@ -289,16 +346,40 @@ public struct CoordinatorService: Service {
                 await link.update { $0.deferredReason = nil; $0.consecutiveFailures = 0; $0.backoffMs = nil }
                 try await pause(config.coordinator.pullIntervalMs, stop: stop)
             case .work(let subtask):
-                await link.update { $0.deferredReason = nil; $0.consecutiveFailures = 0; $0.backoffMs = nil }
-                let entry = RecoveryPlan.JournalEntry(subtask: subtask, pulledAtMs: wallClockMilliseconds())
-                if found.journal.contains(where: { $0.subtask.id == subtask.id }) { continue }
-                try await journal.record(entry)
+                await link.update { $0.deferredReason = nil }
+                let entry = RecoveryPlan.JournalEntry(subtask: subtask, pulledAtMs: clock.wallMs())
+                if found.journal.contains(where: { $0.subtask.id == subtask.id }) {
+                    // Handled at recovery; pulling again at once would spin on a coordinator that repeats it.
+                    try await pause(config.coordinator.pullIntervalMs, stop: stop)
+                    continue
+                }
+                do {
+                    try await journal.record(entry)
+                } catch {
+                    // Unjournaled, a crash could lose it: not run, answered, and the loop
+                    // backs off (and holds new work while the directory refuses writes).
+                    let reason = "worker_journal_failed: \(printable(String(describing: error), limit: 300))"
+                    logger.error("subtask \(subtask.id) could not be journaled (\(error)); answering it ok: false")
+                    await answerUnstored(SubtaskResult(subtaskID: subtask.id, taskID: subtask.taskID, ok: false, output: "", error: reason, durationMs: 0),
+                                         prompt: subtask.input, link: link)
+                    try await pause(await link.failed("journal \(subtask.id): \(error)"), stop: stop)
+                    continue
+                }
+                await link.update { $0.consecutiveFailures = 0; $0.backoffMs = nil }
                 try await runAndPost(entry, link: link, journal: journal, stop: stop)
                 // At once after a result: no pause.
             case .unrunnable(let id, let taskID, let reason):
                 let result = SubtaskResult(subtaskID: id, taskID: taskID, ok: false, output: "", error: reason, durationMs: 0)
-                try await journal.complete(result)
-                try await post(result, link: link, journal: journal, stop: stop)
+                let stored: SubtaskResult
+                do {
+                    stored = try await journal.complete(result)
+                } catch {
+                    logger.error("the answer to unrunnable subtask \(id) could not be written to the outbox (\(error)); posting it once from memory")
+                    await answerUnstored(result, prompt: "", link: link)
+                    try await pause(await link.failed("outbox \(id): \(error)"), stop: stop)
+                    continue
+                }
+                try await post(stored, link: link, journal: journal, stop: stop)
             case .deferred(let reason, let deferMs):
                 await link.update { $0.deferredReason = "coordinator: \(reason)" }
                 try await pause(deferMs ?? config.coordinator.pullIntervalMs, stop: stop)
@@ -312,30 +393,62 @@ public struct CoordinatorService: Service {
         }
     }
 
+    /// One small write and its removal: succeeds once the state directory takes writes
+    /// again, which ends the hold (the writer's problem clears with any success).
+    func probeStateDirectory() async -> Bool {
+        do {
+            try await daemon.writer.write(CoordinatorService.probeFile, Array(repeating: UInt8(ascii: "\n"), count: 4_096))
+            try await daemon.writer.remove(CoordinatorService.probeFile)
+            return true
+        } catch {
+            return false
+        }
+    }
+
+    static let probeFile = "write-check"
+
+    /// Posts a result that could not be stored, once and best effort: without a file it
+    /// cannot be retried across a restart, and the coordinator re-queues an unanswered
+    /// subtask on its own timeout.
+    func answerUnstored(_ result: SubtaskResult, prompt: String, link: CoordinatorLink) async {
+        let started = clock.wallMs() - result.durationMs
+        var record = TaskRecord(id: result.subtaskID, source: .coordinator, origin: result.taskID, prompt: prompt, startedAtMs: started)
+        record.finish(ok: result.ok, output: result.output, error: result.error, atMs: started + result.durationMs, state: .failed)
+        await daemon.upsertTask(record)
+        switch try? await link.call(.result, CoordinatorWire.result(result, agentID: daemon.agentID)) {
+        case .accepted?:
+            await link.update { if result.ok { $0.subtasksDone += 1 } else { $0.subtasksFailed += 1 } }
+        case let other:
+            logger.warning("the answer to subtask \(result.subtaskID) was not delivered (\(other?.failureText ?? "cancelled")); the coordinator's timeout re-queues it")
+        }
+    }
+
     /// Sleeps, but wakes when the session stops.
     func pause(_ ms: Int64, stop: GracefulShutdown) async throws {
-        _ = try await stop.cancelling { try await Task.sleep(nanoseconds: UInt64(max(0, ms)) * 1_000_000) }
+        let clock = self.clock
+        _ = try await stop.cancelling { try await clock.sleep(milliseconds: ms) }
     }
 
     /// Runs a journaled subtask (bounded by its timeout; on stop, by stopGraceMs), moves
     /// it to the outbox and posts it. A subtask cut off by the stop stays in the journal.
     func runAndPost(_ entry: RecoveryPlan.JournalEntry, link: CoordinatorLink, journal: WorkJournal, stop: GracefulShutdown) async throws {
         let subtask = entry.subtask
-        let started = wallClockMilliseconds()
+        let started = clock.wallMs()
         var record = TaskRecord(id: subtask.id, source: .coordinator, origin: subtask.taskID, prompt: subtask.input, startedAtMs: started)
         await daemon.upsertTask(record)
         await link.update { $0.running = subtask.id }
         let remaining = max(1_000, entry.pulledAtMs + subtask.timeoutMs - started)
         let request = ModelRequest(prompt: subtask.input, maxTokens: Int(config.backend.maxTokens), timeoutMs: min(remaining, config.backend.timeoutMs))
-        let backend = self.backend
-        let grace = UInt64(config.coordinator.stopGraceMs) * 1_000_000
+        let backend = self.backend.using(model: await daemon.activeModel)
+        let clock = self.clock
+        let grace = config.coordinator.stopGraceMs
         // The generation races the stop plus its grace; losing leaves the journal entry.
         let outcome: Result<ModelOutput, ModelError>?
         switch await race({ () async -> Result<ModelOutput, ModelError> in
             do throws(ModelError) { return .success(try await backend.generate(request)) } catch { return .failure(error) }
         }, {
             await stop.wait()
-            try? await Task.sleep(nanoseconds: grace)
+            try? await clock.sleep(milliseconds: grace)
         }) {
         case .first(let result): outcome = result
         case .second: outcome = nil
@@ -343,11 +456,11 @@ public struct CoordinatorService: Service {
         await link.update { $0.running = nil }
         guard let outcome else {
             logger.warning("stopping: subtask \(subtask.id) did not finish within the grace; it stays in the journal and runs again at the next start if its timeout allows")
-            record.finish(ok: false, output: "", error: "interrupted", atMs: wallClockMilliseconds(), state: .interrupted)
+            record.finish(ok: false, output: "", error: "interrupted", atMs: clock.wallMs(), state: .interrupted)
             await daemon.upsertTask(record)
             throw CancellationError()
         }
-        let ended = wallClockMilliseconds()
+        let ended = clock.wallMs()
         let result: SubtaskResult
         switch outcome {
         case .success(let output):
@@ -355,9 +468,18 @@ public struct CoordinatorService: Service {
         case .failure(let error):
             result = SubtaskResult(subtaskID: subtask.id, taskID: subtask.taskID, ok: false, output: "", error: error.wireText, durationMs: ended - started)
         }
-        try await journal.complete(result)
-        await recordResult(result, prompt: subtask.input, started: started)
-        try await post(result, link: link, journal: journal, stop: stop)
+        let stored: SubtaskResult
+        do {
+            stored = try await journal.complete(result)
+        } catch {
+            // Posted from memory rather than run again: the journal entry stays until the
+            // coordinator has it, so a crash meanwhile still reruns it. The next pull
+            // waits for the state directory (the writer's problem holds it).
+            logger.error("the result of \(subtask.id) could not be written to the outbox (\(error)); posting it from memory")
+            stored = result.bounded
+        }
+        await recordResult(stored, prompt: subtask.input, started: started)
+        try await post(stored, link: link, journal: journal, stop: stop)
     }
 
     func recordResult(_ result: SubtaskResult, prompt: String, started: Int64) async {
@@ -381,12 +503,13 @@ public struct CoordinatorService: Service {
             }
             switch try await link.call(.result, CoordinatorWire.result(result, agentID: daemon.agentID)) {
             case .accepted:
-                try await journal.delivered(result.subtaskID)
-                await link.update {
-                    $0.outboxDepth = journal.outboxDepth
-                    if result.ok { $0.subtasksDone += 1 } else { $0.subtasksFailed += 1 }
-                }
+                // Taken: whatever happens to the files now, this session never posts it again.
+                await link.markDelivered(result.subtaskID, removed: false)
+                await link.update { if result.ok { $0.subtasksDone += 1 } else { $0.subtasksFailed += 1 } }
                 await daemon.markTaskPosted(result.subtaskID, ok: result.ok)
+                try await journal.delivered(result.subtaskID)
+                await link.markDelivered(result.subtaskID, removed: true)
+                await link.update { $0.outboxDepth = journal.outboxDepth }
                 return
             case .unauthorized(let reason):
                 await link.forgetRegistration(reason)

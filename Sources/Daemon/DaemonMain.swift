@@ -11,8 +11,14 @@ import WorkerCore
 
 /// The one place that wires the parts into a running daemon.
 public enum DaemonMain {
+    /// After a second SIGTERM/SIGINT the process is gone within this many seconds.
+    public static let secondSignalBoundSeconds: UInt32 = 3
+
     /// Runs the daemon until SIGTERM/SIGINT; returns the process exit code.
     public static func run(config: WorkerConfig, paths: DaemonPaths, logger baseLogger: Logger) async -> Int32 {
+        var config = config
+        // The model server's key: the config's, else the systemd credential (never logged).
+        if config.backend.apiKey == nil { config.backend.apiKey = ModelBackend.credentialAPIKey() }
         var logger = baseLogger
         logger.level = LogLevel(name: config.log.level.rawValue) ?? .info
 
@@ -23,6 +29,15 @@ public enum DaemonMain {
             return 1
         }
 
+        // The graceful stop has its deadline, then cancels; if what is cancelled never
+        // ends, the process still does (issue 12 §6). A second signal means "now".
+        let gracefulDeadlineMs = config.coordinator.stopGraceMs + 2_000
+        do {
+            try signals.exitIfStopHangs(afterFirst: UInt32(gracefulDeadlineMs / 1_000) + 5, afterSecond: DaemonMain.secondSignalBoundSeconds)
+        } catch {
+            logger.warning("cannot bound the stop with an alarm: \(error)")
+        }
+
         let directory: StateDirectory
         do { directory = try StateDirectory(path: paths.stateDirectory) } catch {
             logger.error("cannot open the state directory: \(error). Create it writable for this user, or pass --state-dir.")
@@ -30,7 +45,8 @@ public enum DaemonMain {
         }
         let daemon = WorkerDaemon(config: config, paths: paths, directory: directory, logger: logger)
         // The first reading before READY, so the charge gate and status are decided from the start.
-        var reader = TelemetryReader(root: paths.sysfsRoot)
+        var reader = TelemetryReader(root: paths.sysfsRoot, own: OwnProcesses(root: paths.sysfsRoot, serverPort: LoopbackServer.port(of: config.backend.url),
+                                                                             workerPID: getpid()))
         await daemon.updateReading(reader.read(), monotonicMs: Int64(monotonicNanoseconds() / 1_000_000))
 
         let readGroupGID = groupID(named: config.control.readGroup)
@@ -69,7 +85,7 @@ public enum DaemonMain {
         logger.notice("ready: \(summary); agent \(daemon.agentID); control socket \(paths.controlSocket)")
 
         let group = ServiceGroup(services: services, logger: logger,
-                                 gracefulDeadlineNanoseconds: UInt64(config.coordinator.stopGraceMs + 2_000) * 1_000_000,
+                                 gracefulDeadlineNanoseconds: UInt64(gracefulDeadlineMs) * 1_000_000,
                                  onShutdownStart: { ServiceManager.notify("STOPPING=1\nSTATUS=stopping") })
         let exit = await group.run(signals: signals)
         listener.close()

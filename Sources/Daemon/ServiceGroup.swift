@@ -62,6 +62,12 @@ public struct ServiceGroup: Sendable {
     }
 
     public func run(signals: SignalPipe) async -> ServiceGroupExit {
+        await run(nextSignal: { try await signals.next() })
+    }
+
+    /// `run(signals:)` with the signals from any source: tests send them in-process.
+    /// `nextSignal` must throw when its task is cancelled.
+    public func run(nextSignal: @escaping @Sendable () async throws -> Int32) async -> ServiceGroupExit {
         let tokens = services.map { _ in GracefulShutdown() }
         return await withTaskGroup(of: Event.self) { group in
             for (index, service) in services.enumerated() {
@@ -76,7 +82,7 @@ public struct ServiceGroup: Sendable {
                     }
                 }
             }
-            group.addTask { (try? await signals.next()).map(Event.signal) ?? .deadline }
+            group.addTask { (try? await nextSignal()).map(Event.signal) ?? .deadline }
 
             var running = Set(services.indices)
             let exit: ServiceGroupExit
@@ -93,7 +99,7 @@ public struct ServiceGroup: Sendable {
                 exit = .serviceFailed("signal handling failed")
             }
             onShutdownStart()
-            group.addTask { (try? await signals.next()).map(Event.signal) ?? .deadline }
+            group.addTask { (try? await nextSignal()).map(Event.signal) ?? .deadline }
             group.addTask {
                 try? await Task.sleep(nanoseconds: gracefulDeadlineNanoseconds)
                 return .deadline

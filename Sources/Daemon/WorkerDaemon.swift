@@ -55,6 +55,10 @@ public actor WorkerDaemon {
     private var gateEvaluated = false
     private var coordinator: CoordinatorStatus?
     private var model: (state: String, detail: String, atMs: Int64)?
+    /// A coordinator's model switch that still applies (SPEC 7); nil: the config's model.
+    private(set) var switchedModel: ActiveModel?
+    /// The switch in progress, or the last one's outcome.
+    private(set) var modelSwitch: ModelSwitchStatus?
     private var tasks: TaskHistory
     /// Per mode, whether its runtime should run now; each `ModeRuntime` waits on its own.
     private nonisolated let runtimeSignals: [Mode: StateSignal] = Dictionary(uniqueKeysWithValues: Mode.allCases.map { ($0, StateSignal(false)) })
@@ -68,13 +72,14 @@ public actor WorkerDaemon {
     private var persistenceProblem: String? { writer.problem }
 
     /// Opens the state directory's files and restores the persisted mode; anything that
-    /// cannot be read is moved aside and reported, never fatal.
+    /// cannot be read is moved aside and reported, never fatal. `writer` replaces the one
+    /// made for `directory` (tests pass one that mocks a failing disk).
     public init(config: WorkerConfig, paths: DaemonPaths, directory: StateDirectory, logger: Logger,
-                clock: @escaping @Sendable () -> Int64 = wallClockMilliseconds) {
+                clock: @escaping @Sendable () -> Int64 = wallClockMilliseconds, writer: DurableWriter? = nil) {
         self.config = config
         self.paths = paths
         self.files = WorkerStateFiles(directory: directory)
-        self.writer = DurableWriter(directory: directory, onProblem: { [logger] problem in
+        self.writer = writer ?? DurableWriter(directory: directory, onProblem: { [logger] problem in
             if let problem { logger.error(problem) } else { logger.notice("state directory writable again") }
         })
         self.logger = logger
@@ -114,6 +119,17 @@ public actor WorkerDaemon {
         }
         tasks.markRunningInterrupted(atMs: now)
 
+        var persistedModel: ActiveModel?
+        switch files.loadJSON(WorkerStateFiles.activeModelFile, nowMs: now, decode: { ActiveModel.from(json: $0) }) {
+        case .absent: break
+        case .loaded(let loaded): persistedModel = loaded
+        case .recovered(let file): recovered.append(file)
+        }
+        let switchedModel = ActiveModel.resolve(config: config.backend, persisted: persistedModel).switched
+        if let persistedModel, switchedModel == nil {
+            logger.notice("the coordinator's switch to model \(persistedModel.model) no longer applies (backend.model is now \(config.backend.model), was \(persistedModel.switchedFrom)); running \(config.backend.model)")
+        }
+
         var agentID: String
         if let configured = config.agentId {
             agentID = configured
@@ -136,15 +152,16 @@ public actor WorkerDaemon {
 
         self.modeState = mode
         self.policyOverrides = overrides
+        self.switchedModel = switchedModel
         self.tasks = tasks
         self.eventLog = log
         self.agentID = agentID
         self.recovered = recovered
         if config.agentId == nil {
-            writer.submit(WorkerStateFiles.agentIDFile, mode: WorkerStateFiles.agentIDMode, WorkerStateFiles.agentIDBytes(agentID))
+            self.writer.submit(WorkerStateFiles.agentIDFile, mode: WorkerStateFiles.agentIDMode, WorkerStateFiles.agentIDBytes(agentID))
         }
-        writer.submit(WorkerStateFiles.modeFile, WorkerStateFiles.modeBytes(mode))
-        writer.submit(WorkerStateFiles.eventsFile) { [log] in WorkerStateFiles.eventsBytes(log) }
+        self.writer.submit(WorkerStateFiles.modeFile, WorkerStateFiles.modeBytes(mode))
+        self.writer.submit(WorkerStateFiles.eventsFile) { [log] in WorkerStateFiles.eventsBytes(log) }
     }
 
     /// `<host>-<12 hex digits>`: readable in a coordinator's list, unique per machine,
@@ -291,6 +308,19 @@ public actor WorkerDaemon {
         return reason
     }
 
+    /// Why new work is held now, without counting it as a held assignment (a model pull
+    /// waiting for the policy asks this repeatedly).
+    public var currentHold: HoldReason? { powerDecision?.reason }
+
+    /// Whether pulling must wait because the state directory cannot be written: a pulled
+    /// subtask could not be journaled, and running it unjournaled could lose it. The
+    /// problem while it lasts (until a write succeeds), each held pull counted.
+    public func stateHold() -> String? {
+        guard let problem = writer.problem else { return nil }
+        holdCounters.record(.stateUnwritable)
+        return problem
+    }
+
     /// Changes a per-host policy key, decides again at once, and returns once the
     /// overrides are durable.
     public func changePolicy(_ change: PolicyOverrides.Change, by who: String) async -> Result<JSONValue, ControlError> {
@@ -321,6 +351,36 @@ public actor WorkerDaemon {
     // MARK: Model backend
 
     public var currentMode: Mode { modeState.mode }
+
+    /// The model every generation and probe uses: the config's, or the one a coordinator
+    /// switched to (persisted; the heartbeat's `activeModel`).
+    public var activeModel: String { switchedModel?.model ?? config.backend.model }
+
+    /// Whether the remote model switch is allowed on this host (policy over config).
+    public var allowsRemoteModelSwitch: Bool { effectivePolicy.policy.allowRemoteModelSwitch }
+
+    /// A switch's progress, for status and heartbeats.
+    public func updateModelSwitch(_ status: ModelSwitchStatus?) {
+        modelSwitch = status
+        updateServiceStatus()
+    }
+
+    /// Switches the model every later generation uses; returns once the choice is durable
+    /// (it survives restarts). Switching back to the config's model forgets the switch.
+    public func switchModel(to name: String, rolloutID: String?) async {
+        let previous = activeModel
+        let next: ActiveModel? = name == config.backend.model
+            ? nil : ActiveModel(model: name, switchedFrom: config.backend.model, switchedAtMs: clock(), rolloutID: rolloutID)
+        switchedModel = next
+        record(EventDraft(kind: .modelSwitched, reason: "model \(previous) -> \(name) at the coordinator's request\(rolloutID.map { " (rollout \($0))" } ?? "")"))
+        logger.notice("model switched from \(previous) to \(name) at the coordinator's request")
+        updateServiceStatus()
+        if let next {
+            await persistDurably(WorkerStateFiles.activeModelFile, WorkerStateFiles.activeModelBytes(next))
+        } else {
+            try? await writer.remove(WorkerStateFiles.activeModelFile)
+        }
+    }
 
     public func updateModel(state: String, detail: String) {
         model = (state, detail, clock())
@@ -452,8 +512,9 @@ public actor WorkerDaemon {
             policy: policy, policySources: sources,
             coordinatorURL: config.coordinator.url, coordinator: coordinator,
             bluetooth: bluetooth, bluetoothConfiguredAdapter: config.bluetooth.adapter, bluetoothMaxClients: config.bluetooth.maxClients,
-            backend: StatusSnapshot.Backend(kind: config.backend.kind.rawValue, url: config.backend.url, model: config.backend.model,
-                                            modelState: model?.state, detail: model?.detail, checkedAtMs: model?.atMs),
+            backend: StatusSnapshot.Backend(kind: config.backend.kind.rawValue, url: config.backend.url, model: activeModel,
+                                            modelState: model?.state, detail: model?.detail, checkedAtMs: model?.atMs,
+                                            configuredModel: config.backend.model, switchedModel: switchedModel, modelSwitch: modelSwitch),
             activeRuntimes: Set(Mode.allCases.filter { runtimeActive($0) }),
             recovered: recovered.map { StatusSnapshot.RecoveredFile(file: $0.file, movedTo: $0.movedTo, problem: $0.problem, timeMs: $0.timeMs) },
             eventCount: eventLog.events.count, lastEventSeq: eventLog.nextSeq - 1)

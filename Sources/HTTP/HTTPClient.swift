@@ -35,6 +35,13 @@ public struct HTTPResponse: Sendable {
     public var body: [UInt8]
     /// From the start of the transfer to its end.
     public var durationMicroseconds: Int64
+
+    /// `durationMicroseconds` is 0 for a transport with no transfer to time.
+    public init(status: Int, body: [UInt8], durationMicroseconds: Int64 = 0) {
+        self.status = status
+        self.body = body
+        self.durationMicroseconds = durationMicroseconds
+    }
 }
 
 /// Why a request got no HTTP answer. `kind` is what callers match on.
@@ -51,6 +58,12 @@ public struct HTTPError: Error, Sendable, Equatable, CustomStringConvertible {
     public var kind: Kind
     public var message: String
     public var description: String { message }
+
+    /// `message` says what failed for the operator; `kind` is what code matches on.
+    public init(kind: Kind, message: String) {
+        self.kind = kind
+        self.message = message
+    }
 }
 
 /// One thin wrapper over libcurl: every transfer runs on one dedicated thread through
@@ -62,9 +75,23 @@ public final class HTTPClient: Sendable {
 
     public static let userAgent = "edgecoder-worker"
 
+    /// Who waits for a transfer: a caller of `perform` for the whole answer, or a caller
+    /// of `stream` for the status, then the chunks.
+    private enum Receiver {
+        case whole(CheckedContinuation<HTTPResponse, any Error>)
+        case stream(CheckedContinuation<HTTPStreamResponse, any Error>)
+
+        func fail(_ error: any Error) {
+            switch self {
+            case .whole(let continuation): continuation.resume(throwing: error)
+            case .stream(let continuation): continuation.resume(throwing: error)
+            }
+        }
+    }
+
     private struct Pending {
         var request: HTTPRequest
-        var continuation: CheckedContinuation<HTTPResponse, any Error>
+        var receiver: Receiver
     }
 
     private struct State {
@@ -138,35 +165,74 @@ public final class HTTPClient: Sendable {
     /// Performs `request`; throws HTTPError, or CancellationError when the task is cancelled.
     public func perform(_ request: HTTPRequest) async throws -> HTTPResponse {
         let multi = try started()
-        let id = state.withLock { state -> UInt64 in
+        let id = newID()
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<HTTPResponse, any Error>) in
+                submit(id, Pending(request: request, receiver: .whole(continuation)), multi: multi)
+            }
+        } onCancel: {
+            cancel(id)
+        }
+    }
+
+    /// Sends `request` and returns once the first bytes of the answer arrived (or it
+    /// ended): the status and the body as it comes. The transfer stays on the one
+    /// transfer thread; each chunk is handed over as libcurl delivers it. Ending the
+    /// iteration, or cancelling the iterating task, aborts the transfer (the connection
+    /// is closed, so the server notices). Throws like `perform` until the status is known.
+    public func stream(_ request: HTTPRequest) async throws -> HTTPStreamResponse {
+        let multi = try started()
+        let id = newID()
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<HTTPStreamResponse, any Error>) in
+                submit(id, Pending(request: request, receiver: .stream(continuation)), multi: multi)
+            }
+        } onCancel: {
+            cancel(id)
+        }
+    }
+
+    private func newID() -> UInt64 {
+        state.withLock { state -> UInt64 in
             state.nextID += 1
             return state.nextID
         }
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<HTTPResponse, any Error>) in
-                let cancelledAlready = Task.isCancelled
-                state.withLock { state in
-                    state.submitted.append((id, Pending(request: request, continuation: continuation)))
-                    // A cancellation that ran before this submission was already consumed.
-                    if cancelledAlready { state.cancelled.insert(id) }
-                }
-                ecw_curl_multi_wakeup(multi)
-            }
-        } onCancel: {
-            state.withLock { _ = $0.cancelled.insert(id) }
-            wake()
+    }
+
+    private func submit(_ id: UInt64, _ pending: Pending, multi: UnsafeMutableRawPointer) {
+        let cancelledAlready = Task.isCancelled
+        state.withLock { state in
+            state.submitted.append((id, pending))
+            // A cancellation that ran before this submission was already consumed.
+            if cancelledAlready { state.cancelled.insert(id) }
         }
+        ecw_curl_multi_wakeup(multi)
+    }
+
+    private func cancel(_ id: UInt64) {
+        state.withLock { _ = $0.cancelled.insert(id) }
+        wake()
     }
 
     /// A transfer in flight, owned by the transfer thread.
     private final class Transfer {
         let id: UInt64
         let easy: UnsafeMutableRawPointer
-        let continuation: CheckedContinuation<HTTPResponse, any Error>
+        /// Nil once a stream's status went out (then `chunks` carries the rest).
+        var receiver: Receiver?
         let maxBytes: Int
         var body: [UInt8] = []
+        var received = 0
+        var chunks: AsyncThrowingStream<[UInt8], any Error>.Continuation?
         var tooLarge = false
         var headers: UnsafeMutablePointer<curl_slist>?
+        /// The retained TransferContext libcurl's write callback receives; released in `finish`.
+        var context: UnsafeMutableRawPointer?
+
+        func releaseContext() {
+            if let context { Unmanaged<TransferContext>.fromOpaque(context).release() }
+            context = nil
+        }
         // libcurl writes its error text here; memory of our own, freed in `finish`.
         let errorBuffer: UnsafeMutablePointer<CChar> = {
             let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: Int(CURL_ERROR_SIZE) + 1)
@@ -175,11 +241,42 @@ public final class HTTPClient: Sendable {
         }()
         let started = monotonicNanoseconds()
 
-        init(id: UInt64, easy: UnsafeMutableRawPointer, continuation: CheckedContinuation<HTTPResponse, any Error>, maxBytes: Int) {
+        init(id: UInt64, easy: UnsafeMutableRawPointer, receiver: Receiver, maxBytes: Int) {
             self.id = id
             self.easy = easy
-            self.continuation = continuation
+            self.receiver = receiver
             self.maxBytes = maxBytes
+        }
+
+        var isStream: Bool {
+            if case .stream? = receiver { return true }
+            return chunks != nil
+        }
+
+        /// Hands a stream's caller the status and a body stream, once.
+        func openStream(onTermination: @escaping @Sendable (UInt64) -> Void) -> AsyncThrowingStream<[UInt8], any Error>.Continuation? {
+            if let chunks { return chunks }
+            guard case .stream(let continuation)? = receiver else { return nil }
+            var status = 0
+            _ = ecw_curl_get_long(easy, CURLINFO_RESPONSE_CODE, &status)
+            let (body, chunks) = AsyncThrowingStream<[UInt8], any Error>.makeStream()
+            let id = self.id
+            chunks.onTermination = { _ in onTermination(id) }
+            self.chunks = chunks
+            receiver = nil
+            continuation.resume(returning: HTTPStreamResponse(status: status, body: body))
+            return chunks
+        }
+    }
+
+    /// What the write callback needs: the transfer, and the client to cancel through
+    /// when a stream's reader goes away.
+    private final class TransferContext {
+        let transfer: Transfer
+        let client: HTTPClient
+        init(transfer: Transfer, client: HTTPClient) {
+            self.transfer = transfer
+            self.client = client
         }
     }
 
@@ -196,12 +293,12 @@ public final class HTTPClient: Sendable {
             }
             for (id, pending) in submitted {
                 if cancelled.contains(id) {
-                    pending.continuation.resume(throwing: CancellationError())
+                    pending.receiver.fail(CancellationError())
                     continue
                 }
                 switch start(id: id, pending, multi: multi) {
                 case .success(let transfer): transfers[transfer.easy] = transfer
-                case .failure(let error): pending.continuation.resume(throwing: error)
+                case .failure(let error): pending.receiver.fail(error)
                 }
             }
             // A cancellation that arrived before its submission stays pending for it.
@@ -236,7 +333,7 @@ public final class HTTPClient: Sendable {
     private func start(id: UInt64, _ pending: Pending, multi: UnsafeMutableRawPointer) -> Result<Transfer, any Error> {
         let request = pending.request
         guard let easy = ecw_curl_easy_init() else { return .failure(HTTPError(kind: .transfer, message: "curl_easy_init failed")) }
-        let transfer = Transfer(id: id, easy: easy, continuation: pending.continuation, maxBytes: request.maxResponseBytes)
+        let transfer = Transfer(id: id, easy: easy, receiver: pending.receiver, maxBytes: request.maxResponseBytes)
         func check(_ code: CURLcode, _ what: String) throws(HTTPError) {
             if code != CURLE_OK { throw HTTPError(kind: code == CURLE_URL_MALFORMAT ? .badURL : .transfer, message: "\(what): \(String(cString: ecw_curl_easy_strerror(code)))") }
         }
@@ -267,15 +364,26 @@ public final class HTTPClient: Sendable {
             // An empty Expect: stops libcurl from waiting for "100 Continue" on larger bodies.
             transfer.headers = ecw_curl_slist_append(transfer.headers, "Expect:")
             try check(ecw_curl_set_pointer(easy, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(transfer.headers)), "headers")
-            let context = Unmanaged.passUnretained(transfer).toOpaque()
-            try check(ecw_curl_set_write_function(easy, { data, size, count, context in
-                let transfer = Unmanaged<Transfer>.fromOpaque(context!).takeUnretainedValue()
+            let context = Unmanaged.passRetained(TransferContext(transfer: transfer, client: self)).toOpaque()
+            transfer.context = context
+            try check(ecw_curl_set_write_function(easy, { data, size, count, raw in
+                let context = Unmanaged<TransferContext>.fromOpaque(raw!).takeUnretainedValue()
+                let transfer = context.transfer
                 let n = size * count
-                if transfer.body.count + n > transfer.maxBytes {
+                if transfer.received + n > transfer.maxBytes {
                     transfer.tooLarge = true
                     return 0  // makes libcurl stop with CURLE_WRITE_ERROR
                 }
-                if let data { transfer.body.append(contentsOf: UnsafeRawBufferPointer(start: data, count: n)) }
+                transfer.received += n
+                guard let data, n > 0 else { return n }
+                let bytes = UnsafeRawBufferPointer(start: data, count: n)
+                if transfer.isStream {
+                    // A stream's chunk goes to its reader now, not at the end.
+                    let client = context.client
+                    transfer.openStream(onTermination: { client.cancel($0) })?.yield(Array(bytes))
+                } else {
+                    transfer.body.append(contentsOf: bytes)
+                }
                 return n
             }, context), "write function")
             let added = ecw_curl_multi_add_handle(multi, easy)
@@ -285,6 +393,7 @@ public final class HTTPClient: Sendable {
             if let headers = transfer.headers { ecw_curl_slist_free_all(headers) }
             ecw_curl_easy_cleanup(easy)
             transfer.errorBuffer.deallocate()
+            transfer.releaseContext()
             return .failure(error)
         }
     }
@@ -315,13 +424,27 @@ public final class HTTPClient: Sendable {
     }
 
     private func finish(_ transfer: Transfer, result: Result<HTTPResponse, any Error>, multi: UnsafeMutableRawPointer) {
+        if case .stream? = transfer.receiver, case .success = result {
+            // It ended before any byte of body: an empty stream with the status (read
+            // from the handle, so before its cleanup).
+            transfer.openStream(onTermination: { _ in })?.finish()
+        }
         ecw_curl_multi_remove_handle(multi, transfer.easy)
         ecw_curl_easy_cleanup(transfer.easy)
         if let headers = transfer.headers { ecw_curl_slist_free_all(headers) }
         transfer.errorBuffer.deallocate()
-        switch result {
-        case .success(let response): transfer.continuation.resume(returning: response)
-        case .failure(let error): transfer.continuation.resume(throwing: error)
+        transfer.releaseContext()
+        switch (transfer.receiver, result) {
+        case (.whole(let continuation)?, .success(let response)):
+            continuation.resume(returning: response)
+        case (.stream?, .success):
+            break  // opened and finished above
+        case (let receiver?, .failure(let error)):
+            receiver.fail(error)
+        case (nil, .success):
+            transfer.chunks?.finish()
+        case (nil, .failure(let error)):
+            transfer.chunks?.finish(throwing: error)
         }
     }
 }

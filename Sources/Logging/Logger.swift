@@ -85,12 +85,103 @@ public func formatLogLine(level: LogLevel, label: String, message: String, metad
 }
 
 /// Writes records to stderr with one write(2) each, so lines from threads never interleave.
+/// Repeats of one line are limited (see `RepeatLimiter`): a loop that logs the same lines
+/// forever fills the journal with counts, not with gigabytes.
 public struct StderrLogHandler: LogHandler {
-    public init() {}
+    private let limiter: SharedRepeatLimiter?
+
+    /// `repeats: nil` writes every record (the command-line tools' one-shot output).
+    public init(repeats: RepeatLimiter? = RepeatLimiter()) {
+        limiter = repeats.map(SharedRepeatLimiter.init)
+    }
+
     public func log(level: LogLevel, label: String, message: String, metadata: [(String, String)]) {
         let line = formatLogLine(level: level, label: label, message: message, metadata: metadata)
+        guard let limiter else { return Self.write(line) }
+        let (notes, admitted) = limiter.admit(level: level, label: label, message: message, now: monotonicNow())
+        for note in notes { Self.write(note) }
+        if admitted { Self.write(line) }
+    }
+
+    private static func write(_ line: String) {
         var bytes = Array(line.utf8)
-        _ = bytes.withUnsafeMutableBytes { write(2, $0.baseAddress, $0.count) }
+        _ = bytes.withUnsafeMutableBytes { Glibc.write(2, $0.baseAddress, $0.count) }
+    }
+
+    private func monotonicNow() -> UInt64 {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
+    }
+}
+
+/// One limiter shared by every copy of a handler (loggers are values, copied per label).
+final class SharedRepeatLimiter: Sendable {
+    private let state: Mutex<RepeatLimiter>
+    init(_ limiter: RepeatLimiter) { state = Mutex(limiter) }
+    func admit(level: LogLevel, label: String, message: String, now: UInt64) -> (notes: [String], admitted: Bool) {
+        state.withLock { $0.admit(level: level, label: label, message: message, now: now) }
+    }
+}
+
+/// Lets each distinct line (level, label, message) through `burst` times per window and
+/// counts the rest; once a window with dropped lines is over, one note says how many
+/// were dropped ("… repeated N more times"). Catches cycles of several lines too, which
+/// a "same as the previous line" rule would not. Pure: time comes in as an argument.
+public struct RepeatLimiter: Sendable {
+    public var burst: Int
+    public var windowNanoseconds: UInt64
+    /// Distinct lines tracked at once; the oldest window is closed early past this.
+    public var capacity: Int
+
+    private struct Key: Hashable {
+        var level: LogLevel
+        var label: String
+        var message: String
+    }
+    private struct Window {
+        var startedAt: UInt64
+        var count: Int
+        var dropped: Int
+    }
+    private var windows: [Key: Window] = [:]
+
+    public init(burst: Int = 10, windowNanoseconds: UInt64 = 30_000_000_000, capacity: Int = 64) {
+        self.burst = burst
+        self.windowNanoseconds = windowNanoseconds
+        self.capacity = capacity
+    }
+
+    /// Notes to write first (windows that ended with dropped lines), and whether this
+    /// record itself is written.
+    public mutating func admit(level: LogLevel, label: String, message: String, now: UInt64) -> (notes: [String], admitted: Bool) {
+        var notes: [String] = []
+        for (key, window) in windows where now - window.startedAt >= windowNanoseconds {
+            if let note = Self.note(key, window, now: now) { notes.append(note) }
+            windows.removeValue(forKey: key)
+        }
+        let key = Key(level: level, label: label, message: message)
+        if var window = windows[key] {
+            window.count += 1
+            let admitted = window.count <= burst
+            if !admitted { window.dropped += 1 }
+            windows[key] = window
+            return (notes, admitted)
+        }
+        if windows.count >= capacity, let oldest = windows.min(by: { $0.value.startedAt < $1.value.startedAt }) {
+            if let note = Self.note(oldest.key, oldest.value, now: now) { notes.append(note) }
+            windows.removeValue(forKey: oldest.key)
+        }
+        windows[key] = Window(startedAt: now, count: 1, dropped: 0)
+        return (notes, true)
+    }
+
+    private static func note(_ key: Key, _ window: Window, now: UInt64) -> String? {
+        guard window.dropped > 0 else { return nil }
+        let seconds = (now - window.startedAt + 500_000_000) / 1_000_000_000
+        return formatLogLine(level: key.level, label: key.label,
+                             message: "last message repeated \(window.dropped) more times in \(seconds) s (not logged): \(key.message)",
+                             metadata: [])
     }
 }
 

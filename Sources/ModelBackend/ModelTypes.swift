@@ -1,21 +1,68 @@
 // The values the model backends of SPEC 7 take and give: requests, outputs, errors and
 // the readiness shown as `modelState`.
 
-/// One generation: a prompt and its bounds.
+/// One message of a chat (`role` is `system`, `user` or `assistant`).
+public struct ModelMessage: Sendable, Equatable {
+    public var role: String
+    public var content: String
+
+    public init(role: String, content: String) {
+        self.role = role
+        self.content = content
+    }
+}
+
+/// One generation: a prompt or a chat, its bounds and its sampling options.
 public struct ModelRequest: Sendable, Equatable {
-    /// The text sent as the prompt (a subtask's `input`, a Bluetooth request's `prompt`).
+    /// The text sent as the prompt (a subtask's `input`, a Bluetooth request's `prompt`);
+    /// unused when `messages` is set.
     public var prompt: String
+    /// A chat: sent to the backend's chat API (`/api/chat`, `/v1/chat/completions`),
+    /// never flattened into a prompt.
+    public var messages: [ModelMessage]?
+    /// The system message; with `prompt` alone it makes the request a chat too on
+    /// OpenAI servers (their completions API has no system message).
+    public var system: String?
     /// The most tokens the model may produce (`num_predict`, `max_tokens`); at least 1.
     public var maxTokens: Int
     /// The time the call may take, bounded by `backend.timeoutMs`. Zero or less means
     /// that no time is left: the call fails at once with `timedOut`.
     public var timeoutMs: Int64
+    public var temperature: Double?
+    /// `top_p` on both APIs.
+    public var topP: Double?
+    /// `top_k` (Ollama's option; llama.cpp and vLLM accept it beside OpenAI's fields).
+    public var topK: Int?
+    public var seed: Int?
+    /// Texts that end the answer when the model writes them (not included).
+    public var stop: [String]
+    /// Ollama's context size (`num_ctx`); OpenAI servers fix it at their start and have no
+    /// field for it, so there it is not sent.
+    public var numCtx: Int?
+    /// `.json` asks for one JSON value (Ollama `format: "json"`, OpenAI
+    /// `response_format: {"type": "json_object"}`).
+    public var format: ModelFormat?
 
     public init(prompt: String, maxTokens: Int = 512, timeoutMs: Int64) {
         self.prompt = prompt
         self.maxTokens = maxTokens
         self.timeoutMs = timeoutMs
+        self.stop = []
     }
+
+    public init(messages: [ModelMessage], system: String? = nil, maxTokens: Int = 512, timeoutMs: Int64) {
+        self.init(prompt: "", maxTokens: maxTokens, timeoutMs: timeoutMs)
+        self.messages = messages
+        self.system = system
+    }
+
+    /// A chat (messages or a system message) rather than a bare prompt.
+    public var isChat: Bool { messages != nil || system != nil }
+}
+
+/// The shape an answer must take.
+public enum ModelFormat: String, Sendable, Equatable {
+    case json
 }
 
 /// What the model answered.
@@ -28,13 +75,29 @@ public struct ModelOutput: Sendable, Equatable {
     public var truncated: Bool
     /// Why the model stopped, as the server says it (`stop`, `length`, …), when it says.
     public var finishReason: String?
+    /// Tokens of the prompt and of the answer, when the server counts them.
+    public var promptTokens: Int?
+    public var outputTokens: Int?
+    /// From sending the request to the first piece of text (0 when none came).
+    public var firstPieceMs: Int64 = 0
 
-    public init(text: String, durationMs: Int64, truncated: Bool, finishReason: String? = nil) {
+    public init(text: String, durationMs: Int64, truncated: Bool, finishReason: String? = nil,
+                promptTokens: Int? = nil, outputTokens: Int? = nil) {
         self.text = text
         self.durationMs = durationMs
         self.truncated = truncated
         self.finishReason = finishReason
+        self.promptTokens = promptTokens
+        self.outputTokens = outputTokens
     }
+}
+
+/// What a streamed generation delivers, in order: pieces of text, then `done`.
+public enum ModelStreamEvent: Sendable, Equatable {
+    /// The next piece of the answer (never empty; cut at `backend.maxOutputBytes`).
+    case text(String)
+    /// The end: the whole answer with its counts (its `text` is every piece joined).
+    case done(ModelOutput)
 }
 
 /// Why a generation gave no output. Callers match on `kind`; `message` is for the
@@ -59,6 +122,9 @@ public struct ModelError: Error, Sendable, Equatable, CustomStringConvertible {
         case invalidRequest
         /// The calling task was cancelled; the transfer was stopped.
         case cancelled
+        /// The model spent the answer thinking (Ollama `thinking`, OpenAI
+        /// `reasoning_content`) and gave no text: never a success with no output.
+        case onlyThought
     }
 
     public var kind: Kind
@@ -83,6 +149,7 @@ public struct ModelError: Error, Sendable, Equatable, CustomStringConvertible {
         case .tooLarge: return "model_answer_too_large"
         case .invalidRequest: return "model_invalid_request"
         case .cancelled: return "model_cancelled"
+        case .onlyThought: return "model_only_thought"
         }
     }
 
@@ -94,12 +161,30 @@ public struct ModelError: Error, Sendable, Equatable, CustomStringConvertible {
 
 /// The backend's readiness, shown as `modelState` (SPEC 6 status, `status`, `doctor`).
 public enum ModelState: String, Sendable, Equatable, CaseIterable {
-    /// The server answers and has the configured model.
+    /// A generation would succeed now: the server answers, accepts the key, and has the
+    /// model loaded (Ollama: in `/api/ps`).
     case ready
-    /// The server answers but is still loading its model (HTTP 503 on the probe).
+    /// The server answers but is still loading its model (llama.cpp `/health` 503;
+    /// Ollama: pulled, not yet in `/api/ps`).
     case loading
     /// Not probed: the backend is not in use. The probe never gives it; the daemon does.
     case idle
     /// The server does not answer, or answers without the configured model.
     case unavailable
+    /// The server refuses the configured API key, or wants one and none is configured.
+    case unauthorized
+}
+
+/// What the readiness probe found: the state, why (for `status` and `doctor`; never the
+/// API key), and whether the model must be loaded first (Ollama, not in `/api/ps`).
+public struct ModelReadiness: Sendable, Equatable {
+    public var state: ModelState
+    public var detail: String
+    public var needsLoad: Bool
+
+    public init(_ state: ModelState, _ detail: String, needsLoad: Bool = false) {
+        self.state = state
+        self.detail = detail
+        self.needsLoad = needsLoad
+    }
 }

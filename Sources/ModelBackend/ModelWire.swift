@@ -79,21 +79,92 @@ public struct ModelWire: Sendable {
     public var generateURL: String { root + generatePath }
     public var probeURL: String { root + probePath }
 
-    /// The JSON body of a generation, non-streaming.
-    public func generateBody(_ request: ModelRequest) -> [UInt8] {
-        let model = JSONValue.string(config.model)
-        let prompt = JSONValue.string(request.prompt)
-        let tokens = JSONValue.int(request.maxTokens)
-        let body: JSONValue
-        switch (config.kind, config.openaiEndpoint) {
-        case (.ollama, _):
-            body = ["model": model, "prompt": prompt, "stream": false, "options": ["num_predict": tokens]]
-        case (.openai, .completions):
-            body = ["model": model, "prompt": prompt, "max_tokens": tokens, "stream": false]
-        case (.openai, .chat):
-            body = ["model": model, "messages": [["role": "user", "content": prompt]], "max_tokens": tokens, "stream": false]
+    /// Whether `request` goes to the chat API: a chat always does where the backend has
+    /// one (never flattened into a prompt). Ollama's generate API takes a system message
+    /// and `format` itself; OpenAI's completions API has neither a system message nor
+    /// `response_format`, so either means chat there.
+    public func usesChat(_ request: ModelRequest) -> Bool {
+        switch config.kind {
+        case .ollama: return request.messages != nil
+        case .openai: return request.isChat || request.format == .json || config.openaiEndpoint == .chat
         }
-        return body.serializedBytes
+    }
+
+    /// The path `request` is sent to.
+    public func path(for request: ModelRequest) -> String {
+        switch (config.kind, usesChat(request)) {
+        case (.ollama, false): return "/api/generate"
+        case (.ollama, true): return "/api/chat"
+        case (.openai, false): return "/v1/completions"
+        case (.openai, true): return "/v1/chat/completions"
+        }
+    }
+
+    /// The headers of every request: JSON, and the API key when there is one.
+    public func headers(accept: String = "application/json") -> [(String, String)] {
+        var headers = [("content-type", "application/json"), ("accept", accept)]
+        if let key = config.apiKey { headers.append(("authorization", "Bearer \(key)")) }
+        return headers
+    }
+
+    /// The messages of a chat request: the system message first, then the chat (a bare
+    /// prompt becomes one user message).
+    func messages(of request: ModelRequest) -> JSONValue {
+        var list: [JSONValue] = []
+        if let system = request.system { list.append(["role": "system", "content": .string(system)]) }
+        if let messages = request.messages {
+            list += messages.map { ["role": .string($0.role), "content": .string($0.content)] }
+        } else {
+            list.append(["role": "user", "content": .string(request.prompt)])
+        }
+        return .array(list)
+    }
+
+    /// The JSON body of a generation: the prompt or the chat, the options in the API's own
+    /// names, and for Ollama `think` and `keep_alive` (re-sent each time, so the model
+    /// stays loaded and never thinks unasked).
+    public func generateBody(_ request: ModelRequest, stream: Bool = false) -> [UInt8] {
+        var body = JSONObject([("model", .string(config.model))])
+        let chat = usesChat(request)
+        if chat {
+            body["messages"] = messages(of: request)
+        } else {
+            body["prompt"] = .string(request.prompt)
+        }
+        body["stream"] = .bool(stream)
+        switch config.kind {
+        case .ollama:
+            if !chat, let system = request.system { body["system"] = .string(system) }
+            var options = JSONObject([("num_predict", .int(request.maxTokens))])
+            if let value = request.temperature { options["temperature"] = .double(value) }
+            if let value = request.topP { options["top_p"] = .double(value) }
+            if let value = request.topK { options["top_k"] = .int(value) }
+            if let value = request.seed { options["seed"] = .int(value) }
+            if !request.stop.isEmpty { options["stop"] = .array(request.stop.map { .string($0) }) }
+            if let value = request.numCtx { options["num_ctx"] = .int(value) }
+            body["options"] = .object(options)
+            if request.format == .json { body["format"] = "json" }
+            body["think"] = .bool(config.think)
+            body["keep_alive"] = config.keepAlive
+        case .openai:
+            body["max_tokens"] = .int(request.maxTokens)
+            if let value = request.temperature { body["temperature"] = .double(value) }
+            if let value = request.topP { body["top_p"] = .double(value) }
+            if let value = request.topK { body["top_k"] = .int(value) }
+            if let value = request.seed { body["seed"] = .int(value) }
+            if !request.stop.isEmpty { body["stop"] = .array(request.stop.map { .string($0) }) }
+            if request.format == .json { body["response_format"] = ["type": "json_object"] }
+            // The counts come in a last chunk only when asked for.
+            if stream { body["stream_options"] = ["include_usage": true] }
+        }
+        return JSONValue.object(body).serializedBytes
+    }
+
+    /// The body that makes Ollama load the model and keep it (`keep_alive`): a generate
+    /// without a prompt, which Ollama answers with `done_reason: "load"`.
+    public var loadBody: [UInt8] {
+        JSONValue.object(JSONObject([("model", .string(config.model)), ("stream", false),
+                                     ("think", .bool(config.think)), ("keep_alive", config.keepAlive)])).serializedBytes
     }
 
     /// The largest answer accepted for `request`: three times `backend.maxOutputBytes`
@@ -115,8 +186,10 @@ public struct ModelWire: Sendable {
 
     /// Decodes the answer to a generation. The output's `durationMs` is 0: the caller
     /// measured the call and sets it.
-    public func decodeGenerate(status: Int, body: [UInt8]) -> Result<ModelOutput, ModelError> {
-        guard (200...299).contains(status) else { return .failure(statusError(status: status, body: body)) }
+    public func decodeGenerate(status: Int, body: [UInt8], chat: Bool? = nil) -> Result<ModelOutput, ModelError> {
+        let chat = chat ?? (config.kind == .openai && config.openaiEndpoint == .chat)
+        let generatePath = chat ? (config.kind == .ollama ? "/api/chat" : "/v1/chat/completions") : (config.kind == .ollama ? "/api/generate" : "/v1/completions")
+        guard (200...299).contains(status) else { return .failure(statusError(status: status, body: body, path: generatePath)) }
         func bad(_ what: String) -> Result<ModelOutput, ModelError> {
             .failure(ModelError(.badAnswer, "\(serverName) answered \(generatePath) with \(what); \(kindHint)"))
         }
@@ -131,8 +204,16 @@ public struct ModelWire: Sendable {
         }
         let text: String
         let reason: String?
+        var thinking = 0
         switch config.kind {
+        case .ollama where chat:
+            guard case .object(let message)? = object["message"] else { return bad("an object without a \"message\" object") }
+            guard case .string(let value)? = message["content"] else { return bad("\"message\" without a \"content\" string") }
+            text = value
+            thinking = message["thinking"]?.stringValue?.utf8.count ?? 0
+            reason = object["done_reason"]?.stringValue
         case .ollama:
+            thinking = object["thinking"]?.stringValue?.utf8.count ?? 0
             guard let response = object["response"] else { return bad("an object without \"response\"") }
             guard case .string(let value) = response else { return bad("\"response\" as \(response.typeDescription), not a string") }
             if let done = object["done"] {
@@ -148,7 +229,7 @@ public struct ModelWire: Sendable {
             guard let first = list.first else { return bad("an empty \"choices\" array") }
             guard case .object(let choice) = first else { return bad("\"choices[0]\" as \(first.typeDescription), not an object") }
             reason = choice["finish_reason"]?.stringValue
-            switch config.openaiEndpoint {
+            switch chat ? WorkerConfig.OpenAIEndpoint.chat : .completions {
             case .completions:
                 guard let value = choice["text"] else {
                     let hint = choice["message"] != nil ? " (it has \"message\", a chat answer: set backend.openaiEndpoint to \"chat\")" : ""
@@ -162,6 +243,7 @@ public struct ModelWire: Sendable {
                     return bad("\"choices[0]\" without \"message\"\(hint)")
                 }
                 guard case .object(let fields) = message else { return bad("\"choices[0].message\" as \(message.typeDescription), not an object") }
+                thinking = (fields["reasoning_content"] ?? fields["reasoning"])?.stringValue?.utf8.count ?? 0
                 switch fields["content"] {
                 case .string(let string)?: text = string
                 // The API allows null content (a refusal, only tool calls): no text.
@@ -171,13 +253,29 @@ public struct ModelWire: Sendable {
                 }
             }
         }
+        if text.isEmpty && thinking > 0 {
+            return .failure(onlyThoughtError(thinkingBytes: thinking, finishReason: reason))
+        }
         let cut = ModelText.cutUTF8(text, maxBytes: Int(clamping: max(0, config.maxOutputBytes)))
         return .success(ModelOutput(text: cut.text, durationMs: 0, truncated: cut.truncated,
                                     finishReason: reason.map { ModelText.printable($0, limit: 40) }))
     }
 
+    /// The error for an answer with thinking and no text.
+    public func onlyThoughtError(thinkingBytes: Int, finishReason: String?) -> ModelError {
+        let why = finishReason.map { " (finish reason \"\(ModelText.printable($0, limit: 40))\")" } ?? ""
+        switch config.kind {
+        case .ollama:
+            let advice = config.think ? "set backend.think to false, or raise maxTokens" : "the model thinks although think is false: raise maxTokens or use a model that answers without thinking"
+            return ModelError(.onlyThought, "model \"\(ModelText.printable(config.model, limit: 120))\" spent the answer thinking (\(thinkingBytes) bytes of thinking, no text\(why)); \(advice)")
+        case .openai:
+            return ModelError(.onlyThought, "\(serverName) put the whole answer in reasoning_content (\(thinkingBytes) bytes, no text\(why)); raise maxTokens or turn the model's reasoning off")
+        }
+    }
+
     /// The error for a generation answered with a non-2xx status.
-    public func statusError(status: Int, body: [UInt8]) -> ModelError {
+    public func statusError(status: Int, body: [UInt8], path: String? = nil) -> ModelError {
+        let generatePath = path ?? self.generatePath
         let saying = ModelText.serverError(in: body).map { ": \($0)" } ?? ""
         let model = ModelText.printable(config.model, limit: 120)
         switch status {
@@ -194,7 +292,7 @@ public struct ModelWire: Sendable {
         case 400, 413, 422:
             return ModelError(.rejected(status: status), "\(serverName) refused the request (HTTP \(status)\(saying)); a prompt plus maxTokens beyond the model's context is a common cause")
         case 401, 403:
-            return ModelError(.rejected(status: status), "\(serverName) refused access (HTTP \(status)\(saying)); the worker sends no credentials, so serve the model without authentication (on loopback)")
+            return ModelError(.rejected(status: status), "\(serverName) refused access (HTTP \(status)\(saying)); \(keyAdvice)")
         case 429:
             return ModelError(.rejected(status: status), "\(serverName) is busy (HTTP 429\(saying)); try again later")
         case 503:
@@ -227,6 +325,9 @@ public struct ModelWire: Sendable {
         let saying = ModelText.serverError(in: body).map { ": \($0)" } ?? ""
         if status == 503 {
             return (.loading, "\(serverName) is not ready yet (HTTP 503\(saying)); it is probably loading the model")
+        }
+        if status == 401 || status == 403 {
+            return (.unauthorized, unauthorizedDetail(status: status, body: body, path: probePath))
         }
         guard (200...299).contains(status) else {
             return (.unavailable, "\(serverName) answered HTTP \(status) to \(probePath)\(saying); check backend.url and backend.kind")
@@ -264,6 +365,63 @@ public struct ModelWire: Sendable {
             return (.ready, "the model server at \(root) answers but does not list model \"\(model)\" (it lists \(ModelWire.list(ids))); llama.cpp serves its one model under any name, other servers refuse an unlisted one")
         }
     }
+
+    /// The readiness for a refused key, naming the path that refused it.
+    func unauthorizedDetail(status: Int, body: [UInt8], path: String) -> String {
+        let saying = ModelText.serverError(in: body).map { ": \($0)" } ?? ""
+        return "\(serverName) refused \(path) (HTTP \(status)\(saying)); \(keyAdvice)"
+    }
+
+    /// Ollama's running models (`GET /api/ps`): `ready` when `backend.model` is loaded,
+    /// else `loading` with `needsLoad` (the worker loads it). A server without `/api/ps`
+    /// (404, older than 0.1.38) is taken at its model list's word.
+    public func decodeRunning(status: Int, body: [UInt8]) -> ModelReadiness {
+        let model = ModelText.printable(config.model, limit: 120)
+        if status == 401 || status == 403 { return ModelReadiness(.unauthorized, unauthorizedDetail(status: status, body: body, path: "/api/ps")) }
+        if status == 404 {
+            return ModelReadiness(.ready, "model \"\(model)\" is on the Ollama server at \(root) (it has no /api/ps to say whether it is loaded)")
+        }
+        guard (200...299).contains(status) else {
+            let saying = ModelText.serverError(in: body).map { ": \($0)" } ?? ""
+            return ModelReadiness(.unavailable, "\(serverName) answered HTTP \(status) to /api/ps\(saying)")
+        }
+        let object: JSONObject
+        switch ModelWire.parseObject(body) {
+        case .success(let parsed): object = parsed
+        case .failure(let what): return ModelReadiness(.unavailable, "\(serverName) answered /api/ps with \(what); \(kindHint)")
+        }
+        guard case .array(let models)? = object["models"] else {
+            return ModelReadiness(.unavailable, "\(serverName) answered /api/ps without a \"models\" list; \(kindHint)")
+        }
+        let wanted = ModelWire.ollamaName(config.model)
+        var loaded: [String] = []
+        for entry in models {
+            let names = ["name", "model"].compactMap { entry[$0]?.stringValue }
+            if names.contains(where: { ModelWire.ollamaName($0) == wanted }) {
+                let until = entry["expires_at"]?.stringValue.map { " until \(ModelText.printable($0, limit: 40))" } ?? ""
+                return ModelReadiness(.ready, "model \"\(model)\" is loaded on the Ollama server at \(root)\(until)")
+            }
+            if let name = names.first { loaded.append(name) }
+        }
+        let others = loaded.isEmpty ? "no model is loaded" : "loaded: \(ModelWire.list(loaded))"
+        return ModelReadiness(.loading, "model \"\(model)\" is pulled but not loaded on the Ollama server at \(root) (\(others))", needsLoad: true)
+    }
+
+    /// llama.cpp's `GET /health`: 503 while it loads its model. Nil when the answer says
+    /// nothing against readiness (200, or a server without `/health`).
+    public func decodeHealth(status: Int, body: [UInt8]) -> ModelReadiness? {
+        if status == 503 {
+            let saying = ModelText.serverError(in: body).map { ": \($0)" } ?? ""
+            return ModelReadiness(.loading, "\(serverName) is loading its model (/health answered HTTP 503\(saying))")
+        }
+        if status == 401 || status == 403 { return ModelReadiness(.unauthorized, unauthorizedDetail(status: status, body: body, path: "/health")) }
+        return nil
+    }
+
+    /// Paths the probe asks, in order, for an OpenAI-compatible server: `/health`, the
+    /// model list, then `/props`, which llama.cpp guards with its key while it serves
+    /// `/v1/models` and `/health` to anyone (so only it tells a wrong key).
+    public static let authCheckPath = "/props"
 
     /// An Ollama model name as Ollama compares them: lowercase, `:latest` when untagged.
     public static func ollamaName(_ name: String) -> String {
@@ -357,6 +515,14 @@ public struct ModelWire: Sendable {
         case .ollama: return "is backend.url an Ollama server?"
         case .openai: return "is backend.url an OpenAI-compatible server (llama.cpp, vLLM, LM Studio)?"
         }
+    }
+
+    /// What to do about a refused key; never the key itself.
+    var keyAdvice: String {
+        if config.apiKey != nil {
+            return "the API key the worker sends (backend.apiKey or the credential backend-api-key) is not the server's: set the right one"
+        }
+        return "the worker sends no API key: set backend.apiKey or the systemd credential backend-api-key, or serve the model without authentication (on loopback)"
     }
 
     var startHint: String {

@@ -19,6 +19,15 @@ public final class SignalPipe: Sendable {
         if rc < 0 { throw SystemError("sigaction", errno: -rc) }
     }
 
+    /// Bounds a stop whatever state the process is in: it exits with `status`
+    /// `afterFirst` seconds after the first signal, `afterSecond` seconds after the
+    /// second (whichever is sooner), from the C handler's alarm, so a task that never
+    /// ends (or a wedged runtime) cannot hold the process. Only the daemon arms this.
+    public func exitIfStopHangs(afterFirst: UInt32, afterSecond: UInt32, status: Int32 = 1) throws(SystemError) {
+        let rc = ecw_arm_forced_exit(afterFirst, afterSecond, status)
+        if rc < 0 { throw SystemError("sigaction", errno: -rc, detail: "SIGALRM") }
+    }
+
     /// Waits for the next signal and returns its number.
     public func next() async throws -> Int32 {
         while true {

@@ -135,6 +135,14 @@ public final class UnixConnection: Sendable {
         }
     }
 
+    /// Sends what fits now, never waiting: for a last word to a peer about to be closed,
+    /// which must not hold up the caller (an accept loop). True when all of it went.
+    @discardableResult
+    public func sendNow(_ bytes: [UInt8]) -> Bool {
+        let n = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT)) }
+        return n == bytes.count
+    }
+
     public func close() { Glibc.close(fd) }
 }
 

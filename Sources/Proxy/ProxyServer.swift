@@ -14,6 +14,10 @@ public struct ProxyServer: Sendable {
     let requestTimeoutMs: Int64
     let readTimeoutMs: Int64
     let maxConnections: Int
+    let open = ConnectionCount()
+
+    /// Connections being served now.
+    public var openConnections: Int { get async { await open.count } }
 
     public init(listener: LoopbackTCPListener, upstream: any ProxyUpstream, version: String, logger: Logger, requestTimeoutMs: Int64,
                 readTimeoutMs: Int64 = 10_000, maxConnections: Int = 64) {
@@ -28,7 +32,7 @@ public struct ProxyServer: Sendable {
 
     /// Serves until cancelled.
     public func run() async {
-        try? await acceptConnections(limit: maxConnections, accept: { try await listener.accept() }, retryAcceptFailures: true,
+        try? await acceptConnections(limit: maxConnections, counter: open, accept: { try await listener.accept() }, retryAcceptFailures: true,
                                      refuse: { connection in try? await connection.write(HTTPServerResponse.json(503, ["error": "too many connections; try again"])) },
                                      serve: { connection in await serve(connection) })
     }

@@ -26,11 +26,13 @@ public final class DurableWriter: Sendable {
     }
 
     /// `beforeEach` runs on the writer's thread before each physical operation: tests
-    /// hold the thread there to let submissions pile up, and record the order.
+    /// hold the thread there to let submissions pile up, and record the order. `fault`,
+    /// when it returns an error for a file and kind of operation (true: a removal), fails
+    /// that operation with it instead of performing it: tests mock a full or read-only disk.
     init(directory: StateDirectory, onProblem: @escaping @Sendable (String?) -> Void,
-         beforeEach: (@Sendable (String) -> Void)?) {
+         beforeEach: (@Sendable (String) -> Void)?, fault: (@Sendable (_ name: String, _ removal: Bool) -> (any Error)?)? = nil) {
         self.directory = directory
-        queue = WriteQueue(directory: directory, onProblem: onProblem, beforeEach: beforeEach)
+        queue = WriteQueue(directory: directory, onProblem: onProblem, beforeEach: beforeEach, fault: fault)
     }
 
     deinit { queue.close() }
@@ -113,14 +115,17 @@ private final class WriteQueue: Sendable {
     let directory: StateDirectory
     let onProblem: @Sendable (String?) -> Void
     let beforeEach: (@Sendable (String) -> Void)?
+    let fault: (@Sendable (String, Bool) -> (any Error)?)?
     private let state = Mutex(State())
     /// Counts submissions the thread has not looked at yet; the thread sleeps on it.
     private nonisolated(unsafe) let wakeups: UnsafeMutablePointer<sem_t>
 
-    init(directory: StateDirectory, onProblem: @escaping @Sendable (String?) -> Void, beforeEach: (@Sendable (String) -> Void)?) {
+    init(directory: StateDirectory, onProblem: @escaping @Sendable (String?) -> Void, beforeEach: (@Sendable (String) -> Void)?,
+         fault: (@Sendable (String, Bool) -> (any Error)?)?) {
         self.directory = directory
         self.onProblem = onProblem
         self.beforeEach = beforeEach
+        self.fault = fault
         wakeups = .allocate(capacity: 1)
         sem_init(wakeups, 0, 0)
     }
@@ -240,6 +245,8 @@ private final class WriteQueue: Sendable {
         beforeEach?(operation.name)
         let result: Result<Void, any Error>
         do {
+            if case .remove = operation.kind, let injected = fault?(operation.name, true) { throw injected }
+            if case .write = operation.kind, let injected = fault?(operation.name, false) { throw injected }
             switch operation.kind {
             case .write(let mode, let render): try directory.write(operation.name, render(), mode: mode)
             case .remove: try directory.remove(operation.name)

@@ -89,6 +89,11 @@ public final class StateDirectory: Sendable {
         try systemCall("fsync", path) { fsync(directoryFD) }
     }
 
+    /// Whether `name` exists (a symbolic link counts, and is not followed).
+    public func exists(_ name: String) -> Bool {
+        faccessat(directoryFD, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0
+    }
+
     public func names() -> [String] {
         (listDirectory(path, maxEntries: .max) ?? []).sorted()
     }

@@ -24,12 +24,17 @@ public struct TelemetryReader: Sendable {
     /// `root` without its trailing slashes, so paths join with one.
     private let prefix: String
     private var previousCPU: CPUTimes?
+    /// The worker's own processes, sampled with `proc/stat` so their share is taken out
+    /// of the figure the policy compares; nil: the host's figure only.
+    private var own: OwnProcesses?
+    private var previousOwn: [ProcessSample]?
 
-    public init(root: String = "/") {
+    public init(root: String = "/", own: OwnProcesses? = nil) {
         self.root = root
         var prefix = root
         while prefix.hasSuffix("/") { prefix.removeLast() }
         self.prefix = prefix
+        self.own = own
     }
 
     /// Takes one reading. `nowMs` is milliseconds since the epoch, the reading's
@@ -40,9 +45,20 @@ public struct TelemetryReader: Sendable {
         var cpuUsage: Double?
         if let sample, let previousCPU { cpuUsage = CPUTimes.usagePct(from: previousCPU, to: sample) }
         let hadPrevious = previousCPU != nil
+        var share: CPUShare?
+        var server: OwnProcesses.Server?
+        if var own, sample != nil {
+            let (processes, found) = own.sample()
+            self.own = own
+            server = found
+            if let sample, let previousCPU, let previousOwn {
+                share = CPUShare.between(host: previousCPU, sample, own: previousOwn, processes)
+            }
+            previousOwn = processes
+        }
         // A sample that fails leaves the previous one, so the next success still has a base.
         if let sample { previousCPU = sample }
-        return PowerReading.assemble(
+        var reading = PowerReading.assemble(
             supplies: readSupplies(),
             sensors: readThermalZones() + readHwmonSensors(),
             platformProfile: TelemetryReader.readAttribute(path("sys/firmware/acpi/platform_profile")),
@@ -50,6 +66,10 @@ public struct TelemetryReader: Sendable {
             cpuUsagePct: cpuUsage, cpuSampled: sample != nil, cpuHadPreviousSample: hadPrevious,
             meminfo: TelemetryReader.readAttribute(path("proc/meminfo")).bytes,
             nowMs: nowMs)
+        reading.telemetry.otherCpuUsagePct = share?.otherPct
+        reading.cpuShare = share
+        reading.ownProcesses = server.map { found in ((own?.workerPID ?? 0) > 1 ? "worker pid \(own?.workerPID ?? 0); " : "no worker process; ") + found.description }
+        return reading
     }
 
     func path(_ relative: String) -> String { prefix + "/" + relative }

@@ -18,33 +18,44 @@ enum ExitCode {
 }
 
 /// A minimal argument reader: flags (`--json`), options with values (`--config F` or
-/// `--config=F`) and positionals, with every unknown option an error.
+/// `--config=F`) and positionals, with every unknown option an error. After `--` every
+/// argument is positional, so a value that starts with `-` can still be given.
 struct Arguments {
     private var items: [String]
     private var consumed: [Bool]
+    /// Where options end: the index of `--`, or the end.
+    private let optionsEnd: Int
 
     init(_ items: [String]) {
         self.items = items
         self.consumed = Array(repeating: false, count: items.count)
+        self.optionsEnd = items.firstIndex(of: "--") ?? items.count
     }
+
+    /// An argument that names an option or flag (`-` alone is a value: stdin, by custom).
+    private static func isOption(_ item: String) -> Bool { item.hasPrefix("-") && item.count > 1 }
 
     mutating func flag(_ name: String) -> Bool {
         var found = false
-        for (i, item) in items.enumerated() where !consumed[i] && item == name {
+        for i in 0..<optionsEnd where !consumed[i] && items[i] == name {
             consumed[i] = true
             found = true
         }
         return found
     }
 
+    /// `--name value` or `--name=value`. A following flag is not a value (`--config --json`
+    /// is a usage error); a value that starts with `-` is given as `--name=value`.
     mutating func option(_ name: String) throws(UsageError) -> String? {
         var value: String?
         var i = 0
-        while i < items.count {
+        while i < optionsEnd {
             defer { i += 1 }
             guard !consumed[i] else { continue }
             if items[i] == name {
-                guard i + 1 < items.count, !consumed[i + 1] else { throw UsageError("\(name) needs a value") }
+                guard i + 1 < optionsEnd, !consumed[i + 1], !Arguments.isOption(items[i + 1]) else {
+                    throw UsageError("\(name) needs a value")
+                }
                 consumed[i] = true
                 consumed[i + 1] = true
                 value = items[i + 1]
@@ -67,12 +78,13 @@ struct Arguments {
         return n
     }
 
-    /// The arguments left once every option has been read: call it last.
+    /// The arguments left once every option has been read: call it last. Everything
+    /// after `--` is positional, dashes included.
     mutating func positionals() -> [String] {
         var out: [String] = []
         for (i, item) in items.enumerated() where !consumed[i] {
-            if item == "--" { consumed[i] = true; continue }
-            if item.hasPrefix("-") && item.count > 1 { continue }
+            if i == optionsEnd { consumed[i] = true; continue }
+            if i < optionsEnd && Arguments.isOption(item) { continue }
             consumed[i] = true
             out.append(item)
         }
@@ -81,8 +93,8 @@ struct Arguments {
 
     /// Fails on anything not consumed: unknown options, extra positionals.
     func finish() throws(UsageError) {
-        for (i, item) in items.enumerated() where !consumed[i] {
-            if item.hasPrefix("-") { throw UsageError("unknown option \(item)") }
+        for (i, item) in items.enumerated() where !consumed[i] && i != optionsEnd {
+            if i < optionsEnd && item.hasPrefix("-") { throw UsageError("unknown option \(item)") }
             throw UsageError("unexpected argument \(item)")
         }
     }

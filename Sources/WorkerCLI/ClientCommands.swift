@@ -222,6 +222,13 @@ struct StatusCommand: Command {
             }
             if let backend = status["backend"] {
                 lines.append("backend:  \(backend["kind"]?.stringValue ?? "?") \(backend["url"]?.stringValue ?? "?") model \(backend["model"]?.stringValue ?? "?"): \(backend["modelState"]?.stringValue ?? "?") — \(backend["detail"]?.stringValue ?? "")")
+                if let from = backend["configuredModel"]?.stringValue {
+                    lines.append("          model switched by the coordinator at \(backend["switchedAt"]?.stringValue ?? "?") (backend.model is \(from))")
+                }
+                if let change = backend["modelSwitch"], case .object = change {
+                    let pct = change["progressPct"]?.doubleValue.map { " \($0) %" } ?? ""
+                    lines.append("          model switch to \(change["model"]?.stringValue ?? "?"): \(change["phase"]?.stringValue ?? "?")\(pct) — \(change["message"]?.stringValue ?? "")")
+                }
             }
             if let power = status["power"] {
                 if let decision = power["decision"] {

@@ -2,13 +2,14 @@ import BlueZ
 #if canImport(Glibc)
 import Glibc
 #endif
+import ModelBackend
 import Posix
 import Telemetry
 import WorkerCore
 
 /// One telemetry reading with a CPU figure: /proc/stat needs two samples.
-func readTelemetryOnce(root: String) -> PowerReading {
-    var reader = TelemetryReader(root: root)
+func readTelemetryOnce(root: String, own: OwnProcesses? = nil) -> PowerReading {
+    var reader = TelemetryReader(root: root, own: own)
     _ = reader.read()
     usleep(250_000)
     return reader.read()
@@ -165,6 +166,43 @@ struct PolicyCommand: Command {
 
 // MARK: - doctor
 
+extension DoctorCommand {
+    /// The model backend: the running daemon's last probe, else a probe now with the config
+    /// (the key from the config or, under systemd, the credential). Which model is loaded,
+    /// or why not, and what to do; never the key.
+    static func modelReport(daemonStatus: JSONValue, configured: WorkerConfig.Backend?) async -> (json: JSONValue, advice: String?) {
+        var json = JSONObject()
+        let state: String
+        let detail: String
+        if case .object(let backend)? = daemonStatus["backend"] {
+            for key in ["kind", "url", "model"] { json[key] = backend[key] }
+            state = backend["modelState"]?.stringValue ?? "unknown"
+            detail = backend["detail"]?.stringValue ?? ""
+            json["from"] = "the running daemon's last probe"
+        } else if var config = configured {
+            if config.apiKey == nil { config.apiKey = ModelBackend.credentialAPIKey() }
+            let backend = ModelBackend(config: config)
+            let readiness = await backend.probe()
+            json["kind"] = .string(config.kind.rawValue)
+            json["url"] = .string(config.url)
+            json["model"] = .string(config.model)
+            state = readiness.state.rawValue
+            // Nobody loads it while the daemon is down: it does when a working mode starts.
+            detail = readiness.needsLoad ? readiness.detail + "; the daemon loads it when a working mode starts" : readiness.detail
+            json["from"] = "a probe now (the daemon is not running)"
+        } else {
+            return (.null, nil)
+        }
+        json["modelState"] = .string(state)
+        json["detail"] = .string(detail)
+        switch state {
+        case "ready", "idle": return (.object(json), nil)
+        case "loading": return (.object(json), "model backend loading: \(detail); wait, it becomes ready once the model is in memory")
+        default: return (.object(json), "model backend \(state): \(detail)")
+        }
+    }
+}
+
 struct DoctorCommand: Command {
     static let name = "doctor"
     static let summary = "every raw reading behind the current state, and what to do"
@@ -188,13 +226,14 @@ struct DoctorCommand: Command {
     }
 
     func run() async -> Int32 {
-        let reading = readTelemetryOnce(root: root)
         var advice: [String] = []
+        var backendURL: String?
         // The policy in force: the daemon's (with this host's overrides) when it answers.
         var policy = PowerPolicy()
         var policySource = "built-in defaults"
         var daemonStatus: JSONValue = .null
         var configuredAdapter: String?
+        var configuredBackend: WorkerConfig.Backend?
         do {
             var client = try ControlClient(runtimeDirectory: runtimeDirectory)
             let shown = try client.call(.policyShow)
@@ -207,22 +246,38 @@ struct DoctorCommand: Command {
             switch loadConfig(path: configPath, explicit: false) {
             case .success(let config):
                 policy = config.policy
+                backendURL = config.backend.url
                 configuredAdapter = config.bluetooth.adapter
+                configuredBackend = config.backend
                 policySource = "\(configPath) (the daemon is not running: this host's overrides are not shown)"
             case .failure(let failure):
                 advice.append("the config cannot be used: \(failure.lines.joined(separator: "; "))")
             }
             if case .unavailable(let message) = error { advice.append(message) }
         }
+        // The daemon's own load and its model server's are not "other load" (SPEC 3.2).
+        if let url = daemonStatus["backend"]?["url"]?.stringValue { backendURL = url }
+        let daemonPID = daemonStatus["daemon"]?["pid"]?.intValue.map { Int32(truncatingIfNeeded: $0) } ?? 0
+        // Without a daemon (pid 0) only the model server counts as the worker's own.
+        let own = OwnProcesses(root: root, serverPort: backendURL.flatMap(LoopbackServer.port(of:)), workerPID: daemonPID)
+        let reading = readTelemetryOnce(root: root, own: own)
         let decision = PowerDecision.decide(reading.telemetry, policy: policy, previous: nil, nowMs: 0)
         let checks = PowerDecision.checks(reading.telemetry, policy: policy, batteryLatched: decision.batteryLatched)
         for check in checks where check.holds { advice.append("\(check.reason.rawValue): \(check.reason.explanation) (\(check.detail))") }
         if reading.supplies.isEmpty { advice.append("no power supply in \(root)sys/class/power_supply: treated as a desktop on mains") }
         if reading.telemetry.thermalState == nil { advice.append("no temperature sensor was readable: the thermal rule cannot hold work") }
 
+        let stateDirectory = daemonStatus["daemon"]?["stateDirectory"]?.stringValue
+            ?? environment("EDGECODER_WORKER_STATE_DIR") ?? Defaults.stateDirectory
+        let state = examineStateDirectory(stateDirectory, daemonProblem: daemonStatus["daemon"]?["persistenceProblem"]?.stringValue)
+        advice.append(contentsOf: state.advice)
+
         if let adapter = daemonStatus["bluetooth"]?["configuredAdapter"]?.stringValue { configuredAdapter = adapter }
         let bluetooth = await BluetoothDoctor.report(configuredAdapter: configuredAdapter)
         advice.append(contentsOf: bluetooth.advice)
+
+        let model = await DoctorCommand.modelReport(daemonStatus: daemonStatus, configured: configuredBackend)
+        if let problem = model.advice { advice.append(problem) }
 
         var report = JSONObject()
         report["power"] = reading.doctorJSON
@@ -232,9 +287,11 @@ struct DoctorCommand: Command {
         report["decision"] = ["allowed": .bool(decision.allowed), "reason": .string(decision.reasonText)]
         if let summary = daemonStatus["summary"] { report["daemon"] = summary }
         if let network = daemonStatus["network"] { report["network"] = network }
+        report["stateDirectory"] = state.json
         var bluetoothReport = bluetooth.json.objectValue ?? JSONObject()
         if let service = daemonStatus["bluetooth"] { bluetoothReport["service"] = service }
         report["bluetooth"] = .object(bluetoothReport)
+        report["model"] = model.json
         report["advice"] = .array(advice.map { .string($0) })
         if json {
             print(JSONValue.object(report).serialized)
@@ -243,4 +300,16 @@ struct DoctorCommand: Command {
         }
         return ExitCode.ok
     }
+}
+
+/// statvfs of the state directory: free space and the read-only flag (a full or read-only
+/// disk holds new work in mode `on`).
+func examineStateDirectory(_ path: String, daemonProblem: String?) -> StateDirectoryCheck {
+    var info = statvfs()
+    guard statvfs(path, &info) == 0 else {
+        return StateDirectoryCheck(path: path, freeBytes: nil, readOnly: nil, problem: "statvfs: \(String(cString: strerror(errno)))",
+                                   daemonProblem: daemonProblem)
+    }
+    let free = Int64(clamping: UInt64(info.f_bavail).multipliedReportingOverflow(by: UInt64(info.f_frsize)).partialValue)
+    return StateDirectoryCheck(path: path, freeBytes: free, readOnly: info.f_flag & UInt(ST_RDONLY) != 0, daemonProblem: daemonProblem)
 }

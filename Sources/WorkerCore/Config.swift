@@ -13,6 +13,9 @@ public struct WorkerConfig: Sendable, Equatable {
         public var connectTimeoutMs: Int64 = 5_000
         public var requestTimeoutMs: Int64 = 30_000
         public var maxResponseBytes: Int64 = 1_048_576
+        /// Allows an `http://` url to a host that is not loopback: the registration and
+        /// mesh tokens then cross the network in clear text.
+        public var allowInsecureHttp = false
         public init() {}
     }
     public var coordinator = Coordinator()
@@ -28,6 +31,18 @@ public struct WorkerConfig: Sendable, Equatable {
         public var maxOutputBytes: Int64 = 262_144
         /// Tokens generated for a coordinator subtask (Bluetooth requests carry their own).
         public var maxTokens: Int64 = 512
+        /// Ollama's `think`, sent with every request: thinking models otherwise think by
+        /// default and can spend `num_predict` on it, leaving no answer.
+        public var think = false
+        /// Ollama's `keep_alive`, sent with every request: a Go duration (`"30m"`) or
+        /// seconds as a number (-1 keeps the model loaded for good).
+        public var keepAlive: JSONValue = "30m"
+        /// Sent as `Authorization: Bearer`; else the systemd credential `backend-api-key`.
+        /// Never logged, never in status.
+        public var apiKey: String?
+        /// Whether the coordinator may make this worker pull and switch models (SPEC 7);
+        /// the default of the per-host policy key `allowRemoteModelSwitch`.
+        public var allowRemoteModelSwitch = false
         public init() {}
     }
     public var backend = Backend()
@@ -91,6 +106,9 @@ public struct PowerPolicy: Sendable, Equatable {
     public var maxThermalState: ThermalState = .fair
     public var maxCpuUsagePct: Int64 = 90
     public var resumeDwellSec: Int64 = 30
+    /// Whether the coordinator may make this host pull and switch models: it downloads
+    /// gigabytes, so a host can refuse what the fleet's config allows (SPEC 7).
+    public var allowRemoteModelSwitch = false
     public init() {}
 }
 
@@ -168,8 +186,12 @@ extension WorkerConfig {
                     case "connectTimeoutMs": reader.int(value, path: path, 100...120_000).map { config[keyPath: c].connectTimeoutMs = $0 }
                     case "requestTimeoutMs": reader.int(value, path: path, 100...600_000).map { config[keyPath: c].requestTimeoutMs = $0 }
                     case "maxResponseBytes": reader.int(value, path: path, 1_024...67_108_864).map { config[keyPath: c].maxResponseBytes = $0 }
+                    case "allowInsecureHttp": reader.bool(value, path: path).map { config.coordinator.allowInsecureHttp = $0 }
                     default: reader.unknown(path)
                     }
+                }
+                if let url = config.coordinator.url, !config.coordinator.allowInsecureHttp, let problem = HTTPURL.cleartextProblem(url) {
+                    reader.problem(path + ".url", problem)
                 }
             case "backend":
                 guard let object = reader.object(value, path: path) else { return }
@@ -182,12 +204,30 @@ extension WorkerConfig {
                     case "openaiEndpoint": reader.choice(value, path: path, OpenAIEndpoint.self).map { config.backend.openaiEndpoint = $0 }
                     case "maxOutputBytes": reader.int(value, path: path, 1_024...16_777_216).map { config.backend.maxOutputBytes = $0 }
                     case "maxTokens": reader.int(value, path: path, 1...32_768).map { config.backend.maxTokens = $0 }
+                    case "think": reader.bool(value, path: path).map { config.backend.think = $0 }
+                    case "keepAlive": reader.keepAlive(value, path: path).map { config.backend.keepAlive = $0 }
+                    case "apiKey":
+                        // The key itself is never quoted in a problem.
+                        if let key = reader.string(value, path: path, maxLength: 4096, nonEmpty: true) {
+                            if key.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7F }) { config.backend.apiKey = key } else { reader.problem(path, "must be printable ASCII without spaces (it goes into an HTTP header)") }
+                        }
+                    case "allowRemoteModelSwitch":
+                        reader.bool(value, path: path).map {
+                            config.backend.allowRemoteModelSwitch = $0
+                            config.policy.allowRemoteModelSwitch = $0
+                            config.policyKeysInFile.insert("allowRemoteModelSwitch")
+                        }
                     default: reader.unknown(path)
                     }
                 }
             case "policy":
                 guard let object = reader.object(value, path: path) else { return }
                 reader.members(of: object, path: path) { reader, key, value, path in
+                    // Its config key is backend.allowRemoteModelSwitch; one place to set it.
+                    if key == "allowRemoteModelSwitch" {
+                        reader.problem(path, "set backend.allowRemoteModelSwitch in the config (policy set allowRemoteModelSwitch overrides it per host)")
+                        return
+                    }
                     if let problem = config.policy.set(key: key, json: value) {
                         if case .unknownKey = problem { reader.unknown(path) } else { reader.problem(path, problem.message) }
                     } else {
@@ -256,6 +296,23 @@ extension WorkerConfig {
         return config
     }
 
+    /// Go's `time.ParseDuration` syntax, which Ollama reads `keep_alive` strings with.
+    public static func isGoDuration(_ text: String) -> Bool {
+        var rest = Substring(text)
+        if rest.first == "-" || rest.first == "+" { rest.removeFirst() }
+        if rest == "0" { return true }
+        guard !rest.isEmpty else { return false }
+        let units = ["ns", "us", "µs", "ms", "s", "m", "h"]
+        while !rest.isEmpty {
+            let number = rest.prefix { $0.isASCII && ($0.isNumber || $0 == ".") }
+            guard !number.isEmpty, number.filter({ $0 == "." }).count <= 1, number != "." else { return false }
+            rest = rest.dropFirst(number.count)
+            guard let unit = units.sorted(by: { $0.count > $1.count }).first(where: { rest.hasPrefix($0) }) else { return false }
+            rest = rest.dropFirst(unit.count)
+        }
+        return true
+    }
+
     public static func isAdapterName(_ name: String) -> Bool {
         guard name.hasPrefix("hci"), name.count > 3, name.count <= 6 else { return false }
         return name.dropFirst(3).allSatisfy { $0.isASCII && $0.isNumber }
@@ -311,6 +368,12 @@ struct ConfigReader {
         return s
     }
 
+    mutating func bool(_ value: JSONValue, path: String) -> Bool? {
+        if case .bool(let b) = value { return b }
+        problem(path, "must be true or false, got \(value.typeDescription)")
+        return nil
+    }
+
     mutating func int(_ value: JSONValue, path: String, _ range: ClosedRange<Int64>) -> Int64? {
         guard let number = value.intValue else {
             if case .double = value { problem(path, "must be a whole number in \(range.lowerBound)…\(range.upperBound), got \(value.serialized)") } else { problem(path, "must be an integer, got \(value.typeDescription)") }
@@ -321,6 +384,16 @@ struct ConfigReader {
             return nil
         }
         return number
+    }
+
+    /// Ollama's `keep_alive`: a Go duration string (`"30m"`, `"1h30m"`, `"0"`, `"-1m"`) or
+    /// a whole number of seconds (negative: keep loaded for good).
+    mutating func keepAlive(_ value: JSONValue, path: String) -> JSONValue? {
+        if case .int = value { return value }
+        guard let text = string(value, path: path, maxLength: 32, nonEmpty: true) else { return nil }
+        if WorkerConfig.isGoDuration(text) { return value }
+        problem(path, "must be a duration like \"30m\", \"1h\" or \"0\", or a number of seconds (-1: forever), got \"\(printable(text))\"")
+        return nil
     }
 
     mutating func choice<E: RawRepresentable & CaseIterable>(_ value: JSONValue, path: String, _: E.Type) -> E? where E.RawValue == String {
@@ -356,14 +429,53 @@ public enum HTTPURL {
         if authority.contains("@") { return "must not carry credentials (user@host); use coordinator.registrationToken" }
         return nil
     }
+
+    /// Why a coordinator URL would send the tokens in clear text: `http://` to a host
+    /// that is not loopback. nil for https and for loopback (127.0.0.0/8, ::1, localhost).
+    public static func cleartextProblem(_ text: String) -> String? {
+        guard text.lowercased().hasPrefix("http://"), let host = host(of: text), !isLoopback(host) else { return nil }
+        return "http:// to \(printable(host)) would send the registration and mesh tokens unencrypted; use https://, "
+            + "or set coordinator.allowInsecureHttp to true (only on a network you trust); plain http is allowed to loopback addresses"
+    }
+
+    /// The host of an http(s) URL, brackets kept off an IPv6 literal, port dropped.
+    public static func host(of text: String) -> String? {
+        guard let scheme = text.firstRange(of: "://") else { return nil }
+        let authority = text[scheme.upperBound...].prefix(while: { $0 != "/" && $0 != "?" && $0 != "#" })
+        let hostPort = authority.split(separator: "@", omittingEmptySubsequences: false).last ?? authority
+        if hostPort.hasPrefix("[") {
+            guard let close = hostPort.firstIndex(of: "]") else { return nil }
+            return String(hostPort[hostPort.index(after: hostPort.startIndex)..<close])
+        }
+        let host = hostPort.prefix(while: { $0 != ":" })
+        return host.isEmpty ? nil : String(host)
+    }
+
+    /// 127.0.0.0/8 written as four decimal parts, ::1 (and its IPv4-mapped 127 form), localhost.
+    public static func isLoopback(_ host: String) -> Bool {
+        var lower = host.lowercased()
+        if lower.hasSuffix(".") { lower.removeLast() }
+        if lower == "localhost" || lower == "::1" || lower == "0:0:0:0:0:0:0:1" { return true }
+        if lower.hasPrefix("::ffff:") { lower.removeFirst(7) }
+        let parts = lower.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 4 else { return false }
+        let octets = parts.compactMap { part -> Int? in
+            guard !part.isEmpty, part.count <= 3, part.allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
+            return Int(part).flatMap { $0 <= 255 ? $0 : nil }
+        }
+        return octets.count == 4 && octets[0] == 127
+    }
 }
 
 /// Agent ids travel in every coordinator call and in the Bluetooth name; they are
 /// restricted to characters that are safe in both.
 public enum AgentID {
+    /// The longest agent id accepted.
+    public static let maxBytes = 128
+
     public static func validationProblem(_ id: String) -> String? {
         if id.isEmpty { return "must not be empty" }
-        if id.utf8.count > 128 { return "must be at most 128 characters, got \(id.utf8.count)" }
+        if id.utf8.count > maxBytes { return "must be at most \(maxBytes) characters, got \(id.utf8.count)" }
         let ok = id.unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "-" || $0 == "_" || $0 == ".") }
         return ok ? nil : "may hold only letters, digits, '-', '_' and '.', got \"\(printable(id))\""
     }

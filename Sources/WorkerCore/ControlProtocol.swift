@@ -126,6 +126,7 @@ public struct ControlError: Error, Sendable, Equatable {
         case forbidden
         case refused
         case tooLong = "too-long"
+        case busy
         case internalError = "internal"
     }
     public var code: Code

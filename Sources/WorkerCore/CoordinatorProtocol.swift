@@ -20,10 +20,10 @@ public enum CoordinatorWire {
         return .object(body)
     }
 
-    public static func heartbeat(agentID: String, telemetry: JSONValue, activeModel: String?) -> JSONValue {
+    public static func heartbeat(agentID: String, telemetry: JSONValue, activeModel: String?, modelSwapInProgress: Bool = false) -> JSONValue {
         var body = JSONObject([("agentId", .string(agentID)), ("powerTelemetry", telemetry)])
         if let activeModel { body["activeModel"] = .string(activeModel) }
-        body["modelSwapInProgress"] = false
+        body["modelSwapInProgress"] = .bool(modelSwapInProgress)
         return .object(body)
     }
 
@@ -32,6 +32,7 @@ public enum CoordinatorWire {
     /// The result body, with `output` cut (on a character boundary) so the whole body
     /// stays under the coordinator's limit.
     public static func result(_ result: SubtaskResult, agentID: String) -> JSONValue {
+        let result = result.boundedError
         func body(_ output: String) -> JSONValue {
             var object = JSONObject([
                 ("subtaskId", .string(result.subtaskID)), ("taskId", .string(result.taskID)), ("agentId", .string(agentID)),
@@ -41,7 +42,8 @@ public enum CoordinatorWire {
             object["durationMs"] = .int(result.durationMs)
             return .object(object)
         }
-        var output = result.output
+        // Escaping never shortens text: what is over the limit unescaped goes first, cheaply.
+        var output = utf8Prefix(result.output, maxBytes: maxBodyBytes)
         var value = body(output)
         while value.serialized.utf8.count > maxBodyBytes - 1024 && !output.isEmpty {
             // Escaping can make JSON longer than the text; cut a quarter and measure again.
@@ -52,14 +54,14 @@ public enum CoordinatorWire {
     }
 }
 
-/// A subtask from `/pull`, validated. `raw` is what the coordinator sent, kept for the journal.
+/// A subtask from `/pull`, validated: what running it needs. The coordinator's other
+/// fields are not kept (the journal stores this, bounded, not the whole answer).
 public struct Subtask: Sendable, Equatable {
     public var id: String
     public var taskID: String
     public var kind: String
     public var input: String
     public var timeoutMs: Int64
-    public var raw: JSONValue
 
     /// Bounds on what we accept from a coordinator.
     public static let maxInputBytes = 1_048_576
@@ -88,7 +90,7 @@ public struct Subtask: Sendable, Equatable {
         }
         var timeout = defaultTimeoutMs
         if let given = value["timeoutMs"]?.doubleValue, given.isFinite, given >= 1 { timeout = Int64(min(given, 86_400_000)) }
-        return .success(Subtask(id: id, taskID: taskID, kind: value["kind"]?.stringValue ?? "single_step", input: input, timeoutMs: timeout, raw: value))
+        return .success(Subtask(id: id, taskID: taskID, kind: value["kind"]?.stringValue ?? "single_step", input: input, timeoutMs: timeout))
     }
 
     /// Ids end up in file names and logs: printable ASCII without separators, bounded.
@@ -114,6 +116,30 @@ public struct SubtaskResult: Sendable, Equatable {
         self.error = error
         self.durationMs = durationMs
     }
+
+    /// An error text is a reason, not a payload: longer ones are cut to this (UTF-8 bytes).
+    public static let maxErrorBytes = 4_096
+
+    /// The result as posted: the error cut to `maxErrorBytes` and the output cut so the
+    /// body fits the coordinator's limit. The outbox keeps this, not the model's whole
+    /// text, so an outbox file is never larger than `maxStoredBytes`.
+    public var bounded: SubtaskResult {
+        var result = boundedError
+        guard let output = CoordinatorWire.result(result, agentID: String(repeating: "a", count: AgentID.maxBytes))["output"]?.stringValue else { return result }
+        result.output = output
+        return result
+    }
+
+    var boundedError: SubtaskResult {
+        guard let error, error.utf8.count > SubtaskResult.maxErrorBytes else { return self }
+        var result = self
+        result.error = utf8Prefix(error, maxBytes: SubtaskResult.maxErrorBytes)
+        return result
+    }
+
+    /// The largest outbox file a `bounded` result makes: the body limit (the outbox
+    /// holds the body's fields without the agent id). Its reader refuses larger files.
+    public static let maxStoredBytes = CoordinatorWire.maxBodyBytes
 
     public var json: JSONValue {
         var object = JSONObject([("subtaskId", .string(subtaskID)), ("taskId", .string(taskID)), ("ok", .bool(ok)), ("output", .string(output))])
@@ -227,7 +253,22 @@ public enum RecoveryPlan {
             self.pulledAtMs = pulledAtMs
         }
 
-        public var json: JSONValue { ["pulledAtMs": .int(pulledAtMs), "subtask": subtask.raw] }
+        /// What a rerun needs, not the whole subtask the coordinator sent: its other
+        /// fields can be as large as `coordinator.maxResponseBytes` (64 MiB), while this
+        /// is bounded by `maxStoredBytes` whatever the coordinator adds.
+        public var json: JSONValue {
+            var stored = JSONObject([("id", .string(subtask.id)), ("taskId", .string(subtask.taskID))])
+            if subtask.kind.utf8.count <= JournalEntry.maxKindBytes { stored["kind"] = .string(subtask.kind) }
+            stored["input"] = .string(subtask.input)
+            stored["timeoutMs"] = .int(subtask.timeoutMs)
+            return ["pulledAtMs": .int(pulledAtMs), "subtask": .object(stored)]
+        }
+
+        /// A kind longer than this is not kept (a rerun does not need it).
+        static let maxKindBytes = 64
+        /// The largest journal file `json` makes: the input escaped at worst (a control
+        /// character becomes six bytes), plus ids and keys. Its reader refuses larger files.
+        public static let maxStoredBytes = 6 * Subtask.maxInputBytes + 65_536
 
         public static func from(json value: JSONValue) -> JournalEntry? {
             guard let pulled = value["pulledAtMs"]?.intValue, let raw = value["subtask"],
@@ -259,4 +300,14 @@ public enum RecoveryPlan {
         }
         return actions
     }
+}
+
+/// The longest prefix of `text` of at most `maxBytes` UTF-8 bytes, cut between characters.
+func utf8Prefix(_ text: String, maxBytes: Int) -> String {
+    let utf8 = text.utf8
+    guard utf8.count > maxBytes else { return text }
+    var end = utf8.index(utf8.startIndex, offsetBy: max(0, maxBytes))
+    // A continuation byte (10xxxxxx) at the cut means the cut is inside a character.
+    while end > utf8.startIndex && utf8[end] & 0xC0 == 0x80 { end = utf8.index(before: end) }
+    return String(decoding: Array(utf8[..<end]), as: UTF8.self)
 }

@@ -12,6 +12,8 @@ public enum EventKind: String, Sendable, CaseIterable {
     case policyChanged = "policy-changed"
     case powerHold = "power-hold"
     case powerResume = "power-resume"
+    /// The coordinator switched the model (SPEC 7).
+    case modelSwitched = "model-switched"
 }
 
 /// An event before the log numbers and times it.

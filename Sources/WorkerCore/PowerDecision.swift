@@ -134,7 +134,7 @@ public struct PowerDecision: Sendable, Equatable {
         case .lowPowerMode: return policy.pauseOnLowPowerMode && t.lowPowerMode == true
         case .thermal: return t.thermalState.map { $0 > policy.maxThermalState } ?? false
         case .cpuBusy:
-            guard let cpu = t.cpuUsagePct, cpu.isFinite else { return false }
+            guard let cpu = t.otherCpuUsagePct ?? t.cpuUsagePct, cpu.isFinite else { return false }
             return cpu > Double(policy.maxCpuUsagePct)
         }
     }
@@ -175,8 +175,12 @@ public struct PowerDecision: Sendable, Equatable {
             case .thermal:
                 detail = "thermal state \(t.thermalState?.rawValue ?? "unknown"), maxThermalState \(policy.maxThermalState.rawValue)"
             case .cpuBusy:
-                let cpu = t.cpuUsagePct.flatMap { $0.isFinite ? "\(($0 * 10).rounded() / 10) %" : nil } ?? "unknown"
-                detail = "CPU \(cpu), maxCpuUsagePct \(policy.maxCpuUsagePct)"
+                func percent(_ value: Double?) -> String { value.flatMap { $0.isFinite ? "\(($0 * 10).rounded() / 10) %" : nil } ?? "unknown" }
+                if t.otherCpuUsagePct != nil {
+                    detail = "other load \(percent(t.otherCpuUsagePct)) (host \(percent(t.cpuUsagePct)), less the worker and its model server), maxCpuUsagePct \(policy.maxCpuUsagePct)"
+                } else {
+                    detail = "CPU \(percent(t.cpuUsagePct)), maxCpuUsagePct \(policy.maxCpuUsagePct)"
+                }
             }
             return Check(reason: reason, holds: holds(reason, t, policy: policy, batteryLatched: batteryLatched), detail: detail)
         }
@@ -205,28 +209,59 @@ public struct PowerDecision: Sendable, Equatable {
     }
 }
 
+/// Why new work is held for the worker's own sake, not the host's power: never decided
+/// by the policy, but counted with its reasons (the assignment drop reasons).
+public enum LocalHoldReason: String, Sendable, CaseIterable {
+    /// A write to the state directory failed (full, read-only): a pulled subtask could
+    /// not be journaled, so nothing is pulled until a write succeeds again.
+    case stateUnwritable = "state-unwritable"
+
+    /// What it means and what clears it, for `status` and `doctor`.
+    public var explanation: String {
+        switch self {
+        case .stateUnwritable:
+            return "the state directory cannot be written (full or read-only): a pulled subtask could not be journaled; free space or remount it read-write"
+        }
+    }
+}
+
 /// Assignments held or refused, counted per reason (the assignment drop reasons of SPEC 3.2).
 public struct HoldCounters: Sendable, Equatable {
     /// One count per reason, in precedence order.
     private var counts = [Int64](repeating: 0, count: HoldReason.allCases.count)
+    /// One count per local reason, in declaration order.
+    private var localCounts = [Int64](repeating: 0, count: LocalHoldReason.allCases.count)
 
     public init() {}
 
     /// Adds `count` (saturating at Int64.max; negative counts are ignored).
     public mutating func record(_ reason: HoldReason, count: Int64 = 1) {
-        let (sum, overflow) = counts[reason.precedence].addingReportingOverflow(max(0, count))
-        counts[reason.precedence] = overflow ? Int64.max : sum
+        HoldCounters.add(count, to: &counts[reason.precedence])
+    }
+
+    /// Adds `count` for a local reason (saturating; negative counts are ignored).
+    public mutating func record(_ reason: LocalHoldReason, count: Int64 = 1) {
+        HoldCounters.add(count, to: &localCounts[LocalHoldReason.allCases.firstIndex(of: reason)!])
+    }
+
+    private static func add(_ count: Int64, to counter: inout Int64) {
+        let (sum, overflow) = counter.addingReportingOverflow(max(0, count))
+        counter = overflow ? Int64.max : sum
     }
 
     public func count(_ reason: HoldReason) -> Int64 { counts[reason.precedence] }
 
+    public func count(_ reason: LocalHoldReason) -> Int64 { localCounts[LocalHoldReason.allCases.firstIndex(of: reason)!] }
+
     public var total: Int64 {
-        counts.reduce(0) { $0.addingReportingOverflow($1).overflow ? Int64.max : $0 + $1 }
+        (counts + localCounts).reduce(0) { $0.addingReportingOverflow($1).overflow ? Int64.max : $0 + $1 }
     }
 
-    /// Every reason, zero included, in precedence order: `{"not-charging": 0, …}`.
+    /// Every reason, zero included, power reasons in precedence order then the local
+    /// ones: `{"not-charging": 0, …, "state-unwritable": 0}`.
     public var json: JSONValue {
-        .object(JSONObject(HoldReason.allCases.map { ($0.rawValue, .int(count($0))) }))
+        .object(JSONObject(HoldReason.allCases.map { ($0.rawValue, .int(count($0))) }
+                           + LocalHoldReason.allCases.map { ($0.rawValue, .int(count($0))) }))
     }
 
     /// Reads counters written by `json`; unknown keys are ignored (a newer daemon may add
@@ -238,6 +273,11 @@ public struct HoldCounters: Sendable, Equatable {
             guard let member = object[reason.rawValue] else { continue }
             guard let count = member.intValue, count >= 0 else { return nil }
             counters.counts[reason.precedence] = count
+        }
+        for (index, reason) in LocalHoldReason.allCases.enumerated() {
+            guard let member = object[reason.rawValue] else { continue }
+            guard let count = member.intValue, count >= 0 else { return nil }
+            counters.localCounts[index] = count
         }
         return counters
     }

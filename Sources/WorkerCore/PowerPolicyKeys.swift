@@ -15,6 +15,7 @@ extension PowerPolicy {
     public static let keys = [
         "runOnlyWhileCharging", "minBatteryPct", "resumeBatteryPct", "holdWhileDraining",
         "pauseOnLowPowerMode", "maxThermalState", "maxCpuUsagePct", "resumeDwellSec",
+        "allowRemoteModelSwitch",
     ]
 
     /// Sets one key from a JSON value; returns what is wrong instead when it is.
@@ -44,6 +45,7 @@ extension PowerPolicy {
             return nil
         case "maxCpuUsagePct": return int(1...100) { $0.maxCpuUsagePct = $1 }
         case "resumeDwellSec": return int(0...3600) { $0.resumeDwellSec = $1 }
+        case "allowRemoteModelSwitch": return bool { $0.allowRemoteModelSwitch = $1 }
         default: return .unknownKey
         }
     }
@@ -59,6 +61,7 @@ extension PowerPolicy {
             ("maxThermalState", .string(maxThermalState.rawValue)),
             ("maxCpuUsagePct", .int(maxCpuUsagePct)),
             ("resumeDwellSec", .int(resumeDwellSec)),
+            ("allowRemoteModelSwitch", .bool(allowRemoteModelSwitch)),
         ]))
     }
 }

@@ -10,6 +10,10 @@ public struct PowerTelemetry: Sendable, Equatable {
     public var thermalState: ThermalState?
     /// 0–100, between the last two samples of `/proc/stat`.
     public var cpuUsagePct: Double?
+    /// `cpuUsagePct` without the worker's own processes and its model server's (SPEC 3.2):
+    /// what `maxCpuUsagePct` compares. nil when they could not be told apart; then the
+    /// host's figure is compared. Not in the heartbeat, which reports the whole host.
+    public var otherCpuUsagePct: Double?
     /// 0–100.
     public var memoryUsagePct: Double?
     public var deviceType: DeviceType?
@@ -76,6 +80,10 @@ public struct PowerReading: Sendable, Equatable {
     public var cpuHadPreviousSample: Bool
     /// Whether `proc/meminfo` gave both MemTotal and MemAvailable.
     public var memoryRead: Bool
+    /// The split of the CPU figure into the worker's own load and the rest, when known.
+    public var cpuShare: CPUShare?
+    /// How the model server's processes were found (for `doctor`).
+    public var ownProcesses: String?
 
     public init(telemetry: PowerTelemetry, supplies: [PowerSupply], sensors: [ThermalSensor],
                 platformProfile: SysfsAttributes.Read?, chassisType: SysfsAttributes.Read?,
@@ -138,6 +146,13 @@ public struct PowerReading: Sendable, Equatable {
         object["cpu"] = .string(cpuSampled ? (cpuHadPreviousSample ? "two samples of proc/stat" : "first sample of proc/stat; usage needs a second")
             : "proc/stat unreadable")
         object["memory"] = .string(memoryRead ? "proc/meminfo" : "proc/meminfo unreadable or without MemAvailable")
+        if let share = cpuShare {
+            object["cpuShare"] = ["hostPct": PowerTelemetry.percentJSON(share.hostPct) ?? .null,
+                                  "ownPct": PowerTelemetry.percentJSON(share.ownPct) ?? .null,
+                                  "otherPct": PowerTelemetry.percentJSON(share.otherPct) ?? .null,
+                                  "compared": "otherPct (the worker and its model server do not count against maxCpuUsagePct)"]
+        }
+        object["ownProcesses"] = .optional(ownProcesses)
         return .object(object)
     }
 }

@@ -80,18 +80,26 @@ public struct StatusSnapshot: Sendable, Equatable {
         public var kind: String
         public var url: String
         public var model: String
-        /// `ready`, `loading`, `unavailable`; nil before the first probe (shown as `idle`).
+        /// `ready`, `loading`, `unavailable`, `unauthorized`; nil before the first probe (shown as `idle`).
         public var modelState: String?
         public var detail: String?
         public var checkedAtMs: Int64?
+        /// `backend.model`; `model` is the active one, which a coordinator may have switched.
+        public var configuredModel: String?
+        public var switchedModel: ActiveModel?
+        public var modelSwitch: ModelSwitchStatus?
 
-        public init(kind: String, url: String, model: String, modelState: String? = nil, detail: String? = nil, checkedAtMs: Int64? = nil) {
+        public init(kind: String, url: String, model: String, modelState: String? = nil, detail: String? = nil, checkedAtMs: Int64? = nil,
+                    configuredModel: String? = nil, switchedModel: ActiveModel? = nil, modelSwitch: ModelSwitchStatus? = nil) {
             self.kind = kind
             self.url = url
             self.model = model
             self.modelState = modelState
             self.detail = detail
             self.checkedAtMs = checkedAtMs
+            self.configuredModel = configuredModel
+            self.switchedModel = switchedModel
+            self.modelSwitch = modelSwitch
         }
     }
 
@@ -192,6 +200,7 @@ public struct StatusReport: Sendable {
         }
         if let path = s.network?.path { line += path.satisfied ? "; network via \(path.interface ?? "?")" : "; network lost" }
         if s.bluetooth.state != .inactive { line += "; " + s.bluetooth.summary }
+        if let change = s.backend.modelSwitch, change.inProgress { line += "; switching model to \(change.model ?? "?") (\(change.phase.rawValue))" }
         if s.mode.restoredAtMs != nil { line += "; network restored: run 'edgecoder-worker mode on' to rejoin" }
         if !s.recovered.isEmpty { line += "; \(s.recovered.count) state file(s) recovered" }
         if s.daemon.persistenceProblem != nil { line += "; state not writable" }
@@ -289,6 +298,12 @@ public struct StatusReport: Sendable {
         object["modelState"] = .string(backend.modelState ?? "idle")
         object["detail"] = .string(backend.detail ?? "not probed yet")
         if let at = backend.checkedAtMs { object["checkedAt"] = .string(formatUTC(milliseconds: at)) }
+        object["modelSource"] = .string(backend.switchedModel == nil ? "config" : "coordinator")
+        if let switched = backend.switchedModel {
+            object["configuredModel"] = .string(switched.switchedFrom)
+            object["switchedAt"] = .string(formatUTC(milliseconds: switched.switchedAtMs))
+        }
+        object["modelSwitch"] = backend.modelSwitch?.json ?? .null
         return .object(object)
     }
 
@@ -304,6 +319,54 @@ public struct StatusReport: Sendable {
             ("controlSocket", .string(daemon.controlSocket)),
         ])
         object["persistenceProblem"] = .optional(daemon.persistenceProblem)
+        return .object(object)
+    }
+}
+
+/// `doctor`'s view of the state directory: what statvfs says of its file system and what
+/// the daemon last failed to write, with the advice that follows. Pure: the CLI reads.
+public struct StateDirectoryCheck: Sendable, Equatable {
+    public var path: String
+    /// Bytes an unprivileged writer may still use; nil when statvfs failed.
+    public var freeBytes: Int64?
+    public var readOnly: Bool?
+    /// Why statvfs failed, when it did.
+    public var problem: String?
+    /// The daemon's `persistenceProblem`, when it answered and has one.
+    public var daemonProblem: String?
+
+    /// Below this, a journal entry of a large subtask (6 MiB at worst) may not fit.
+    public static let lowFreeBytes: Int64 = 8 * 1_048_576
+
+    public init(path: String, freeBytes: Int64?, readOnly: Bool?, problem: String? = nil, daemonProblem: String? = nil) {
+        self.path = path
+        self.freeBytes = freeBytes
+        self.readOnly = readOnly
+        self.problem = problem
+        self.daemonProblem = daemonProblem
+    }
+
+    /// What an operator should do, if anything.
+    public var advice: [String] {
+        var lines: [String] = []
+        if let daemonProblem {
+            lines.append("the daemon cannot write its state directory (\(daemonProblem)): new work is held (state-unwritable) until a write succeeds")
+        }
+        if readOnly == true {
+            lines.append("the state directory \(path) is on a read-only file system: remount it read-write")
+        } else if let freeBytes, freeBytes < StateDirectoryCheck.lowFreeBytes {
+            lines.append("the state directory \(path) has \(freeBytes) bytes free: free space, or a large subtask cannot be journaled and new work is held")
+        }
+        if let problem { lines.append("the state directory \(path) cannot be examined: \(problem)") }
+        return lines
+    }
+
+    public var json: JSONValue {
+        var object = JSONObject([("path", .string(path))])
+        object["freeBytes"] = freeBytes.map { .int($0) } ?? .null
+        object["readOnly"] = readOnly.map { .bool($0) } ?? .null
+        object["persistenceProblem"] = .optional(daemonProblem)
+        if let problem { object["problem"] = .string(problem) }
         return .object(object)
     }
 }

@@ -12,6 +12,11 @@ if CommandLine.arguments.dropFirst().first == "state-writes" {
     await stateWritesBench()
     exit(0)
 }
+// `worker-bench stream URL` measures streaming against a llama.cpp server at URL.
+if CommandLine.arguments.dropFirst().first == "stream", CommandLine.arguments.count > 2 {
+    await streamBench(url: CommandLine.arguments[2])
+    exit(0)
+}
 
 func measure(_ label: String, iterations: Int, batches: Int = 15, _ body: () -> Void) -> Double {
     var perCall: [Double] = []

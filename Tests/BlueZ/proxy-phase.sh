@@ -145,7 +145,27 @@ check "… and /status counts the reconnect" bash -c "curl -s $PROXY_URL/status 
 ans="$(generate '{"prompt": "after the reconnect", "maxTokens": 8}')"
 check "a request is served after the reconnect (${ans%% *})" test "${ans%% *}" = 200
 
-kill "$PROXY_PID" 2>/dev/null
+# SIGTERM with a request in flight (issue 11): the proxy answers it 503 at once and exits,
+# rather than waiting for --timeout-ms (900 s here) or for the worker's long answer.
+curl -s --max-time 120 -o "$VM_RESULTS/proxy-stopping.json" -w '%{http_code}' -X POST "$PROXY_URL/api/generate" \
+  -d '{"prompt": "a long answer that the stop interrupts", "maxTokens": 4000}' >"$VM_RESULTS/proxy-stopping.code" &
+inflight=$!
+check "a long request is in flight through the proxy" \
+  wait_for 30 "a request in flight" bash -c "curl -s --max-time 5 $PROXY_URL/status | jq -e '.requestsInFlight >= 1'"
+stop_started=$(date +%s%N)
+kill -TERM "$PROXY_PID" 2>/dev/null
+for _ in $(seq 1 100); do kill -0 "$PROXY_PID" 2>/dev/null || break; sleep 0.1; done
+stop_ms=$((($(date +%s%N) - stop_started) / 1000000))
+if kill -0 "$PROXY_PID" 2>/dev/null; then
+  not_ok "SIGTERM with a request in flight: the proxy still runs after ${stop_ms} ms"
+  kill -KILL "$PROXY_PID" 2>/dev/null
+else
+  ok "SIGTERM with a request in flight: the proxy exits in ${stop_ms} ms"
+fi
 wait "$PROXY_PID" 2>/dev/null
+wait "$inflight" 2>/dev/null
+code="$(cat "$VM_RESULTS/proxy-stopping.code" 2>/dev/null)"
+check "… and the request in flight is answered 503 at once (${code:-none}: $(head -c 200 "$VM_RESULTS/proxy-stopping.json" 2>/dev/null))" \
+  bash -c "test '$code' = 503 && jq -e '.error | test(\"stopping\")' '$VM_RESULTS/proxy-stopping.json'"
 crashes="$(grep -E -i 'fatal error|segmentation|stack dump' "$VM_RESULTS/proxy.log" | head -n 3)"
 check "no crash in the proxy's log${crashes:+: $crashes}" test -z "$crashes"

@@ -11,7 +11,7 @@
 # Phases main and clients need the hci3 advertisement started below, which a bluetoothd
 # restart (phases restart, smallmtu, off) takes away: keep them first.
 # Daemon stderr: $VM_RESULTS/daemon.log. Prints "ok - ..."/"not ok - ..." lines and
-# "N passed, N failed"; exits 1 if anything failed.
+# "# N passed, N failed" (Tests/Suites/lib/tap.sh); exits 1 if anything failed.
 source "$BLUEZ_VM_DIR/guest-lib.sh"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 export PYTHONUNBUFFERED=1

@@ -2,7 +2,10 @@ import Foundation
 import Testing
 import Logging
 @testable import Daemon
+import ModelBackend
+import Posix
 import StateStore
+import Synchronization
 import WorkerCore
 
 /// Each working mode has one runtime in `ModeRuntimes`, and the daemon flips that runtime's
@@ -51,5 +54,51 @@ import WorkerCore
         #expect(runtime?["state"] == "blocked")
         #expect(runtime?["reason"] == "coordinator.url is not configured: set it in the config file and restart")
         #expect(await daemon.statusLine().hasPrefix("mode on, blocked: coordinator.url is not configured"))
+    }
+}
+
+/// A service cancelled before it was asked to stop (a second SIGTERM during the stop)
+/// must end: a cancelled wait returns at once, and a loop that only checked its shutdown
+/// token started its runtime again and again, for ever (issue 12 §6).
+@Suite struct ModeRuntimeCancellation {
+    let dir = NSTemporaryDirectory() + "ecw-runtime-cancel-" + UUID().uuidString
+
+    final class Ended: Sendable {
+        private let flag = Mutex(false)
+        func set() { flag.withLock { $0 = true } }
+        var value: Bool { flag.withLock { $0 } }
+    }
+
+    @Test(arguments: [Mode.off, .on, .bluetooth])
+    func everyModeRuntimeEndsWhenCancelledWhateverTheMode(mode: Mode) async throws {
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        var config = WorkerConfig()
+        // Nothing listens there: the coordinator's session fails fast, as it did in the loop.
+        config.coordinator.url = "http://127.0.0.1:9"
+        let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
+        let directory = try StateDirectory(path: dir)
+        let logs = MemoryLogHandler()
+        let logger = Logger(label: "test", handler: logs)
+        let daemon = WorkerDaemon(config: config, paths: paths, directory: directory, logger: logger, clock: { 1_000 })
+        await daemon.request(.operatorSet(mode, by: "test"))
+        let context = ModeRuntimeContext(daemon: daemon, config: config, directory: directory,
+                                         backend: ModelBackend(config: config.backend), logger: logger)
+        for runtime in ModeRuntimes.all {
+            let service = runtime.make(context)
+            let before = logs.records.count
+            let ended = Ended()
+            let task = Task {
+                try? await service.run(shutdown: GracefulShutdown())
+                ended.set()
+            }
+            try await Task.sleep(nanoseconds: 50_000_000)
+            task.cancel()
+            let deadline = monotonicNanoseconds() + 5_000_000_000
+            while !ended.value && monotonicNanoseconds() < deadline { try await Task.sleep(nanoseconds: 10_000_000) }
+            #expect(ended.value, "\(service.name) in mode \(mode.rawValue) did not end within 5 s of its cancellation")
+            let records = logs.records.dropFirst(before)
+            let starts = records.filter { $0.message.hasPrefix("starting the Bluetooth runtime") || $0.message.hasPrefix("coordinator session starting") }.count
+            #expect(starts <= (runtime.mode == mode ? 1 : 0), "\(service.name) in mode \(mode.rawValue) started its runtime \(starts) times: \(records.map(\.message))")
+        }
     }
 }

@@ -24,6 +24,9 @@ Control endpoints (no token; details in README.md):
     GET  /_dev/requests?since=SEQ   every worker request logged after SEQ (last 20000 kept)
     POST /_dev/switch     {mode, paths?, delayMs?, deferMs?, reason?, error?, bytes?,
                            capSeconds?, times?}  or {mode:"offline", seconds:N}
+    POST /_dev/orchestration {agentId?, provider?, model?, autoInstall?}: ask an agent to
+                          switch model (EdgeCoder's /orchestration/agents/:id/ollama-install);
+                          the next heartbeat answers carry it until the agent acks
     POST /_dev/reset      forget everything, back to mode normal
     GET  /_dev/health     {ok:true}
 """
@@ -43,6 +46,17 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 WORKER_PATHS = ("/register", "/heartbeat", "/pull", "/result")
+# EdgeCoder's agent-side orchestration calls: POST /orchestration/agents/:agentId/{status,ack}.
+ORCHESTRATION_CALLS = ("status", "ack")
+
+
+def orchestration_call(path):
+    """(agentId, call) for an orchestration path, else None."""
+    parts = path.split("/")
+    if len(parts) == 5 and parts[0] == "" and parts[1] == "orchestration" and parts[2] == "agents" \
+            and parts[3] and parts[4] in ORCHESTRATION_CALLS:
+        return parts[3], parts[4]
+    return None
 AUTH_PATHS = ("/heartbeat", "/pull", "/result")
 MODES = (
     "normal",
@@ -246,6 +260,13 @@ SCHEMAS = {
         "sandboxMode": (Enum("none", "docker", "vm"), OPT),
     }),
     "/pull": Obj({"agentId": (Str(), REQ)}),
+    # coordinator.ts, POST /orchestration/agents/:agentId/status and /ack.
+    "/orchestration/status": Obj({
+        "phase": (Str(max_len=64), REQ),
+        "message": (Str(max_len=512), REQ),
+        "progressPct": (Num(lo=0, hi=100), OPT),
+    }),
+    "/orchestration/ack": Obj({"ok": (Bool(), REQ), "error": (Str(), OPT)}),
     "/result": Obj({
         "subtaskId": (Str(), REQ),
         "taskId": (Str(), REQ),
@@ -274,6 +295,14 @@ DEV_SUBTASK = Obj({
         "resourceClass": (Enum("cpu", "gpu"), REQ),
         "priority": (Num(lo=0, hi=100), REQ),
     }), OPT),
+})
+
+
+DEV_ORCHESTRATION = Obj({
+    "agentId": (Str(min_len=1), OPT),
+    "provider": (Enum("edgecoder-local", "ollama-local"), DEF, "ollama-local"),
+    "model": (Str(min_len=1), DEF, "qwen2.5-coder:latest"),
+    "autoInstall": (Bool(), DEF, True),
 })
 
 
@@ -416,6 +445,9 @@ class Coordinator:
         self.seq = 0
         self.unknown_keys = []
         self.hung = 0
+        self.orchestration = {}  # agentId -> EdgeCoder's record
+        self.orchestration_statuses = []
+        self.orchestration_acks = []
 
     # ---- bookkeeping -------------------------------------------------------------
 
@@ -523,6 +555,9 @@ class Coordinator:
                 "pullAnswers": dict(self.pull_answers),
                 "unknownKeys": list(self.unknown_keys),
                 "hungNow": self.hung,
+                "orchestration": dict(self.orchestration),
+                "orchestrationStatuses": list(self.orchestration_statuses),
+                "orchestrationAcks": list(self.orchestration_acks),
                 "subtasks": {"queued": sum(1 for r in self.subtasks.values() if r["state"] == "queued"),
                              "handedOut": sum(1 for r in self.subtasks.values() if r["state"] == "handed-out"),
                              "done": sum(1 for r in self.subtasks.values() if r["state"] == "done")},
@@ -734,7 +769,9 @@ class Handler(BaseHTTPRequestHandler):
                 entry["outcome"] = "dropped-client-gone"
                 raise Drop()
 
-        if path not in WORKER_PATHS or method != "POST":
+        orch = orchestration_call(path)
+        schema_key = "/orchestration/" + orch[1] if orch else path
+        if (path not in WORKER_PATHS and orch is None) or method != "POST":
             self.read_body_quietly(args.body_limit)
             self.answer(entry, 404, {"message": "Route %s:%s not found" % (method, path),
                                      "error": "Not Found", "statusCode": 404}, None)
@@ -782,7 +819,7 @@ class Handler(BaseHTTPRequestHandler):
         if isinstance(body, dict) and isinstance(body.get("agentId"), str):
             entry["agentId"] = body["agentId"]
 
-        parsed, issues, unknown = validate(SCHEMAS[path], body)
+        parsed, issues, unknown = validate(SCHEMAS[schema_key], body)
         if unknown:
             entry["unknownKeys"] = unknown
             with coord.lock:
@@ -813,6 +850,10 @@ class Handler(BaseHTTPRequestHandler):
             self.answer(entry, 401, {"error": "mesh_unauthorized"}, None)
             return
 
+        if orch is not None:
+            status, obj = self.h_orchestration(coord, orch[0], orch[1], parsed, entry)
+            self.answer(entry, status, obj, None)
+            return
         handler = {"/register": self.h_register, "/heartbeat": self.h_heartbeat,
                    "/pull": self.h_pull, "/result": self.h_result}[path]
         status, obj = handler(coord, parsed, body, sw if active else None, entry)
@@ -917,9 +958,34 @@ class Handler(BaseHTTPRequestHandler):
             if "powerTelemetry" in p:
                 coord.agents[p["agentId"]]["powerTelemetry"] = p["powerTelemetry"]
             requeued = coord.requeue_stale()
-            return 200, {"ok": True, "requeued": requeued, "policy": FIXED_POLICY, "orchestration": None,
+            if "activeModel" in p:
+                coord.agents[p["agentId"]]["activeModel"] = p["activeModel"]
+                coord.agents[p["agentId"]]["modelSwapInProgress"] = p.get("modelSwapInProgress", False)
+            return 200, {"ok": True, "requeued": requeued, "policy": FIXED_POLICY,
+                         "orchestration": coord.orchestration.get(p["agentId"]),
                          "tunnelInvites": [], "tunnelCloseNotices": [], "directWorkOffers": [],
                          "blacklist": {"version": 0, "agents": []}}
+
+    def h_orchestration(self, coord, agent_id, call, p, entry):
+        """coordinator.ts l.4120-4193: 404 without a request; status records progress; ack
+        ends it (pending false) and echoes ok."""
+        with coord.lock:
+            current = coord.orchestration.get(agent_id)
+            if current is None:
+                return 404, {"error": "orchestration_not_found"}
+            item = dict(p, agentId=agent_id, receivedAtMs=entry["receivedAtMs"], rolloutId=current["rolloutId"])
+            if call == "status":
+                current["status"] = {"phase": p["phase"], "message": p["message"], "updatedAtMs": now_ms()}
+                if "progressPct" in p:
+                    current["status"]["progressPct"] = p["progressPct"]
+                coord.orchestration_statuses.append(item)
+                return 200, {"ok": True}
+            current["pending"] = False
+            coord.orchestration_acks.append(item)
+            ans = {"ok": p["ok"], "pending": False}
+            if "error" in p:
+                ans["error"] = p["error"]
+            return 200, ans
 
     def h_pull(self, coord, p, raw, sw, entry):
         with coord.lock:
@@ -1067,6 +1133,22 @@ class Handler(BaseHTTPRequestHandler):
                 return self.send_json(400, {"error": "invalid_body", "message": str(e)})
             coord.set_switch(sw)
             return self.send_json(200, {"ok": True, "switch": sw.describe()})
+        if path == "/_dev/orchestration" and method == "POST":
+            spec, issues, unknown = validate(DEV_ORCHESTRATION, body if body is not None else {})
+            if issues or unknown:
+                issues += [{"path": k, "message": "unrecognized key"} for k in unknown]
+                return self.send_json(400, {"error": "invalid_body", "field": issues[0]["path"], "issues": issues})
+            with coord.lock:
+                agent_id = spec.get("agentId")
+                if agent_id is None:
+                    if len(coord.agents) != 1:
+                        return self.send_json(409, {"error": "agent_not_connected",
+                                                    "message": "name agentId: %d agents registered" % len(coord.agents)})
+                    agent_id = next(iter(coord.agents))
+                record = {"rolloutId": str(uuid.uuid4()), "provider": spec["provider"], "model": spec["model"],
+                          "autoInstall": spec["autoInstall"], "pending": True, "requestedAtMs": now_ms()}
+                coord.orchestration[agent_id] = record
+            return self.send_json(200, {"ok": True, "agentId": agent_id, "rolloutId": record["rolloutId"]})
         if path == "/_dev/reset" and method == "POST":
             with coord.lock:
                 coord.reset()

@@ -4,29 +4,24 @@
 # every switch), prints "ok - ..." / "not ok - ...", exits non-zero on any failure.
 set -u
 HERE="$(cd "$(dirname "$0")" && pwd)"
+source "$HERE/../Suites/lib/tap.sh"
 DC="$HERE/dev_coordinator.py"
-command -v curl >/dev/null || { echo "not ok - curl is required"; exit 1; }
-command -v "${PYTHON:-python3}" >/dev/null || { echo "not ok - python3 is required"; exit 1; }
+command -v curl >/dev/null || { not_ok "curl is required"; exit 1; }
+command -v "${PYTHON:-python3}" >/dev/null || { not_ok "python3 is required"; exit 1; }
 # the interpreter itself, not a version-manager shim (the test runs python ~200 times)
 PY="$("${PYTHON:-python3}" -c 'import sys; print(sys.executable)')"
 export PY
 
 WORK="$(mktemp -d)"
 PIDS=()
-PASS=0
-FAIL=0
 cleanup() {
   for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null; done
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-ok() { PASS=$((PASS + 1)); echo "ok - $*"; }
-notok() { FAIL=$((FAIL + 1)); echo "not ok - $*"; }
-check() { # check "description" condition-command...
-  local d="$1"; shift
-  if "$@"; then ok "$d"; else notok "$d (code=$CODE rc=$RC body=$(head -c 300 "$WORK/body"))"; fi
-}
+# check DESC CMD... (lib/tap.sh) adds the last request's outcome to a failure.
+tap_detail() { echo "code=$CODE rc=$RC body=$(head -c 300 "$WORK/body")"; }
 
 # start NAME [args...]: starts a coordinator, sets URL_<NAME> and PID_<NAME>
 start() {
@@ -39,7 +34,7 @@ start() {
   local line; line="$(head -n1 "$WORK/$name.out")"
   case "$line" in
     "listening on http://127.0.0.1:"*) ;;
-    *) echo "not ok - $name did not start: $(cat "$WORK/$name.err")"; exit 1 ;;
+    *) not_ok "$name did not start: $(cat "$WORK/$name.err")"; exit 1 ;;
   esac
   printf -v "URL_$name" '%s' "${line#listening on }"
   printf -v "PID_$name" '%s' "$pid"
@@ -403,9 +398,8 @@ for n in A B C; do
   kill -s $sig "$pid"
   rc=0; wait "$pid" || rc=$?
   ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-  if [ "$rc" = 0 ] && [ "$ms" -lt 3000 ]; then ok "SIG$sig: $n exits 0 in ${ms} ms"; else notok "SIG$sig: $n rc=$rc after ${ms} ms"; fi
+  if [ "$rc" = 0 ] && [ "$ms" -lt 3000 ]; then ok "SIG$sig: $n exits 0 in ${ms} ms"; else not_ok "SIG$sig: $n rc=$rc after ${ms} ms"; fi
 done
 wait "$BG"
 
-echo "# $PASS passed, $FAIL failed"
-[ "$FAIL" = 0 ]
+tap_done

@@ -17,6 +17,7 @@ final class LoopbackServer {
     init() throws {
         let script = #"""
 import http.server, json, sys, time, socketserver
+ABORTED = [0]
 class H(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     def log_message(self, *a): pass
@@ -27,6 +28,20 @@ class H(http.server.BaseHTTPRequestHandler):
         if self.path == "/big": self.reply(200, b"x" * 3_000_000)
         elif self.path == "/slow": time.sleep(10); self.reply(200, b"{}")
         elif self.path == "/status/503": self.reply(503, b'{"error":"busy"}')
+        elif self.path.startswith("/drip/"):
+            count = int(self.path.split("/")[2])
+            self.send_response(200); self.send_header("content-type", "application/x-ndjson")
+            self.send_header("transfer-encoding", "chunked"); self.end_headers()
+            try:
+                for i in range(count):
+                    if i: time.sleep(0.15)
+                    data = b"piece %d\n" % i
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data)); self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+            except (BrokenPipeError, ConnectionResetError):
+                ABORTED[0] += 1
+                self.close_connection = True
+        elif self.path == "/aborted": self.reply(200, str(ABORTED[0]).encode())
         else: self.reply(404, b'{"error":"not found"}')
     def do_POST(self):
         n = int(self.headers.get("content-length", 0)); body = self.rfile.read(n)
@@ -117,6 +132,65 @@ s = S(("127.0.0.1", 0), H); print(s.server_address[1], flush=True); s.serve_fore
             #expect(error is CancellationError)
         }
         #expect(Date().timeIntervalSince(started) < 8, "cancellation, not the 10 s answer, ended it")
+    }
+
+    @Test func aStreamDeliversEachChunkAsItArrives() async throws {
+        let start = Date()
+        let response = try await HTTPClient.shared.stream(HTTPRequest(url: server.base + "/drip/5"))
+        #expect(response.status == 200)
+        var chunks: [(String, TimeInterval)] = []
+        for try await chunk in response.body { chunks.append((String(decoding: chunk, as: UTF8.self), Date().timeIntervalSince(start))) }
+        #expect(chunks.map(\.0).joined() == (0..<5).map { "piece \($0)\n" }.joined())
+        let first = try #require(chunks.first?.1), last = try #require(chunks.last?.1)
+        // Five pieces 150 ms apart: the first long before the last.
+        #expect(last >= 0.55 && first < last - 0.4, "first at \(first) s, last at \(last) s")
+    }
+
+    @Test func endingAStreamEarlyAbortsTheTransferSoTheServerSeesTheClientLeave() async throws {
+        let before = try await HTTPClient.shared.perform(HTTPRequest(url: server.base + "/aborted")).body
+        var seen = 0
+        for try await _ in try await HTTPClient.shared.stream(HTTPRequest(url: server.base + "/drip/100")).body {
+            seen += 1
+            if seen == 2 { break }
+        }
+        var aborted = before
+        for _ in 0..<40 where aborted == before {
+            try await Task.sleep(nanoseconds: 100_000_000)
+            aborted = try await HTTPClient.shared.perform(HTTPRequest(url: server.base + "/aborted")).body
+        }
+        #expect(Int(String(decoding: aborted, as: UTF8.self)) == Int(String(decoding: before, as: UTF8.self))! + 1,
+                "the server's next write failed: the connection was closed")
+    }
+
+    @Test func cancellingTheReadingTaskEndsTheStream() async throws {
+        let url = server.base + "/drip/100"
+        let task = Task { () -> Int in
+            var count = 0
+            for try await _ in try await HTTPClient.shared.stream(HTTPRequest(url: url)).body { count += 1 }
+            return count
+        }
+        try await Task.sleep(nanoseconds: 400_000_000)
+        let started = Date()
+        task.cancel()
+        let count = (try? await task.value) ?? 0
+        #expect(count < 100)
+        #expect(Date().timeIntervalSince(started) < 3, "cancellation, not the 15 s stream, ended it")
+    }
+
+    @Test func aStreamedErrorStatusAndItsBodyArrive() async throws {
+        let response = try await HTTPClient.shared.stream(HTTPRequest(url: server.base + "/status/503"))
+        #expect(response.status == 503)
+        #expect(try await response.collect(limit: 1_000) == Array(#"{"error":"busy"}"#.utf8))
+    }
+
+    @Test func aStreamIsCappedLikeAWholeAnswer() async throws {
+        let response = try await HTTPClient.shared.stream(HTTPRequest(url: server.base + "/big", maxResponseBytes: 1_048_576))
+        do {
+            for try await _ in response.body {}
+            Issue.record("a 3 MB stream passed a 1 MiB cap")
+        } catch let error as HTTPError {
+            #expect(error.kind == .responseTooLarge)
+        }
     }
 
     @Test func manyTransfersRunConcurrently() async throws {

@@ -257,6 +257,26 @@ struct OllamaFixture: Sendable {
     func stop() { ServerRegistry.shared.kill(pid: pid) }
 }
 
+/// `loading_front.py` in front of a llama.cpp server: llama-server's loading phase.
+func startLoadingFront(upstream: String, loadingMs: Int) async throws -> OllamaFixture {
+    let out = NSTemporaryDirectory() + "/ecw-loading-front-\(getpid())-\(UUID().uuidString.prefix(8)).out"
+    defer { unlink(out) }
+    let pid = try spawn(["python3", modelServerDirectory + "/loading_front.py", "--port", "0", "--upstream", upstream,
+                         "--loading-ms", String(loadingMs)], stdout: out)
+    ServerRegistry.shared.register(pid: pid, marker: "loading_front.py", isChild: true)
+    let deadline = ContinuousClock.now + .seconds(20)
+    while ContinuousClock.now < deadline {
+        let text = (try? String(contentsOfFile: out, encoding: .utf8)) ?? ""
+        if let range = text.range(of: "listening on ") {
+            return OllamaFixture(url: String(text[range.upperBound...].prefix { !$0.isWhitespace }), pid: pid)
+        }
+        if waitpid(pid, nil, WNOHANG) == pid { break }
+        try await Task.sleep(for: .milliseconds(20))
+    }
+    ServerRegistry.shared.kill(pid: pid)
+    throw BedError("loading_front.py did not start listening")
+}
+
 /// The servers shared by every test in this process, each started once, on first use,
 /// however many tests ask for it at the same time.
 actor ModelServerBed {
@@ -270,6 +290,16 @@ actor ModelServerBed {
     }
 
     private var llamaStart: Task<Outcome, Never>?
+    private var keyedStart: Task<Outcome, Never>?
+
+    /// The key of the second llama.cpp server, which requires it (`--api_key`).
+    static let apiKey = "ecw-test-key-7f3a"
+
+    /// A second llama.cpp server that requires `apiKey` on every API call.
+    func llamaWithKey() async throws -> String {
+        if keyedStart == nil { keyedStart = Task { await ModelServerBed.startLlama(apiKey: ModelServerBed.apiKey) } }
+        return try await ModelServerBed.use(keyedStart!)
+    }
     private var upstreamStart: Task<Outcome, Never>?
     private var echoStart: Task<Outcome, Never>?
 
@@ -308,7 +338,7 @@ actor ModelServerBed {
         }
     }
 
-    private static func startLlama() async -> Outcome {
+    private static func startLlama(apiKey: String? = nil) async -> Outcome {
         do {
             // A cold build compiles llama.cpp: minutes on two cores.
             let prepared = try await runCommand([modelServerDirectory + "/prepare.sh"], timeoutSeconds: 3_600)
@@ -318,7 +348,8 @@ actor ModelServerBed {
             let port = try freePort()
             let started: CommandResult
             do {
-                started = try await runCommand([modelServerDirectory + "/start-llama.sh", String(port)], timeoutSeconds: 120)
+                let command = [modelServerDirectory + "/start-llama.sh", String(port)]
+                started = try await runCommand(apiKey.map { ["/usr/bin/env", "EDGECODER_LLAMA_API_KEY=\($0)"] + command } ?? command, timeoutSeconds: 120)
             } catch {
                 // The script was killed mid-start: its server (pid file by port) goes too.
                 _ = try? await runCommand([modelServerDirectory + "/stop-llama.sh", String(port)], timeoutSeconds: 20)
@@ -347,8 +378,11 @@ actor ModelServerBed {
 /// A backend configuration for the tests.
 func backendConfig(_ kind: WorkerConfig.BackendKind, url: String, model: String = "tiny",
                    endpoint: WorkerConfig.OpenAIEndpoint = .completions,
-                   timeoutMs: Int64 = 60_000, maxOutputBytes: Int64 = 262_144) -> WorkerConfig.Backend {
+                   timeoutMs: Int64 = 60_000, maxOutputBytes: Int64 = 262_144,
+                   apiKey: String? = nil, think: Bool = false) -> WorkerConfig.Backend {
     var config = WorkerConfig.Backend()
+    config.apiKey = apiKey
+    config.think = think
     config.kind = kind
     config.url = url
     config.model = model

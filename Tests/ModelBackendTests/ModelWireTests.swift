@@ -66,7 +66,11 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         #expect(body["prompt"] == "hi \"you\"\n")
         #expect(body["stream"] == false)
         #expect(body["options"]?["num_predict"] == 7)
-        #expect(body.objectValue?.keys.sorted() == ["model", "options", "prompt", "stream"])
+        // keep_alive and think go with every Ollama request (SPEC 7: the model stays loaded
+        // and never thinks unasked).
+        #expect(body["keep_alive"] == "30m")
+        #expect(body["think"] == false)
+        #expect(body.objectValue?.keys.sorted() == ["keep_alive", "model", "options", "prompt", "stream", "think"])
     }
 
     @Test func completionsBodyCarriesPromptAndMaxTokens() throws {

@@ -96,7 +96,10 @@ private func words(_ text: String) -> Int { text.split(whereSeparator: { $0 == "
 
     @Test(arguments: ["tiny", "tiny:latest", "TINY"])
     func probeIsReadyForAPulledModel(_ model: String) async throws {
-        let probe = await ModelBackend(config: backendConfig(.ollama, url: try await ModelServerBed.shared.upstream(), model: model)).probe()
+        let backend = ModelBackend(config: backendConfig(.ollama, url: try await ModelServerBed.shared.upstream(), model: model))
+        // Ready means loaded (in /api/ps): the worker loads it first.
+        try await backend.load()
+        let probe = await backend.probe()
         #expect(probe.state == .ready, "\(probe.detail)")
     }
 
@@ -119,6 +122,7 @@ private func words(_ text: String) -> Int { text.split(whereSeparator: { $0 == "
     @Test(arguments: ["/", "/api", "/api/"])
     func acceptsTheServerURLInEveryUsualForm(_ suffix: String) async throws {
         let backend = ModelBackend(config: backendConfig(.ollama, url: try await ModelServerBed.shared.upstream() + suffix))
+        try await backend.load()
         #expect(await backend.probe().state == .ready)
         #expect(try await !backend.generate(request(maxTokens: 2)).text.isEmpty)
     }
@@ -188,7 +192,8 @@ private func words(_ text: String) -> Int { text.split(whereSeparator: { $0 == "
     }
 
     @Test func aSlowAnswerTimesOutWithinTheRequestsTime() async throws {
-        let fixture = try await OllamaFixture.start(["--delay-ms", "5000", "--fault-path", "/api/generate"])
+        // --loaded: the model is in /api/ps from the start, so the probe says ready.
+        let fixture = try await OllamaFixture.start(["--delay-ms", "5000", "--fault-path", "/api/generate", "--loaded"])
         defer { fixture.stop() }
         let backend = ModelBackend(config: backendConfig(.ollama, url: fixture.url))
         // The probe is not delayed: the server is there, only slow to generate.

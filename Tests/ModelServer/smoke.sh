@@ -7,14 +7,11 @@
 #   Tests/ModelServer/smoke.sh
 #
 # Prints TAP-like "ok - ..." / "not ok - ..." lines, "# ..." measurements, and a closing
-# "N passed, N failed" line; exits non-zero on any failure.
+# "# N passed, N failed" line (Tests/Suites/lib/tap.sh); exits non-zero on any failure.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-PASS=0; FAIL=0
-ok()     { PASS=$((PASS+1)); echo "ok - $*"; }
-not_ok() { FAIL=$((FAIL+1)); echo "not ok - $*"; }
-check()  { local d="$1"; shift; if "$@"; then ok "$d"; else not_ok "$d"; fi; }
+. "$(dirname "${BASH_SOURCE[0]}")/../Suites/lib/tap.sh"
 verdict() { if [ $? -eq 0 ]; then ok "$1"; else not_ok "$1"; fi; }   # after a [[ ... ]]
 ms_now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 
@@ -38,7 +35,7 @@ if "$MS_DIR/prepare.sh" >"$WORK/prepare.out" 2>"$WORK/prepare.err"; then
     ok "prepare.sh ($(( $(ms_now_ms) - T )) ms)"
 else
     not_ok "prepare.sh failed"; sed 's/^/# /' "$WORK/prepare.err"
-    echo "$PASS passed, $FAIL failed"; exit 1
+    tap_done; exit 1
 fi
 MODEL="$(sed -n 's/^EDGECODER_TINY_MODEL=//p' "$WORK/prepare.out")"
 [[ -s "$MODEL" ]]; verdict "tiny model is cached at $MODEL"
@@ -55,7 +52,7 @@ if LPID="$("$MS_DIR/start-llama.sh" "$LPORT" "$MODEL" 2>"$WORK/start.err")"; the
     ok "start-llama.sh on 127.0.0.1:$LPORT, pid $LPID ($(( $(ms_now_ms) - T )) ms to ready)"
 else
     not_ok "start-llama.sh"; sed 's/^/# /' "$WORK/start.err"
-    echo "$PASS passed, $FAIL failed"; exit 1
+    tap_done; exit 1
 fi
 L="http://127.0.0.1:$LPORT"
 
@@ -152,5 +149,4 @@ FX_PIDS=()
 check "port $LPORT is free again" bash -c "! curl -s -o /dev/null --max-time 2 $L/v1/models"
 LPORT=""
 
-echo "$PASS passed, $FAIL failed"
-[ "$FAIL" -eq 0 ]
+tap_done

@@ -7,7 +7,9 @@
 # Needs Tests/ModelServer/prepare.sh to have run. MODEL defaults to the cached tiny
 # random-weight model (generated on first use). The model is served under the alias
 # "tiny" (EDGECODER_LLAMA_ALIAS), with n_ctx 512 (EDGECODER_LLAMA_CTX) and 1 thread
-# (EDGECODER_LLAMA_THREADS: one is fastest for a model this small).
+# (EDGECODER_LLAMA_THREADS: one is fastest for a model this small). A new request never
+# interrupts a running stream (llama-cpp-python's default does, llama.cpp's server never
+# does). EDGECODER_LLAMA_API_KEY, when set, makes the server require that key.
 #
 # On success prints the server's PID (one line on stdout) and exits 0; the PID is also in
 # $CACHE/run/llama-PORT.pid and the server's log in $CACHE/run/llama-PORT.log.
@@ -47,6 +49,7 @@ fi
     --model "$MODEL" --model_alias "$ALIAS" \
     --host 127.0.0.1 --port "$PORT" \
     --n_ctx "$CTX" --n_threads "$THREADS" --n_threads_batch "$THREADS" \
+    --interrupt_requests false ${EDGECODER_LLAMA_API_KEY:+--api_key "$EDGECODER_LLAMA_API_KEY"} \
     </dev/null >>"$LOG" 2>&1 &
 PID=$!
 disown "$PID" 2>/dev/null || true
@@ -60,7 +63,7 @@ while :; do
         rm -f "$PIDFILE"
         ms_die "llama server exited during start (log: $LOG)"
     fi
-    if curl -sf -o /dev/null --max-time 2 "$URL/v1/models" 2>/dev/null; then
+    if curl -sf -o /dev/null --max-time 2 ${EDGECODER_LLAMA_API_KEY:+-H "Authorization: Bearer $EDGECODER_LLAMA_API_KEY"} "$URL/v1/models" 2>/dev/null; then
         break
     fi
     if [ "$(date +%s)" -ge "$DEADLINE" ]; then

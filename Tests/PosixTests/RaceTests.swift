@@ -3,14 +3,14 @@ import Synchronization
 import Testing
 
 /// Records whether an operation saw its cancellation.
-private final class Flag: Sendable {
+private final class RaceFlag: Sendable {
     private let state = Mutex(false)
     func set() { state.withLock { $0 = true } }
     var isSet: Bool { state.withLock { $0 } }
 }
 
 /// Sleeps up to a minute; records being cancelled.
-private func sleeper(_ cancelled: Flag) async -> Int {
+private func sleeper(_ cancelled: RaceFlag) async -> Int {
     do { try await Task.sleep(nanoseconds: 60_000_000_000) } catch { cancelled.set() }
     return -1
 }
@@ -19,7 +19,7 @@ private struct Boom: Error, Equatable {}
 
 @Suite struct RaceTests {
     @Test func returnsTheFirstOperationsValueAndCancelsTheSecond() async {
-        let loserCancelled = Flag()
+        let loserCancelled = RaceFlag()
         let started = monotonicNanoseconds()
         let winner = await race({ 7 }, { await sleeper(loserCancelled) })
         #expect(winner == .first(7))
@@ -29,15 +29,15 @@ private struct Boom: Error, Equatable {}
     }
 
     @Test func returnsTheSecondOperationsValueWhenItEndsFirst() async {
-        let loserCancelled = Flag()
+        let loserCancelled = RaceFlag()
         let winner = await race({ await sleeper(loserCancelled) }, { "done" })
         #expect(winner == .second("done"))
         #expect(loserCancelled.isSet)
     }
 
     @Test func cancellingTheCallerCancelsBothOperations() async {
-        let first = Flag()
-        let second = Flag()
+        let first = RaceFlag()
+        let second = RaceFlag()
         let caller = Task { await race({ await sleeper(first) }, { await sleeper(second) }) }
         try? await Task.sleep(nanoseconds: 50_000_000)
         caller.cancel()
@@ -49,7 +49,7 @@ private struct Boom: Error, Equatable {}
     }
 
     @Test func anErrorEndsTheRaceAndCancelsTheOther() async {
-        let loserCancelled = Flag()
+        let loserCancelled = RaceFlag()
         await #expect(throws: Boom.self) {
             _ = try await race({ () async throws -> Int in throw Boom() }, { await sleeper(loserCancelled) })
         }

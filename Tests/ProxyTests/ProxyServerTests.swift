@@ -11,6 +11,11 @@ import WorkerCore
 @Suite struct ProxyServerTests {
     func withServer(readTimeoutMs: Int64 = 10_000, maxConnections: Int = 64,
                     _ body: @escaping @Sendable (UInt16) async throws -> Void) async throws {
+        try await withServer(readTimeoutMs: readTimeoutMs, maxConnections: maxConnections) { port, _ in try await body(port) }
+    }
+
+    func withServer(readTimeoutMs: Int64 = 10_000, maxConnections: Int = 64,
+                    _ body: @escaping @Sendable (UInt16, ProxyServer) async throws -> Void) async throws {
         let listener = try LoopbackTCPListener(port: 0)
         var settings = CentralSettings(adapter: nil, device: nil)
         settings.busAddress = "unix:path=/nonexistent/bus"
@@ -20,7 +25,7 @@ import WorkerCore
         let serving = Task { await server.run() }
         let centralTask = Task { await central.run() }
         let outcome: Result<Void, any Error>
-        do { try await body(listener.port); outcome = .success(()) } catch { outcome = .failure(error) }
+        do { try await body(listener.port, server); outcome = .success(()) } catch { outcome = .failure(error) }
         // Close the socket only once nothing waits on it: a closed descriptor's number is
         // reused at once (by another test's socket).
         serving.cancel()
@@ -119,10 +124,10 @@ import WorkerCore
     }
 
     @Test func connectionsBeyondTheLimitGet503() async throws {
-        try await withServer(readTimeoutMs: 3_000, maxConnections: 1) { port in
+        try await withServer(readTimeoutMs: 3_000, maxConnections: 1) { port, server in
             // One connection holds the only place (it never finishes its request)…
             let holder = Task { try await exchange(port, Array("GET /status HTTP/1.1\r\n".utf8), closeWrite: false) }
-            try await Task.sleep(nanoseconds: 300_000_000)
+            while await server.openConnections == 0 { try await Task.sleep(nanoseconds: 5_000_000) }
             let refused = try await exchange(port, http("GET", "/status"))
             #expect(refused.hasPrefix("HTTP/1.1 503"))
             #expect(try await holder.value.hasPrefix("HTTP/1.1 408"))

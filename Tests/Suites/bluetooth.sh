@@ -14,56 +14,45 @@
 # EDGECODER_LLAMA_CTX (default here 20000: answers of 15000 tokens, over 64 KiB), EDGECODER_BT_RESPONSE_CAP
 # (seconds: caps every wait for a response, for a quick look at a daemon that does not
 # answer), BLUEZ_VM_* (run-in-vm.sh).
-# Needs root (apt-get on a fresh machine; the guest runs the daemon as root).
+# Needs root (apt-get on a fresh machine; the guest runs the daemon as root): without it
+# the suite is skipped (exit 77). Works from a clone anywhere, /tmp included: run-in-vm.sh
+# shares the repository with the guest at its host path.
 # Results (kept on failure): .cache/bluez-vm/runs/bluetooth.XXXXXX: output.log,
 # daemon.log (the daemon's stderr), bluetoothd.log, console.log, llama.log, throughput.txt.
-# Prints "ok - ..." / "not ok - ..." lines, "# throughput: N bytes/s", and last
-# "N passed, N failed"; exits 0 only if everything passed.
+# Prints "ok - ..." / "not ok - ..." lines (the guest's included), "# throughput: N
+# bytes/s", and last "# N passed, N failed"; exits 0 only if everything passed.
 set -u
 cd "$(dirname "$0")/../.."
+source Tests/Suites/lib/tap.sh
 REPO="$PWD"
 bin="${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}"
 
-host_ok=0
-host_fail=0
-ok() { echo "ok - $*"; host_ok=$((host_ok + 1)); }
-notok() { echo "not ok - $*"; host_fail=$((host_fail + 1)); }
-finish() { # prints the summary of the guest's and this script's results; exits
-  local gp=0 gf=0
-  if [[ -n "${results:-}" && -f "$results/output.log" ]]; then
-    gp=$(grep -c '^ok - ' "$results/output.log")
-    gf=$(grep -c '^not ok - ' "$results/output.log")
-  fi
-  local p=$((gp + host_ok)) f=$((gf + host_fail))
+finish() { # counts the guest's result lines with this script's, prints the summary; exits
   if [[ -n "${results:-}" ]]; then
-    if ((f == 0)) && [[ "${EDGECODER_BT_KEEP:-0}" != 1 ]]; then
+    tap_count "$results/output.log"
+    if ((TAP_FAILED == 0)) && [[ "${EDGECODER_BT_KEEP:-0}" != 1 ]]; then
       rm -rf "$results"
     else
       echo "# results: $results"
     fi
   fi
-  echo "$p passed, $f failed"
-  ((f == 0 && p > 0)) && exit 0
-  exit 1
+  tap_done
+  exit $?
 }
 
 if [[ ! -x "$bin" ]]; then
-  notok "no daemon binary at $bin (build it first: swift build)"
+  not_ok "no daemon binary at $bin (build it first: swift build)"
   finish
 fi
 bin="$(realpath "$bin")"
-if [[ "$(id -u)" != 0 ]]; then
-  echo "# SKIP bluetooth: needs root (the VM's packages and the daemon run as root)"
-  echo "0 passed, 0 failed"
-  exit 0
-fi
+[[ "$(id -u)" == 0 ]] || tap_skip "bluetooth: needs root (the VM's packages and the daemon run as root)"
 
 # ------------------------------------------------------------------ prepare
 if Tests/BlueZ/vm/prepare.sh >/tmp/bluetooth-suite-prepare.$$ 2>&1; then
   ok "BlueZ VM prepared"
 else
   tail -n 20 /tmp/bluetooth-suite-prepare.$$ | sed 's/^/# /'
-  notok "Tests/BlueZ/vm/prepare.sh failed"
+  not_ok "Tests/BlueZ/vm/prepare.sh failed"
   rm -f /tmp/bluetooth-suite-prepare.$$
   finish
 fi
@@ -71,7 +60,7 @@ if ms_env="$(Tests/ModelServer/prepare.sh 2>>/tmp/bluetooth-suite-prepare.$$)"; 
   ok "model server prepared"
 else
   tail -n 20 /tmp/bluetooth-suite-prepare.$$ | sed 's/^/# /'
-  notok "Tests/ModelServer/prepare.sh failed"
+  not_ok "Tests/ModelServer/prepare.sh failed"
   rm -f /tmp/bluetooth-suite-prepare.$$
   finish
 fi
@@ -82,11 +71,10 @@ mkdir -p .cache/bluez-vm/runs
 results="$(mktemp -d "$REPO/.cache/bluez-vm/runs/bluetooth.XXXXXX")"
 chmod 755 "$results"
 
-# The guest sees the host's / except /tmp, /run, /dev, /proc, /sys: copy a binary from there.
-case "$bin" in
-  /tmp/*|/run/*|/dev/*|/proc/*|/sys/*)
-    mkdir -p "$results/bin" && cp "$bin" "$results/bin/" && bin="$results/bin/$(basename "$bin")" ;;
-esac
+# The guest sees the repository (run-in-vm.sh shares it); a binary elsewhere is shared too
+# (it may lie under /tmp, which the guest has its own).
+share_bin=()
+[[ "$bin" == "$REPO"/* ]] || share_bin=(--share "$(dirname "$bin")")
 
 # ------------------------------------------------------------------ model server
 export EDGECODER_LLAMA_CTX="${EDGECODER_LLAMA_CTX:-20000}"
@@ -101,7 +89,7 @@ for _ in 1 2 3; do
 done
 if [[ -z "$port" ]]; then
   tail -n 20 "$results/llama-start.log" | sed 's/^/# /'
-  notok "llama.cpp server started"
+  not_ok "llama.cpp server started"
   finish
 fi
 ok "llama.cpp server started on 127.0.0.1:$port (n_ctx $EDGECODER_LLAMA_CTX)"
@@ -139,7 +127,7 @@ trap 'cleanup; exit 130' INT TERM
 
 # ------------------------------------------------------------------ the VM
 BLUEZ_VM_MEM="${BLUEZ_VM_MEM:-1536}" Tests/BlueZ/vm/run-in-vm.sh \
-  --controllers 4 --host-port "$port" --timeout "${EDGECODER_BT_TIMEOUT:-3000}" --results "$results" \
+  --controllers 4 --host-port "$port" --timeout "${EDGECODER_BT_TIMEOUT:-3000}" --results "$results" "${share_bin[@]}" \
   --env "WORKER_BIN=$bin" --env "LLAMA_PORT=$port" --env "BT_PHASES=${EDGECODER_BT_PHASES:-}" --env "BT_PROXY_BENCH=${EDGECODER_BT_PROXY_BENCH:-0}" \
   --env "WORKER_RESPONSE_TIMEOUT_CAP=${EDGECODER_BT_RESPONSE_CAP:-}" \
   Tests/BlueZ/worker-guest.sh
@@ -148,9 +136,9 @@ trap - INT TERM
 cleanup
 case $rc in
   0) ok "the guest suite exited 0" ;;
-  124) notok "the VM timed out (see $results/console.log)" ;;
-  125) notok "the VM failed before the guest suite ended (see $results/setup.log, console.log)" ;;
-  *) notok "the guest suite exited $rc" ;;
+  124) not_ok "the VM timed out (see $results/console.log)" ;;
+  125) not_ok "the VM failed before the guest suite ended (see $results/setup.log, console.log)" ;;
+  *) not_ok "the guest suite exited $rc" ;;
 esac
 [[ -s "$results/throughput.txt" ]] && awk '{print "# throughput (MTU " $4 "): " $1 " bytes/s"}' "$results/throughput.txt"
 finish

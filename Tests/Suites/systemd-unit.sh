@@ -16,16 +16,9 @@ SYSUSERS=${2:-systemd/sysusers.d/edgecoder-worker.conf}
 TMPFILES=${3:-systemd/tmpfiles.d/edgecoder-worker.conf}
 MAX_EXPOSURE=2.0
 
-failures=0
-checks=0
-ok()     { checks=$((checks + 1)); echo "ok - $*"; }
-not_ok() { checks=$((checks + 1)); failures=$((failures + 1)); echo "not ok - $*"; }
-check()  { # check DESCRIPTION COMMAND...  (passes when COMMAND succeeds)
-    local desc=$1; shift
-    if "$@"; then ok "$desc"; else not_ok "$desc"; fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib/tap.sh"
 
-TMP=$(mktemp -d) || { echo "not ok - mktemp failed"; exit 1; }
+TMP=$(mktemp -d) || { not_ok "mktemp failed"; tap_done; exit 1; }
 trap 'rm -rf "$TMP"' EXIT
 
 # ---------------------------------------------------------------------------
@@ -64,6 +57,7 @@ list_value() {
 
 # has_item KEY ITEM: ITEM is in the effective list of KEY.
 has_item() { list_value "$1" | grep -qxF -- "$2"; }
+has_line() { directive "$1" | grep -qxF -- "$2"; }    # has_line KEY VALUE: one of the KEY= lines
 
 # parse_exposure: read systemd-analyze security output on stdin and print the
 # "Overall exposure level" number (e.g. 1.5), or nothing if there is none.
@@ -103,12 +97,12 @@ usec() {
 # ---------------------------------------------------------------------------
 if ! command -v systemd-analyze >/dev/null 2>&1; then
     not_ok "systemd-analyze is not installed (apt-get install systemd); cannot check the unit"
-    echo "# $failures of $checks checks failed"
+    tap_done
     exit 1
 fi
 if [[ ! -f $UNIT ]]; then
     not_ok "unit file $UNIT not found (run from the repository root)"
-    echo "# $failures of $checks checks failed"
+    tap_done
     exit 1
 fi
 ok "unit file $UNIT exists"
@@ -180,6 +174,8 @@ check "StateDirectoryMode=0750" eq StateDirectoryMode 0750
 check "RuntimeDirectory=edgecoder-worker" eq RuntimeDirectory edgecoder-worker
 check "RuntimeDirectoryMode=0755 (group edgecoder must reach control.sock)" eq RuntimeDirectoryMode 0755
 check "ConfigurationDirectory=edgecoder-worker" eq ConfigurationDirectory edgecoder-worker
+check "LoadCredential= loads the model server's key (backend-api-key) from the credstore" \
+    has_line LoadCredential backend-api-key:edgecoder-worker.backend-api-key
 check "User=edgecoder-worker" eq User edgecoder-worker
 check "no DynamicUser=yes (static sysusers user)" not_yes DynamicUser
 check "SupplementaryGroups includes bluetooth (BlueZ D-Bus policy)" has_item SupplementaryGroups bluetooth
@@ -278,5 +274,4 @@ else
     check "systemd-tmpfiles parses $TMPFILES${tf_err:+: $tf_err}" [ -z "$tf_err" ]
 fi
 
-echo "# $((checks - failures)) of $checks checks passed"
-[[ $failures -eq 0 ]]
+tap_done

@@ -79,12 +79,79 @@ import Testing
         (#"{"hooks": {"networkRestored": 5}}"#, "hooks.networkRestored", "must be a string"),
         (#"{"control": {"readGroup": "a;b"}}"#, "control.readGroup", "group name"),
         (#"{"log": {"level": "loud"}}"#, "log.level", "must be one of"),
+        (#"{"backend": {"think": "no"}}"#, "backend.think", "must be true or false"),
+        (#"{"backend": {"keepAlive": "30 minutes"}}"#, "backend.keepAlive", "duration like \"30m\""),
+        (#"{"backend": {"keepAlive": "30"}}"#, "backend.keepAlive", "or a number of seconds"),
+        (#"{"backend": {"keepAlive": 1.5}}"#, "backend.keepAlive", "must be a string"),
+        (#"{"backend": {"apiKey": ""}}"#, "backend.apiKey", "must not be empty"),
+        (#"{"backend": {"apiKey": "two words"}}"#, "backend.apiKey", "printable ASCII without spaces"),
     ])
     func refusesABadKeyNamingItsPath(text: String, path: String, message: String) {
         let found = problems(text)
         #expect(found.count == 1, "\(found)")
         #expect(found.first?.path == path)
         #expect(found.first?.message.contains(message) == true, "\(found.first?.message ?? "none")")
+    }
+
+    @Test func backendKeysForThinkingKeepAliveAndTheKey() throws {
+        let defaults = WorkerConfig().backend
+        #expect(defaults.think == false && defaults.keepAlive == "30m" && defaults.apiKey == nil)
+        let config = try WorkerConfig.parse(Array(#"{"backend": {"think": true, "keepAlive": "1h30m", "apiKey": "sk-abc_123"}}"#.utf8))
+        #expect(config.backend.think)
+        #expect(config.backend.keepAlive == "1h30m")
+        #expect(config.backend.apiKey == "sk-abc_123")
+        for forever in [#"-1"#, #""-1m""#, #""0""#, #"3600"#] {
+            #expect(throws: Never.self) { try WorkerConfig.parse(Array(#"{"backend": {"keepAlive": \#(forever)}}"#.utf8)) }
+        }
+    }
+
+    @Test func aRefusedKeyIsNeverQuotedInTheProblem() {
+        let found = problems(#"{"backend": {"apiKey": "secret value"}}"#)
+        #expect(found.count == 1)
+        #expect(!found.description.contains("secret"))
+    }
+
+    @Test(arguments: [("30m", true), ("1h30m", true), ("0", true), ("-1m", true), ("1.5h", true), ("250ms", true),
+                      ("", false), ("30", false), ("m", false), ("1d", false), ("1..5h", false), ("-", false)])
+    func readsGoDurationsAsOllamaDoes(text: String, valid: Bool) {
+        #expect(WorkerConfig.isGoDuration(text) == valid)
+    }
+
+    @Test(arguments: ["http://coordinator.example", "http://10.0.0.5:8080/", "HTTP://Coord.Example/api", "http://[2001:db8::1]:80",
+                      "http://127.example", "http://128.0.0.1", "http://localhost.evil.example"])
+    func refusesPlainHttpToAHostThatIsNotLoopbackSayingWhy(url: String) {
+        let found = problems(#"{"coordinator": {"url": "\#(url)"}}"#)
+        #expect(found.map(\.path) == ["coordinator.url"])
+        let message = found.first?.message ?? ""
+        #expect(message.contains("unencrypted") && message.contains("coordinator.allowInsecureHttp") && message.contains("https://"), "\(message)")
+    }
+
+    @Test(arguments: ["http://127.0.0.1:4000", "http://127.1.2.3/", "http://localhost:8080", "http://LOCALHOST", "http://[::1]:9000/x",
+                      "https://coordinator.example", "https://10.0.0.5"])
+    func acceptsPlainHttpOnlyToLoopbackAndHttpsAnywhere(url: String) throws {
+        let config = try WorkerConfig.parse(Array(#"{"coordinator": {"url": "\#(url)"}}"#.utf8))
+        #expect(config.coordinator.url == url)
+        #expect(config.coordinator.allowInsecureHttp == false)
+    }
+
+    @Test func allowInsecureHttpAcceptsPlainHttpToAnyHostWhateverTheKeyOrder() throws {
+        for text in [#"{"coordinator": {"url": "http://coordinator.lan", "allowInsecureHttp": true}}"#,
+                     #"{"coordinator": {"allowInsecureHttp": true, "url": "http://coordinator.lan"}}"#] {
+            let config = try WorkerConfig.parse(Array(text.utf8))
+            #expect(config.coordinator.url == "http://coordinator.lan")
+            #expect(config.coordinator.allowInsecureHttp)
+        }
+        let explicitFalse = problems(#"{"coordinator": {"url": "http://coordinator.lan", "allowInsecureHttp": false}}"#)
+        #expect(explicitFalse.map(\.path) == ["coordinator.url"])
+        let notABool = problems(#"{"coordinator": {"allowInsecureHttp": "yes"}}"#)
+        #expect(notABool.map(\.path) == ["coordinator.allowInsecureHttp"])
+        #expect(notABool.first?.message.contains("true or false") == true)
+    }
+
+    @Test func theBackendMayStayOnPlainHttp() throws {
+        // The model server is local and carries no worker token: only the coordinator is refused.
+        let config = try WorkerConfig.parse(Array(#"{"backend": {"url": "http://gpu-box.lan:11434"}}"#.utf8))
+        #expect(config.backend.url == "http://gpu-box.lan:11434")
     }
 
     @Test func reportsEveryProblemAtOnce() {

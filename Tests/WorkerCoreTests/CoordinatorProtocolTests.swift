@@ -133,22 +133,41 @@ import Testing
     }
 }
 
-@Suite struct TaskHistoryBounds {
-    @Test func keepsTheNewestFiftyPerSource() {
-        var history = TaskHistory()
-        for i in 0..<80 { history.upsert(TaskRecord(id: "c\(i)", source: .coordinator, origin: "t", prompt: "p", startedAtMs: Int64(i))) }
-        for i in 0..<10 { history.upsert(TaskRecord(id: "b\(i)", source: .bluetooth, origin: "00:AA", prompt: "p", startedAtMs: Int64(i))) }
-        #expect(history.records.filter { $0.source == .coordinator }.count == 50)
-        #expect(history.records.first { $0.source == .coordinator }?.id == "c30")
-        #expect(history.records.filter { $0.source == .bluetooth }.count == 10)
+@Suite struct SHA256Vectors {
+    // FIPS 180-4 examples and the NIST short-message vectors.
+    @Test(arguments: [
+        ("", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"),
+        ("abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"),
+        ("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq", "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"),
+        ("The quick brown fox jumps over the lazy dog", "d7a8fbb307d7809469ca9abcb0082e4f8d5651e46d3cdb762d02d0bf37c9e592"),
+    ])
+    func digestsMatchTheStandardVectors(text: String, hex: String) {
+        #expect(SHA256.hex(Array(text.utf8)) == hex)
     }
 
-    @Test func runningTasksBecomeInterruptedAtAStop() throws {
-        var history = TaskHistory()
-        history.upsert(TaskRecord(id: "r", source: .bluetooth, origin: "x", prompt: String(repeating: "p", count: 2_000), startedAtMs: 1))
-        history.markRunningInterrupted(atMs: 11)
-        #expect(history.records[0].state == .interrupted && history.records[0].error == "interrupted" && history.records[0].durationMs == 10)
-        #expect(history.records[0].prompt.count == TaskRecord.previewLimit)
-        #expect(TaskHistory.from(json: try JSON.parse(history.json.serialized)) == history)
+    @Test func aMillionAsAndEveryPaddingBoundaryHash() {
+        #expect(SHA256.hex([UInt8](repeating: 0x61, count: 1_000_000)) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0")
+        // 55, 56 and 64 bytes straddle the length field's block boundary.
+        #expect(SHA256.hex([UInt8](repeating: 0x61, count: 55)) == "9f4390f8d30c2dd92ec9f095b65e2b9ae9b0a925a5258e241c9f1e910f734318")
+        #expect(SHA256.hex([UInt8](repeating: 0x61, count: 56)) == "b35439a4ac6f0948b6d6f9e3c6af0f5f590ce20f1bde7090ef7970686ec6738a")
+        #expect(SHA256.hex([UInt8](repeating: 0x61, count: 64)) == "ffe054fe7ae0cb6dc65c3af9b61d5209f439851db43d0ba5997337df154668eb")
+        #expect(SHA256.digest([UInt8]()).count == 32)
+    }
+}
+
+@Suite struct ResultBounds {
+    @Test func aBoundedResultIsWhatIsPostedAndFitsTheOutboxLimit() {
+        let result = SubtaskResult(subtaskID: "s", taskID: "t", ok: false, output: String(repeating: "é\u{1}", count: 3_000_000),
+                                   error: String(repeating: "€", count: 5_000), durationMs: 3)
+        let bounded = result.bounded
+        #expect(bounded.json.serialized.utf8.count <= SubtaskResult.maxStoredBytes)
+        #expect(bounded.error?.utf8.count ?? 0 <= SubtaskResult.maxErrorBytes && (bounded.error?.utf8.count ?? 0) > SubtaskResult.maxErrorBytes - 3)
+        #expect(bounded.error?.allSatisfy { $0 == "€" } == true, "cut between characters")
+        #expect(result.output.hasPrefix(bounded.output) && bounded.output.utf8.count > 100_000)
+        let posted = CoordinatorWire.result(bounded, agentID: String(repeating: "a", count: AgentID.maxBytes))
+        #expect(posted["output"]?.stringValue == bounded.output, "posting a bounded result cuts nothing more")
+        #expect(posted["error"]?.stringValue == bounded.error)
+        let small = SubtaskResult(subtaskID: "s", taskID: "t", ok: true, output: "hi", durationMs: 1)
+        #expect(small.bounded == small)
     }
 }

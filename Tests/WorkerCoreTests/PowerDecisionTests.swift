@@ -285,7 +285,7 @@ private struct Drive {
     @Test func jsonListsEveryReasonInOrderAndRoundTrips() {
         var counters = HoldCounters()
         counters.record(.cpuBusy, count: 7)
-        #expect(counters.json.serialized == #"{"not-charging":0,"draining":0,"battery-low":0,"low-power-mode":0,"thermal":0,"cpu-busy":7}"#)
+        #expect(counters.json.serialized == #"{"not-charging":0,"draining":0,"battery-low":0,"low-power-mode":0,"thermal":0,"cpu-busy":7,"state-unwritable":0}"#)
         #expect(HoldCounters.from(json: counters.json) == counters)
     }
 
@@ -300,6 +300,19 @@ private struct Drive {
         #expect(counters?.count(.thermal) == thermal)
     }
 
+    @Test func anUnwritableStateDirectoryIsCountedBesideThePowerReasonsAndRoundTrips() throws {
+        var counters = HoldCounters()
+        counters.record(.stateUnwritable)
+        counters.record(.stateUnwritable, count: 2)
+        counters.record(.thermal)
+        #expect(counters.count(.stateUnwritable) == 3)
+        #expect(counters.total == 4)
+        #expect(counters.json["state-unwritable"] == 3)
+        #expect(HoldCounters.from(json: counters.json) == counters)
+        #expect(HoldCounters.from(json: try JSON.parse(#"{"state-unwritable":-1}"#)) == nil)
+        #expect(!HoldReason.allCases.map(\.rawValue).contains("state-unwritable"), "never a power decision's reason")
+    }
+
     @Test func countersSaturateInsteadOfOverflowing() {
         var counters = HoldCounters()
         counters.record(.thermal, count: .max)
@@ -307,35 +320,5 @@ private struct Drive {
         counters.record(.draining)
         #expect(counters.count(.thermal) == .max)
         #expect(counters.total == .max)
-    }
-}
-
-@Suite struct PowerTelemetryHeartbeatTests {
-    static let allKeys = ["onExternalPower", "batteryLevelPct", "lowPowerMode", "onACPower", "batteryPct", "thermalState",
-                          "cpuUsagePct", "memoryUsagePct", "deviceType", "updatedAtMs"]
-
-    @Test func everyKnownValueIsSentInBothVocabularies() {
-        let telemetry = PowerTelemetry(onExternalPower: false, batteryPct: 42, lowPowerMode: false, thermalState: .fair,
-                                       cpuUsagePct: 12.345, memoryUsagePct: 50, deviceType: .laptop,
-                                       hasSystemBattery: true, updatedAtMs: 1_700_000_000_123)
-        let json = telemetry.heartbeatJSON
-        #expect(json.objectValue?.keys == Self.allKeys)
-        #expect(json.serialized == #"{"onExternalPower":false,"batteryLevelPct":42,"lowPowerMode":false,"onACPower":false,"batteryPct":42,"thermalState":"fair","cpuUsagePct":12.3,"memoryUsagePct":50,"deviceType":"laptop","updatedAtMs":1700000000123}"#)
-    }
-
-    @Test func unknownValuesAreLeftOutNeverNullOrMinusOne() {
-        let json = PowerTelemetry(onExternalPower: true, deviceType: .desktop, updatedAtMs: 5).heartbeatJSON
-        #expect(json.serialized == #"{"onExternalPower":true,"onACPower":true,"deviceType":"desktop","updatedAtMs":5}"#)
-        let nothing = PowerTelemetry(cpuUsagePct: .nan, memoryUsagePct: .infinity, updatedAtMs: 5).heartbeatJSON
-        #expect(nothing.objectValue?.keys == ["updatedAtMs"])
-    }
-
-    @Test(arguments: [(-3.0, 0.0), (100.04, 100.0), (250.0, 100.0), (99.96, 100.0), (0.04, 0.0), (33.36, 33.4)])
-    func percentagesStayWithinTheCoordinatorsRange(value: Double, sent: Double) {
-        let json = PowerTelemetry(batteryPct: Int(value), cpuUsagePct: value, memoryUsagePct: value, updatedAtMs: 1).heartbeatJSON
-        #expect(json["cpuUsagePct"]?.doubleValue == sent)
-        #expect(json["memoryUsagePct"]?.doubleValue == sent)
-        let battery = json["batteryPct"]?.intValue ?? -1
-        #expect((0...100).contains(battery))
     }
 }

@@ -67,7 +67,10 @@ enum DocumentedStatus {
                    "subtasksFailed": .int, "outboxDepth": .int, "running": .nullable(.string)])
     static let backend = Shape.object(
         required: ["kind": .string, "url": .string, "model": .string, "modelState": .string, "detail": .string],
-        optional: ["checkedAt": .string])
+        optional: ["checkedAt": .string, "modelSource": .string, "configuredModel": .string, "switchedAt": .string,
+                   "modelSwitch": .nullable(.object(required: ["phase": .string, "inProgress": .bool, "model": .nullable(.string),
+                                                               "rolloutId": .nullable(.string), "message": .string,
+                                                               "progressPct": .nullable(.any), "since": .string]))])
     static let bluetooth = Shape.object(required: [
         "active": .bool, "state": .string, "adapter": .nullable(.string), "address": .nullable(.string), "localName": .string,
         "applicationRegistered": .bool, "advertising": .bool, "problem": .nullable(.string),
@@ -220,7 +223,7 @@ enum DocumentedStatus {
         #expect(json["power"]?["telemetry"] == .null)
         #expect(json["power"]?["ageMs"] == nil && json["power"]?["decision"] == nil)
         #expect(json["power"]?["chargeGate"] == "open")
-        #expect(json["power"]?["held"]?.objectValue?.keys == HoldReason.allCases.map(\.rawValue))
+        #expect(json["power"]?["held"]?.objectValue?.keys == HoldReason.allCases.map(\.rawValue) + LocalHoldReason.allCases.map(\.rawValue))
         #expect(json["coordinator"] == ["state": "not running", "url": .null, "active": false])
         #expect(json["bluetooth"]?["active"] == false)
         #expect(json["bluetooth"]?["state"] == "inactive")

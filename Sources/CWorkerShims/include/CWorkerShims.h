@@ -18,6 +18,12 @@ int ecw_peer_groups(int fd, uint32_t *groups, int capacity);
 /// SIGPIPE is ignored. Returns 0 or -errno.
 int ecw_install_signal_pipe(int write_fd);
 
+/// Makes the process end by itself `after_first` seconds after the first of those
+/// signals and `after_second` seconds after the second (whichever comes sooner; 0 never),
+/// with `status`, writing one line to stderr: a stop that hangs cannot outlive the bound,
+/// whatever the rest of the process is doing. Uses alarm() and SIGALRM. Returns 0 or -errno.
+int ecw_arm_forced_exit(unsigned after_first, unsigned after_second, int status);
+
 /// Restores the default disposition of the signals above (used by children before exec).
 void ecw_reset_signals(void);
 
@@ -26,6 +32,9 @@ void ecw_reset_signals(void);
 // GNU extensions that Swift's Glibc module does not export.
 int ecw_eventfd_nonblocking(void);
 int ecw_pipe_nonblocking(int fds[2]);
+/// A pipe whose read end is non-blocking (for the reactor) and write end blocking (a
+/// child's stdout: a non-blocking one would make its writes fail with EAGAIN).
+int ecw_pipe_from_child(int fds[2]);
 int ecw_accept_nonblocking(int fd);
 
 /// Opens a non-blocking AF_NETLINK socket of `protocol`, bound to the multicast
@@ -33,9 +42,15 @@ int ecw_accept_nonblocking(int fd);
 int ecw_netlink_open(int protocol, uint32_t groups, int rcvbuf);
 
 /// Spawns `/bin/sh -c command` in its own process group with default signal
-/// handling, stdin from /dev/null, stdout/stderr inherited, and `envp` added to the
-/// environment. Returns the pid (and a pidfd in *pidfd, or -1) or -errno.
-int ecw_spawn_shell(const char *command, char *const extra_env[], int stdout_fd, int *pidfd);
+/// handling, stdin from /dev/null, stdout/stderr to `stdout_fd` (inherited when < 0),
+/// every other descriptor closed, and exactly `envp` as its environment.
+/// Returns the pid (and a pidfd in *pidfd, or -1) or -errno.
+int ecw_spawn_shell(const char *command, char *const envp[], int stdout_fd, int *pidfd);
+
+/// Whether `pid` has exited, without reaping it (its pid, and so its process group's
+/// id, stays taken until `ecw_reap`): 1 with the exit code (or -1) and the signal that
+/// killed it (or 0), 0 while it runs, -errno on error.
+int ecw_exited(int pid, int *code, int *signo);
 
 /// Reaps `pid` without blocking: returns 1 and the wait status when it has exited,
 /// 0 when still running, -errno on error.

@@ -20,7 +20,8 @@
 #                         guest reaches the host's 127.0.0.1:PORT (else empty);
 #                         BLUEZ_VM_HOST_PORTS the forwarded ports (space-separated)
 #   HOME=/tmp/home (the root filesystem is the host's /, read-only; /tmp, /run,
-#   /var/lib/bluetooth and /dev/shm are fresh tmpfs)
+#   /var/lib/bluetooth and /dev/shm are fresh tmpfs; the repository, BLUEZ_VM_CACHE and
+#   run-in-vm.sh --share folders are mounted read-only at their host paths over them)
 #
 # Timeouts are generous: under TCG on a loaded host guest time crawls while guest timers
 # follow the host's clock.
@@ -38,10 +39,9 @@
 #   bluez_example NAME [hciN]   copy of BlueZ's example script NAME pinned to hciN
 #   load_bt_modules / start_btvirt [ARGS] / start_dbus / setup_host_network
 #                               (done by guest-init.sh already)
-#   ok DESC / not_ok DESC / check DESC CMD...   TAP-like result lines ("ok - DESC")
-#   run_tap DESC CMD...         run CMD, pass through and count its ok/not ok lines
-#   tap_done                    print "1..N" and "N passed, N failed"; returns 1 if any
-#                               not_ok was seen (end a guest script with `tap_done; exit $?`)
+#   ok DESC / not_ok DESC / check DESC CMD... / run_tap DESC CMD... / tap_done
+#                               result lines and counts from Tests/Suites/lib/tap.sh (end
+#                               a guest script with `tap_done; exit $?`)
 #
 # Python centrals: bvm_bleak.py in this folder (find/connect with bleak from hci1, with
 # workarounds for btvirt and BlueZ races; read its docstring).
@@ -189,30 +189,6 @@ bluez_example() { # NAME [ADAPTER=hci0]: copy BlueZ's example NAME (bluez-test-s
 }
 
 # ------------------------------------------------------------- result lines
-# TAP-style lines without numbers ("ok - DESC" / "not ok - DESC"), plan and summary at the end.
-_BVM_FAILS=0
-_BVM_COUNT=0
-ok()     { _BVM_COUNT=$((_BVM_COUNT + 1)); echo "ok - $*"; }
-not_ok() { _BVM_COUNT=$((_BVM_COUNT + 1)); _BVM_FAILS=$((_BVM_FAILS + 1)); echo "not ok - $*"; }
-check() { # check DESC CMD... : ok if CMD succeeds (its output goes to stderr)
-  local desc=$1; shift
-  if "$@" >&2; then ok "$desc"; else not_ok "$desc"; fi
-}
-run_tap() { # run_tap DESC CMD... : pass CMD's output through, counting its "ok - " and
-  # "not ok - " lines; a non-zero exit adds "not ok - DESC (exit N)"
-  local desc=$1 line rc=0; shift
-  while IFS= read -r line; do
-    case $line in
-      __run_tap_rc=*) rc=${line#__run_tap_rc=}; continue ;;
-      "ok - "*|"ok "[0-9]*) _BVM_COUNT=$((_BVM_COUNT + 1)) ;;
-      "not ok"*) _BVM_COUNT=$((_BVM_COUNT + 1)); _BVM_FAILS=$((_BVM_FAILS + 1)) ;;
-    esac
-    printf '%s\n' "$line"
-  done < <("$@" 2>&1; echo "__run_tap_rc=$?")
-  if [[ $rc != 0 ]]; then not_ok "$desc (exit $rc)"; fi
-}
-tap_done() { # prints the plan and "N passed, N failed"; returns 1 if anything failed
-  echo "1..$_BVM_COUNT"
-  echo "$((_BVM_COUNT - _BVM_FAILS)) passed, $_BVM_FAILS failed"
-  ((_BVM_FAILS == 0))
-}
+# ok, not_ok, check, run_tap, tap_done: the suites' shared helper.
+# shellcheck source=../../Suites/lib/tap.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../Suites/lib/tap.sh"

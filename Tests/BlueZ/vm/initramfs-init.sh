@@ -1,8 +1,9 @@
 #!/bin/busybox sh
 # /init of the BlueZ test VM's initramfs (built into it by prepare.sh; edit, then rerun
-# prepare.sh). Loads virtio + 9p, mounts the host's / read-only (tag hostroot) and the
-# writable results share (tag results), then chroots into the host's / and runs
-# guest-init.sh with the host's bash. Always powers off.
+# prepare.sh). Loads virtio + 9p, mounts the host's / read-only (tag hostroot), the
+# read-only shares at their host paths (tags share1..N: the repository, the VM cache, what
+# run-in-vm.sh --share names) and the writable results share (tag results), then chroots
+# into the host's / and runs guest-init.sh with the host's bash. Always powers off.
 /bin/busybox mkdir -p /proc /sys /dev /bin
 /bin/busybox --install -s /bin
 export PATH=/bin
@@ -28,7 +29,8 @@ done
 OPTS=trans=virtio,version=9p2000.L,msize=262144
 mount -t 9p -o "$OPTS" results /res || halt "cannot mount the results share"
 [ -f /res/vm.conf ] || halt "no vm.conf in the results share"
-# vm.conf (written by run-in-vm.sh): RESULTS_PATH=..., GUEST_INIT=..., ROOT_CACHE=...
+# vm.conf (written by run-in-vm.sh): RESULTS_PATH=..., GUEST_INIT=..., ROOT_CACHE=...,
+# SHARE_COUNT=N, SHARE_1=... SHARE_N=... (parents before what lies inside them)
 . /res/vm.conf
 mount -t 9p -o "$OPTS,ro,cache=${ROOT_CACHE:-loose}" hostroot /newroot || halt "cannot mount hostroot"
 
@@ -47,6 +49,15 @@ mount -t tmpfs -o mode=1777 tmpfs $R/dev/shm 2>/dev/null
 mount -t tmpfs -o mode=1777 tmpfs $R/tmp || halt "tmpfs /tmp"
 mount -t tmpfs -o mode=755 tmpfs $R/run || halt "tmpfs /run"
 mount -t tmpfs -o mode=700 tmpfs $R/var/lib/bluetooth || halt "tmpfs /var/lib/bluetooth (is bluez installed on the host?)"
+# The shares go over the tmpfs above (a clone under /tmp), hence after them. mkdir works
+# when the path lies on one of those tmpfs; otherwise it exists on the host already.
+i=1
+while [ "$i" -le "${SHARE_COUNT:-0}" ]; do
+  eval "share=\$SHARE_$i"
+  mkdir -p "$R$share" 2>/dev/null
+  mount -t 9p -o "$OPTS,ro,cache=${ROOT_CACHE:-loose}" "share$i" "$R$share" || halt "cannot mount share$i at $share"
+  i=$((i + 1))
+done
 # The results share appears in the guest at the host's path (mkdir works when that path
 # lies on one of the tmpfs above; otherwise the directory exists on the host already).
 mkdir -p "$R$RESULTS_PATH" 2>/dev/null
@@ -56,5 +67,11 @@ say "chroot: $GUEST_INIT"
 chroot $R /bin/bash "$GUEST_INIT" "$RESULTS_PATH"
 say "guest-init exited $?"
 umount "$R$RESULTS_PATH" 2>/dev/null
+i=${SHARE_COUNT:-0}
+while [ "$i" -ge 1 ]; do
+  eval "share=\$SHARE_$i"
+  umount "$R$share" 2>/dev/null
+  i=$((i - 1))
+done
 umount /res 2>/dev/null
 halt ""

@@ -10,7 +10,8 @@
 # 3. A tiny busybox initramfs with the virtio + 9p modules and initramfs-init.sh.
 # 4. A venv with bleak: .cache/bluez-vm/venv (system python, --system-site-packages).
 #
-# Everything lives in REPO/.cache/bluez-vm (not /tmp: the guest has its own /tmp).
+# Everything lives in REPO/.cache/bluez-vm (or BLUEZ_VM_CACHE); run-in-vm.sh shares it with
+# the guest at the same path, wherever it is.
 # Each step is skipped when its stamp matches. Environment:
 #   BLUEZ_VM_KERNEL=6.1.0-57-amd64   use this kernel ABI instead of linux-image-amd64's
 #   BLUEZ_VM_BLEAK='bleak>=3.1,<4'   pip requirement for bleak

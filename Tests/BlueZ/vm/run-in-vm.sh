@@ -6,9 +6,12 @@
 #   Tests/BlueZ/vm/run-in-vm.sh [OPTIONS] SCRIPT [ARGS...]
 #
 # SCRIPT runs in the guest as `bash SCRIPT ARGS...` (cwd: the caller's cwd), at the same
-# path as on the host, so it must not live under /tmp, /run, /dev, /proc, /sys or
-# /var/lib/bluetooth (the guest has fresh file systems there). Its stdout+stderr are
-# streamed to this script's stdout; its exit code becomes this script's exit code.
+# path as on the host. The guest sees the host's / read-only, except /tmp, /run, /dev,
+# /proc, /sys and /var/lib/bluetooth (fresh file systems there), and, at their host paths
+# wherever they are (/tmp included), read-only: this repository, the VM cache and every
+# --share DIR. So a clone under /tmp works; anything else the guest must read under those
+# folders needs --share. Its stdout+stderr are streamed to this script's stdout; its exit
+# code becomes this script's exit code.
 # Guest scripts can `source "$BLUEZ_VM_DIR/guest-lib.sh"` (see that file).
 #
 # Options:
@@ -27,6 +30,8 @@
 #                      eth0 (10.0.2.15/24) on qemu's user network with restrict=on: it
 #                      reaches nothing else; each connection is relayed by host-relay.py
 #                      (spawned per connection on the host). Without it: no network.
+#   --share DIR        show the host's DIR to the guest at the same path, read-only
+#                      (repeatable; the repository and the VM cache always are)
 #   --results DIR      results folder (kept); default: a fresh REPO/.cache/bluez-vm/runs/
 #                      run.XXXXXX, deleted after a run that exits 0 unless --keep
 #   --keep             keep the default results folder
@@ -60,6 +65,7 @@ BTMON="${BLUEZ_VM_BTMON:-0}"
 BTD_ARGS="${BLUETOOTHD_ARGS:-}"
 ENV_LINES=()
 HOST_PORTS=()
+SHARES=()
 CONTROLLERS=2
 while (($#)); do
   case "$1" in
@@ -81,6 +87,9 @@ while (($#)); do
     --host-port)
       [[ "${2-}" =~ ^[0-9]+$ ]] && (($2 >= 1 && $2 <= 65535)) || die "--host-port wants a TCP port, got '${2-}'"
       HOST_PORTS+=("$2"); shift 2 ;;
+    --share)
+      d="$(realpath -e "${2:?}" 2>/dev/null)" && [[ -d "$d" ]] || die "--share wants a folder, got '${2-}'"
+      SHARES+=("$d"); shift 2 ;;
     --results) RESULTS="${2:?}"; KEEP=1; shift 2 ;;
     --keep) KEEP=1; shift ;;
     --verbose|-v) VERBOSE=1; shift ;;
@@ -97,10 +106,6 @@ done
 SCRIPT="$(realpath -e "$1" 2>/dev/null)" || die "no such script: $1"
 shift
 [[ -f "$SCRIPT" ]] || die "not a file: $SCRIPT"
-case "$SCRIPT" in
-  /tmp/*|/run/*|/dev/*|/proc/*|/sys/*|/var/lib/bluetooth/*)
-    die "$SCRIPT is not visible in the guest (it has its own /tmp, /run, /dev, /proc, /sys, /var/lib/bluetooth); put the script elsewhere" ;;
-esac
 
 # ------------------------------------------------------------ prepared?
 KVER="$(cat "$CACHE/kernel-version" 2>/dev/null || true)"
@@ -115,6 +120,29 @@ if [[ -z "$KVER" || ! -f "$KERNEL" || ! -f "$INITRD" || ! -x "$CACHE/venv/bin/py
   INITRD="$CACHE/initramfs-$KVER.cpio.gz"
 fi
 
+# ------------------------------------------------------------ shared folders
+# The repository and the cache are shared explicitly: the host's / alone would hide them
+# when they live under /tmp (the guest's own tmpfs). Parents are mounted before what lies
+# inside them, and a folder inside another share is visible already: share the outermost.
+mkdir -p "$CACHE"
+mapfile -t candidates < <(printf '%s\n' "$(realpath "$REPO")" "$(realpath "$CACHE")" "${SHARES[@]}" |
+  awk '{ print length($0) "\t" $0 }' | sort -n -k1,1 | cut -f2- | uniq)
+GUEST_SHARES=()
+for d in "${candidates[@]}"; do
+  [[ "$d" != / ]] || die "cannot share / (the guest's root is the host's / already)"
+  [[ "$d" != *"'"* ]] || die "a shared path must not contain quotes: $d"
+  inside=0
+  for p in "${GUEST_SHARES[@]}"; do [[ "$d" == "$p" || "$d" == "$p"/* ]] && inside=1; done
+  ((inside)) || GUEST_SHARES+=("$d")
+done
+visible_in_guest() { # PATH: under a share, or outside the guest's own file systems
+  local p
+  for p in "${GUEST_SHARES[@]}"; do [[ "$1" == "$p"/* ]] && return 0; done
+  case "$1" in /tmp/*|/run/*|/dev/*|/proc/*|/sys/*|/var/lib/bluetooth/*) return 1 ;; esac
+}
+visible_in_guest "$SCRIPT" ||
+  die "$SCRIPT is not visible in the guest (it has its own /tmp, /run, /dev, /proc, /sys, /var/lib/bluetooth): pass --share $(dirname "$SCRIPT")"
+
 # ------------------------------------------------------------ results share
 if [[ -n "$RESULTS" ]]; then
   mkdir -p "$RESULTS" || die "cannot create $RESULTS"
@@ -127,11 +155,14 @@ fi
 [[ "$RESULTS" != *"'"* && "$RESULTS" != *" "* ]] || die "results path must not contain quotes or spaces: $RESULTS"
 chmod 755 "$RESULTS"
 
-cat >"$RESULTS/vm.conf" <<EOF
-RESULTS_PATH='$RESULTS'
-GUEST_INIT='$HERE/guest-init.sh'
-ROOT_CACHE='${BLUEZ_VM_ROOT_CACHE:-loose}'
-EOF
+{
+  echo "RESULTS_PATH='$RESULTS'"
+  echo "GUEST_INIT='$HERE/guest-init.sh'"
+  echo "ROOT_CACHE='${BLUEZ_VM_ROOT_CACHE:-loose}'"
+  # SHARE_i comes from the 9p tag share<i>; mounted in this order (parents first).
+  echo "SHARE_COUNT=${#GUEST_SHARES[@]}"
+  for i in "${!GUEST_SHARES[@]}"; do echo "SHARE_$((i + 1))='${GUEST_SHARES[$i]}'"; done
+} >"$RESULTS/vm.conf"
 VM_SCRIPT="$SCRIPT"
 VM_ARGS=("$@")
 VM_CWD="$PWD"
@@ -167,6 +198,10 @@ QEMU=(qemu-system-x86_64 -nodefaults -no-user-config -no-reboot
       -device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot
       -fsdev "local,id=results,path=$(q "$RESULTS"),security_model=none,multidevs=remap"
       -device virtio-9p-pci,fsdev=results,mount_tag=results)
+for i in "${!GUEST_SHARES[@]}"; do
+  QEMU+=(-fsdev "local,id=share$((i + 1)),path=$(q "${GUEST_SHARES[$i]}"),security_model=none,readonly=on,multidevs=remap"
+         -device "virtio-9p-pci,fsdev=share$((i + 1)),mount_tag=share$((i + 1))")
+done
 if ((${#HOST_PORTS[@]})); then
   # restrict=on: the guest reaches only the guestfwd addresses below. A guestfwd to a
   # chardev would carry a single connection opened at start-up; cmd: spawns the relay per

@@ -1,0 +1,343 @@
+/// The coordinator's model switch (SPEC 7, "Model orchestration"), pure: what a heartbeat
+/// answer's `orchestration` asks, whether this worker may do it, Ollama's `/api/pull`
+/// progress lines, how often progress is forwarded, and the bodies of the two calls
+/// (`/orchestration/agents/:agentId/status` and `/ack`). Checked against EdgeCoder's
+/// coordinator (Tests/DevCoordinator/WIRE.md): `phase` ≤ 64 and `message` ≤ 512 UTF-16
+/// code units, `progressPct` 0–100, `error` a string, never null.
+public struct ModelSwitchRequest: Sendable, Equatable {
+    /// EdgeCoder's `rolloutId`; absent from older coordinators.
+    public var rolloutID: String?
+    /// `ollama-local` or `edgecoder-local` (anything else is refused, not guessed at).
+    public var provider: String
+    public var model: String?
+    /// EdgeCoder: install (pull) the model when missing. False: switch only to a model
+    /// the server already has.
+    public var autoInstall: Bool
+    /// What identifies this request across heartbeats: the coordinator keeps sending it
+    /// (`pending: true`) until it is acknowledged.
+    public var key: String
+
+    public init(rolloutID: String?, provider: String, model: String?, autoInstall: Bool, key: String) {
+        self.rolloutID = rolloutID
+        self.provider = provider
+        self.model = model
+        self.autoInstall = autoInstall
+        self.key = key
+    }
+
+    /// The pending request in a heartbeat answer; nil when there is none (absent, null,
+    /// `pending` not true) or it is not an object. Hostile input: strings are bounded.
+    public static func parse(heartbeatAnswer answer: JSONValue?) -> ModelSwitchRequest? {
+        guard let value = answer?["orchestration"], case .object = value else { return nil }
+        guard value["pending"]?.boolValue == true else { return nil }
+        let rollout = value["rolloutId"]?.stringValue.flatMap { $0.isEmpty || $0.utf8.count > 200 ? nil : $0 }
+        let provider = value["provider"]?.stringValue.map { printable($0, limit: 64) } ?? "(none)"
+        let model = value["model"]?.stringValue
+        // EdgeCoder's default for a missing autoInstall is true.
+        let autoInstall = value["autoInstall"]?.boolValue ?? true
+        let requestedAt = value["requestedAtMs"]?.intValue.map(String.init) ?? ""
+        let key = rollout ?? "\(provider)|\(model.map { printable($0, limit: 256) } ?? "")|\(requestedAt)"
+        return ModelSwitchRequest(rolloutID: rollout, provider: provider, model: model, autoInstall: autoInstall, key: key)
+    }
+
+    /// What the worker does with a request.
+    public enum Plan: Sendable, Equatable {
+        /// Pull `model` through Ollama's `/api/pull`, then switch to it.
+        case pull(model: String)
+        /// Switch to `model` without downloading: it must already be on the server.
+        case switchInstalled(model: String)
+        /// Acknowledge `ok: false` with this reason.
+        case refuse(String)
+    }
+
+    /// The one decision: allowed on this host, an Ollama backend, a usable model name.
+    public func plan(allowed: Bool, backend: WorkerConfig.BackendKind) -> Plan {
+        guard allowed else {
+            return .refuse("remote model switch is off on this worker: set backend.allowRemoteModelSwitch true in its config, or run `edgecoder-worker policy set allowRemoteModelSwitch true` on the host")
+        }
+        guard provider == "ollama-local" else {
+            return .refuse("provider \(provider) is not supported: this worker switches Ollama models only (ollama-local)")
+        }
+        guard backend == .ollama else {
+            return .refuse("backend.kind is \(backend.rawValue): only an Ollama backend can pull and switch models")
+        }
+        guard let model else { return .refuse("the request names no model") }
+        if let problem = ModelSwitchRequest.modelNameProblem(model) { return .refuse("model name \(problem)") }
+        return autoInstall ? .pull(model: model) : .switchInstalled(model: model)
+    }
+
+    /// Ollama model names: `[namespace/]model[:tag]`, printable, no spaces. The name is
+    /// sent to the model server and written to the state directory, so it is bounded.
+    public static func modelNameProblem(_ name: String) -> String? {
+        if name.isEmpty { return "is empty" }
+        if name.utf8.count > 256 { return "is longer than 256 bytes" }
+        let ok = name.unicodeScalars.allSatisfy { $0.isASCII && $0.value > 0x20 && $0.value < 0x7F && $0 != "\"" && $0 != "\\" }
+        return ok ? nil : "\"\(printable(name))\" holds spaces, quotes or characters outside printable ASCII"
+    }
+}
+
+/// One line of Ollama's streamed `/api/pull` answer (NDJSON).
+public enum OllamaPullLine: Sendable, Equatable {
+    /// `{"status": "pulling <digest>", "digest", "total", "completed"}` or a status alone
+    /// (`pulling manifest`, `verifying sha256 digest`, `writing manifest`, …).
+    case progress(status: String, digest: String?, total: Int64?, completed: Int64?)
+    /// `{"status": "success"}`: the model is on the server.
+    case success
+    /// `{"error": "…"}`: Ollama reports a failure inside a 200 stream.
+    case failed(String)
+    /// Not JSON, or JSON without a status or error.
+    case unreadable
+
+    public static func parse(_ line: ArraySlice<UInt8>) -> OllamaPullLine {
+        guard let value = try? JSON.parse(line, maxDepth: 4), case .object = value else { return .unreadable }
+        if let error = value["error"]?.stringValue { return .failed(printable(error, limit: 400)) }
+        guard let status = value["status"]?.stringValue else { return .unreadable }
+        if status == "success" { return .success }
+        func count(_ key: String) -> Int64? { value[key]?.intValue.flatMap { $0 >= 0 ? $0 : nil } }
+        return .progress(status: printable(status, limit: 120), digest: value["digest"]?.stringValue.map { printable($0, limit: 100) },
+                         total: count("total"), completed: count("completed"))
+    }
+}
+
+/// Splits a byte stream into lines, however the bytes arrive; a line is bounded so a
+/// server that never sends a newline cannot grow memory.
+public struct LineSplitter: Sendable {
+    public static let maxLineBytes = 65_536
+    private var pending: [UInt8] = []
+
+    public init() {}
+
+    /// The complete lines in `bytes` (without their newline); an over-long line is cut.
+    public mutating func feed(_ bytes: some Sequence<UInt8>) -> [ArraySlice<UInt8>] {
+        var lines: [ArraySlice<UInt8>] = []
+        for byte in bytes {
+            if byte == UInt8(ascii: "\n") {
+                lines.append(ArraySlice(pending))
+                pending.removeAll(keepingCapacity: true)
+            } else if pending.count < LineSplitter.maxLineBytes {
+                pending.append(byte)
+            }
+        }
+        return lines
+    }
+
+    /// What is left after the stream ended without a final newline.
+    public mutating func finish() -> ArraySlice<UInt8>? {
+        defer { pending = [] }
+        return pending.isEmpty ? nil : ArraySlice(pending)
+    }
+}
+
+/// The download as a whole: Ollama reports each layer (digest) separately.
+public struct PullProgress: Sendable, Equatable {
+    private var layers: [String: (total: Int64, completed: Int64)] = [:]
+    private var order: [String] = []
+    /// The latest status text (`pulling manifest`, `verifying sha256 digest`, …).
+    public private(set) var status = "starting"
+
+    public init() {}
+
+    public static func == (a: PullProgress, b: PullProgress) -> Bool {
+        a.status == b.status && a.order == b.order && a.order.allSatisfy { a.layers[$0]! == b.layers[$0]! }
+    }
+
+    public mutating func apply(_ line: OllamaPullLine) {
+        guard case .progress(let status, let digest, let total, let completed) = line else { return }
+        self.status = status.hasPrefix("pulling ") && digest != nil ? "downloading" : status
+        guard let digest, let total, total > 0 else { return }
+        if layers[digest] == nil {
+            if order.count >= 256 { return }
+            order.append(digest)
+        }
+        layers[digest] = (total, min(total, completed ?? 0))
+    }
+
+    /// Bytes done and to do over every layer seen so far.
+    public var bytes: (completed: Int64, total: Int64) {
+        order.reduce((0, 0)) { sum, digest in
+            let layer = layers[digest]!
+            return (sum.0.addingReportingOverflow(layer.completed).partialValue, sum.1.addingReportingOverflow(layer.total).partialValue)
+        }
+    }
+
+    /// 0–100 with one decimal; nil before any layer has a size.
+    public var percent: Double? {
+        let (done, total) = bytes
+        guard total > 0 else { return nil }
+        return (min(100, max(0, Double(done) / Double(total) * 100)) * 10).rounded(.down) / 10
+    }
+
+    /// For the status call and `status`: what happens, with the amount when known.
+    public func message(model: String) -> String {
+        let (done, total) = bytes
+        let amount = total > 0 ? " (\(PullProgress.size(done)) of \(PullProgress.size(total)))" : ""
+        return "pulling \(model): \(status)\(amount)"
+    }
+
+    public static func size(_ bytes: Int64) -> String {
+        if bytes >= 1_000_000_000 { return "\((Double(bytes) / 1e8).rounded() / 10) GB" }
+        if bytes >= 1_000_000 { return "\((Double(bytes) / 1e5).rounded() / 10) MB" }
+        if bytes >= 1_000 { return "\((Double(bytes) / 1e2).rounded() / 10) kB" }
+        return "\(bytes) B"
+    }
+}
+
+/// How often progress goes to the coordinator: a new phase at once, otherwise at most
+/// every `intervalMs` and only when something changed (a pull can stream thousands of
+/// lines a second; the coordinator writes each status to its database).
+public struct ProgressThrottle: Sendable, Equatable {
+    public var intervalMs: Int64
+    private var lastPhase: String?
+    private var lastSentMs: Int64?
+    private var lastMessage: String?
+
+    public init(intervalMs: Int64 = 2_000) { self.intervalMs = intervalMs }
+
+    /// Whether to send now; records the send when it says yes.
+    public mutating func shouldSend(phase: String, message: String, nowMs: Int64) -> Bool {
+        let send: Bool
+        if phase != lastPhase {
+            send = true
+        } else if message == lastMessage {
+            send = false
+        } else {
+            send = nowMs - (lastSentMs ?? Int64.min / 2) >= intervalMs
+        }
+        if send {
+            lastPhase = phase
+            lastSentMs = nowMs
+            lastMessage = message
+        }
+        return send
+    }
+}
+
+/// The orchestration calls' bodies and the meaning of their answers.
+public enum OrchestrationWire {
+    public static let maxPhase = 64
+    public static let maxMessage = 512
+
+    /// `POST /orchestration/agents/:agentId/status`.
+    public static func status(phase: String, message: String, progressPct: Double?) -> JSONValue {
+        var object = JSONObject([("phase", .string(cut(phase, utf16: maxPhase))), ("message", .string(cut(message, utf16: maxMessage)))])
+        if let progressPct, progressPct.isFinite { object["progressPct"] = .double((min(100, max(0, progressPct)) * 10).rounded() / 10) }
+        return .object(object)
+    }
+
+    /// `POST /orchestration/agents/:agentId/ack`.
+    public static func ack(ok: Bool, error: String?) -> JSONValue {
+        var object = JSONObject([("ok", .bool(ok))])
+        if let error, !ok { object["error"] = .string(cut(error, utf16: maxMessage)) }
+        return .object(object)
+    }
+
+    /// The path of a call for this agent (agent ids hold only URL-safe characters).
+    public static func path(_ call: String, agentID: String) -> String { "/orchestration/agents/\(agentID)/\(call)" }
+
+    /// What an answer to either call means.
+    public enum Answer: Sendable, Equatable {
+        /// 2xx: taken (EdgeCoder echoes the ack's `ok`, so the body's `ok` says nothing).
+        case accepted
+        /// 404 `orchestration_not_found`: the coordinator no longer has this request.
+        case gone
+        /// 401: the mesh token is wrong; register again.
+        case unauthorized
+        /// Anything else: try again later.
+        case failure(String)
+    }
+
+    public static func classify(status: Int, body: [UInt8]) -> Answer {
+        if (200..<300).contains(status) { return .accepted }
+        let error = (try? JSON.parse(body))?["error"]?.stringValue.map { printable($0) }
+        if status == 401 { return .unauthorized }
+        if status == 404 && error == "orchestration_not_found" { return .gone }
+        return .failure("HTTP \(status)\(error.map { ": \($0)" } ?? "")")
+    }
+
+    /// `text` cut on a character boundary to at most `utf16` UTF-16 code units, as zod's
+    /// `.max()` counts them.
+    public static func cut(_ text: String, utf16 limit: Int) -> String {
+        if text.utf16.count <= limit { return text }
+        var out = ""
+        var count = 0
+        for character in text {
+            let size = character.utf16.count
+            if count + size > limit - 1 { break }
+            out.append(character)
+            count += size
+        }
+        return out + "…"
+    }
+}
+
+/// The model this worker runs and why (SPEC 7): the config's `backend.model`, or the one
+/// a coordinator switched to, persisted so it survives restarts. A switch counts only
+/// while the config still names the model it switched from: an operator who edits
+/// `backend.model` afterwards wins.
+public struct ActiveModel: Sendable, Equatable {
+    public var model: String
+    /// The config's model when the switch was made.
+    public var switchedFrom: String
+    public var switchedAtMs: Int64
+    public var rolloutID: String?
+
+    public init(model: String, switchedFrom: String, switchedAtMs: Int64, rolloutID: String?) {
+        self.model = model
+        self.switchedFrom = switchedFrom
+        self.switchedAtMs = switchedAtMs
+        self.rolloutID = rolloutID
+    }
+
+    public var json: JSONValue {
+        var object = JSONObject([("model", .string(model)), ("switchedFrom", .string(switchedFrom)), ("switchedAtMs", .int(switchedAtMs))])
+        if let rolloutID { object["rolloutId"] = .string(rolloutID) }
+        return .object(object)
+    }
+
+    public static func from(json value: JSONValue) -> ActiveModel? {
+        guard let model = value["model"]?.stringValue, ModelSwitchRequest.modelNameProblem(model) == nil,
+              let from = value["switchedFrom"]?.stringValue, let at = value["switchedAtMs"]?.intValue else { return nil }
+        return ActiveModel(model: model, switchedFrom: from, switchedAtMs: at, rolloutID: value["rolloutId"]?.stringValue)
+    }
+
+    /// The model to run: the switch's when it still applies, else the config's.
+    public static func resolve(config: WorkerConfig.Backend, persisted: ActiveModel?) -> (model: String, switched: ActiveModel?) {
+        guard let persisted, config.kind == .ollama, persisted.switchedFrom == config.model else { return (config.model, nil) }
+        return (persisted.model, persisted)
+    }
+}
+
+/// A switch in progress or the last one's outcome, for `status` and heartbeats.
+public struct ModelSwitchStatus: Sendable, Equatable {
+    public enum Phase: String, Sendable {
+        case held, starting, pulling, switching, done, failed, refused
+    }
+    public var phase: Phase
+    public var model: String?
+    public var rolloutID: String?
+    public var message: String
+    public var progressPct: Double?
+    public var sinceMs: Int64
+
+    public init(phase: Phase, model: String?, rolloutID: String?, message: String, progressPct: Double? = nil, sinceMs: Int64) {
+        self.phase = phase
+        self.model = model
+        self.rolloutID = rolloutID
+        self.message = message
+        self.progressPct = progressPct
+        self.sinceMs = sinceMs
+    }
+
+    /// Whether the model is being changed now (the heartbeat's `modelSwapInProgress`).
+    public var inProgress: Bool { [.held, .starting, .pulling, .switching].contains(phase) }
+
+    public var json: JSONValue {
+        var object = JSONObject([("phase", .string(phase.rawValue)), ("inProgress", .bool(inProgress))])
+        object["model"] = .optional(model)
+        object["rolloutId"] = .optional(rolloutID)
+        object["message"] = .string(message)
+        object["progressPct"] = progressPct.map { .double($0) } ?? .null
+        object["since"] = .string(formatUTC(milliseconds: sinceMs))
+        return .object(object)
+    }
+}

@@ -1,0 +1,84 @@
+import Foundation
+import Testing
+import WorkerCore
+@testable import Daemon
+
+/// The coordinator's model switch in-process (SPEC 7): a scripted coordinator and Ollama
+/// server, the manual clock. Tests/Suites/coordinator.sh runs it against the dev
+/// coordinator and the Ollama fixture.
+@Suite struct ModelSwitchInProcess {
+    static let request = #"{"ok":true,"orchestration":{"rolloutId":"r1","provider":"ollama-local","model":"big:7b","autoInstall":true,"pending":true}}"#
+    static let pull = [
+        #"{"status":"pulling manifest"}"#,
+        #"{"status":"pulling aa","digest":"sha256:aa","total":100,"completed":50}"#,
+        #"{"status":"pulling aa","digest":"sha256:aa","total":100,"completed":100}"#,
+        #"{"status":"success"}"#,
+    ].joined(separator: "\n") + "\n"
+
+    static func reading(battery: Int, mains: Bool) -> PowerReading {
+        PowerReading(telemetry: PowerTelemetry(onExternalPower: mains, batteryPct: battery, hasSystemBattery: true, updatedAtMs: 1),
+                     supplies: [], sensors: [], platformProfile: nil, chassisType: nil, cpuSampled: false, cpuHadPreviousSample: false, memoryRead: false)
+    }
+
+    func paths(_ bed: CoordinatorBed) async -> (status: String, ack: String) {
+        let agent = await bed.daemon.agentID
+        return ("/orchestration/agents/\(agent)/status", "/orchestration/agents/\(agent)/ack")
+    }
+
+    @Test func byDefaultASwitchIsRefusedWithTheReasonAndNothingIsPulled() async throws {
+        let bed = try CoordinatorBed()
+        let (status, ack) = await paths(bed)
+        bed.transport.script("/heartbeat", .json(200, Self.request))
+        bed.transport.script(status, .json(200, #"{"ok":true}"#))
+        bed.transport.script(ack, .json(200, #"{"ok":false,"pending":false}"#))
+        bed.start()
+        await eventually("the ack") { bed.transport.calls(to: ack).count == 1 }
+        let body = bed.transport.calls(to: ack).first?.body
+        #expect(body?["ok"] == false)
+        #expect(body?["error"]?.stringValue?.contains("allowRemoteModelSwitch") == true)
+        #expect(bed.transport.calls(to: ack).first?.header("x-mesh-token") == "mesh-1")
+        #expect(bed.transport.calls(to: "/api/pull").isEmpty)
+        #expect(await bed.daemon.activeModel == "qwen2.5-coder:1.5b")
+        #expect(await bed.daemon.modelSwitch?.phase == .refused)
+        await bed.finish()
+    }
+
+    @Test func thePowerPolicyHoldsAPullThenItRunsSwitchesPersistsAndAcks() async throws {
+        let bed = try CoordinatorBed(configure: { $0.backend.allowRemoteModelSwitch = true; $0.policy.allowRemoteModelSwitch = true })
+        let (status, ack) = await paths(bed)
+        bed.transport.script("/heartbeat", .json(200, Self.request))
+        for _ in 0..<8 { bed.transport.script(status, .json(200, #"{"ok":true}"#)) }
+        bed.transport.script(ack, .json(200, #"{"ok":true,"pending":false}"#))
+        bed.transport.script("/api/pull", .json(200, Self.pull))
+        await bed.daemon.updateReading(Self.reading(battery: 10, mains: false), monotonicMs: 0)
+        bed.start()
+        await eventually("the switch to wait for the policy") { await bed.daemon.modelSwitch?.phase == .held }
+        #expect(bed.transport.calls(to: status).compactMap { $0.body?["phase"]?.stringValue } == ["starting", "held"])
+        #expect(await bed.daemon.statusJSON()["backend"]?["modelSwitch"]?["inProgress"] == true)
+        bed.clock.advance(by: CoordinatorBed.pullMs)
+        await settle()
+        #expect(bed.transport.calls(to: "/api/pull").isEmpty, "no pull while new work is held")
+
+        // Plugged in and charged, past the resume dwell.
+        await bed.daemon.updateReading(Self.reading(battery: 90, mains: true), monotonicMs: 1_000)
+        await bed.daemon.updateReading(Self.reading(battery: 90, mains: true), monotonicMs: 31_000)
+        bed.clock.advance(by: CoordinatorBed.pullMs)
+        await eventually("the ack") { bed.transport.calls(to: ack).count == 1 }
+        #expect(bed.transport.calls(to: "/api/pull").first?.body == ["model": "big:7b", "stream": true])
+        #expect(bed.transport.calls(to: ack).first?.body == ["ok": true])
+        let phases = bed.transport.calls(to: status).compactMap { $0.body?["phase"]?.stringValue }
+        #expect(phases == ["starting", "held", "pulling_model", "pulling_model", "done"], "one progress at once, the last held back, then done")
+        #expect(bed.transport.calls(to: status).last(where: { $0.body?["phase"] == "pulling_model" })?.body?["progressPct"]?.doubleValue == 100)
+        #expect(await bed.daemon.activeModel == "big:7b")
+        #expect(await bed.daemon.modelSwitch?.phase == .done)
+        #expect(FileManager.default.fileExists(atPath: bed.dir + "/active-model.json"))
+
+        // The next heartbeat reports it; the generation uses it.
+        bed.clock.advance(by: CoordinatorBed.heartbeatMs)
+        await eventually("a heartbeat with the new model") {
+            bed.transport.calls(to: "/heartbeat").last?.body?["activeModel"] == "big:7b"
+        }
+        #expect(bed.transport.calls(to: "/heartbeat").last?.body?["modelSwapInProgress"] == false)
+        await bed.finish()
+    }
+}

@@ -1,0 +1,177 @@
+import Testing
+@testable import WorkerCore
+
+@Suite struct ModelSwitchRequestTests {
+    static func answer(_ text: String) throws -> JSONValue { try JSON.parse(text) }
+
+    @Test func readsAPendingRequestAsEdgeCoderSendsIt() throws {
+        let request = ModelSwitchRequest.parse(heartbeatAnswer: try Self.answer(
+            #"{"ok":true,"orchestration":{"rolloutId":"r-1","provider":"ollama-local","model":"qwen2.5-coder:7b","autoInstall":true,"pending":true,"requestedAtMs":5}}"#))
+        #expect(request == ModelSwitchRequest(rolloutID: "r-1", provider: "ollama-local", model: "qwen2.5-coder:7b", autoInstall: true, key: "r-1"))
+    }
+
+    @Test(arguments: [
+        #"{"ok":true}"#,
+        #"{"ok":true,"orchestration":null}"#,
+        #"{"ok":true,"orchestration":"switch"}"#,
+        #"{"ok":true,"orchestration":[1]}"#,
+        #"{"ok":true,"orchestration":{"provider":"ollama-local","model":"m","pending":false}}"#,
+        #"{"ok":true,"orchestration":{"provider":"ollama-local","model":"m","pending":"true"}}"#,
+        #"{"ok":true,"orchestration":{"provider":"ollama-local","model":"m"}}"#,
+    ])
+    func noPendingRequestMeansNothingToDo(text: String) throws {
+        #expect(ModelSwitchRequest.parse(heartbeatAnswer: try Self.answer(text)) == nil)
+    }
+
+    @Test func withoutARolloutIdTheRequestIsKeyedByWhatItAsks() throws {
+        let a = ModelSwitchRequest.parse(heartbeatAnswer: try Self.answer(#"{"orchestration":{"provider":"ollama-local","model":"m","pending":true,"requestedAtMs":1}}"#))
+        let b = ModelSwitchRequest.parse(heartbeatAnswer: try Self.answer(#"{"orchestration":{"provider":"ollama-local","model":"m","pending":true,"requestedAtMs":2}}"#))
+        #expect(a?.autoInstall == true, "EdgeCoder's default")
+        #expect(a != nil && b != nil && a?.key != b?.key)
+    }
+
+    @Test(arguments: [
+        (true, "ollama-local", WorkerConfig.BackendKind.ollama, "m:1b", true, ModelSwitchRequest.Plan.pull(model: "m:1b")),
+        (true, "ollama-local", .ollama, "m:1b", false, .switchInstalled(model: "m:1b")),
+    ])
+    func anAllowedOllamaSwitchPullsOrSwitches(allowed: Bool, provider: String, kind: WorkerConfig.BackendKind, model: String, install: Bool, plan: ModelSwitchRequest.Plan) {
+        #expect(ModelSwitchRequest(rolloutID: nil, provider: provider, model: model, autoInstall: install, key: "k").plan(allowed: allowed, backend: kind) == plan)
+    }
+
+    @Test(arguments: [
+        (false, "ollama-local", WorkerConfig.BackendKind.ollama, "m" as String?, "allowRemoteModelSwitch"),
+        (true, "edgecoder-local", .ollama, "m", "provider edgecoder-local is not supported"),
+        (true, "ollama-local", .openai, "m", "backend.kind is openai"),
+        (true, "ollama-local", .ollama, nil, "names no model"),
+        (true, "ollama-local", .ollama, "", "is empty"),
+        (true, "ollama-local", .ollama, "two words", "spaces"),
+        (true, "ollama-local", .ollama, "a\"b", "quotes"),
+        (true, "ollama-local", .ollama, String(repeating: "x", count: 300), "longer than 256"),
+    ])
+    func aSwitchThatCannotBeDoneIsRefusedWithTheReason(allowed: Bool, provider: String, kind: WorkerConfig.BackendKind, model: String?, reason: String) {
+        let plan = ModelSwitchRequest(rolloutID: nil, provider: provider, model: model, autoInstall: true, key: "k").plan(allowed: allowed, backend: kind)
+        guard case .refuse(let why) = plan else { Issue.record("not refused: \(plan)"); return }
+        #expect(why.contains(reason), "\(why)")
+    }
+}
+
+@Suite struct OllamaPullTests {
+    static func line(_ text: String) -> OllamaPullLine { OllamaPullLine.parse(ArraySlice(text.utf8)) }
+
+    @Test func readsEachKindOfLineOllamaDocuments() {
+        #expect(Self.line(#"{"status":"pulling manifest"}"#) == .progress(status: "pulling manifest", digest: nil, total: nil, completed: nil))
+        #expect(Self.line(#"{"status":"pulling abc","digest":"abc","total":2142590208,"completed":241970}"#)
+            == .progress(status: "pulling abc", digest: "abc", total: 2_142_590_208, completed: 241_970))
+        #expect(Self.line(#"{"status":"success"}"#) == .success)
+        #expect(Self.line(#"{"error":"pull model manifest: file does not exist"}"#) == .failed("pull model manifest: file does not exist"))
+    }
+
+    @Test(arguments: ["", "not json", "[1]", #"{"total":5}"#, #"{"status":5}"#, "{\"status\":\"x\"", String(repeating: "[", count: 100)])
+    func garbageIsUnreadableNotFatal(text: String) {
+        #expect(Self.line(text) == .unreadable)
+    }
+
+    @Test func progressSumsEveryLayerAndNeverGoesPastTheTotal() {
+        var progress = PullProgress()
+        #expect(progress.percent == nil)
+        progress.apply(Self.line(#"{"status":"pulling a","digest":"a","total":1000,"completed":500}"#))
+        #expect(progress.percent == 50)
+        progress.apply(Self.line(#"{"status":"pulling b","digest":"b","total":1000}"#))
+        #expect(progress.percent == 25)
+        progress.apply(Self.line(#"{"status":"pulling b","digest":"b","total":1000,"completed":99999}"#))
+        #expect(progress.percent == 75)
+        progress.apply(Self.line(#"{"status":"pulling a","digest":"a","total":1000,"completed":-5}"#))
+        #expect(progress.percent == 50, "a negative count is not a count")
+        progress.apply(Self.line(#"{"status":"verifying sha256 digest"}"#))
+        #expect(progress.status == "verifying sha256 digest")
+        #expect(progress.message(model: "m") == "pulling m: verifying sha256 digest (1.0 kB of 2.0 kB)")
+    }
+
+    @Test func linesAreSplitHoweverTheBytesArriveAndBounded() {
+        var splitter = LineSplitter()
+        #expect(splitter.feed(Array("{\"a\":".utf8)).isEmpty)
+        let lines = splitter.feed(Array("1}\n\n{\"b\":2}\n{\"c\"".utf8))
+        #expect(lines.map { String(decoding: $0, as: UTF8.self) } == ["{\"a\":1}", "", "{\"b\":2}"])
+        #expect(splitter.finish().map { String(decoding: $0, as: UTF8.self) } == "{\"c\"")
+        var long = LineSplitter()
+        let cut = long.feed([UInt8](repeating: 0x61, count: LineSplitter.maxLineBytes * 3) + [0x0A])
+        #expect(cut.first?.count == LineSplitter.maxLineBytes)
+    }
+
+    @Test func progressIsForwardedAtMostEveryIntervalButANewPhaseAtOnce() {
+        var throttle = ProgressThrottle(intervalMs: 2_000)
+        let sends = [
+            throttle.shouldSend(phase: "pulling", message: "1", nowMs: 0),
+            throttle.shouldSend(phase: "pulling", message: "2", nowMs: 1_999),
+            throttle.shouldSend(phase: "pulling", message: "2", nowMs: 2_000),
+            throttle.shouldSend(phase: "pulling", message: "2", nowMs: 9_000),  // nothing changed
+            throttle.shouldSend(phase: "done", message: "2", nowMs: 9_001),
+        ]
+        #expect(sends == [true, false, true, false, true])
+    }
+}
+
+@Suite struct OrchestrationWireTests {
+    @Test func statusBodiesStayWithinTheCoordinatorsLimitsInUTF16() {
+        let body = OrchestrationWire.status(phase: String(repeating: "p", count: 100), message: String(repeating: "😀", count: 400), progressPct: 250)
+        #expect(body["phase"]?.stringValue?.utf16.count ?? 0 <= 64)
+        let message = body["message"]?.stringValue ?? ""
+        #expect(message.utf16.count <= 512 && message.hasSuffix("…") && message.hasPrefix("😀"))
+        #expect(body["progressPct"] == .double(100))
+        #expect(OrchestrationWire.status(phase: "p", message: "m", progressPct: nil)["progressPct"] == nil, "absent, never null")
+        #expect(OrchestrationWire.status(phase: "p", message: "m", progressPct: .nan)["progressPct"] == nil)
+    }
+
+    @Test func anAckCarriesTheErrorOnlyWhenItFailed() {
+        #expect(OrchestrationWire.ack(ok: true, error: "ignored") == ["ok": true])
+        #expect(OrchestrationWire.ack(ok: false, error: "no") == ["ok": false, "error": "no"])
+    }
+
+    @Test(arguments: [
+        (200, #"{"ok":false,"pending":false}"#, OrchestrationWire.Answer.accepted),
+        (404, #"{"error":"orchestration_not_found"}"#, .gone),
+        (401, #"{"error":"mesh_unauthorized"}"#, .unauthorized),
+        (404, #"{"message":"Route POST:/x not found"}"#, .failure("HTTP 404")),
+        (500, "<html>", .failure("HTTP 500")),
+    ])
+    func answersAreClassifiedByStatusNotByTheEchoedOk(status: Int, body: String, answer: OrchestrationWire.Answer) {
+        #expect(OrchestrationWire.classify(status: status, body: Array(body.utf8)) == answer)
+    }
+}
+
+@Suite struct ActiveModelTests {
+    @Test func aSwitchAppliesWhileTheConfigStillNamesTheModelItReplaced() {
+        var backend = WorkerConfig.Backend()
+        backend.model = "small"
+        let switched = ActiveModel(model: "big", switchedFrom: "small", switchedAtMs: 1, rolloutID: "r")
+        #expect(ActiveModel.resolve(config: backend, persisted: switched).model == "big")
+        backend.model = "edited"
+        #expect(ActiveModel.resolve(config: backend, persisted: switched).model == "edited", "the operator's edit wins")
+        backend.model = "small"
+        backend.kind = .openai
+        #expect(ActiveModel.resolve(config: backend, persisted: switched).model == "small")
+        #expect(ActiveModel.resolve(config: backend, persisted: nil).model == "small")
+    }
+
+    @Test func itsFileRoundTripsAndABadOneIsRefused() throws {
+        let active = ActiveModel(model: "big", switchedFrom: "small", switchedAtMs: 7, rolloutID: nil)
+        #expect(ActiveModel.from(json: try JSON.parse(active.json.serialized)) == active)
+        #expect(ActiveModel.from(json: ["model": "two words", "switchedFrom": "s", "switchedAtMs": 1]) == nil)
+        #expect(ActiveModel.from(json: ["model": "m"]) == nil)
+    }
+
+    @Test func theRemoteSwitchIsOffByDefaultAndAPerHostPolicyKey() throws {
+        #expect(WorkerConfig().policy.allowRemoteModelSwitch == false)
+        let config = try WorkerConfig.parse(Array(#"{"backend": {"allowRemoteModelSwitch": true}}"#.utf8))
+        #expect(config.backend.allowRemoteModelSwitch && config.policy.allowRemoteModelSwitch)
+        let (policy, sources) = PolicyOverrides().apply(to: config)
+        #expect(policy.allowRemoteModelSwitch && sources["allowRemoteModelSwitch"] == .config)
+        guard case .success(let overrides) = PolicyOverrides().applying(.set(key: "allowRemoteModelSwitch", value: false), over: config) else {
+            Issue.record("policy set refused"); return
+        }
+        #expect(overrides.apply(to: config).policy.allowRemoteModelSwitch == false)
+        #expect(overrides.apply(to: config).sources["allowRemoteModelSwitch"] == .host)
+        #expect(throws: ConfigError.self) { try WorkerConfig.parse(Array(#"{"policy": {"allowRemoteModelSwitch": true}}"#.utf8)) }
+        #expect(throws: ConfigError.self) { try WorkerConfig.parse(Array(#"{"backend": {"allowRemoteModelSwitch": "yes"}}"#.utf8)) }
+    }
+}
