@@ -134,19 +134,29 @@ func eventually(_ what: String, seconds: Double = 10, _ condition: () async -> B
     Issue.record("timed out waiting for \(what)")
 }
 
+/// A private bus with the stand-in bluetoothd owning org.bluez on it.
+func startFakeBluez() async throws -> (PrivateBus, FakeBluez) {
+    let daemon = try PrivateBus()
+    let bluez = FakeBluez(address: daemon.address)
+    bluez.start()
+    await eventually("the fake to own org.bluez") { bluez.with { $0.owned } }
+    return (daemon, bluez)
+}
+
+/// The worker's peripheral settings for a test, on the private bus.
+func peripheralSettings(on daemon: PrivateBus) -> PeripheralSettings {
+    var settings = PeripheralSettings(config: WorkerConfig.Bluetooth(), agentID: "test-0123456789abcdefgh")
+    settings.busAddress = daemon.address
+    return settings
+}
+
 @Suite(.serialized) struct PeripheralFakeBluezTests {
     @Test func mockedBluezSendsMalformedCallsAndRestartsTheWorkerRegistersAgainAndServesOn() async throws {
-        let daemon = try PrivateBus()
-        defer { daemon.stop() }
-        let bluez = FakeBluez(address: daemon.address)
-        bluez.start()
-        defer { bluez.stop() }
-        await eventually("the fake to own org.bluez") { bluez.with { $0.owned } }
-
-        var settings = PeripheralSettings(config: WorkerConfig.Bluetooth(), agentID: "test-0123456789abcdefgh")
+        let (daemon, bluez) = try await startFakeBluez()
+        defer { bluez.stop(); daemon.stop() }
+        var settings = peripheralSettings(on: daemon)
         settings.chunkPacingMs = 0
         settings.retryMs = 200
-        settings.busAddress = daemon.address
         let host = RecordingHost()
         let peripheral = GattPeripheral(settings: settings, host: host, logger: Logger(label: "test", level: .error))
         let session = Task { await peripheral.run() }
@@ -257,16 +267,10 @@ actor SlowHost: PeripheralHost {
 
 @Suite(.serialized) struct PeripheralPacingTests {
     @Test func pacedAnswersAndStatusArriveWholeOverARealBus() async throws {
-        let daemon = try PrivateBus()
-        defer { daemon.stop() }
-        let bluez = FakeBluez(address: daemon.address)
-        bluez.start()
-        defer { bluez.stop() }
-        await eventually("the fake to own org.bluez") { bluez.with { $0.owned } }
-
-        var settings = PeripheralSettings(config: WorkerConfig.Bluetooth(), agentID: "test-0123456789abcdefgh")
+        let (daemon, bluez) = try await startFakeBluez()
+        defer { bluez.stop(); daemon.stop() }
+        var settings = peripheralSettings(on: daemon)
         settings.chunkPacingMs = 10
-        settings.busAddress = daemon.address
         let peripheral = GattPeripheral(settings: settings, host: SlowHost(delayMs: 1_500, outputBytes: 6_000), logger: Logger(label: "test", level: .error))
         let session = Task { await peripheral.run() }
         await eventually("registration") { bluez.with { $0.registeredApplications == 1 && $0.registeredAdvertisements == 1 } }
