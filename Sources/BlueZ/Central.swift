@@ -66,9 +66,9 @@ public actor GattCentral: BusDriving, ProxyUpstream {
     }
 
     /// Sends one request and waits for its response (or the timeout, or the link's loss).
-    public func generate(prompt: String, maxTokens: Int, timeoutMs: Int64) async -> GenerateResult {
+    public func generate(_ ask: WorkerAsk, timeoutMs: Int64, onDelta: @escaping @Sendable (String) async -> Void) async -> GenerateResult {
         let id = "proxy-" + randomID()
-        let bytes = JSONValue.object(JSONObject([("id", .string(id)), ("prompt", .string(prompt)), ("maxTokens", .int(Int64(maxTokens)))])).serializedBytes
+        let bytes = ask.wire(id: id)
         return await withCheckedContinuation { continuation in
             waiters[id] = continuation
             feed(.request(id: id, bytes: bytes, timeoutMs: timeoutMs))

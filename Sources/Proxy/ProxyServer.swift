@@ -93,7 +93,7 @@ public struct ProxyServer: Sendable {
             case .success(let parsed): generate = parsed
             }
             let started = monotonicNanoseconds()
-            let result = await upstream.generate(prompt: generate.prompt, maxTokens: generate.maxTokens, timeoutMs: requestTimeoutMs)
+            let result = await upstream.generate(WorkerAsk(prompt: generate.prompt, maxTokens: generate.maxTokens), timeoutMs: requestTimeoutMs, onDelta: { _ in })
             let durationMs = Int64((monotonicNanoseconds() - started) / 1_000_000)
             let answer = ProxyAnswer.generate(generate, result, durationMs: durationMs, nowMs: wallClockMilliseconds())
             logger.info("POST /api/generate: \(answer.status) in \(durationMs) ms")

@@ -139,9 +139,59 @@ public struct ProxyStatus: Sendable, Equatable {
     }
 }
 
+/// What the proxy asks a worker for: SPEC 6's request and 6.1's extension, without the id
+/// (the link gives each request its own).
+public struct WorkerAsk: Sendable, Equatable {
+    /// Empty when `messages` is set.
+    public var prompt: String
+    public var messages: [ChatTurn]?
+    public var system: String?
+    /// `json` or nil.
+    public var format: String?
+    public var options = GenerationOptions()
+    public var maxTokens: Int
+    /// Partial messages as the model produces text (SPEC 6.1); false is SPEC 6's exchange.
+    public var stream = false
+
+    public init(prompt: String, maxTokens: Int) {
+        self.prompt = prompt
+        self.maxTokens = maxTokens
+    }
+
+    /// The request as written to the worker. Keys of 6.1 go out only when used, so a plain
+    /// ask is byte for byte what EdgeCoder's Mac proxy sends.
+    public func wire(id: String) -> [UInt8] {
+        var object = JSONObject([("id", .string(id))])
+        if let messages {
+            object["messages"] = .array(messages.map { ["role": .string($0.role), "content": .string($0.content)] })
+        } else {
+            object["prompt"] = .string(prompt)
+        }
+        object["maxTokens"] = .int(Int64(maxTokens))
+        if let system { object["system"] = .string(system) }
+        if let format { object["format"] = .string(format) }
+        if stream { object["stream"] = true }
+        if !options.isEmpty {
+            var wireOptions = JSONObject()
+            if let value = options.temperature { wireOptions["temperature"] = .double(value) }
+            if let value = options.topP { wireOptions["top_p"] = .double(value) }
+            if let value = options.topK { wireOptions["top_k"] = .int(Int64(value)) }
+            if let value = options.seed { wireOptions["seed"] = .int(value) }
+            if !options.stop.isEmpty { wireOptions["stop"] = .array(options.stop.map { .string($0) }) }
+            if let value = options.numCtx { wireOptions["num_ctx"] = .int(Int64(value)) }
+            object["options"] = .object(wireOptions)
+        }
+        return JSONValue.object(object).serializedBytes
+    }
+}
+
 /// What the proxy's HTTP side needs from a worker link: send a request, get its result,
 /// show the link's state. `GattCentral` is the real one; tests of the HTTP side pass their own.
 public protocol ProxyUpstream: Sendable {
-    func generate(prompt: String, maxTokens: Int, timeoutMs: Int64) async -> GenerateResult
+    /// Sends `ask` and waits for the worker's final message (or the timeout, or the link's
+    /// loss). With `ask.stream`, `onDelta` receives each partial's text, in order, before
+    /// this returns. Cancelling the calling task cancels the request on the worker (SPEC
+    /// 6.1's `cancel`) and returns promptly.
+    func generate(_ ask: WorkerAsk, timeoutMs: Int64, onDelta: @escaping @Sendable (String) async -> Void) async -> GenerateResult
     var currentStatus: ProxyStatus { get async }
 }

@@ -27,8 +27,8 @@ actor ScriptedUpstream: ProxyUpstream {
         return status
     }
 
-    func generate(prompt: String, maxTokens: Int, timeoutMs: Int64) async -> GenerateResult {
-        asked.append((prompt, maxTokens, timeoutMs))
+    func generate(_ ask: WorkerAsk, timeoutMs: Int64, onDelta: @escaping @Sendable (String) async -> Void) async -> GenerateResult {
+        asked.append((ask.prompt, ask.maxTokens, timeoutMs))
         return answer
     }
 

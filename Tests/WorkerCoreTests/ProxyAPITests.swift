@@ -54,3 +54,31 @@ import Testing
         }
     }
 }
+
+@Suite struct WorkerAskWire {
+    @Test func aPlainAskIsTheMacProxysRequestByteForByte() {
+        let ask = WorkerAsk(prompt: "write \"main\"", maxTokens: 64)
+        #expect(String(decoding: ask.wire(id: "r1"), as: UTF8.self) == #"{"id":"r1","prompt":"write \"main\"","maxTokens":64}"#)
+    }
+
+    @Test func aChatAskCarriesItsMessagesAndOptionsInsteadOfAPrompt() throws {
+        var ask = WorkerAsk(prompt: "", maxTokens: 100)
+        ask.messages = [ChatTurn(role: "user", content: "hi")]
+        ask.system = "be brief"
+        ask.format = "json"
+        ask.stream = true
+        ask.options.temperature = 0.5
+        ask.options.stop = ["\n\n"]
+        ask.options.seed = 7
+        let value = try JSON.parse(ask.wire(id: "r2"))
+        #expect(value["prompt"] == nil)
+        #expect(value["messages"]?.arrayValue?.first?["content"]?.stringValue == "hi")
+        #expect(value["system"]?.stringValue == "be brief")
+        #expect(value["format"]?.stringValue == "json")
+        #expect(value["stream"]?.boolValue == true)
+        #expect(value["options"]?["temperature"] == .double(0.5))
+        #expect(value["options"]?["stop"]?.arrayValue?.first?.stringValue == "\n\n")
+        #expect(value["options"]?["seed"]?.intValue == 7)
+        #expect(value["options"]?["top_k"] == nil)
+    }
+}
