@@ -335,3 +335,43 @@ import Testing
         #expect(value["options"]?["top_k"] == nil)
     }
 }
+
+/// SPEC 10's "which worker": the first one connected to is the only one afterwards.
+@Suite struct WorkerSelection {
+    typealias H = CentralHarness
+
+    func harness(pinFirst: Bool, selection: String) -> H {
+        var h = H()
+        var settings = CentralMachine.Settings(adapter: nil, device: nil)
+        settings.pinFirstWorker = pinFirst
+        settings.selection = selection
+        h.machine = CentralMachine(settings: settings, seed: 42)
+        return h
+    }
+
+    @Test func theFirstWorkerConnectedIsPinnedAndALouderOneIsNotUsedAfterIt() {
+        var h = harness(pinFirst: true, selection: "remembered")
+        #expect(h.machine.status.json["selection"] == "remembered" && h.machine.status.json["pinnedDevice"] == .null)
+        h.connect()
+        #expect(h.all.contains(.pinned(address: "00:AA:01:00:00:01")))
+        #expect(h.machine.status.pinnedDevice == "00:AA:01:00:00:01")
+        h.on(.bluez(.propertiesChanged(path: H.worker(1), BlueZInterfaces(device: .init(connected: false)))))
+        h.on(.bluez(.interfacesAdded(path: H.worker(2), H.advertising(2, rssi: -20))))
+        h.on(.bluez(.propertiesChanged(path: H.worker(1), H.advertising(1, rssi: -85))))
+        let later = h.advance(10_000)
+        #expect(later.contains(.connect(device: H.worker(1), timeoutMs: 30_000)))
+        #expect(!h.all.contains(.connect(device: H.worker(2), timeoutMs: 30_000)), "the louder worker 2 must not be used")
+        #expect(h.all.filter { if case .pinned = $0 { true } else { false } }.count == 1)
+    }
+
+    @Test func withAnyTheStrongestIsUsedAndNothingIsPinned() {
+        var h = harness(pinFirst: false, selection: "any")
+        h.connect()
+        #expect(!h.all.contains { if case .pinned = $0 { true } else { false } })
+        #expect(h.machine.status.pinnedDevice == nil && h.machine.status.json["selection"] == "any")
+        h.on(.bluez(.propertiesChanged(path: H.worker(1), BlueZInterfaces(device: .init(connected: false)))))
+        h.on(.bluez(.interfacesAdded(path: H.worker(2), H.advertising(2, rssi: -20))))
+        h.on(.bluez(.propertiesChanged(path: H.worker(1), H.advertising(1, rssi: -85))))
+        #expect(h.advance(10_000).contains(.connect(device: H.worker(2), timeoutMs: 30_000)))
+    }
+}
