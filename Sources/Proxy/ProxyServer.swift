@@ -93,6 +93,7 @@ public struct ProxyServer: Sendable {
             case .refused(let refusal):
                 logger.info("refused a request: \(refusal.status) \(refusal.message)")
                 try? await connection.write(HTTPServerResponse.json(refusal.status, ["error": .string(refusal.message)]))
+                await drain(connection)
                 return
             case .request(let request):
                 served += 1
@@ -106,6 +107,17 @@ public struct ProxyServer: Sendable {
                 }
             }
         }
+    }
+
+    /// Reads and drops what the client still sends (a body over the bound) for a moment
+    /// after a refusal, so that closing does not reset the connection before the client
+    /// has read why (it is still writing its body and would see only a broken pipe).
+    func drain(_ connection: UnixConnection) async {
+        _ = shutdown(connection.fd, Int32(SHUT_WR))
+        _ = await race({ () -> Void in
+            var total = 0
+            while total < 64 << 20, let bytes = try? await connection.read(max: 65_536), !bytes.isEmpty { total += bytes.count }
+        }, { () -> Void in try? await Task.sleep(nanoseconds: 2_000_000_000) })
     }
 
     /// The next request: after the first, the client may stay silent up to the idle limit
