@@ -14,8 +14,6 @@ set -u
 cd "$(dirname "$0")/../.."
 source Tests/Suites/lib/tap.sh
 bin="${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}"
-cache=.cache/proxy-clients
-venv="$cache/venv"
 work="$(mktemp -d /tmp/proxy-clients.XXXXXX)"
 proxy_pid=
 cleanup() {
@@ -30,30 +28,13 @@ if [[ ! -x "$bin" ]]; then
 fi
 
 # --- the clients, from PyPI ------------------------------------------------------------
-mkdir -p "$cache"
-stamp="$(sha256sum Tests/Proxy/requirements.txt | cut -c1-16)"
-if [[ "$(cat "$venv/.stamp" 2>/dev/null)" != "$stamp" ]]; then
-  rm -rf "$venv"
-  if ! /usr/bin/python3 -m venv "$venv" >"$work/venv.log" 2>&1; then
-    if [[ "$(id -u)" == 0 ]]; then
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >>"$work/venv.log" 2>&1 || apt-get update -qq >/dev/null 2>&1
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >>"$work/venv.log" 2>&1
-    fi
-    rm -rf "$venv"
-    /usr/bin/python3 -m venv "$venv" >>"$work/venv.log" 2>&1 || { sed 's/^/# /' "$work/venv.log"; not_ok "python3 -m venv (python3-venv)"; tap_done; exit $?; }
-  fi
-  if timeout 600 "$venv/bin/pip" install -q --disable-pip-version-check -r Tests/Proxy/requirements.txt >"$work/pip.log" 2>&1; then
-    echo "$stamp" >"$venv/.stamp"
-  elif ! timeout 120 "$venv/bin/pip" download -q --no-deps -d "$work/probe" ollama==0.6.3 >/dev/null 2>&1; then
-    tail -n 5 "$work/pip.log" | sed 's/^/# /'
-    tap_skip "proxy-clients: PyPI cannot be reached, so the real ollama and openai packages cannot be installed"
-  else
-    tail -n 20 "$work/pip.log" | sed 's/^/# /'
-    not_ok "pip install -r Tests/Proxy/requirements.txt"
-    tap_done; exit $?
-  fi
-fi
-ok "the ollama and openai packages from PyPI ($("$venv/bin/python" -c 'import importlib.metadata as m; print("ollama", m.version("ollama"), "openai", m.version("openai"))'))"
+py="$(Tests/Proxy/prepare-clients.sh 2>"$work/prepare.log")"
+case $? in
+  0) ;;
+  77) sed 's/^/# /' "$work/prepare.log"; tap_skip "proxy-clients: PyPI cannot be reached, so the real ollama and openai packages cannot be installed" ;;
+  *) sed 's/^/# /' "$work/prepare.log"; not_ok "Tests/Proxy/prepare-clients.sh (pip install -r Tests/Proxy/requirements.txt)"; tap_done; exit $? ;;
+esac
+ok "the ollama and openai packages from PyPI ($("$py" -c 'import importlib.metadata as m; print("ollama", m.version("ollama"), "openai", m.version("openai"))'))"
 
 # --- the proxy, with the stand-in for the Bluetooth link -------------------------------
 cat >"$work/script.json" <<JSON
@@ -77,7 +58,7 @@ fi
 ok "the proxy listens on 127.0.0.1:$port (stand-in upstream)"
 check "… and on [::1]:$port" grep -q "http://\[::1\]:$port" "$work/proxy.log"
 
-run_tap "clients_check.py" "$venv/bin/python" Tests/Proxy/clients_check.py "http://127.0.0.1:$port" --record "$work/record.ndjson"
+run_tap "clients_check.py" "$py" Tests/Proxy/clients_check.py "http://127.0.0.1:$port" --record "$work/record.ndjson"
 
 # --- a few things only curl shows -------------------------------------------------------
 code() { curl -s -o /dev/null -w '%{http_code}' "$@"; }
