@@ -63,7 +63,7 @@ let package = Package(
         .testTarget(name: "BusTests", dependencies: ["DBus", "BlueZ", "Posix", "WorkerCore"]),
         .testTarget(name: "LoggingTests", dependencies: ["Logging"]),
         .testTarget(name: "PosixTests", dependencies: ["Posix", "Logging", "CWorkerShims"]),
-        .testTarget(name: "WorkerCLITests", dependencies: ["WorkerCLI"]),
+        .testTarget(name: "WorkerCLITests", dependencies: ["WorkerCLI", "Logging"]),
     ],
     swiftLanguageModes: [.v6]
 )
