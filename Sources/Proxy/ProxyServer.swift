@@ -101,10 +101,7 @@ public struct ProxyServer: Sendable {
                 let (usable, early) = await respond(to: request, on: connection, keepAlive: keepAlive)
                 guard usable, keepAlive else { return }
                 // Bytes of the next request that came while this one was answered.
-                if !early.isEmpty, case .refused(let refusal) = reader.feed(early) {
-                    try? await connection.write(HTTPServerResponse.json(refusal.status, ["error": .string(refusal.message)]))
-                    return
-                }
+                reader.keep(early)
             }
         }
     }

@@ -106,6 +106,12 @@ public struct HTTPRequestReader: Sendable {
         return .complete(request)
     }
 
+    /// Keeps bytes for later without reading them (bytes of a next request that came while
+    /// the current one was answered); the next `feed` reads them.
+    public mutating func keep(_ bytes: some Collection<UInt8>) {
+        buffer.append(contentsOf: bytes)
+    }
+
     /// True once per request whose head asked `Expect: 100-continue` while its body has not
     /// arrived yet: curl waits a second for the interim answer before sending a body.
     public mutating func takeContinue() -> Bool {

@@ -121,6 +121,32 @@ import WorkerCore
         }
     }
 
+    @Test func aRequestSentWhileTheLastOneStreamsIsAnsweredNext() async throws {
+        let upstream = ScriptedUpstream(answer: .answered(ok: true, output: "", error: nil, workerDurationMs: 1), deltas: ["a", "b", "c"], delayMs: 150)
+        try await withServer(upstream) { port in
+            let first = helper.http("POST", "/api/generate", body: #"{"model":"m","prompt":"p"}"#)
+            let second = helper.http("GET", "/api/version")
+            let answers = try await onThread { () -> [String] in
+                let fd = try ProxyServerTests.connectBlocking(port)
+                defer { close(fd) }
+                Self.send(fd, first)
+                var chunk = [UInt8](repeating: 0, count: 4_096)
+                var buffer: [UInt8] = []
+                // The first piece is out: the answer is streaming now.
+                while !String(decoding: buffer, as: UTF8.self).contains(#""response":"a""#) {
+                    let n = recv(fd, &chunk, chunk.count, 0)
+                    if n <= 0 { break }
+                    buffer += chunk[0..<n]
+                }
+                Self.send(fd, second)
+                return [try ProxyServerTests.readAnswer(fd, &buffer), try ProxyServerTests.readAnswer(fd, &buffer)]
+            }
+            #expect(answers[0].contains(#""done":true"#), "\(answers[0])")
+            #expect(answers[1].hasPrefix("HTTP/1.1 200") && answers[1].contains(#""version":"9.9.9""#), "\(answers[1])")
+        }
+        #expect(await upstream.cancelled == 0, "bytes of a next request are not the client going away")
+    }
+
     @Test func headersGoOutBeforeALongWholeAnswerAndItsBodyStaysJSON() async throws {
         let upstream = ScriptedUpstream(answer: .answered(ok: true, output: "late", error: nil, workerDurationMs: 1), deltas: ["x", "y", "z"], delayMs: 200)
         try await withServer(upstream, wholeHoldMs: 100, pulseMs: 150) { port in
