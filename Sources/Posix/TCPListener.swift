@@ -6,6 +6,7 @@ import CWorkerShims
 /// A TCP listener on a loopback address only, 127.0.0.1 or [::1] (the proxy's HTTP API is
 /// for this machine's tools).
 public final class LoopbackTCPListener: Sendable {
+    /// 127.0.0.1 or [::1].
     public enum Family: Sendable { case ipv4, ipv6 }
 
     public let fd: Int32

@@ -28,6 +28,7 @@ public struct HTTPRequest: Sendable, Equatable {
         return version == "HTTP/1.1" || tokens.contains("keep-alive")
     }
 
+    /// The first value of a header, by case-insensitive name.
     public func header(_ name: String) -> String? {
         let lower = name.lowercased()
         return headers.first { $0.name.lowercased() == lower }?.value
@@ -226,7 +227,9 @@ public enum HTTPServerResponse {
         return Array((String(data.count, radix: 16) + "\r\n").utf8) + data + [13, 10]
     }
 
+    /// The end of a chunked body.
     public static let lastChunk: [UInt8] = Array("0\r\n\r\n".utf8)
+    /// The interim answer to `Expect: 100-continue`.
     public static let continueAnswer: [UInt8] = Array("HTTP/1.1 100 Continue\r\n\r\n".utf8)
 }
 
@@ -252,6 +255,7 @@ public struct BrowserGuard: Sendable, Equatable {
         self.allowedOrigins = allowedOrigins
     }
 
+    /// Whether a request may be served.
     public enum Verdict: Sendable, Equatable {
         /// Serve it; with `corsOrigin`, answer with `Access-Control-Allow-Origin` for it.
         case allowed(corsOrigin: String?)

@@ -7,10 +7,13 @@ public enum ProxyDialect: Sendable, Equatable {
     /// EdgeCoder's Mac proxy: `POST /api/generate {prompt, maxTokens}` → `{ok, output,
     /// response, durationMs}`.
     case edgecoder
+    /// Ollama's `POST /api/generate`.
     case ollamaGenerate
     /// Also EdgeCoder's IDE router's `{messages, maxTokens, stream: false}`.
     case ollamaChat
+    /// OpenAI's `POST /v1/chat/completions`.
     case openAIChat
+    /// OpenAI's `POST /v1/completions`.
     case openAICompletion
 }
 
@@ -260,6 +263,7 @@ public struct ProxyCall: Sendable, Equatable {
         return turns
     }
 
+    /// The most chat turns a request may carry to the worker.
     public static let maxTurns = 512
 
     static func maxTokens(_ value: JSONValue, field: String, allowUnlimited: Bool) throws(HTTPRefusal) -> Int {
@@ -343,6 +347,7 @@ public enum GenerateResult: Sendable, Equatable {
 
 /// Answers in each dialect's shape.
 public enum ProxyAnswer {
+    /// The name the worker goes by as a model.
     public static let modelName = "edgecoder-bluetooth"
 
     /// The status and message of a failed result (nil for success).

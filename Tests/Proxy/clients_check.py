@@ -27,7 +27,7 @@ parser.add_argument("--record", help="the stand-in upstream's record file")
 parser.add_argument("--expect", default="Hello world", help="the stand-in's whole text")
 parser.add_argument("--max-tokens", type=int, default=24, help="the length of answers from a real worker")
 parser.add_argument("--no-worker-streaming", action="store_true",
-                    help="the worker predates SPEC 6.1 (no partials): checks that need them are skipped")
+                    help="the worker predates SPEC 6.1 (no partials, no chat turns): checks that need them are skipped")
 args = parser.parse_args()
 URL = args.url.rstrip("/")
 STAND_IN = args.record is not None
@@ -43,11 +43,16 @@ def result(ok, desc):
     print(("ok - " if ok else "not ok - ") + desc, flush=True)
 
 
-def check(desc, fn):
-    """Runs fn; ok when it returns true, not ok (with the reason) when false or raising."""
+def check(desc, fn, needs_61=False):
+    """Runs fn; ok when it returns True, not ok (with what it returned instead: the
+    `condition or details` idiom) when anything else or raising. A check that needs the
+    worker's SPEC 6.1 (chat turns, partials) is skipped against a worker without it."""
+    if needs_61 and args.no_worker_streaming:
+        print(f"# SKIP needs SPEC 6.1 worker: {desc}", flush=True)
+        return
     try:
         value = fn()
-        result(bool(value), desc if value is True or value else f"{desc} (got {value!r})")
+        result(value is True, desc if value is True else f"{desc} (got {value!r})")
     except Exception as error:  # noqa: BLE001 - every failure is a result line
         result(False, f"{desc} ({type(error).__name__}: {str(error)[:300]})")
 
@@ -95,7 +100,7 @@ def generate_streamed():
 check("ollama: generate (stream true) returns the text in pieces, then done", generate_streamed)
 check("ollama: chat (stream false) returns the assistant's message",
       lambda: (lambda r: text_ok(r.message.content) and r.message.role == "assistant")(
-          client.chat(model="edgecoder-bluetooth", messages=[{"role": "user", "content": "say hello"}], options=small)))
+          client.chat(model="edgecoder-bluetooth", messages=[{"role": "user", "content": "say hello"}], options=small)), needs_61=True)
 
 
 def chat_streamed():
@@ -104,7 +109,7 @@ def chat_streamed():
     return text_ok(text) and parts[-1].done or (len(parts), text)
 
 
-check("ollama: chat (stream true) returns the message in pieces, then done", chat_streamed)
+check("ollama: chat (stream true) returns the message in pieces, then done", chat_streamed, needs_61=True)
 check("ollama: list shows the worker as edgecoder-bluetooth",
       lambda: [m.model for m in client.list().models] == ["edgecoder-bluetooth"])
 check("ollama: show describes it", lambda: client.show("edgecoder-bluetooth").details.family == "edgecoder")
@@ -125,7 +130,7 @@ check("ollama: images are refused 400 naming the field", refused_images)
 messages = [{"role": "system", "content": "You are brief."}, {"role": "user", "content": "say hello"}]
 check("openai: chat.completions (not streamed)",
       lambda: (lambda r: text_ok(r.choices[0].message.content) and r.choices[0].finish_reason == "stop")(
-          oa.chat.completions.create(model="edgecoder-bluetooth", messages=messages, max_tokens=args.max_tokens)))
+          oa.chat.completions.create(model="edgecoder-bluetooth", messages=messages, max_tokens=args.max_tokens)), needs_61=True)
 
 
 def openai_chat_streamed():
@@ -134,7 +139,7 @@ def openai_chat_streamed():
     return text_ok(text) and chunks[-1].choices[0].finish_reason == "stop" or (len(chunks), text)
 
 
-check("openai: chat.completions (streamed, server-sent events)", openai_chat_streamed)
+check("openai: chat.completions (streamed, server-sent events)", openai_chat_streamed, needs_61=True)
 check("openai: completions",
       lambda: text_ok(oa.completions.create(model="edgecoder-bluetooth", prompt="say hello", max_tokens=args.max_tokens).choices[0].text))
 check("openai: completions (streamed)",
@@ -166,7 +171,7 @@ def router_generate():
     return status == 200 and text_ok(json.loads(body)["response"]) or (status, body[:200])
 
 
-check("EdgeCoder's router: POST /api/chat {messages, maxTokens, stream: false} -> message.content", router_chat)
+check("EdgeCoder's router: POST /api/chat {messages, maxTokens, stream: false} -> message.content", router_chat, needs_61=True)
 check("EdgeCoder's router: POST /api/generate {prompt, maxTokens, stream: false} -> response", router_generate)
 check("HEAD / is 200 (Ollama's CLI probes it)", lambda: raw("HEAD", "/")[0] == 200)
 check("GET / says Ollama is running", lambda: raw("GET", "/")[2] == b"Ollama is running")
@@ -185,10 +190,7 @@ def first_piece_early():
     return first is not None and first < whole / 2 or (first, whole)
 
 
-if args.no_worker_streaming:
-    print("# SKIP needs SPEC 6.1 worker: a streamed answer's first piece arrives before half of the whole answer's time", flush=True)
-else:
-    check("a streamed answer's first piece arrives before half of the whole answer's time", first_piece_early)
+check("a streamed answer's first piece arrives before half of the whole answer's time", first_piece_early, needs_61=True)
 
 
 def keep_alive():
