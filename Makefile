@@ -103,11 +103,15 @@ install: release
 	chmod 0644 $(DESTDIR)/lib/systemd/system/edgecoder-worker.service
 	install -m0644 systemd/sysusers.d/edgecoder-worker.conf $(DESTDIR)/usr/lib/sysusers.d/edgecoder-worker.conf
 	install -m0644 systemd/tmpfiles.d/edgecoder-worker.conf $(DESTDIR)/usr/lib/tmpfiles.d/edgecoder-worker.conf
+	install -d $(DESTDIR)$(PREFIX)/lib/systemd/user
+	sed 's|/usr/local|$(PREFIX)|g' systemd/edgecoder-worker-proxy.service > $(DESTDIR)$(PREFIX)/lib/systemd/user/edgecoder-worker-proxy.service
+	chmod 0644 $(DESTDIR)$(PREFIX)/lib/systemd/user/edgecoder-worker-proxy.service
 	install -D -m0644 README.md $(DESTDIR)$(PREFIX)/share/doc/edgecoder-worker/README.md
 	install -D -m0644 Config/edgecoder-worker.json $(DESTDIR)$(PREFIX)/share/doc/edgecoder-worker/config.example.json
 	@echo "next: systemd-sysusers edgecoder-worker.conf && systemd-tmpfiles --create edgecoder-worker.conf"
 	@echo "      copy $(PREFIX)/share/doc/edgecoder-worker/config.example.json to /etc/edgecoder-worker/config.json and edit it"
 	@echo "      systemctl daemon-reload && systemctl enable --now edgecoder-worker"
+	@echo "the proxy, per user (a user unit):  systemctl --user daemon-reload && systemctl --user enable --now edgecoder-worker-proxy"
 
 clean:
 	rm -rf .build .run

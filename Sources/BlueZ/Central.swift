@@ -17,6 +17,10 @@ public struct CentralSettings: Sendable {
     public var scanWindowMs: Int64 = 2_500
     public var connectTimeoutMs: Int64 = 30_000
     public var maxBackoffMs: Int64 = 30_000
+    /// Without `device`: keep to the first worker connected to; `onPinned` remembers it.
+    public var pinFirstWorker = false
+    public var selection: String?
+    public var onPinned: (@Sendable (String) -> Void)?
 
     public init(adapter: String?, device: String?) {
         self.adapter = adapter
@@ -28,6 +32,8 @@ public struct CentralSettings: Sendable {
         settings.scanWindowMs = scanWindowMs
         settings.connectTimeoutMs = connectTimeoutMs
         settings.maxBackoffMs = maxBackoffMs
+        settings.pinFirstWorker = pinFirstWorker
+        settings.selection = selection
         return settings
     }
 }
@@ -142,6 +148,9 @@ public actor GattCentral: BusDriving, ProxyUpstream {
                 waiters.removeValue(forKey: id)?.resume(returning: result)
             case .log(let level, let message):
                 logger.log(level, message)
+            case .pinned(let address):
+                logger.notice("the worker \(address) is remembered: the proxy connects only to it from now on (--any or --forget to change)")
+                settings.onPinned?(address)
             }
         }
     }
