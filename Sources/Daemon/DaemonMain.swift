@@ -14,13 +14,25 @@ public enum DaemonMain {
     /// After a second SIGTERM/SIGINT the process is gone within this many seconds.
     public static let secondSignalBoundSeconds: UInt32 = 3
 
-    /// Runs the daemon until SIGTERM/SIGINT; returns the process exit code.
-    public static func run(config: WorkerConfig, paths: DaemonPaths, logger baseLogger: Logger) async -> Int32 {
+    /// The daemon's logger: structured records to journald when stderr is its stream,
+    /// plain lines on a terminal, `<N>`-prefixed lines anywhere else (SPEC 11).
+    public static func makeLogger(label: String = "edgecoder-worker") -> Logger {
+        Logger(label: label, handler: LogSink.current().handler())
+    }
+
+    /// Reads the config file again for a reload: the config, or every problem in words.
+    public typealias ConfigLoader = @Sendable () -> Result<WorkerConfig, ConfigReloadFailure>
+
+    /// Runs the daemon until SIGTERM/SIGINT; SIGHUP reloads the config through
+    /// `reloadConfig` (absent: the reload is refused). Returns the process exit code.
+    public static func run(config: WorkerConfig, paths: DaemonPaths, logger baseLogger: Logger,
+                           reloadConfig: ConfigLoader? = nil) async -> Int32 {
         var config = config
         // The model server's key: the config's, else the systemd credential (never logged).
         if config.backend.apiKey == nil { config.backend.apiKey = ModelBackend.credentialAPIKey() }
         var logger = baseLogger
         logger.level = LogLevel(name: config.log.level.rawValue) ?? .info
+        logger.sharedLevel = LogLevelSetting(logger.level)
 
         // Signals first: a SIGTERM during start-up must still end in a clean stop.
         let signals: SignalPipe
@@ -86,7 +98,8 @@ public enum DaemonMain {
 
         let group = ServiceGroup(services: services, logger: logger,
                                  gracefulDeadlineNanoseconds: UInt64(gracefulDeadlineMs) * 1_000_000,
-                                 onShutdownStart: { ServiceManager.notify("STOPPING=1\nSTATUS=stopping") })
+                                 onShutdownStart: { ServiceManager.notify("STOPPING=1\nSTATUS=stopping") },
+                                 onReload: { [logger] in await reload(daemon: daemon, paths: paths, load: reloadConfig, logger: logger) })
         let exit = await group.run(signals: signals)
         listener.close()
         switch exit {
@@ -99,4 +112,26 @@ public enum DaemonMain {
             return 1
         }
     }
+
+    /// One reload, framed for systemd as `RELOADING=1` (with the monotonic time it
+    /// began, which systemd 253+ requires and older versions ignore) … `READY=1`: a
+    /// `systemctl reload` returns once the daemon has taken or refused the file.
+    static func reload(daemon: WorkerDaemon, paths: DaemonPaths, load: ConfigLoader?, logger: Logger) async {
+        ServiceManager.notify("RELOADING=1\nMONOTONIC_USEC=\(monotonicNanoseconds() / 1_000)\nSTATUS=reloading \(paths.configPath)")
+        logger.notice("received SIGHUP: reloading \(paths.configPath)")
+        switch load?() ?? .failure(ConfigReloadFailure(["this daemon was started without a config loader"])) {
+        case .success(var file):
+            if file.backend.apiKey == nil { file.backend.apiKey = ModelBackend.credentialAPIKey() }
+            await daemon.reload(file: file)
+        case .failure(let failure):
+            await daemon.refuseReload(problems: failure.problems)
+        }
+        ServiceManager.notify("READY=1\nSTATUS=\(await daemon.statusLine())")
+    }
+}
+
+/// Why a reload could not use the config file, every problem in words (with its key).
+public struct ConfigReloadFailure: Error, Sendable {
+    public var problems: [String]
+    public init(_ problems: [String]) { self.problems = problems }
 }

@@ -28,7 +28,8 @@ public let workerVersion = "0.1.0"
 /// change goes through here and is recorded; a mode or policy change is durable before
 /// it is answered, events and task history are written behind (SPEC promises no more).
 public actor WorkerDaemon {
-    public let config: WorkerConfig
+    /// The config in force: the one read at start, with the live keys of later reloads.
+    public private(set) var config: WorkerConfig
     public let paths: DaemonPaths
     let files: WorkerStateFiles
     /// Every write of the state directory (the coordinator's journal included) goes
@@ -68,6 +69,8 @@ public actor WorkerDaemon {
     private var path: PathStatus?
     private var pathSinceMs: Int64 = 0
     private var lastHook: (name: String, outcome: HookOutcome, timeMs: Int64)?
+    /// The last reload's outcome (SIGHUP, `systemctl reload`), for status.
+    private(set) var configReload: ConfigReloadStatus?
     /// Persisting failed (disk full, read-only): shown in status until a write succeeds.
     private var persistenceProblem: String? { writer.problem }
 
@@ -185,7 +188,7 @@ public actor WorkerDaemon {
 
     /// What a mode's runtime lacks (`ModeRuntimes`); until it has it, the mode stays
     /// selected and status says what is missing instead of pretending to run.
-    nonisolated func missingRuntime(_ mode: Mode) -> String? {
+    func missingRuntime(_ mode: Mode) -> String? {
         ModeRuntimes.unavailable(mode, config: config)
     }
 
@@ -214,16 +217,27 @@ public actor WorkerDaemon {
         updateServiceStatus()
         switch decision.outcome {
         case .changed:
-            logger.notice("mode \(previous.mode.rawValue) -> \(modeState.mode.rawValue): \(modeState.reason)")
+            logger.notice("mode \(previous.mode.rawValue) -> \(modeState.mode.rawValue): \(modeState.reason)",
+                          WorkerDaemon.fields(events.last { $0.kind == .downgrade } ?? events.last, mode: modeState.mode))
         case .unchanged:
-            for event in events where event.kind == .networkRestored { logger.notice(event.reason) }
+            for event in events where event.kind == .networkRestored { logger.notice(event.reason, WorkerDaemon.fields(event, mode: modeState.mode)) }
         case .refused(let message):
-            logger.warning("refused mode \(requestedMode(request)?.rawValue ?? "?"): \(message)")
+            logger.warning("refused mode \(requestedMode(request)?.rawValue ?? "?"): \(message)",
+                           WorkerDaemon.fields(events.last, mode: modeState.mode))
         }
         // Every change to the actor's state is made above, before this suspension point;
         // another request may run meanwhile, and its newer mode supersedes this one.
         if modeChanged { await persistDurably(WorkerStateFiles.modeFile, WorkerStateFiles.modeBytes(modeState)) }
         return ModeRequestResult(outcome: decision.outcome, previous: previous.mode, events: events)
+    }
+
+    /// An event's keys as log metadata (journal fields EDGECODER_EVENT, _MODE, _FROM).
+    static func fields(_ event: WorkerEvent?, mode: Mode) -> [(String, String)] {
+        var fields: [(String, String)] = []
+        if let event { fields.append(("event", event.kind.rawValue)) }
+        fields.append(("mode", mode.rawValue))
+        if let from = event?.from { fields.append(("from", from.rawValue)) }
+        return fields
     }
 
     private func requestedMode(_ request: ModeRequest) -> Mode? {
@@ -278,10 +292,11 @@ public actor WorkerDaemon {
         if let previous, previous.allowed != decision.allowed {
             if decision.allowed {
                 record(EventDraft(kind: .powerResume, reason: "new work allowed again (was held: \(previous.reasonText))"))
-                logger.notice("power policy: new work allowed again")
+                logger.notice("power policy: new work allowed again", [("event", EventKind.powerResume.rawValue), ("mode", modeState.mode.rawValue)])
             } else {
                 record(EventDraft(kind: .powerHold, reason: "new work held: \(decision.reasonText) (\(decision.reason?.explanation ?? ""))"))
-                logger.notice("power policy: holding new work: \(decision.reasonText)")
+                logger.notice("power policy: holding new work: \(decision.reasonText)",
+                              [("event", EventKind.powerHold.rawValue), ("mode", modeState.mode.rawValue), ("hold_reason", decision.reasonText)])
             }
         }
         let gateClosed = modeContext().chargeGateClosed
@@ -335,7 +350,7 @@ public actor WorkerDaemon {
             case .unset(let key): text = "\(key) reset to the config's value by \(who)"
             }
             record(EventDraft(kind: .policyChanged, reason: text))
-            logger.notice("policy: \(text)")
+            logger.notice("policy: \(text)", [("event", EventKind.policyChanged.rawValue)])
             if let reading { updateReading(reading, monotonicMs: max(readingAtMonotonicMs, Int64(monotonicNanoseconds() / 1_000_000))) }
             let answer = policyJSON()
             await persistDurably(WorkerStateFiles.policyFile, WorkerStateFiles.policyBytes(next))
@@ -373,7 +388,7 @@ public actor WorkerDaemon {
             ? nil : ActiveModel(model: name, switchedFrom: config.backend.model, switchedAtMs: clock(), rolloutID: rolloutID)
         switchedModel = next
         record(EventDraft(kind: .modelSwitched, reason: "model \(previous) -> \(name) at the coordinator's request\(rolloutID.map { " (rollout \($0))" } ?? "")"))
-        logger.notice("model switched from \(previous) to \(name) at the coordinator's request")
+        logger.notice("model switched from \(previous) to \(name) at the coordinator's request", [("event", EventKind.modelSwitched.rawValue), ("model", name)])
         updateServiceStatus()
         if let next {
             await persistDurably(WorkerStateFiles.activeModelFile, WorkerStateFiles.activeModelBytes(next))
@@ -390,6 +405,41 @@ public actor WorkerDaemon {
     /// its readiness probe while it generates, so the probe waits instead of reporting
     /// `unavailable` to the very clients being served.
     public var isGenerating: Bool { tasks.records.contains { $0.state == .running } }
+
+    // MARK: Reload
+
+    /// A reload with a valid file: applies what can change live (the power policy is
+    /// decided again at once, the log level, the coordinator's intervals), keeps the
+    /// rest as it runs, and records which keys wait for a restart.
+    @discardableResult
+    public func reload(file: WorkerConfig) -> ConfigReloadStatus {
+        let plan = ConfigReloadPlan.plan(running: config, file: file)
+        config = plan.applied
+        if plan.appliedKeys.contains("log.level"), let level = LogLevel(name: config.log.level.rawValue) {
+            logger.sharedLevel?.set(level)
+        }
+        let status = ConfigReloadStatus(atMs: clock(), outcome: plan.appliedKeys.isEmpty ? .unchanged : .applied,
+                                        appliedKeys: plan.appliedKeys, restartKeys: plan.restartKeys)
+        configReload = status
+        record(EventDraft(kind: .configReloaded, reason: status.line))
+        logger.notice(status.line, [("event", EventKind.configReloaded.rawValue)] + (plan.restartKeys.isEmpty ? [] : [("needs_restart", plan.restartKeys.joined(separator: ","))]))
+        if let reading { updateReading(reading, monotonicMs: max(readingAtMonotonicMs, Int64(monotonicNanoseconds() / 1_000_000))) }
+        updateServiceStatus()
+        return status
+    }
+
+    /// A reload whose file is unreadable or invalid: the running config is kept, and
+    /// the reason stays in status until a later reload succeeds.
+    @discardableResult
+    public func refuseReload(problems: [String]) -> ConfigReloadStatus {
+        let status = ConfigReloadStatus(atMs: clock(), outcome: .refused, problems: problems,
+                                        restartKeys: configReload?.restartKeys ?? [])
+        configReload = status
+        record(EventDraft(kind: .configRefused, reason: status.line))
+        logger.error(status.line, [("event", EventKind.configRefused.rawValue)])
+        updateServiceStatus()
+        return status
+    }
 
     // MARK: Mode runtimes
 
@@ -503,7 +553,8 @@ public actor WorkerDaemon {
             nowMs: clock(), agentID: agentID,
             daemon: StatusSnapshot.Daemon(version: workerVersion, pid: Int64(getpidValue()), startedAtMs: startedAtMs,
                                           configPath: paths.configPath, stateDirectory: paths.stateDirectory,
-                                          controlSocket: paths.controlSocket, persistenceProblem: persistenceProblem),
+                                          controlSocket: paths.controlSocket, persistenceProblem: persistenceProblem,
+                                          configReload: configReload),
             mode: modeState, runtime: runtime,
             network: path.map { StatusSnapshot.Network(path: $0, sinceMs: pathSinceMs) },
             lastHook: lastHook.map { StatusSnapshot.Hook(name: $0.name, outcome: $0.outcome.description, succeeded: $0.outcome.succeeded, timeMs: $0.timeMs) },

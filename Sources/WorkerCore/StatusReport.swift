@@ -11,9 +11,12 @@ public struct StatusSnapshot: Sendable, Equatable {
         public var controlSocket: String
         /// Why the last write to the state directory failed, until one succeeds.
         public var persistenceProblem: String?
+        /// The last config reload, nil before the first.
+        public var configReload: ConfigReloadStatus?
 
         public init(version: String, pid: Int64, startedAtMs: Int64, configPath: String, stateDirectory: String,
-                    controlSocket: String, persistenceProblem: String? = nil) {
+                    controlSocket: String, persistenceProblem: String? = nil, configReload: ConfigReloadStatus? = nil) {
+            self.configReload = configReload
             self.version = version
             self.pid = pid
             self.startedAtMs = startedAtMs
@@ -204,6 +207,10 @@ public struct StatusReport: Sendable {
         if s.mode.restoredAtMs != nil { line += "; network restored: run 'edgecoder-worker mode on' to rejoin" }
         if !s.recovered.isEmpty { line += "; \(s.recovered.count) state file(s) recovered" }
         if s.daemon.persistenceProblem != nil { line += "; state not writable" }
+        if let reload = s.daemon.configReload {
+            if reload.outcome == .refused { line += "; config reload refused" }
+            if !reload.restartKeys.isEmpty { line += "; restart to apply \(reload.restartKeys.joined(separator: ", "))" }
+        }
         return line
     }
 
@@ -319,6 +326,7 @@ public struct StatusReport: Sendable {
             ("controlSocket", .string(daemon.controlSocket)),
         ])
         object["persistenceProblem"] = .optional(daemon.persistenceProblem)
+        object["configReload"] = daemon.configReload?.json ?? .null
         return .object(object)
     }
 }
