@@ -43,7 +43,7 @@ let package = Package(
         // kernel's adapter view through libbluetooth.
         .target(name: "BlueZ", dependencies: ["DBus", "Posix", "WorkerCore", "Logging", "CBluetooth"]),
         // The daemon's wiring: services, control socket, the worker actor.
-        .target(name: "Daemon", dependencies: ["WorkerCore", "Logging", "Posix", "StateStore", "Systemd", "Telemetry", "HTTP", "ModelBackend", "BlueZ"]),
+        .target(name: "Daemon", dependencies: ["WorkerCore", "Logging", "Posix", "StateStore", "Systemd", "Telemetry", "HTTP", "ModelBackend", "BlueZ", "DBus"]),
         // The HTTP side of `edgecoder-worker proxy`, over any upstream (the BlueZ central).
         .target(name: "Proxy", dependencies: ["WorkerCore", "Logging", "Posix"]),
         // The operator's command line.

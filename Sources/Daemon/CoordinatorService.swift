@@ -278,11 +278,16 @@ public struct CoordinatorService: Service {
         try await withThrowingDiscardingTaskGroup { group in
             while true {
                 try await heartbeat(link)
+                // A heartbeat asked for (before a suspend, after a resume) is sent.
+                let requested = daemon.heartbeatRequested
+                if requested.value { requested.set(false) }
                 if let request = await link.takeSwitchRequest() {
                     group.addTask { await switcher.run(request) }
                 }
                 // Read each time: a reload applies it without ending the session.
-                try await clock.sleep(milliseconds: await daemon.config.coordinator.heartbeatIntervalMs)
+                let interval = await daemon.config.coordinator.heartbeatIntervalMs
+                let clock = self.clock
+                _ = try await race({ try await clock.sleep(milliseconds: interval) }, { await requested.wait(for: true) })
             }
         }
     }
@@ -341,6 +346,11 @@ public struct CoordinatorService: Service {
         while !stop.isTriggered {
             if let held = await daemon.admitNewWork() {
                 await link.update { $0.deferredReason = "held by the power policy: \(held.rawValue)" }
+                try await pause(await pullIntervalMs(), stop: stop)
+                continue
+            }
+            if let held = await daemon.hostHold() {
+                await link.update { $0.deferredReason = "held: \(held.rawValue): \(held.explanation)" }
                 try await pause(await pullIntervalMs(), stop: stop)
                 continue
             }

@@ -88,6 +88,7 @@ public enum DaemonMain {
         services.append(PowerMonitorService(daemon: daemon, logger: logger.labeled("power"), reader: reader))
         services.append(PathMonitorService(daemon: daemon, logger: logger.labeled("path"), graceMs: config.network.pathLossGraceMs,
                                            hook: config.hooks.networkRestored.map { ($0, config.hooks.timeoutMs) }))
+        services.append(HostBusService(daemon: daemon, logger: logger.labeled("host")))
         if let usec = ServiceManager.watchdogMicroseconds() {
             services.append(WatchdogService(intervalMicroseconds: usec, daemon: daemon, notify: { ServiceManager.notify($0) }))
         }

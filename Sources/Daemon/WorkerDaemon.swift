@@ -47,7 +47,17 @@ public actor WorkerDaemon {
     private var nextSubscriber = 0
     private var lastStatusLine = ""
     private(set) var policyOverrides: PolicyOverrides
+    /// The latest reading with the host's power profile applied (what the policy decides on).
     private var reading: PowerReading?
+    /// The latest reading as sysfs gave it.
+    private var rawReading: PowerReading?
+    /// What logind, NetworkManager and power-profiles-daemon said (SPEC 11).
+    private(set) var host = HostServices()
+    /// Set by the host service, cleared by the part that did it: a heartbeat now, a new
+    /// power reading, a new dump of the network path (after a resume).
+    public nonisolated let heartbeatRequested = StateSignal(false)
+    public nonisolated let powerRereadRequested = StateSignal(false)
+    public nonisolated let pathRereadRequested = StateSignal(false)
     private var readingAtMonotonicMs: Int64 = 0
     private(set) var powerDecision: PowerDecision?
     private(set) var holdCounters = HoldCounters()
@@ -282,7 +292,10 @@ public actor WorkerDaemon {
 
     /// A new telemetry reading: decides the policy (hysteresis needs the previous
     /// decision and a monotonic clock) and opens the start-up charge gate when power returns.
-    public func updateReading(_ new: PowerReading, monotonicMs: Int64) {
+    public func updateReading(_ raw: PowerReading, monotonicMs: Int64) {
+        rawReading = raw
+        var new = raw
+        new.telemetry.lowPowerMode = HostServices.lowPowerMode(platformProfile: raw.telemetry.lowPowerMode, activeProfile: host.activeProfile)
         reading = new
         readingAtMonotonicMs = monotonicMs
         let policy = effectivePolicy.policy
@@ -321,6 +334,47 @@ public actor WorkerDaemon {
         guard let decision = powerDecision, let reason = decision.reason else { return nil }
         holdCounters.record(reason)
         return reason
+    }
+
+    /// Whether the host holds new work (suspending, or a metered connection under
+    /// `network.onMetered` hold): asked by the coordinator loop before each pull, each
+    /// held pull counted under its reason.
+    public func hostHold() -> LocalHoldReason? {
+        guard let reason = host.hold(onMetered: config.network.onMetered) else { return nil }
+        holdCounters.record(reason)
+        return reason
+    }
+
+    /// What the host's services say now; a changed power profile is decided on at once.
+    public func updateHost(_ new: HostServices) {
+        let previous = host
+        host = new
+        if previous.activeProfile != new.activeProfile, let rawReading {
+            updateReading(rawReading, monotonicMs: max(readingAtMonotonicMs, Int64(monotonicNanoseconds() / 1_000_000)))
+        }
+        if previous.hold(onMetered: config.network.onMetered) != new.hold(onMetered: config.network.onMetered) { updateServiceStatus() }
+    }
+
+    /// Makes everything written so far durable (before a suspend).
+    public func checkpoint() async {
+        submitTasks()
+        writer.submit(WorkerStateFiles.modeFile, WorkerStateFiles.modeBytes(modeState))
+        await writer.flush()
+    }
+
+    /// Asks mode on's session for a heartbeat now and waits until it was sent (or
+    /// `timeoutMs`); false at once when the session does not run.
+    public func heartbeatNow(timeoutMs: Int64) async -> Bool {
+        guard runtimeActive(.on), coordinator != nil else { return false }
+        let signal = heartbeatRequested
+        signal.set(true)
+        switch await race({ await signal.wait(for: false); return true }, {
+            try? await Task.sleep(nanoseconds: UInt64(max(0, timeoutMs)) * 1_000_000)
+            return false
+        }) {
+        case .first(let done): return done
+        case .second(let done): return done
+        }
     }
 
     /// Why new work is held now, without counting it as a held assignment (a model pull
@@ -558,6 +612,7 @@ public actor WorkerDaemon {
             mode: modeState, runtime: runtime,
             network: path.map { StatusSnapshot.Network(path: $0, sinceMs: pathSinceMs) },
             lastHook: lastHook.map { StatusSnapshot.Hook(name: $0.name, outcome: $0.outcome.description, succeeded: $0.outcome.succeeded, timeMs: $0.timeMs) },
+            host: host, hostHold: host.hold(onMetered: config.network.onMetered),
             power: StatusSnapshot.Power(telemetry: reading?.telemetry, ageMs: monotonicNow - readingAtMonotonicMs, decision: powerDecision,
                                         monotonicNowMs: monotonicNow, chargeGateBlocked: gateBlocked, held: holdCounters),
             policy: policy, policySources: sources,

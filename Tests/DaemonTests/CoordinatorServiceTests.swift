@@ -95,6 +95,35 @@ final class CoordinatorBed: Sendable {
 }
 
 @Suite struct CoordinatorSessionInProcess {
+    @Test func aHeartbeatAskedForIsSentAtOnceAndAcknowledged() async throws {
+        let bed = try CoordinatorBed()
+        bed.start()
+        #expect(await bed.clock.waitForSleep(CoordinatorBed.heartbeatMs))
+        let before = bed.transport.calls(to: "/heartbeat").count
+        bed.daemon.heartbeatRequested.set(true)
+        #expect(await eventually("the asked-for heartbeat") { bed.transport.calls(to: "/heartbeat").count == before + 1 })
+        #expect(await eventually("its acknowledgement") { !bed.daemon.heartbeatRequested.value })
+        #expect(await bed.clock.waitForSleep(CoordinatorBed.heartbeatMs), "then the usual cadence")
+        await bed.finish()
+    }
+
+    @Test func aMeteredConnectionUnderHoldStopsPullsWithADropReasonAndAllowDoesNot() async throws {
+        let bed = try CoordinatorBed()
+        var host = HostServices()
+        host.meteredRaw = 1
+        await bed.daemon.updateHost(host)
+        bed.start()
+        #expect(await bed.clock.waitForSleep(CoordinatorBed.pullMs))
+        #expect(bed.transport.calls(to: "/pull").isEmpty, "no pull on a metered connection")
+        #expect(await bed.status["deferredReason"]?.stringValue?.hasPrefix("held: metered") == true)
+        #expect(await bed.daemon.statusJSON()["power"]?["held"]?["metered"]?.intValue == 1)
+        host.meteredRaw = 2
+        await bed.daemon.updateHost(host)
+        bed.clock.advance(by: CoordinatorBed.pullMs)
+        #expect(await eventually("a pull once not metered") { bed.transport.calls(to: "/pull").count == 1 })
+        await bed.finish()
+    }
+
     @Test func aStopWaitingForASubtaskExtendsSystemdsStopTimeoutStepByStepUntilTheGraceEnds() async throws {
         let bed = try CoordinatorBed(configure: { $0.coordinator.stopGraceMs = 12_000 })
         bed.transport.script("/pull", .json(200, #"{"subtask":\#(CoordinatorBed.subtask)}"#))
