@@ -95,7 +95,8 @@ public enum DaemonMain {
 
         let summary = await daemon.statusLine()
         ServiceManager.notify("READY=1\nSTATUS=\(summary)\nMAINPID=\(getpid())")
-        logger.notice("ready: \(summary); agent \(daemon.agentID); control socket \(paths.controlSocket)")
+        logger.notice("ready: \(summary); agent \(daemon.agentID); control socket \(paths.controlSocket)",
+                      [("event", EventKind.daemonStarted.rawValue), ("mode", await daemon.currentMode.rawValue)])
 
         let group = ServiceGroup(services: services, logger: logger,
                                  gracefulDeadlineNanoseconds: UInt64(gracefulDeadlineMs) * 1_000_000,
@@ -106,7 +107,7 @@ public enum DaemonMain {
         switch exit {
         case .signal(let signo):
             await daemon.stop(reason: "stopped by \(SignalPipe.name(signo))")
-            logger.notice("stopped")
+            logger.notice("stopped", [("event", EventKind.daemonStopped.rawValue)])
             return 0
         case .serviceFailed(let why):
             await daemon.stop(reason: "stopped after a failure: \(why)")

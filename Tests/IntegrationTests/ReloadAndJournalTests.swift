@@ -18,7 +18,8 @@ import WorkerCore
         let daemon = try DaemonHarness(config: #"{"policy": {"minBatteryPct": 20}}"#)
         try daemon.start()
         let pid = daemon.process!.processIdentifier
-        try #"{"policy": {"minBatteryPct": 25}, "bluetooth": {"maxClients": 3}}"#.write(toFile: daemon.configPath, atomically: true, encoding: .utf8)
+        #expect(!daemon.stderr.contains("<7>"), "info level at start")
+        try #"{"policy": {"minBatteryPct": 25}, "bluetooth": {"maxClients": 3}, "log": {"level": "debug"}}"#.write(toFile: daemon.configPath, atomically: true, encoding: .utf8)
         kill(pid, SIGHUP)
         let seen = try #require(daemon.notify?.waitFor("READY=1", timeout: 10), "READY=1 after the reload")
         let reloading = try #require(seen.first { $0.contains("RELOADING=1") }, "\(seen)")
@@ -33,7 +34,7 @@ import WorkerCore
         #expect(json["policy"]?["minBatteryPct"]?["value"]?.intValue == 25, "\(json["policy"] ?? .null)")
         let reload = try #require(json["daemon"]?["configReload"])
         #expect(reload["outcome"] == "applied")
-        #expect(reload["applied"] == ["policy.minBatteryPct"])
+        #expect(reload["applied"] == ["policy.minBatteryPct", "log.level"])
         #expect(reload["needsRestart"] == ["bluetooth.maxClients"])
         #expect(json["bluetooth"]?["maxClients"]?.intValue == 1, "a restart key keeps its running value")
         #expect(json["summary"]?.stringValue?.contains("restart to apply bluetooth.maxClients") == true)
@@ -43,6 +44,7 @@ import WorkerCore
         #expect(events.stdout.contains("\"kind\":\"config-reloaded\""))
         #expect(daemon.stderr.contains("received SIGHUP: reloading"))
         #expect(try daemon.stop().status == 0)
+        #expect(daemon.stderr.contains("<7>"), "log.level debug applied live: the stop's debug lines are logged")
     }
 
     @Test func anInvalidFileIsRefusedTheDaemonRunsOnWithTheOldConfigAndStatusSaysWhy() throws {

@@ -81,6 +81,8 @@ if ready:
     r = ready[0]
     ok(r.get("PRIORITY") == ["5"] and r.get("SYSLOG_IDENTIFIER") == ["edgecoder-worker"], "with PRIORITY=5 and SYSLOG_IDENTIFIER=edgecoder-worker", r)
     ok(r.get("EDGECODER_COMPONENT") == ["edgecoder-worker"], "and the daemon's part as EDGECODER_COMPONENT", r)
+    ok(r.get("EDGECODER_EVENT") == ["daemon-started"] and r.get("EDGECODER_MODE") == ["off"], "and EDGECODER_EVENT=daemon-started, EDGECODER_MODE=off", r)
+ok(len(find(lambda r: r.get("EDGECODER_EVENT") == ["daemon-stopped"])) == 1, "the stop is a record with EDGECODER_EVENT=daemon-stopped")
 policy = find(lambda r: r.get("EDGECODER_EVENT") == ["policy-changed"])
 ok(len(policy) == 1 and "minBatteryPct set to 25" in policy[0]["MESSAGE"][0], "policy set is a record with EDGECODER_EVENT=policy-changed", policy)
 reload = find(lambda r: r.get("EDGECODER_EVENT") == ["config-reloaded"])
