@@ -119,20 +119,23 @@ actor HostBusLink {
                   let args = try? message.arguments(), case .bool(let starting)? = args.first else { return }
             events.yield(.prepareForSleep(starting))
         })
-        slots.append(try connected.addMatch("type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged'") { [weak self] message in
-            guard let self, let args = try? message.arguments(), args.count >= 2, let interface = args[0].stringValue,
-                  let changed = args[1].stringKeyedEntries else { return }
-            let (sender, path) = (message.sender, message.path)
-            let peer = self.assumeIsolated { link in Peer.allCases.first { link.isFrom($0, sender: sender, path: path) } }
-            switch (peer, interface) {
-            case (.networkManager?, Peer.networkManager.rawValue):
-                if let value = changed["Metered"] { events.yield(.metered(value.integerValue.flatMap { UInt32(exactly: $0) })) }
-            case (.powerProfiles?, Peer.powerProfiles.rawValue), (.upowerProfiles?, Peer.upowerProfiles.rawValue):
-                if let value = changed["ActiveProfile"] { events.yield(.activeProfile(value.stringValue)) }
-            default:
-                break
-            }
-        })
+        // One rule per object: the bus daemon filters, so BlueZ's many property changes never reach us.
+        for peer in [Peer.networkManager, .powerProfiles, .upowerProfiles] {
+            slots.append(try connected.addMatch("type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged',path='\(peer.path)'") { [weak self] message in
+                guard let self, let args = try? message.arguments(), args.count >= 2, args[0].stringValue == peer.rawValue,
+                      let changed = args[1].stringKeyedEntries else { return }
+                let (sender, path) = (message.sender, message.path)
+                guard self.assumeIsolated({ $0.isFrom(peer, sender: sender, path: path) }) else { return }
+                switch peer {
+                case .networkManager:
+                    if let value = changed["Metered"] { events.yield(.metered(value.integerValue.flatMap { UInt32(exactly: $0) })) }
+                case .powerProfiles, .upowerProfiles:
+                    if let value = changed["ActiveProfile"] { events.yield(.activeProfile(value.stringValue)) }
+                case .logind:
+                    break
+                }
+            })
+        }
         for peer in Peer.allCases {
             try connected.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
                                member: "GetNameOwner", arguments: [.string(peer.rawValue)]) { [weak self] result in
@@ -160,7 +163,10 @@ actor HostBusLink {
         logger.debug("\(peer.rawValue) is on the system bus as \(owner)")
         events.yield(.presence(peer, .present))
         switch peer {
-        case .logind: takeInhibitor()
+        case .logind:
+            // A restarted logind forgot the old inhibitor: ours is stale, take a new one.
+            releaseInhibitor()
+            takeInhibitor()
         case .networkManager: readProperty(peer, "Metered") { [events] in events.yield(.metered($0?.integerValue.flatMap { UInt32(exactly: $0) })) }
         case .powerProfiles, .upowerProfiles: readProperty(peer, "ActiveProfile") { [events] in events.yield(.activeProfile($0?.stringValue)) }
         }
