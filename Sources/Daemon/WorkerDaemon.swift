@@ -337,10 +337,11 @@ public actor WorkerDaemon {
     }
 
     /// Whether the host holds new work (suspending, or a metered connection under
-    /// `network.onMetered` hold): asked by the coordinator loop before each pull, each
-    /// held pull counted under its reason.
-    public func hostHold() -> LocalHoldReason? {
-        guard let reason = host.hold(onMetered: config.network.onMetered) else { return nil }
+    /// `network.onMetered` hold): asked by the coordinator loop before each pull and by
+    /// the Bluetooth service (`overNetwork` false: only a suspend holds it) before each
+    /// request, each held one counted under its reason.
+    public func hostHold(overNetwork: Bool = true) -> LocalHoldReason? {
+        guard let reason = host.hold(onMetered: config.network.onMetered, overNetwork: overNetwork) else { return nil }
         holdCounters.record(reason)
         return reason
     }

@@ -81,10 +81,11 @@ public struct HostServices: Sendable, Equatable {
     }
 
     /// Why new work is held for the host's sake now, if it is: suspend first (it ends
-    /// everything), then a metered connection under `network.onMetered` hold.
-    public func hold(onMetered: WorkerConfig.MeteredAction) -> LocalHoldReason? {
+    /// everything), then a metered connection under `network.onMetered` hold, which
+    /// concerns only work pulled over the network (`overNetwork`: not a Bluetooth request).
+    public func hold(onMetered: WorkerConfig.MeteredAction, overNetwork: Bool = true) -> LocalHoldReason? {
         if sleep != .awake { return .hostSleeping }
-        if onMetered == .hold && metered == true { return .metered }
+        if overNetwork && onMetered == .hold && metered == true { return .metered }
         return nil
     }
 

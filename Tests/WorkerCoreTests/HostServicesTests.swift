@@ -16,6 +16,8 @@ import Testing
         #expect(host.hold(onMetered: .allow) == nil)
         host.meteredRaw = 4
         #expect(host.hold(onMetered: .hold) == nil)
+        host.meteredRaw = 1
+        #expect(host.hold(onMetered: .hold, overNetwork: false) == nil, "a Bluetooth request does not use the connection")
         host.meteredRaw = nil
         #expect(host.hold(onMetered: .hold) == nil, "no NetworkManager: never held for it")
     }
@@ -27,6 +29,7 @@ import Testing
         #expect(host.hold(onMetered: .hold) == .hostSleeping)
         host.sleep = .suspending
         #expect(host.hold(onMetered: .allow) == .hostSleeping)
+        #expect(host.hold(onMetered: .allow, overNetwork: false) == .hostSleeping, "Bluetooth requests too")
     }
 
     @Test(arguments: [
