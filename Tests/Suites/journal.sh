@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Structured journal records (SPEC 11) read by a stand-in journald: no journald runs on
+# Where the daemon's log records go (SPEC 11). Structured journal records read by a
+# stand-in journald: no journald runs on
 # the build machines, so a private mount namespace puts a datagram socket of our own at
 # /run/systemd/journal/socket, where sd_journal_sendv sends, and this suite decodes the
 # native protocol the real journald reads. The VM suite checks the same records with
@@ -11,6 +12,7 @@ source Tests/Suites/lib/tap.sh
 
 [ "$(id -u)" = 0 ] || tap_skip "needs root for a private mount namespace (unshare -m)"
 unshare -m --propagation private true 2>/dev/null || tap_skip "unshare -m is not permitted here"
+command -v script >/dev/null || tap_skip "script(1) is missing (util-linux)"
 
 work=$(mktemp -d /tmp/ecw-journal-XXXXXX)
 trap 'rm -rf "$work"' EXIT
@@ -94,4 +96,16 @@ text = open(stderr_path).read()
 ok(text == "", "nothing went to stderr as lines", text[:300])
 ok(daemon.returncode == 0, "the daemon stopped cleanly", daemon.returncode)
 PY
+# On a terminal (script(1) gives the daemon a pseudo-terminal as stderr): plain lines,
+# without the <N> priority prefixes that only journald and syslog read.
+mkdir -p "$work/tty/state" "$work/tty/run"
+script -qfec "$bin run --config $work/config.json --state-dir $work/tty/state --runtime-dir $work/tty/run" "$work/tty/typescript" >/dev/null 2>&1 &
+script_pid=$!
+for _ in $(seq 200); do grep -q "ready:" "$work/tty/typescript" 2>/dev/null && break; sleep 0.02; done
+daemon_pid=$("$bin" status --json --runtime-dir "$work/tty/run" | python3 -c 'import json,sys; print(json.load(sys.stdin)["daemon"]["pid"])')
+[ -n "$daemon_pid" ] && kill -TERM "$daemon_pid"
+wait "$script_pid" 2>/dev/null
+check "on a terminal the ready line is plain" grep -q "^edgecoder-worker: ready: mode off" "$work/tty/typescript"
+check "and no line has a priority prefix" bash -c '! grep -q "^<[0-7]>" "$1"' _ "$work/tty/typescript"
+
 tap_done; exit $?
