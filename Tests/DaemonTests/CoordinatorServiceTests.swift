@@ -107,6 +107,18 @@ final class CoordinatorBed: Sendable {
         await bed.finish()
     }
 
+    @Test func heartbeatNowBeforeASuspendReturnsOnceTheSessionSentIt() async throws {
+        let bed = try CoordinatorBed()
+        #expect(await bed.daemon.heartbeatNow(timeoutMs: 50) == false, "mode off: no session to heartbeat")
+        await bed.daemon.request(.operatorSet(.on, by: "test"))
+        bed.start()
+        #expect(await bed.clock.waitForSleep(CoordinatorBed.heartbeatMs))
+        let before = bed.transport.calls(to: "/heartbeat").count
+        #expect(await bed.daemon.heartbeatNow(timeoutMs: 5_000))
+        #expect(bed.transport.calls(to: "/heartbeat").count == before + 1, "sent before heartbeatNow returned")
+        await bed.finish()
+    }
+
     @Test func aMeteredConnectionUnderHoldStopsPullsWithADropReasonAndAllowDoesNot() async throws {
         let bed = try CoordinatorBed()
         var host = HostServices()
