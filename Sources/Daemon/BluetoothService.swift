@@ -56,8 +56,10 @@ struct PeripheralBridge: PeripheralHost {
     func serve(_ request: BluetoothRequest, client: String) async -> PeripheralOutcome {
         let started = wallClockMilliseconds()
         var record = TaskRecord(id: request.id, source: .bluetooth, origin: client, prompt: request.prompt, startedAtMs: started)
-        if let held = await daemon.admitNewWork() {
-            let error = "held: \(held.rawValue): \(held.explanation)"
+        var held = await daemon.admitNewWork().map { (reason: $0.rawValue, explanation: $0.explanation) }
+        if held == nil { held = await daemon.hostHold(overNetwork: false).map { (reason: $0.rawValue, explanation: $0.explanation) } }
+        if let held {
+            let error = "held: \(held.reason): \(held.explanation)"
             record.finish(ok: false, output: "", error: error, atMs: wallClockMilliseconds())
             await daemon.upsertTask(record)
             return PeripheralOutcome(ok: false, output: "", error: error, durationMs: 0)

@@ -51,8 +51,12 @@ public struct WorkerConfig: Sendable, Equatable {
     /// The policy keys the config file sets (for `policy show`'s sources).
     public var policyKeysInFile: Set<String> = []
 
+    /// What to do on a metered connection (NetworkManager's `Metered`, SPEC 11).
+    public enum MeteredAction: String, Sendable, CaseIterable { case hold, allow }
     public struct Network: Sendable, Equatable {
         public var pathLossGraceMs: Int64 = 1_500
+        /// `hold`: no pulls while the primary connection is metered; `allow`: pull anyway.
+        public var onMetered: MeteredAction = .hold
         public init() {}
     }
     public var network = Network()
@@ -242,6 +246,7 @@ extension WorkerConfig {
                 reader.members(of: object, path: path) { reader, key, value, path in
                     switch key {
                     case "pathLossGraceMs": reader.int(value, path: path, 0...600_000).map { config.network.pathLossGraceMs = $0 }
+                    case "onMetered": reader.choice(value, path: path, MeteredAction.self).map { config.network.onMetered = $0 }
                     default: reader.unknown(path)
                     }
                 }
