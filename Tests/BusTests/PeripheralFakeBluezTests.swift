@@ -116,7 +116,8 @@ final class FakeBluez: @unchecked Sendable {
 actor RecordingHost: PeripheralHost {
     var served: [BluetoothRequest] = []
     var statuses: [BluetoothStatus] = []
-    func serve(_ request: BluetoothRequest, client: String) async -> PeripheralOutcome {
+    func serve(_ request: BluetoothRequest, client: String, cancellation: ServeCancellation,
+               onPartial: @escaping @Sendable (String) async -> Void) async -> PeripheralOutcome {
         served.append(request)
         return PeripheralOutcome(ok: true, output: "echo: " + request.prompt, error: nil, durationMs: 1)
     }
@@ -257,7 +258,8 @@ actor SlowHost: PeripheralHost {
         self.delayMs = delayMs
         self.outputBytes = outputBytes
     }
-    func serve(_ request: BluetoothRequest, client: String) async -> PeripheralOutcome {
+    func serve(_ request: BluetoothRequest, client: String, cancellation: ServeCancellation,
+               onPartial: @escaping @Sendable (String) async -> Void) async -> PeripheralOutcome {
         try? await Task.sleep(nanoseconds: delayMs * 1_000_000)
         return PeripheralOutcome(ok: true, output: String(repeating: "w", count: outputBytes), error: nil, durationMs: Int64(delayMs))
     }
