@@ -216,7 +216,11 @@ public struct RequestAssembler: Sendable {
         let id = value["id"]?.stringValue.flatMap { Subtask.isSafeID($0) ? $0 : nil }
         guard let id else { return .rejected(id: nil, error: "missing_id: the request needs an \"id\" string") }
         // JSON null stands for an absent key among 6.1's (clients serialise nil that way).
-        func given(_ key: String) -> JSONValue? { value[key].flatMap { $0 == .null ? nil : $0 } }
+        func given(_ key: String) -> JSONValue? {
+            // Not `flatMap { … ? nil : $0 }`: JSONValue takes `nil` as a literal for `.null`.
+            guard let found = value[key], found != .null else { return Optional.none }
+            return found
+        }
         if let cancel = given("cancel") {
             guard cancel == .bool(true) else { return .rejected(id: id, error: "bad_cancel: \"cancel\" must be true") }
             return .cancel(id: id)
