@@ -177,6 +177,8 @@ public struct PeripheralMachine: Sendable {
         var role: GattLayout.Role
         var chunks: [[UInt8]]
         var next = 0
+        /// The client whose refused cancel this is: it may have another once this one is out.
+        var refusalOf: String? = nil
     }
 
     public let settings: Settings
@@ -210,8 +212,8 @@ public struct PeripheralMachine: Sendable {
     var lastNowMs: Int64 = 0
 
     var outbox: [Outgoing] = []
-    /// Refused cancels waiting in the outbox, per client: at most one, so a flood of bad
-    /// cancels costs one notification, not one each.
+    /// Refused cancels waiting in the outbox or being sent, per client: at most one, so a
+    /// flood of bad cancels costs one notification at a time, not one each.
     var refusalsQueued: Set<String> = []
     var sending: Sending?
     var nextChunkAtMs: Int64 = 0
@@ -708,12 +710,13 @@ public struct PeripheralMachine: Sendable {
                 }
                 guard !outbox.isEmpty else { return }
                 let message = outbox.removeFirst()
-                if message.refusal, let client = message.client { refusalsQueued.remove(client) }
-                sending = Sending(role: message.role, chunks: BluetoothMessage.chunks(message.bytes, mtu: notificationMTU).map { Array($0) })
+                sending = Sending(role: message.role, chunks: BluetoothMessage.chunks(message.bytes, mtu: notificationMTU).map { Array($0) },
+                                  refusalOf: message.refusal ? message.client : nil)
                 nextChunkAtMs = max(nextChunkAtMs, now)
                 out.append(.log(.debug, "notifying \(message.bytes.count) bytes on \(message.role.rawValue) in \(sending!.chunks.count) chunk(s) at MTU \(notificationMTU)"))
             }
             guard var current = sending, current.next < current.chunks.count else {
+                if let client = sending?.refusalOf { refusalsQueued.remove(client) }
                 sending = nil
                 continue
             }
@@ -730,6 +733,7 @@ public struct PeripheralMachine: Sendable {
                 out.append(.log(.info, "no one to notify (\(busOpen ? "application not registered" : "no bus")): dropped the rest of a message on \(current.role.rawValue)"))
                 sending = nil
             }
+            if sending == nil, let client = current.refusalOf { refusalsQueued.remove(client) }
             // At least the pacing between two notifications, even after a late round: a
             // burst that catches up with the schedule is what bluetoothd 5.66 loses (its
             // notifications to BlueZ centrals are batched; seen in the VM under load).
