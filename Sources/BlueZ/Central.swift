@@ -71,8 +71,9 @@ public actor GattCentral: BusDriving, ProxyUpstream {
     }
 
     /// Sends one request and waits for its response (or the timeout, or the link's loss),
-    /// handing each partial's text to `onDelta` in order on the way. Cancelling the calling
-    /// task abandons the request: the worker is told to cancel it, and this returns at once.
+    /// handing each partial's text to `onDelta` in order on the way; a streamed answer's
+    /// result carries the partials joined as its `output`. Cancelling the calling task
+    /// abandons the request: the worker is told to cancel it, and this returns at once.
     public func generate(_ ask: WorkerAsk, timeoutMs: Int64, onDelta: @escaping @Sendable (String) async -> Void) async -> GenerateResult {
         let id = "proxy-" + randomID()
         let (deliveries, continuation) = AsyncStream.makeStream(of: Delivery.self)

@@ -70,7 +70,13 @@ public struct CentralMachine: Sendable {
     struct Pending: Sendable {
         var deadlineMs: Int64
         var timeoutMs: Int64
+        /// A streamed answer's text so far: the result's `output` (the final message has none).
+        var streamed = ""
     }
+
+    /// The most of a streamed answer kept for its result's `output` (the deltas themselves
+    /// all go to the caller): a worker's `backend.maxOutputBytes` is at most 16 MiB.
+    public static let maxStreamedOutputBytes = 16 << 20
 
     struct Writing: Sendable {
         var id: String
@@ -438,11 +444,14 @@ public struct CentralMachine: Sendable {
             // A partial (SPEC 6.1) carries text; the final (`done: true`) or SPEC 6's
             // response (with `output`) ends the request.
             if json["done"] == .bool(false) {
-                if let delta = json["delta"]?.stringValue, !delta.isEmpty { out.append(.partial(id: id, delta)) }
+                if let delta = json["delta"]?.stringValue, !delta.isEmpty {
+                    if pending[id]!.streamed.utf8.count + delta.utf8.count <= Self.maxStreamedOutputBytes { pending[id]!.streamed += delta }
+                    out.append(.partial(id: id, delta))
+                }
                 continue
             }
-            pending.removeValue(forKey: id)
-            out.append(.resolve(id: id, .answered(ok: json["ok"]?.boolValue ?? false, output: json["output"]?.stringValue ?? "",
+            let streamed = pending.removeValue(forKey: id)?.streamed ?? ""
+            out.append(.resolve(id: id, .answered(ok: json["ok"]?.boolValue ?? false, output: json["output"]?.stringValue ?? streamed,
                                                   error: json["error"]?.stringValue, workerDurationMs: json["durationMs"]?.intValue ?? 0)))
         }
     }

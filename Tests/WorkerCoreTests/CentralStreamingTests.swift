@@ -30,7 +30,8 @@ import Testing
         let resolveAt = out.firstIndex { if case .resolve = $0 { true } else { false } }
         let lastPartialAt = out.lastIndex { if case .partial = $0 { true } else { false } }
         #expect(resolveAt != nil && lastPartialAt! < resolveAt!, "the result comes after every partial")
-        #expect(H.resolved(out) == ["s": .answered(ok: true, output: "", error: nil, workerDurationMs: 33)])
+        #expect(H.resolved(out) == ["s": .answered(ok: true, output: #"Hello, "w""#, error: nil, workerDurationMs: 33)],
+                "the result's output is the partials joined (the final message has none)")
         #expect(h.machine.inFlight == 0)
         #expect(Self.partials(notify(&h, #"{"id":"s","delta":"late","done":false}"#)).isEmpty, "nothing after the end")
     }
@@ -42,7 +43,7 @@ import Testing
         _ = h.acceptWrites(of: "f")
         let out = notify(&h, #"{"id":"f","delta":"part","done":false}{"id":"f","ok":false,"done":true,"error":"model_unavailable: gone"}"#)
         #expect(Self.partials(out).map(\.text) == ["part"])
-        #expect(H.resolved(out) == ["f": .answered(ok: false, output: "", error: "model_unavailable: gone", workerDurationMs: 0)])
+        #expect(H.resolved(out) == ["f": .answered(ok: false, output: "part", error: "model_unavailable: gone", workerDurationMs: 0)])
     }
 
     @Test mutating func partialsDoNotExtendTheTimeout() {

@@ -218,6 +218,18 @@ import Testing
         #expect(after.map { $0["id"]?.stringValue } == ["other"], "nothing of the departed client reaches the one still here")
     }
 
+    @Test func bluetoothdLeavingCancelsTheRunningRequestOfTheClientsItTookAlong() {
+        var h = H()
+        let ticket = Self.streaming(&h)
+        _ = h.write(#"{"id":"queued","prompt":"p"}"#, from: 1)
+        let gone = h.on(.bluez(.owner(nil)))
+        #expect(Self.cancels(gone).map(\.ticket) == [ticket])
+        #expect(h.machine.queued == 1, "only the running request, until it stops")
+        h.on(.served(ticket: ticket, PeripheralOutcome(ok: false, output: "", error: "cancelled", durationMs: 1)))
+        #expect(h.machine.queued == 0)
+        #expect(H.served(h.all).count == 1, "the departed client's queued request never runs")
+    }
+
     @Test func maxTokensIsCappedByTheSetting() {
         var h = H()
         h.machine = PeripheralMachine(settings: {
