@@ -73,7 +73,8 @@ public actor GattCentral: BusDriving, ProxyUpstream {
     /// Sends one request and waits for its response (or the timeout, or the link's loss),
     /// handing each partial's text to `onDelta` in order on the way; a streamed answer's
     /// result carries the partials joined as its `output`. Cancelling the calling task
-    /// abandons the request: the worker is told to cancel it, and this returns at once.
+    /// abandons the request: the worker is told to cancel it, and this returns at once with
+    /// `.notConnected(CentralMachine.abandonedReason)` (503 for a proxy that is stopping).
     public func generate(_ ask: WorkerAsk, timeoutMs: Int64, onDelta: @escaping @Sendable (String) async -> Void) async -> GenerateResult {
         let id = "proxy-" + randomID()
         let (deliveries, continuation) = AsyncStream.makeStream(of: Delivery.self)
@@ -88,7 +89,7 @@ public actor GattCentral: BusDriving, ProxyUpstream {
             }
         }
         abandon(id)
-        return .answered(ok: false, output: "", error: "cancelled", workerDurationMs: 0)
+        return .notConnected(CentralMachine.abandonedReason)
     }
 
     private func abandon(_ id: String) {

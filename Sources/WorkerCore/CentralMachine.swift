@@ -39,7 +39,7 @@ public struct CentralMachine: Sendable {
         /// A request from the HTTP side: its id, its JSON bytes, how long it may take.
         case request(id: String, bytes: [UInt8], timeoutMs: Int64)
         /// The HTTP side no longer waits for it (its task was cancelled): it resolves now as
-        /// `cancelled`, and the worker is told to stop it (SPEC 6.1's cancel) once the request
+        /// `notConnected(abandonedReason)`, and the worker is told to stop it (SPEC 6.1's cancel) once the request
         /// has reached it; a request still waiting to be written is simply dropped.
         case abandon(id: String)
         case tick
@@ -73,6 +73,10 @@ public struct CentralMachine: Sendable {
         /// A streamed answer's text so far: the result's `output` (the final message has none).
         var streamed = ""
     }
+
+    /// An abandoned request's result: no one but a stopping proxy reads it, and there it
+    /// means the service is going away (503), so it is `notConnected`.
+    public static let abandonedReason = "cancelled: the caller stopped waiting (its HTTP client left, or the proxy is stopping)"
 
     /// The most of a streamed answer kept for its result's `output` (the deltas themselves
     /// all go to the caller): a worker's `backend.maxOutputBytes` is at most 16 MiB.
@@ -458,7 +462,7 @@ public struct CentralMachine: Sendable {
 
     mutating func abandon(id: String, _ out: inout [Command]) {
         guard pending.removeValue(forKey: id) != nil else { return }
-        out.append(.resolve(id: id, .answered(ok: false, output: "", error: "cancelled", workerDurationMs: 0)))
+        out.append(.resolve(id: id, .notConnected(Self.abandonedReason)))
         if let index = writeQueue.firstIndex(where: { $0.id == id }) {
             writeQueue.remove(at: index)
             return

@@ -62,7 +62,7 @@ import Testing
         h.on(.request(id: "c", bytes: Array(#"{"id":"c","prompt":"x","stream":true}"#.utf8), timeoutMs: 60_000))
         _ = h.acceptWrites(of: "c")
         let out = h.on(.abandon(id: "c"))
-        #expect(H.resolved(out) == ["c": .answered(ok: false, output: "", error: "cancelled", workerDurationMs: 0)])
+        #expect(H.resolved(out) == ["c": .notConnected(CentralMachine.abandonedReason)])
         let cancel = try #require(H.writes(out).first)
         #expect(try JSON.parse(cancel.chunk) == ["id": "c", "cancel": true])
         #expect(h.acceptWrites(of: "c") == BluetoothMessage.cancel(id: "c"))
@@ -79,7 +79,7 @@ import Testing
         h.on(.request(id: "first", bytes: Array(String(repeating: "a", count: 400).utf8), timeoutMs: 60_000))
         h.on(.request(id: "queued", bytes: Array(#"{"id":"queued","prompt":"x"}"#.utf8), timeoutMs: 60_000))
         let out = h.on(.abandon(id: "queued"))
-        #expect(H.resolved(out)["queued"] == .answered(ok: false, output: "", error: "cancelled", workerDurationMs: 0))
+        #expect(H.resolved(out)["queued"] == .notConnected(CentralMachine.abandonedReason))
         _ = h.acceptWrites(of: "first")
         #expect(!H.writes(h.all).contains { $0.id == "queued" }, "neither the request nor a cancel went out")
     }
