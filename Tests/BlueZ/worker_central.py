@@ -41,9 +41,11 @@ comments) and exits 1 if any check failed (2 on a usage error). Scenarios and th
   chat                a streamed chat ("messages", "system", "options") and the same chat
                       without stream (answered with output)
   cancel              tokens=N: a "cancel" after the first partial ends the request with
-                      error "cancelled"; llama.cpp is free right after ($LLAMA_URL/slots, a
-                      next request answered promptly); `tasks --json` says cancelled; a
-                      cancel of an unknown id is refused once, without the id
+                      error "cancelled"; the model server is free right after: a next
+                      request is answered promptly (the suite's llama-cpp-python server runs
+                      one generation at a time; llama.cpp's own server's /slots is checked
+                      too when it has one); `tasks --json` says cancelled; a write of
+                      cancels of unknown ids is refused once, without the id
   stream-drop         tokens=N: the client disconnects mid-stream; its task says cancelled
 
 Environment: WORKER_BIN, WORKER_RUNDIR (for status/tasks), WORKER_AGENT_ID, HCI0_ADDR,
@@ -970,13 +972,14 @@ async def sc_cancel(args):
     task = await wait_until(lambda: tasks_by_id().get(rid), 10)
     TAP.ok(bool(task) and task.get("state") == "cancelled" and task.get("error") == "cancelled",
            f"tasks --json says the request was cancelled ({json.dumps({k: v for k, v in (task or {}).items() if k not in ('prompt', 'output')})})")
-    # a cancel of an id no one has is refused, once, and without that id
+    # cancels of ids no one has are refused, once per burst, and without those ids
     start = len(s.resp.messages)
-    await s.write("".join(json.dumps({"id": f"nobody-{n}", "cancel": True}) for n in range(20)).encode())
+    flood = "".join(json.dumps({"id": f"nobody-{n}", "cancel": True}) for n in range(14)).encode()[:PROXY_WRITE]
+    await s.write(flood[:flood.rindex(b"}") + 1])
     await asyncio.sleep(3)
     refusals = [m for _, m, _ in s.resp.messages[start:] if m and str(m.get("error", "")).startswith("cancel_refused")]
-    TAP.ok(1 <= len(refusals) <= 2 and all(m.get("id") == "" for m in refusals),
-           f"20 cancels of unknown ids in one write are refused once, without an id ({len(refusals)}: {brief(refusals[0] if refusals else None)})")
+    TAP.ok(len(refusals) == 1 and refusals[0].get("id") == "",
+           f"a write of cancels of unknown ids is refused once, without an id ({len(refusals)}: {brief(refusals[0] if refusals else None)})")
 
 
 async def sc_stream_drop(args):
