@@ -67,6 +67,8 @@ public struct WorkerConfig: Sendable, Equatable {
         public var maxQueuedRequests: Int64 = 8
         public var chunkPacingMs: Int64 = 10
         public var maxClients: Int64 = 1
+        /// The most tokens a Bluetooth request may ask for; nil: `backend.maxTokens`.
+        public var maxTokens: Int64?
         public init() {}
     }
     public var bluetooth = Bluetooth()
@@ -262,6 +264,7 @@ extension WorkerConfig {
                     case "maxQueuedRequests": reader.int(value, path: path, 1...1_024).map { config.bluetooth.maxQueuedRequests = $0 }
                     case "chunkPacingMs": reader.int(value, path: path, 0...1_000).map { config.bluetooth.chunkPacingMs = $0 }
                     case "maxClients": reader.int(value, path: path, 1...16).map { config.bluetooth.maxClients = $0 }
+                    case "maxTokens": reader.int(value, path: path, 1...32_768).map { config.bluetooth.maxTokens = $0 }
                     default: reader.unknown(path)
                     }
                 }
