@@ -19,7 +19,7 @@ fi
 echo "# bluetooth bench: $bin" >&2
 out="$(EDGECODER_WORKER_BIN="$bin" EDGECODER_BT_PHASES="bench proxy" EDGECODER_BT_PROXY_BENCH=1 bash Tests/Suites/bluetooth.sh 2>&1)"
 rc=$?
-printf '%s\n' "$out" | grep -E '^(not ok|# throughput|# proxy-)' >&2
+printf '%s\n' "$out" | grep -E '^(not ok|# throughput|# proxy-|# model-)' >&2
 rate="$(printf '%s\n' "$out" | sed -n 's/^# throughput: \([0-9]*\) bytes\/s.*/\1/p' | tail -n1)"
 if [[ -z "$rate" ]]; then
   printf '%s\n' "$out" | tail -n 20 >&2
@@ -30,4 +30,7 @@ awk -v r="$rate" 'BEGIN { printf "bluetooth throughput: %d B/s (%.2f x 51200 B/s
 # The proxy's figures from the same VM run: a short request's time minus the worker's
 # model time (the link and both programs), and a long answer's bytes per second.
 printf '%s\n' "$out" | sed -n 's/^# proxy-latency-ms: /proxy latency, short request minus model time (ms): /p; s/^# proxy-throughput: /proxy throughput of a long answer: /p'
+# Streaming (issue 14): the first piece through proxy and worker against the model server's
+# own first piece and against the whole answer, in the same run.
+printf '%s\n' "$out" | sed -n 's/^# model-first-piece-ms: /model server alone, first piece (ms): /p; s/^# proxy-first-piece-ms: /through proxy and worker, first piece (ms): /p'
 exit "$rc"
