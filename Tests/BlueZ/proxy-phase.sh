@@ -66,9 +66,31 @@ check "the first worker connected to is remembered (selection remembered, pinned
   jq -e --arg a '$HCI0_ADDR' '.device == \$a' '$PROXY_STATE/proxy.json'"
 kill -TERM "$PROXY_PID" 2>/dev/null
 wait "$PROXY_PID" 2>/dev/null
+# A second worker on hci3 advertises the same service, and is kicked so that the proxy's
+# scan meets it as well (btvirt gives every device the same signal, so "louder" here is
+# "also there, and announced last"): the restarted proxy must still use only hci0's.
+OTHER_DIR=$W/other
+mkdir -p "$OTHER_DIR/state" "$OTHER_DIR/run"
+sed -e 's/"adapter": "hci0"/"adapter": "hci3"/' -e "s/\"agentId\": \"$WORKER_AGENT_ID\"/\"agentId\": \"otherworker-0123456789\"/" "$W/proxy.json" >"$OTHER_DIR/config.json"
+"$WORKER_BIN" run --config "$OTHER_DIR/config.json" --state-dir "$OTHER_DIR/state" --runtime-dir "$OTHER_DIR/run" \
+  </dev/null >>"$VM_RESULTS/other-worker.log" 2>&1 &
+OTHER_PID=$!
+other_cli() { "$WORKER_BIN" "$@" --runtime-dir "$OTHER_DIR/run"; }
+other_advertising() { [[ "$(other_cli status --json 2>/dev/null | jq -r '.bluetooth.advertising')" == true ]]; }
+if wait_for 60 "the second worker's control socket" other_cli status && other_cli mode bluetooth >/dev/null 2>&1 &&
+   wait_for 120 "the second worker to advertise" other_advertising; then
+  ok "a second worker advertises the service on hci3 ($HCI3_ADDR)"
+else
+  not_ok "a second worker advertises the service on hci3 ($(other_cli status --json 2>/dev/null | jq -c .bluetooth | cut -c1-300))"
+fi
 check "restarted, the proxy uses only the remembered worker" start_proxy
 check "… /status names it pinned from the start" bash -c "curl -s $PROXY_URL/status | jq -e --arg a '$HCI0_ADDR' '.selection == \"remembered\" and .pinnedDevice == \$a'"
+for _ in 1 2 3 4; do kick_advertising hci3; sleep 0.5; done
 if wait_proxy_connected 120; then ok "… and connects to it"; else not_ok "… and connects to it ($(proxy_status))"; fi
+check "… not to the second worker advertising beside it (deviceId $HCI0_ADDR)" bash -c "curl -s $PROXY_URL/status | jq -e --arg a '$HCI0_ADDR' '.deviceId == \$a'"
+check "… which never had the proxy as a client" test "$(other_cli status --json 2>/dev/null | jq '[.bluetooth.clients[]?] | length')" = 0
+kill -TERM "$OTHER_PID" 2>/dev/null
+wait "$OTHER_PID" 2>/dev/null
 
 st="$(proxy_status)"
 echo "# /status: $st"
