@@ -1,0 +1,61 @@
+#!/bin/bash
+# Stage 2 of the BlueZ test VM under systemd as PID 1 (run-in-vm.sh --systemd): run by
+# the unit bluez-vm-guest.service as  guest-init-systemd.sh RESULTS_PATH.
+# Like guest-init.sh, but D-Bus and bluetoothd are systemd's own services: btvirt makes
+# the controllers, then `systemctl start bluetooth`. The guest script's output goes to
+# RESULTS/output.log, its exit code to RESULTS/exit-code; then the VM powers off.
+RES="$1"
+exec </dev/null >>"$RES/setup.log" 2>&1
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/libexec/bluetooth
+export HOME=/tmp/home LANG=C.UTF-8
+mkdir -p "$HOME"
+
+console() { echo "bluez-vm: $*" >/dev/console; echo "bluez-vm: $*"; }
+finish() { # EXIT-CODE: record it and power off (always, or the VM runs until its timeout)
+  echo "$1" >"$RES/exit-code.tmp" && mv "$RES/exit-code.tmp" "$RES/exit-code"
+  console "END exit=$1 (uptime $(cut -d' ' -f1 /proc/uptime)s)"
+  sync
+  systemctl poweroff --no-block
+  exit 0
+}
+setup_failed() {
+  console "SETUP FAILED: $*"
+  echo "$*" >"$RES/setup-error"
+  sync
+  systemctl poweroff --no-block
+  exit 1
+}
+
+# shellcheck source=/dev/null
+source "$RES/run.env" || setup_failed "cannot read $RES/run.env"
+export VM_RESULTS="$RES"
+export BLUEZ_VM_KDIR="$BLUEZ_VM_CACHE/kernel-$BLUEZ_VM_KVER"
+export BLUEZ_VM_PYTHON="$BLUEZ_VM_CACHE/venv/bin/python3"
+export REPO_ROOT BLUEZ_VM_DIR BLUEZ_VM_CACHE BLUEZ_VM_KVER
+# shellcheck source=guest-lib.sh
+source "$BLUEZ_VM_DIR/guest-lib.sh" || setup_failed "cannot source guest-lib.sh"
+
+bvm_log "guest up under systemd $(systemctl --version | head -n1 | cut -d' ' -f2): kernel $(uname -r)"
+load_bt_modules || setup_failed "loading Bluetooth/crypto modules from $BLUEZ_VM_KDIR"
+NCTRL="${BLUEZ_VM_CONTROLLERS:-2}"
+# A transient unit of its own, so btvirt outlives nothing it should not and shows in systemctl.
+systemd-run --unit=bluez-vm-btvirt --quiet \
+  --property=StandardOutput=append:"$RES/btvirt.log" --property=StandardError=append:"$RES/btvirt.log" \
+  btvirt -L "-l$NCTRL" || setup_failed "systemd-run btvirt"
+wait_for_controllers "$NCTRL" 60 || setup_failed "btvirt did not create $NCTRL controllers (see btvirt.log)"
+bvm_log "controllers: $(ls /sys/class/bluetooth | tr '\n' ' ')"
+if [[ -n "${BLUEZ_VM_HOST_ADDR:-}" ]]; then   # run-in-vm.sh --host-port
+  setup_host_network || setup_failed "guest network for --host-port (virtio_net, eth0)"
+  bvm_log "eth0 up: host ports ${BLUEZ_VM_HOST_PORTS} at $BLUEZ_VM_HOST_ADDR"
+fi
+_bvm_wait 60 "dbus.service" systemctl is-active --quiet dbus.service || setup_failed "dbus.service is not active"
+if [[ "${BLUEZ_VM_NO_BLUETOOTHD:-0}" != 1 ]]; then
+  systemctl start bluetooth.service || setup_failed "systemctl start bluetooth"
+  wait_for_bluez || setup_failed "bluetooth.service did not power the controllers"
+  bvm_log "bluetooth.service ready"
+fi
+
+cd "$VM_CWD" 2>/dev/null || cd /
+console "BEGIN $VM_SCRIPT under systemd (uptime $(cut -d' ' -f1 /proc/uptime)s)"
+bash "$VM_SCRIPT" "${VM_ARGS[@]}" </dev/null >"$RES/output.log" 2>&1
+finish $?
