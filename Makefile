@@ -144,7 +144,7 @@ deb: deps
 	debian/rules clean
 	debian/rules build
 	debian/rules binary
-	lintian --fail-on error .build/deb/*.deb
+	lintian --fail-on error --info .build/deb/edgecoder-worker_*.deb
 	@ls -l .build/deb/*.deb
 
 clean:

@@ -51,7 +51,11 @@ fi
 _bvm_wait 60 "dbus.service" systemctl is-active --quiet dbus.service || setup_failed "dbus.service is not active"
 if [[ "${BLUEZ_VM_NO_BLUETOOTHD:-0}" != 1 ]]; then
   systemctl start bluetooth.service || setup_failed "systemctl start bluetooth"
-  wait_for_bluez || setup_failed "bluetooth.service did not power the controllers"
+  if ! wait_for_bluez 120; then
+    { systemctl status --no-pager bluetooth.service; journalctl -b --no-pager -u bluetooth.service | tail -n 30
+      btmgmt_run info; } >>"$RES/setup.log" 2>&1
+    setup_failed "bluetooth.service did not power the controllers"
+  fi
   bvm_log "bluetooth.service ready"
 fi
 
