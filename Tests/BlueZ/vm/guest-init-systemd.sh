@@ -44,13 +44,31 @@ systemd-run --unit=bluez-vm-btvirt --quiet \
   btvirt -L "-l$NCTRL" || setup_failed "systemd-run btvirt"
 wait_for_controllers "$NCTRL" 60 || setup_failed "btvirt did not create $NCTRL controllers (see btvirt.log)"
 bvm_log "controllers: $(ls /sys/class/bluetooth | tr '\n' ' ')"
-if [[ -n "${BLUEZ_VM_HOST_ADDR:-}" ]]; then   # run-in-vm.sh --host-port
-  setup_host_network || setup_failed "guest network for --host-port (virtio_net, eth0)"
-  bvm_log "eth0 up: host ports ${BLUEZ_VM_HOST_PORTS} at $BLUEZ_VM_HOST_ADDR"
+virtio_netdev() { # the name udev left on the virtio-net interface (it may rename eth0)
+  local d
+  for d in /sys/class/net/*; do
+    [[ "$(basename "$(readlink -f "$d/device/driver" 2>/dev/null)")" == virtio_net ]] && { basename "$d"; return 0; }
+  done
+  return 1
+}
+if [[ -n "${BLUEZ_VM_HOST_ADDR:-}" ]]; then   # run-in-vm.sh --host-port: as setup_host_network
+  modprobe -d "$BLUEZ_VM_KDIR" virtio_net || setup_failed "modprobe virtio_net"
+  _bvm_wait 30 "the virtio-net interface" virtio_netdev || setup_failed "no virtio-net interface"
+  udevadm settle --timeout=30
+  dev="$(virtio_netdev)"
+  { ip link set lo up && ip link set "$dev" up && ip addr add 10.0.2.15/24 dev "$dev" &&
+      ip route add default via 10.0.2.2 dev "$dev"; } || { ip -o link >&2; setup_failed "guest network for --host-port ($dev)"; }
+  bvm_log "$dev up: host ports ${BLUEZ_VM_HOST_PORTS} at $BLUEZ_VM_HOST_ADDR"
 fi
 _bvm_wait 60 "dbus.service" systemctl is-active --quiet dbus.service || setup_failed "dbus.service is not active"
 if [[ "${BLUEZ_VM_NO_BLUETOOTHD:-0}" != 1 ]]; then
-  systemctl start bluetooth.service || setup_failed "systemctl start bluetooth"
+  # udev starts bluetooth.service as soon as hci0 appears; a bluetoothd that came up while
+  # btvirt was still setting the controllers up was seen to know only one of them (and
+  # never power the other). Restart it once the kernel's management interface lists all.
+  _bvm_wait 60 "$NCTRL controllers in the management interface" \
+    bash -c 'timeout 15 btmgmt info < <(exec sleep 15) | grep -q "^Index list with $1 item"' _ "$NCTRL" ||
+    bvm_log "btmgmt does not list $NCTRL controllers yet; restarting bluetooth.service anyway"
+  systemctl restart bluetooth.service || setup_failed "systemctl restart bluetooth"
   if ! wait_for_bluez 120; then
     { systemctl status --no-pager bluetooth.service; journalctl -b --no-pager -u bluetooth.service | tail -n 30
       btmgmt_run info; } >>"$RES/setup.log" 2>&1

@@ -222,7 +222,8 @@ fi
 q() { printf '%s' "${1//,/,,}"; }   # qemu option values escape commas by doubling
 APPEND="console=ttyS0 panic=-1 oops=panic"
 ((VERBOSE)) || APPEND="$APPEND quiet loglevel=3"
-((SYSTEMD)) && APPEND="$APPEND systemd.unit=multi-user.target"
+# net.ifnames=0: udev would rename eth0, which guest-lib.sh sets up for --host-port.
+((SYSTEMD)) && APPEND="$APPEND systemd.unit=multi-user.target net.ifnames=0"
 QEMU=(qemu-system-x86_64 -nodefaults -no-user-config -no-reboot
       -accel tcg,thread=multi -cpu qemu64 -smp "${BLUEZ_VM_SMP:-2}" -m "${BLUEZ_VM_MEM:-1024}"
       -display none -monitor none -serial "file:$RESULTS/console.log"
