@@ -43,6 +43,8 @@ check "PID 1 is systemd" test "$(cat /proc/1/comm)" = systemd
 # The host's root is a container image whose policy-rc.d refuses every service start; it
 # is not part of a Debian host (removed in the guest's overlay only).
 rm -f /usr/sbin/policy-rc.d
+# man-db's trigger rebuilds the whole index (minutes under TCG); its own switch turns that off.
+rm -f /var/lib/man-db/auto-update
 
 # ------------------------------------------------------------------ install
 phase "dpkg -i"

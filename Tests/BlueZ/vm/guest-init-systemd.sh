@@ -38,11 +38,27 @@ source "$BLUEZ_VM_DIR/guest-lib.sh" || setup_failed "cannot source guest-lib.sh"
 bvm_log "guest up under systemd $(systemctl --version | head -n1 | cut -d' ' -f2): kernel $(uname -r)"
 load_bt_modules || setup_failed "loading Bluetooth/crypto modules from $BLUEZ_VM_KDIR"
 NCTRL="${BLUEZ_VM_CONTROLLERS:-2}"
-# A transient unit of its own, so btvirt outlives nothing it should not and shows in systemctl.
-systemd-run --unit=bluez-vm-btvirt --quiet \
-  --property=StandardOutput=append:"$RES/btvirt.log" --property=StandardError=append:"$RES/btvirt.log" \
-  btvirt -L "-l$NCTRL" || setup_failed "systemd-run btvirt"
-wait_for_controllers "$NCTRL" 60 || setup_failed "btvirt did not create $NCTRL controllers (see btvirt.log)"
+mgmt_lists() { # N: the kernel's management interface lists N controllers
+  timeout 15 btmgmt info < <(exec sleep 15) | grep -q "^Index list with $1 item"
+}
+# btvirt once the boot has settled: a controller whose set-up commands time out (a busy
+# TCG guest) never reaches the kernel's management index and bluetoothd never sees it
+# (seen for hci0 while systemd was still starting units). So also check the index, and
+# start btvirt again when a controller is missing from it.
+_bvm_wait 120 "the boot to finish" bash -c '[[ "$(systemctl is-system-running)" == @(running|degraded) ]]' ||
+  bvm_log "system state after 120 s: $(systemctl is-system-running)"
+for attempt in 1 2 3; do
+  # A transient unit of its own: it shows in systemctl and is stopped cleanly at poweroff.
+  systemd-run --unit="bluez-vm-btvirt-$attempt" --quiet \
+    --property=StandardOutput=append:"$RES/btvirt.log" --property=StandardError=append:"$RES/btvirt.log" \
+    btvirt -L "-l$NCTRL" || setup_failed "systemd-run btvirt"
+  wait_for_controllers "$NCTRL" 60 || setup_failed "btvirt did not create $NCTRL controllers (see btvirt.log)"
+  _bvm_wait 30 "$NCTRL controllers in the management interface" mgmt_lists "$NCTRL" && break
+  bvm_log "attempt $attempt: the management interface lists fewer than $NCTRL controllers; btvirt again"
+  systemctl stop "bluez-vm-btvirt-$attempt"
+  _bvm_wait 30 "the controllers to go" bash -c '! compgen -G "/sys/class/bluetooth/hci*"'
+done
+mgmt_lists "$NCTRL" || setup_failed "the management interface lists fewer than $NCTRL controllers after 3 btvirt starts"
 bvm_log "controllers: $(ls /sys/class/bluetooth | tr '\n' ' ')"
 virtio_netdev() { # the name udev left on the virtio-net interface (it may rename eth0)
   local d
@@ -62,13 +78,9 @@ if [[ -n "${BLUEZ_VM_HOST_ADDR:-}" ]]; then   # run-in-vm.sh --host-port: as set
 fi
 _bvm_wait 60 "dbus.service" systemctl is-active --quiet dbus.service || setup_failed "dbus.service is not active"
 if [[ "${BLUEZ_VM_NO_BLUETOOTHD:-0}" != 1 ]]; then
-  # udev starts bluetooth.service as soon as hci0 appears; a bluetoothd that came up while
-  # btvirt was still setting the controllers up was seen to know only one of them (and
-  # never power the other). Restart it once the kernel's management interface lists all.
-  _bvm_wait 60 "$NCTRL controllers in the management interface" \
-    bash -c 'timeout 15 btmgmt info < <(exec sleep 15) | grep -q "^Index list with $1 item"' _ "$NCTRL" ||
-    bvm_log "btmgmt does not list $NCTRL controllers yet; restarting bluetooth.service anyway"
-  systemctl restart bluetooth.service || setup_failed "systemctl restart bluetooth"
+  # run-in-vm.sh masks bluetooth.target, so udev has not started it before the controllers
+  # were ready.
+  systemctl start bluetooth.service || setup_failed "systemctl start bluetooth"
   if ! wait_for_bluez 120; then
     { systemctl status --no-pager bluetooth.service; journalctl -b --no-pager -u bluetooth.service | tail -n 30
       btmgmt_run info; } >>"$RES/setup.log" 2>&1

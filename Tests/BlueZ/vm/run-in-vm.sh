@@ -211,7 +211,11 @@ if ((SYSTEMD)); then
     "ExecStart=/bin/bash $HERE/guest-init-systemd.sh $RESULTS" "TimeoutStartSec=infinity" \
     >"$sd/bluez-vm-guest.service"
   ln -s ../bluez-vm-guest.service "$sd/multi-user.target.wants/bluez-vm-guest.service"
-  for unit in postgresql.service e2scrub_reap.service systemd-timesyncd.service systemd-pstore.service \
+  # bluetooth.target too: udev pulls bluetooth.service in through it as soon as hci0
+  # appears, and a bluetoothd started while btvirt is still setting up the controllers left
+  # hci0 out of the kernel's management index for good (seen twice); guest-init-systemd.sh
+  # starts bluetooth.service itself once every controller is there, as guest-init.sh does.
+  for unit in bluetooth.target postgresql.service e2scrub_reap.service systemd-timesyncd.service systemd-pstore.service \
               getty@tty1.service serial-getty@ttyS0.service apt-daily.timer apt-daily-upgrade.timer \
               dpkg-db-backup.timer e2scrub_all.timer fstrim.timer man-db.timer; do
     ln -s /dev/null "$sd/$unit"
