@@ -116,7 +116,7 @@ check "config check accepts the new config" edgecoder-worker config check
 if [[ -n "$(prop ExecReload)" ]]; then
   echo "# the unit has ExecReload= now: wire the reload checks here"
 else
-  echo "ok - systemctl reload with a good and a bad config # SKIP no ExecReload= in the unit yet"
+  echo "# SKIP systemctl reload with a good and a bad config: no ExecReload= in the unit yet"
 fi
 systemctl restart $UNIT
 check "the daemon restarts with the new config" systemctl is-active --quiet $UNIT

@@ -53,7 +53,7 @@ for attempt in 1 2 3; do
     --property=StandardOutput=append:"$RES/btvirt.log" --property=StandardError=append:"$RES/btvirt.log" \
     btvirt -L "-l$NCTRL" || setup_failed "systemd-run btvirt"
   wait_for_controllers "$NCTRL" 60 || setup_failed "btvirt did not create $NCTRL controllers (see btvirt.log)"
-  _bvm_wait 30 "$NCTRL controllers in the management interface" mgmt_lists "$NCTRL" && break
+  _bvm_wait 20 "$NCTRL controllers in the management interface" mgmt_lists "$NCTRL" && break
   bvm_log "attempt $attempt: the management interface lists fewer than $NCTRL controllers; btvirt again"
   systemctl stop "bluez-vm-btvirt-$attempt"
   _bvm_wait 30 "the controllers to go" bash -c '! compgen -G "/sys/class/bluetooth/hci*"'
