@@ -12,6 +12,7 @@ export PATH := /opt/swift/usr/bin:$(PATH)
 # prefix never writes /lib or /usr/lib, which belong to packages (systemd, man and
 # bash-completion all search /usr/local too). PREFIX=/usr gives /usr/lib/systemd/system.
 SYSTEMD_UNIT_DIR ?= $(PREFIX)/lib/systemd/system
+SYSTEMD_USER_UNIT_DIR ?= $(PREFIX)/lib/systemd/user
 SYSUSERS_DIR     ?= $(PREFIX)/lib/sysusers.d
 TMPFILES_DIR     ?= $(PREFIX)/lib/tmpfiles.d
 MAN1_DIR         ?= $(PREFIX)/share/man/man1
@@ -119,9 +120,11 @@ generated:
 # What `install` copies, without building (debian/rules calls it after its own build).
 install-files:
 	install -D -m0755 $(RELEASE_BIN) $(DESTDIR)$(PREFIX)/bin/edgecoder-worker
-	install -d $(DESTDIR)$(SYSTEMD_UNIT_DIR) $(DESTDIR)$(SYSUSERS_DIR) $(DESTDIR)$(TMPFILES_DIR)
+	install -d $(DESTDIR)$(SYSTEMD_UNIT_DIR) $(DESTDIR)$(SYSTEMD_USER_UNIT_DIR) $(DESTDIR)$(SYSUSERS_DIR) $(DESTDIR)$(TMPFILES_DIR)
 	sed 's|/usr/local|$(PREFIX)|g' systemd/edgecoder-worker.service > $(DESTDIR)$(SYSTEMD_UNIT_DIR)/edgecoder-worker.service
 	chmod 0644 $(DESTDIR)$(SYSTEMD_UNIT_DIR)/edgecoder-worker.service
+	sed 's|/usr/local|$(PREFIX)|g' systemd/edgecoder-worker-proxy.service > $(DESTDIR)$(SYSTEMD_USER_UNIT_DIR)/edgecoder-worker-proxy.service
+	chmod 0644 $(DESTDIR)$(SYSTEMD_USER_UNIT_DIR)/edgecoder-worker-proxy.service
 	install -m0644 systemd/sysusers.d/edgecoder-worker.conf $(DESTDIR)$(SYSUSERS_DIR)/edgecoder-worker.conf
 	install -m0644 systemd/tmpfiles.d/edgecoder-worker.conf $(DESTDIR)$(TMPFILES_DIR)/edgecoder-worker.conf
 	install -D -m0644 $(GEN)/edgecoder-worker.1 $(DESTDIR)$(MAN1_DIR)/edgecoder-worker.1
@@ -131,6 +134,7 @@ install-files:
 	@echo "next: systemd-sysusers edgecoder-worker.conf && systemd-tmpfiles --create edgecoder-worker.conf"
 	@echo "      copy $(PREFIX)/share/doc/edgecoder-worker/config.example.json to /etc/edgecoder-worker/config.json and edit it"
 	@echo "      systemctl daemon-reload && systemctl enable --now edgecoder-worker"
+	@echo "the proxy, per user (a user unit):  systemctl --user daemon-reload && systemctl --user enable --now edgecoder-worker-proxy"
 
 # The Debian package, in .build/deb (debian/rules by hand rather than dpkg-buildpackage,
 # which can only write next to the clone), then lintian: an error fails the target.

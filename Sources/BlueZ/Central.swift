@@ -17,6 +17,10 @@ public struct CentralSettings: Sendable {
     public var scanWindowMs: Int64 = 2_500
     public var connectTimeoutMs: Int64 = 30_000
     public var maxBackoffMs: Int64 = 30_000
+    /// Without `device`: keep to the first worker connected to; `onPinned` remembers it.
+    public var pinFirstWorker = false
+    public var selection: String?
+    public var onPinned: (@Sendable (String) -> Void)?
 
     public init(adapter: String?, device: String?) {
         self.adapter = adapter
@@ -28,6 +32,8 @@ public struct CentralSettings: Sendable {
         settings.scanWindowMs = scanWindowMs
         settings.connectTimeoutMs = connectTimeoutMs
         settings.maxBackoffMs = maxBackoffMs
+        settings.pinFirstWorker = pinFirstWorker
+        settings.selection = selection
         return settings
     }
 }
@@ -66,9 +72,9 @@ public actor GattCentral: BusDriving, ProxyUpstream {
     }
 
     /// Sends one request and waits for its response (or the timeout, or the link's loss).
-    public func generate(prompt: String, maxTokens: Int, timeoutMs: Int64) async -> GenerateResult {
+    public func generate(_ ask: WorkerAsk, timeoutMs: Int64, onDelta: @escaping @Sendable (String) async -> Void) async -> GenerateResult {
         let id = "proxy-" + randomID()
-        let bytes = JSONValue.object(JSONObject([("id", .string(id)), ("prompt", .string(prompt)), ("maxTokens", .int(Int64(maxTokens)))])).serializedBytes
+        let bytes = ask.wire(id: id)
         return await withCheckedContinuation { continuation in
             waiters[id] = continuation
             feed(.request(id: id, bytes: bytes, timeoutMs: timeoutMs))
@@ -142,6 +148,9 @@ public actor GattCentral: BusDriving, ProxyUpstream {
                 waiters.removeValue(forKey: id)?.resume(returning: result)
             case .log(let level, let message):
                 logger.log(level, message)
+            case .pinned(let address):
+                logger.notice("the worker \(address) is remembered: the proxy connects only to it from now on (--any or --forget to change)")
+                settings.onPinned?(address)
             }
         }
     }

@@ -351,8 +351,18 @@ public final class BusMessage {
 
     /// Appends typed values with the non-variadic calls.
     static func append(_ values: [DBusValue], to message: OpaquePointer) throws(BusFailure) {
+        if values.map(\.signature).joined().utf8.count > maxReadableSignature {
+            throw BusFailure("append arguments: their signature is over \(maxReadableSignature) bytes", -EINVAL)
+        }
         for value in values { try append(value, to: message) }
     }
+
+    /// The longest signature sd-bus reads back. The D-Bus specification allows 255 bytes,
+    /// and sd-bus's writer and dbus-daemon pass a 255-byte one, but sd-bus's reader refuses
+    /// it (EBADMSG, in the variant and signature readers: "l == UINT8_MAX"), so a message
+    /// carrying one could be sent by us and read by no sd-bus peer, this worker included.
+    /// Found by the dbus fuzz target (Tests/Fuzz/dbus/regressions/crash-4c4e…).
+    public static let maxReadableSignature = 254
 
     private static func code(_ character: Character) -> CChar { CChar(bitPattern: character.asciiValue!) }
 
@@ -363,6 +373,9 @@ public final class BusMessage {
             if rc < 0 { throw BusFailure("append a value of type \(type)", rc) }
         }
         func text(_ type: Character, _ value: String) throws(BusFailure) {
+            // A C string ends at the first NUL: sent as it is, the rest would be cut off
+            // silently. D-Bus strings cannot hold NUL, so refuse the value instead.
+            if value.utf8.contains(0) { throw BusFailure("append a string of type \(type): it holds a NUL byte, which D-Bus strings cannot", -EINVAL) }
             // String-like types take the string itself, not a pointer to it.
             let rc = value.withCString { sd_bus_message_append_basic(message, code(type), $0) }
             if rc < 0 { throw BusFailure("append a string of type \(type)", rc) }
@@ -387,7 +400,9 @@ public final class BusMessage {
         case .double(let v): try basic("d", v)
         case .string(let v): try text("s", v)
         case .objectPath(let v): try text("o", v)
-        case .signature(let v): try text("g", v)
+        case .signature(let v):
+            if v.utf8.count > maxReadableSignature { throw BusFailure("append a signature over \(maxReadableSignature) bytes", -EINVAL) }
+            try text("g", v)
         case .bytes(let bytes):
             let rc = bytes.withUnsafeBytes { sd_bus_message_append_array(message, code("y"), $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!, $0.count) }
             if rc < 0 { throw BusFailure("append a byte array", rc) }
@@ -405,6 +420,9 @@ public final class BusMessage {
             }
             try close()
         case .variant(let inner):
+            if inner.signature.utf8.count > maxReadableSignature {
+                throw BusFailure("append a variant: its signature is over \(maxReadableSignature) bytes", -EINVAL)
+            }
             try open("v", inner.signature)
             try append(inner, to: message)
             try close()

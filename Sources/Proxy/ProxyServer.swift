@@ -1,107 +1,489 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import Logging
 import Posix
 import WorkerCore
 
-/// The local HTTP API of `edgecoder-worker proxy` (127.0.0.1 only): `GET /status`,
-/// `POST /api/generate` in EdgeCoder's and Ollama's shapes, `GET /api/tags` and
-/// `GET /api/version`. One request per connection; every connection is bounded in size
-/// and in time, and at most `maxConnections` are served at once.
+/// The local HTTP API of `edgecoder-worker proxy` (SPEC 10) on 127.0.0.1 and [::1]: a
+/// nearby worker as a local Ollama and OpenAI-compatible server. HTTP/1.1 with keep-alive
+/// (a bounded number of requests per connection, an idle limit between them); answers
+/// streamed as the worker's text arrives; the client going away cancels its request on
+/// the worker. Browsers are refused (Host and Origin checks). Every connection is bounded
+/// in size and time, and at most `maxConnections` are served at once.
 public struct ProxyServer: Sendable {
-    let listener: LoopbackTCPListener
+    let listeners: [LoopbackTCPListener]
     let upstream: any ProxyUpstream
     let version: String
     let logger: Logger
     let requestTimeoutMs: Int64
     let readTimeoutMs: Int64
     let maxConnections: Int
+    let guardian: BrowserGuard
+    /// How long a keep-alive connection may stay silent between two requests.
+    let idleTimeoutMs: Int64
+    let maxRequestsPerConnection: Int
+    /// How long a streamed answer's head waits for the first text: a failure within it
+    /// (no worker, busy, refused) still gets its own status; after it the head goes out.
+    let streamHoldMs: Int64
+    /// The same for a whole (not streamed) answer: EdgeCoder's IDE router gives up after
+    /// 30 s without a head, so the head goes out before that and a space every
+    /// `pulseMs` keeps the body alive (JSON allows leading white space).
+    let wholeHoldMs: Int64
+    let pulseMs: Int64
     let open = ConnectionCount()
 
     /// Connections being served now.
     public var openConnections: Int { get async { await open.count } }
 
     public init(listener: LoopbackTCPListener, upstream: any ProxyUpstream, version: String, logger: Logger, requestTimeoutMs: Int64,
-                readTimeoutMs: Int64 = 10_000, maxConnections: Int = 64) {
-        self.listener = listener
+                readTimeoutMs: Int64 = 10_000, maxConnections: Int = 64, guardian: BrowserGuard = BrowserGuard(),
+                idleTimeoutMs: Int64 = 30_000, maxRequestsPerConnection: Int = 100, streamHoldMs: Int64 = 1_000,
+                wholeHoldMs: Int64 = 10_000, pulseMs: Int64 = 10_000) {
+        self.init(listeners: [listener], upstream: upstream, version: version, logger: logger, requestTimeoutMs: requestTimeoutMs,
+                  readTimeoutMs: readTimeoutMs, maxConnections: maxConnections, guardian: guardian, idleTimeoutMs: idleTimeoutMs,
+                  maxRequestsPerConnection: maxRequestsPerConnection, streamHoldMs: streamHoldMs, wholeHoldMs: wholeHoldMs, pulseMs: pulseMs)
+    }
+
+    public init(listeners: [LoopbackTCPListener], upstream: any ProxyUpstream, version: String, logger: Logger, requestTimeoutMs: Int64,
+                readTimeoutMs: Int64 = 10_000, maxConnections: Int = 64, guardian: BrowserGuard = BrowserGuard(),
+                idleTimeoutMs: Int64 = 30_000, maxRequestsPerConnection: Int = 100, streamHoldMs: Int64 = 1_000,
+                wholeHoldMs: Int64 = 10_000, pulseMs: Int64 = 10_000) {
+        self.listeners = listeners
         self.upstream = upstream
         self.version = version
         self.logger = logger
         self.requestTimeoutMs = requestTimeoutMs
         self.readTimeoutMs = readTimeoutMs
         self.maxConnections = maxConnections
+        self.guardian = guardian
+        self.idleTimeoutMs = idleTimeoutMs
+        self.maxRequestsPerConnection = maxRequestsPerConnection
+        self.streamHoldMs = streamHoldMs
+        self.wholeHoldMs = wholeHoldMs
+        self.pulseMs = pulseMs
     }
 
     /// Serves until cancelled.
     public func run() async {
-        try? await acceptConnections(limit: maxConnections, counter: open, accept: { try await listener.accept() }, retryAcceptFailures: true,
-                                     refuse: { connection in try? await connection.write(HTTPServerResponse.json(503, ["error": "too many connections; try again"])) },
-                                     serve: { connection in await serve(connection) })
+        await withDiscardingTaskGroup { group in
+            for listener in listeners {
+                group.addTask {
+                    try? await acceptConnections(limit: maxConnections, counter: open, accept: { try await listener.accept() }, retryAcceptFailures: true,
+                                                 refuse: { connection in try? await connection.write(HTTPServerResponse.json(503, ["error": "too many connections; try again"])) },
+                                                 serve: { connection in await serve(connection) })
+                }
+            }
+        }
     }
 
-    private enum Read: Sendable { case request(HTTPRequest), refused(HTTPRefusal), closed }
+    // MARK: Connections
+
+    enum Read: Sendable { case request(HTTPRequest), refused(HTTPRefusal), closed }
 
     func serve(_ connection: UnixConnection) async {
+        var reader = HTTPRequestReader()
+        var served = 0
+        while !Task.isCancelled {
+            let (read, updated) = await nextRequest(on: connection, reader, first: served == 0)
+            reader = updated
+            switch read {
+            case .closed:
+                return
+            case .refused(let refusal):
+                logger.info("refused a request: \(refusal.status) \(refusal.message)")
+                try? await connection.write(HTTPServerResponse.json(refusal.status, ["error": .string(refusal.message)]))
+                await drain(connection)
+                return
+            case .request(let request):
+                served += 1
+                let keepAlive = request.keepAlive && served < maxRequestsPerConnection
+                let (usable, early) = await respond(to: request, on: connection, keepAlive: keepAlive)
+                guard usable, keepAlive else { return }
+                // Bytes of the next request that came while this one was answered.
+                reader.keep(early)
+            }
+        }
+    }
+
+    /// Reads and drops what the client still sends (a body over the bound) for a moment
+    /// after a refusal, so that closing does not reset the connection before the client
+    /// has read why (it is still writing its body and would see only a broken pipe).
+    func drain(_ connection: UnixConnection) async {
+        _ = shutdown(connection.fd, Int32(SHUT_WR))
+        _ = await race({ () -> Void in
+            var total = 0
+            while total < 64 << 20, let bytes = try? await connection.read(max: 65_536), !bytes.isEmpty { total += bytes.count }
+        }, { () -> Void in try? await Task.sleep(nanoseconds: 2_000_000_000) })
+    }
+
+    /// The next request: after the first, the client may stay silent up to the idle limit
+    /// (then the connection closes quietly); once it starts one, the whole request must
+    /// arrive within the read timeout (else 408).
+    func nextRequest(on connection: UnixConnection, _ reader: HTTPRequestReader, first: Bool) async -> (Read, HTTPRequestReader) {
+        var reader = reader
+        if reader.buffered > 0 {
+            switch reader.feed([UInt8]()) {
+            case .complete(let request): return (.request(request), reader)
+            case .refused(let refusal): return (.refused(refusal), reader)
+            case .needMore: break
+            }
+        } else if !first {
+            let idle = UInt64(idleTimeoutMs) * 1_000_000
+            let winner = await race({ () -> [UInt8] in (try? await connection.read(max: 16_384)) ?? [] }, { () -> [UInt8] in
+                try? await Task.sleep(nanoseconds: idle)
+                return []
+            })
+            let bytes: [UInt8]
+            switch winner {
+            case .first(let read): bytes = read
+            case .second: return (.closed, reader)
+            }
+            if bytes.isEmpty { return (.closed, reader) }
+            switch reader.feed(bytes) {
+            case .complete(let request): return (.request(request), reader)
+            case .refused(let refusal): return (.refused(refusal), reader)
+            case .needMore: break
+            }
+        }
         let readTimeout = UInt64(readTimeoutMs) * 1_000_000
-        // The whole request must arrive within the read timeout (slow clients are cut off).
-        let winner = await race({ () -> Read in
-            var reader = HTTPRequestReader()
+        let start = reader
+        let winner = await race({ () -> (Read, HTTPRequestReader) in
+            var reader = start
             while true {
+                if reader.takeContinue() { try? await connection.write(HTTPServerResponse.continueAnswer) }
                 let bytes: [UInt8]
                 do { bytes = try await connection.read(max: 16_384) } catch {
                     logger.debug("reading a request failed: \(error)")
-                    return .closed
+                    return (.closed, reader)
                 }
-                if bytes.isEmpty { return .closed }
+                if bytes.isEmpty { return (.closed, reader) }
                 switch reader.feed(bytes) {
                 case .needMore: continue
-                case .complete(let request): return .request(request)
-                case .refused(let refusal): return .refused(refusal)
+                case .complete(let request): return (.request(request), reader)
+                case .refused(let refusal): return (.refused(refusal), reader)
                 }
             }
-        }, { () -> Read in
-            do { try await Task.sleep(nanoseconds: readTimeout) } catch { return .closed }
-            return .refused(HTTPRefusal(408, "the request did not arrive within \(readTimeoutMs) ms"))
+        }, { () -> (Read, HTTPRequestReader) in
+            do { try await Task.sleep(nanoseconds: readTimeout) } catch { return (.closed, start) }
+            return (.refused(HTTPRefusal(408, "the request did not arrive within \(readTimeoutMs) ms")), start)
         })
-        let read: Read
         switch winner {
-        case .first(let value), .second(let value): read = value
+        case .first(let value), .second(let value): return value
         }
-        let answer: [UInt8]
-        switch read {
-        case .closed: return
-        case .refused(let refusal):
-            logger.info("refused a request: \(refusal.status) \(refusal.message)")
-            answer = HTTPServerResponse.json(refusal.status, ["error": .string(refusal.message)])
-        case .request(let request):
-            answer = await respond(to: request)
-        }
-        try? await connection.write(answer)
     }
 
-    func respond(to request: HTTPRequest) async -> [UInt8] {
-        switch (request.method, request.path) {
-        case ("GET", "/status"), ("HEAD", "/status"):
-            return HTTPServerResponse.json(200, await upstream.currentStatus.json)
-        case ("GET", "/api/tags"):
-            let status = await upstream.currentStatus
-            return HTTPServerResponse.json(200, ProxyAnswer.tags(connected: status.connected, deviceName: status.deviceName))
-        case ("GET", "/api/version"):
-            return HTTPServerResponse.json(200, ["version": .string(version)])
-        case ("POST", "/api/generate"):
-            let generate: GenerateRequest
-            switch GenerateRequest.parse(request.body) {
-            case .failure(let refusal): return HTTPServerResponse.json(refusal.status, ["ok": false, "error": .string(refusal.message)])
-            case .success(let parsed): generate = parsed
-            }
-            let started = monotonicNanoseconds()
-            let result = await upstream.generate(prompt: generate.prompt, maxTokens: generate.maxTokens, timeoutMs: requestTimeoutMs)
-            let durationMs = Int64((monotonicNanoseconds() - started) / 1_000_000)
-            let answer = ProxyAnswer.generate(generate, result, durationMs: durationMs, nowMs: wallClockMilliseconds())
-            logger.info("POST /api/generate: \(answer.status) in \(durationMs) ms")
-            return HTTPServerResponse.json(answer.status, answer.body, contentType: answer.ndjson ? "application/x-ndjson" : "application/json")
-        case (_, "/status"), (_, "/api/tags"), (_, "/api/version"), (_, "/api/generate"):
-            return HTTPServerResponse.json(405, ["error": .string("\(request.method) is not allowed on \(request.path)")])
-        default:
-            return HTTPServerResponse.json(404, ["error": .string("no such path: \(request.path) (try /status, /api/generate, /api/tags)")])
+    // MARK: Routes
+
+    /// Answers one request. Returns whether the connection can carry another, and any
+    /// bytes of the next request read meanwhile.
+    func respond(to request: HTTPRequest, on connection: UnixConnection, keepAlive: Bool) async -> (usable: Bool, early: [UInt8]) {
+        let cors: [(String, String)]
+        switch guardian.check(host: request.header("Host"), origin: request.header("Origin")) {
+        case .forbidden(let why):
+            logger.warning("403 for \(request.method) \(request.path): \(why)")
+            try? await connection.write(HTTPServerResponse.json(403, ["error": .string(why)]))
+            return (false, [])
+        case .allowed(let origin):
+            cors = origin.map(BrowserGuard.corsHeaders) ?? []
         }
+        let head = request.method == "HEAD"
+        func json(_ status: Int, _ body: JSONValue, dialect: ProxyDialect? = nil) async -> (Bool, [UInt8]) {
+            let bytes = HTTPServerResponse.whole(status, contentType: "application/json", body: body.serializedBytes + [10], keepAlive: keepAlive,
+                                                 headers: cors, omitBody: head)
+            do { try await connection.write(bytes) } catch { return (false, []) }
+            return (true, [])
+        }
+        func refused(_ refusal: HTTPRefusal, _ dialect: ProxyDialect) async -> (Bool, [UInt8]) {
+            logger.info("\(request.method) \(request.path): \(refusal.status) \(refusal.message)")
+            return await json(refusal.status, ProxyAnswer.error(dialect, status: refusal.status, message: refusal.message, field: refusal.field))
+        }
+        let get = request.method == "GET" || head
+        switch (request.method, request.path) {
+        case ("OPTIONS", _):
+            guard let origin = request.header("Origin") else {
+                let bytes = HTTPServerResponse.whole(204, contentType: nil, body: [], keepAlive: keepAlive, headers: [("Allow", "GET, HEAD, POST, OPTIONS")])
+                do { try await connection.write(bytes) } catch { return (false, []) }
+                return (true, [])
+            }
+            let bytes = HTTPServerResponse.whole(204, contentType: nil, body: [], keepAlive: keepAlive,
+                                                 headers: BrowserGuard.preflightHeaders(origin: origin, requestedHeaders: request.header("Access-Control-Request-Headers")))
+            do { try await connection.write(bytes) } catch { return (false, []) }
+            return (true, [])
+        case (_, "/") where get:
+            let bytes = HTTPServerResponse.whole(200, contentType: "text/plain; charset=utf-8", body: Array("Ollama is running".utf8), keepAlive: keepAlive,
+                                                 headers: cors, omitBody: head)
+            do { try await connection.write(bytes) } catch { return (false, []) }
+            return (true, [])
+        case (_, "/status") where get:
+            return await json(200, await upstream.currentStatus.json)
+        case (_, "/api/tags") where get:
+            let status = await upstream.currentStatus
+            return await json(200, ProxyAnswer.tags(connected: status.connected, deviceName: status.deviceName))
+        case (_, "/api/ps") where get:
+            return await json(200, ProxyAnswer.ps(await upstream.currentStatus, nowMs: wallClockMilliseconds()))
+        case (_, "/api/version") where get:
+            return await json(200, ["version": .string(version)])
+        case ("POST", "/api/show"):
+            let body = try? JSON.parse(request.body, maxDepth: 16)
+            guard let model = body?["model"]?.stringValue ?? body?["name"]?.stringValue, !model.isEmpty else {
+                return await refused(HTTPRefusal(400, "\"model\" must be a non-empty string", field: "model"), .ollamaGenerate)
+            }
+            return await json(200, ProxyAnswer.show(model: model, status: await upstream.currentStatus))
+        case (_, "/v1/models") where get:
+            return await json(200, ProxyAnswer.openAIModels(connected: await upstream.currentStatus.connected))
+        case (_, _) where get && request.path.hasPrefix("/v1/models/"):
+            let name = String(request.path.dropFirst("/v1/models/".count))
+            guard await upstream.currentStatus.connected else {
+                return await json(404, ProxyAnswer.error(.openAIChat, status: 404, message: "no worker connected, so no model \(BrowserGuard.printable(name))"))
+            }
+            return await json(200, ProxyAnswer.openAIModel(name.isEmpty ? ProxyAnswer.modelName : name))
+        case ("POST", "/api/generate"):
+            return await generation(ProxyCall.generate(request.body), .ollamaGenerate, request, connection, keepAlive: keepAlive, cors: cors)
+        case ("POST", "/api/chat"):
+            return await generation(ProxyCall.chat(request.body), .ollamaChat, request, connection, keepAlive: keepAlive, cors: cors)
+        case ("POST", "/v1/chat/completions"):
+            return await generation(ProxyCall.openAIChat(request.body), .openAIChat, request, connection, keepAlive: keepAlive, cors: cors)
+        case ("POST", "/v1/completions"):
+            return await generation(ProxyCall.openAICompletion(request.body), .openAICompletion, request, connection, keepAlive: keepAlive, cors: cors)
+        case (_, "/api/embed"), (_, "/api/embeddings"), (_, "/v1/embeddings"):
+            let dialect: ProxyDialect = request.path.hasPrefix("/v1") ? .openAIChat : .ollamaGenerate
+            return await refused(HTTPRefusal(400, "embeddings are not available: the worker over Bluetooth only generates text"), dialect)
+        case (_, "/"), (_, "/status"), (_, "/api/tags"), (_, "/api/ps"), (_, "/api/version"), (_, "/api/show"), (_, "/api/generate"), (_, "/api/chat"),
+             (_, "/v1/models"), (_, "/v1/chat/completions"), (_, "/v1/completions"):
+            return await json(405, ["error": .string("\(request.method) is not allowed on \(request.path)")])
+        default:
+            return await json(404, ["error": .string("no such path: \(BrowserGuard.printable(request.path)) (try /status, /api/generate, /api/chat, /v1/chat/completions)")])
+        }
+    }
+
+    // MARK: Generation
+
+    enum Outcome: Sendable {
+        case result(GenerateResult)
+        case clientGone
+        /// The watch on the client's side ended without it going: bytes of its next request.
+        case early([UInt8])
+        case held
+    }
+
+    func generation(_ parsed: Result<ProxyCall, HTTPRefusal>, _ dialect: ProxyDialect, _ request: HTTPRequest, _ connection: UnixConnection,
+                    keepAlive: Bool, cors: [(String, String)]) async -> (usable: Bool, early: [UInt8]) {
+        let call: ProxyCall
+        switch parsed {
+        case .failure(let refusal):
+            logger.info("\(request.method) \(request.path): \(refusal.status) \(refusal.message)")
+            let body = ProxyAnswer.error(dialect, status: refusal.status, message: refusal.message, field: refusal.field)
+            let bytes = HTTPServerResponse.whole(refusal.status, contentType: "application/json", body: body.serializedBytes + [10], keepAlive: keepAlive, headers: cors)
+            do { try await connection.write(bytes) } catch { return (false, []) }
+            return (true, [])
+        case .success(let value):
+            call = value
+        }
+        if call.loadOnly {
+            let bytes = HTTPServerResponse.whole(200, contentType: "application/json", body: ProxyAnswer.loaded(call, nowMs: wallClockMilliseconds()).serializedBytes + [10],
+                                                 keepAlive: keepAlive, headers: cors)
+            do { try await connection.write(bytes) } catch { return (false, []) }
+            return (true, [])
+        }
+        let started = monotonicNanoseconds()
+        let id = (call.dialect == .openAICompletion ? "cmpl-" : "chatcmpl-") + Self.randomID()
+        let responder = Responder(connection: connection, call: call, id: id, keepAlive: keepAlive, cors: cors)
+        let upstream = self.upstream
+        let timeoutMs = requestTimeoutMs
+        let hold = call.stream ? streamHoldMs : wholeHoldMs
+        let pulse = pulseMs
+        var outcome: Outcome?
+        var early: [UInt8] = []
+        await withTaskGroup(of: Outcome.self) { group in
+            group.addTask {
+                .result(await upstream.generate(call.ask, timeoutMs: timeoutMs, onDelta: { text in await responder.piece(text) }))
+            }
+            group.addTask { await Self.watch(connection) }
+            group.addTask {
+                await responder.hold(ms: hold, pulseMs: pulse)
+                return .held
+            }
+            while let next = await group.next() {
+                switch next {
+                case .result, .clientGone:
+                    if outcome == nil {
+                        outcome = next
+                        group.cancelAll()
+                    }
+                case .early(let bytes):
+                    early = bytes
+                case .held:
+                    break
+                }
+            }
+        }
+        let durationMs = Int64((monotonicNanoseconds() - started) / 1_000_000)
+        let label = "\(request.method) \(request.path) (\(call.stream ? "streamed" : "whole"))"
+        if Task.isCancelled {
+            // The proxy is stopping (SIGTERM): the request ends now, not when the worker is done.
+            await responder.finish(.notConnected("the proxy is stopping"), durationMs: durationMs)
+            logger.info("\(label): the proxy is stopping, answered after \(durationMs) ms")
+            return (false, [])
+        }
+        switch outcome {
+        case .result(let result)?:
+            let status = await responder.finish(result, durationMs: durationMs)
+            logger.info("\(label): \(status) in \(durationMs) ms")
+            return (await responder.usable, early)
+        default:
+            logger.info("\(label): the client went away after \(durationMs) ms; the request was cancelled")
+            return (false, [])
+        }
+    }
+
+    /// Waits for the client to go away while its answer is produced (a read of 0 bytes or
+    /// an error: Go's net/http, hence Ollama, treats a half-close the same way). Bytes it
+    /// sends meanwhile belong to its next request and are kept (up to a bound).
+    static func watch(_ connection: UnixConnection) async -> Outcome {
+        var early: [UInt8] = []
+        while early.count < 65_536 {
+            let bytes: [UInt8]
+            do { bytes = try await connection.read(max: 16_384) } catch {
+                return Task.isCancelled ? .early(early) : .clientGone
+            }
+            if bytes.isEmpty { return Task.isCancelled ? .early(early) : .clientGone }
+            early += bytes
+        }
+        await suspendUntilCancelled()
+        return .early(early)
+    }
+
+    static func randomID() -> String {
+        var generator = SystemRandomNumberGenerator()
+        let digits = Array("0123456789abcdef")
+        return String((0..<24).map { _ in digits[Int(generator.next() % 16)] })
+    }
+}
+
+/// Writes one answer in order, whoever has something to write: the worker's pieces of
+/// text, the hold timer (the head, the pulses) and the end. Writes never interleave; a
+/// write that fails shuts the socket down, which ends the watch on the client and so
+/// cancels the request.
+actor Responder {
+    enum State { case pending, open, finished, broken }
+
+    let connection: UnixConnection
+    let call: ProxyCall
+    let id: String
+    let keepAlive: Bool
+    let cors: [(String, String)]
+    private var state = State.pending
+    private var streamed = ""
+    private var queue: [[UInt8]] = []
+    private var writing = false
+    private var drained: [CheckedContinuation<Void, Never>] = []
+
+    init(connection: UnixConnection, call: ProxyCall, id: String, keepAlive: Bool, cors: [(String, String)]) {
+        self.connection = connection
+        self.call = call
+        self.id = id
+        self.keepAlive = keepAlive
+        self.cors = cors
+    }
+
+    var usable: Bool { state == .finished && keepAlive }
+
+    /// A piece of the worker's text, out at once.
+    func piece(_ text: String) async {
+        guard !text.isEmpty, state == .pending || state == .open else { return }
+        openHead()
+        streamed += text
+        enqueue(HTTPServerResponse.chunk(ProxyAnswer.piece(call, text, nowMs: wallClockMilliseconds(), id: id)))
+        await flush()
+    }
+
+    /// After `ms` without the answer, the head goes out; a whole answer then gets a space
+    /// every `pulseMs` until it is ready. Returns when cancelled.
+    func hold(ms: Int64, pulseMs: Int64) async {
+        do { try await Task.sleep(nanoseconds: UInt64(ms) * 1_000_000) } catch { return }
+        guard state == .pending else { return await suspendUntilCancelled() }
+        openHead()
+        await flush()
+        guard !call.stream else { return await suspendUntilCancelled() }
+        while true {
+            do { try await Task.sleep(nanoseconds: UInt64(pulseMs) * 1_000_000) } catch { return }
+            guard state == .open else { return }
+            enqueue(HTTPServerResponse.chunk([32]))
+            await flush()
+        }
+    }
+
+    /// Ends the answer with the result; returns the HTTP status the client got.
+    @discardableResult
+    func finish(_ result: GenerateResult, durationMs: Int64) async -> Int {
+        defer { if state != .broken { state = .finished } }
+        let now = wallClockMilliseconds()
+        guard state == .open else {
+            guard state == .pending else { return 0 }
+            if call.stream, ProxyAnswer.failure(result) == nil, case .answered(_, let output, _, _) = result {
+                openHead()
+                let rest = ProxyAnswer.unsent(output: output, streamed: streamed)
+                if !rest.isEmpty { enqueue(HTTPServerResponse.chunk(ProxyAnswer.piece(call, rest, nowMs: now, id: id))) }
+                enqueue(HTTPServerResponse.chunk(ProxyAnswer.streamEnd(call, durationMs: durationMs, nowMs: now, id: id)) + HTTPServerResponse.lastChunk)
+                await flush()
+                return 200
+            }
+            let (status, body) = ProxyAnswer.whole(call, result, durationMs: durationMs, nowMs: now, id: id)
+            enqueue(HTTPServerResponse.whole(status, contentType: "application/json", body: body.serializedBytes + [10], keepAlive: keepAlive, headers: cors))
+            await flush()
+            return status
+        }
+        if call.stream {
+            if let (status, message) = ProxyAnswer.failure(result) {
+                enqueue(HTTPServerResponse.chunk(ProxyAnswer.streamError(call, status: status, message: message)))
+            } else if case .answered(_, let output, _, _) = result {
+                let rest = ProxyAnswer.unsent(output: output, streamed: streamed)
+                if !rest.isEmpty { enqueue(HTTPServerResponse.chunk(ProxyAnswer.piece(call, rest, nowMs: now, id: id))) }
+                enqueue(HTTPServerResponse.chunk(ProxyAnswer.streamEnd(call, durationMs: durationMs, nowMs: now, id: id)))
+            }
+        } else {
+            // The head said 200 already: a failure can only travel in the body.
+            let body = ProxyAnswer.whole(call, result, durationMs: durationMs, nowMs: now, id: id).body
+            enqueue(HTTPServerResponse.chunk(body.serializedBytes + [10]))
+        }
+        enqueue(HTTPServerResponse.lastChunk)
+        await flush()
+        return 200
+    }
+
+    private func openHead() {
+        guard state == .pending else { return }
+        state = .open
+        let type = call.stream ? ProxyAnswer.streamContentType(call.dialect) : "application/json"
+        enqueue(HTTPServerResponse.chunkedHead(200, contentType: type, keepAlive: keepAlive, headers: cors)
+                + (call.stream ? HTTPServerResponse.chunk(ProxyAnswer.streamOpening(call, nowMs: wallClockMilliseconds(), id: id)) : []))
+    }
+
+    private func enqueue(_ bytes: [UInt8]) {
+        if !bytes.isEmpty { queue.append(bytes) }
+    }
+
+    /// Writes what is queued; when another caller is writing already, waits for it to
+    /// have written this caller's bytes too.
+    private func flush() async {
+        if writing {
+            await withCheckedContinuation { drained.append($0) }
+            return
+        }
+        writing = true
+        while !queue.isEmpty {
+            let bytes = queue.removeFirst()
+            guard state != .broken else { continue }
+            do { try await connection.write(bytes) } catch {
+                state = .broken
+                // Wakes the watch on the client's side, which cancels the request.
+                _ = shutdown(connection.fd, Int32(SHUT_RDWR))
+            }
+        }
+        writing = false
+        let waiting = drained
+        drained = []
+        waiting.forEach { $0.resume() }
     }
 }

@@ -69,6 +69,31 @@ struct Arguments {
         return value
     }
 
+    /// Every value of a repeatable option (`--name value` or `--name=value`), in order.
+    mutating func options(_ name: String) throws(UsageError) -> [String] {
+        var values: [String] = []
+        while let value = try firstOption(name) { values.append(value) }
+        return values
+    }
+
+    private mutating func firstOption(_ name: String) throws(UsageError) -> String? {
+        for i in 0..<optionsEnd where !consumed[i] {
+            if items[i] == name {
+                guard i + 1 < optionsEnd, !consumed[i + 1], !Arguments.isOption(items[i + 1]) else { throw UsageError("\(name) needs a value") }
+                consumed[i] = true
+                consumed[i + 1] = true
+                guard !items[i + 1].isEmpty else { throw UsageError("\(name) needs a non-empty value") }
+                return items[i + 1]
+            } else if items[i].hasPrefix(name + "=") {
+                consumed[i] = true
+                let value = String(items[i].dropFirst(name.count + 1))
+                guard !value.isEmpty else { throw UsageError("\(name) needs a non-empty value") }
+                return value
+            }
+        }
+        return nil
+    }
+
     /// An option whose value must be a whole number in `range`; nil when absent.
     mutating func number(_ name: String, in range: ClosedRange<Int>) throws(UsageError) -> Int? {
         guard let text = try option(name) else { return nil }

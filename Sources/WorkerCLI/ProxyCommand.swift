@@ -6,43 +6,65 @@ import Daemon
 import Logging
 import Posix
 import Proxy
+import StateStore
 import WorkerCore
 
 // MARK: - proxy
 
 struct ProxyCommand: Command {
     static let name = "proxy"
-    static let summary = "put a nearby worker (mode bluetooth) behind a local HTTP API"
+    static let summary = "put a nearby worker (mode bluetooth) behind a local Ollama/OpenAI-compatible HTTP API"
     static let usage = """
-        Usage: edgecoder-worker proxy [--port 11435] [--adapter hciN] [--device ADDRESS] [--timeout-ms N] [--log-level L]
+        Usage: edgecoder-worker proxy [--port 11435] [--adapter hciN] [--device ADDRESS | --any] [--forget]
+                                      [--state-dir DIR] [--allow-origin ORIGIN]... [--timeout-ms N] [--log-level L]
 
         A BlueZ central: scans for a worker in mode bluetooth (SPEC 6's service), connects
-        to ADDRESS or else to the strongest signal, subscribes to its answers and status,
-        and reconnects with backoff when the link drops. Serves on 127.0.0.1 only:
+        to it, subscribes to its answers and status, and reconnects with backoff when the
+        link drops. The first worker it connects to is remembered (DIR/proxy.json) and is
+        the only one used afterwards, unless --device or --any. Serves on 127.0.0.1 and
+        [::1] as a local Ollama and OpenAI-compatible server (SPEC 10):
 
-          GET  /status         connected, deviceName, deviceId, rssi, modelState, batteryPct,
-                               requestsInFlight, … (the keys of EdgeCoder's Mac proxy)
-          POST /api/generate   {"prompt", "maxTokens"} -> {"ok", "output", "response", "durationMs"};
-                               Ollama's {"model", "prompt", "stream", "options": {"num_predict"}}
-                               -> Ollama's answer; 503 when no worker is connected, 504 after
-                               the timeout
-          GET  /api/tags       the worker as the model "edgecoder-bluetooth" (Ollama clients)
+          GET|HEAD /                      "Ollama is running"
+          GET  /status                    connected, deviceName, deviceId, rssi, modelState,
+                                          batteryPct, requestsInFlight, selection, pinnedDevice, …
+          GET  /api/version, /api/tags, /api/ps; POST /api/show
+          POST /api/generate              EdgeCoder's {"prompt", "maxTokens"} -> {"ok", "output",
+                                          "response", "durationMs"}; Ollama's body -> Ollama's
+                                          answer, streamed as NDJSON unless "stream": false
+          POST /api/chat                  Ollama's chat (EdgeCoder's IDE router's call too)
+          GET  /v1/models; POST /v1/chat/completions, /v1/completions
+                                          OpenAI's shapes ("stream": true as server-sent events)
 
-          --port N        TCP port on 127.0.0.1 (default 11435; 0 picks a free one, printed)
-          --adapter hciN  the local adapter (default: the first powered one)
-          --device ADDR   the worker's Bluetooth address (default: the strongest found)
-          --timeout-ms N  how long a request may wait for its answer (default 120000)
-          --log-level L   debug, info, notice, warning, error (default info)
+          --port N            TCP port (default 11435; 0 picks a free one, printed)
+          --adapter hciN      the local adapter (default: the first powered one)
+          --device ADDR       use only the worker at this Bluetooth address
+          --any               use the strongest worker found each time (remember none)
+          --forget            forget the remembered worker first (the next one found is kept)
+          --state-dir DIR     where the remembered worker is kept (default $STATE_DIRECTORY,
+                              else $XDG_STATE_HOME/edgecoder-worker, else ~/.local/state/edgecoder-worker)
+          --allow-origin O    a web origin allowed besides the loopback ones (repeatable;
+                              * matches any characters, e.g. https://*.example.com)
+          --timeout-ms N      how long a request may wait for its answer (default 120000)
+          --log-level L       debug, info, notice, warning, error (default info)
 
-        Requests are written in chunks of at most min(MTU - 3, 508) bytes: 508 is the
-        largest value bluetoothd before 5.69 (Debian 12) accepts. Stops on SIGTERM/SIGINT.
-        Exit codes: 0 stopped, 1 failure (port in use, …), 64 usage.
+        Requests whose Host is not a loopback name get 403 (DNS rebinding), so do requests
+        from a web page whose Origin is not allowed. Requests are written in chunks of at
+        most min(MTU - 3, 508) bytes: 508 is the largest value bluetoothd before 5.69
+        (Debian 12) accepts. Stops on SIGTERM/SIGINT. Exit codes: 0 stopped, 1 failure
+        (port in use, …), 64 usage.
         """
     let port: Int
     let adapter: String?
     let device: String?
+    let any: Bool
+    let forget: Bool
+    let stateDir: String?
+    let allowOrigins: [String]
     let timeoutMs: Int
     let level: LogLevel
+    /// Test only: a stand-in for the Bluetooth link (`StandInUpstream`), so real HTTP
+    /// clients can be tested against the proxy on a machine without Bluetooth.
+    let testUpstreamScript: String?
 
     init(_ arguments: inout Arguments) throws(UsageError) {
         port = try arguments.number("--port", in: 0...65_535) ?? 11_435
@@ -50,10 +72,19 @@ struct ProxyCommand: Command {
         if let adapter, !WorkerConfig.isAdapterName(adapter) { throw UsageError("--adapter must be an adapter name like hci0, got '\(printable(adapter))'") }
         device = try arguments.option("--device")
         if let device, !ProxyCommand.isAddress(device) { throw UsageError("--device must be a Bluetooth address like 00:AA:01:00:00:00, got '\(printable(device))'") }
+        any = arguments.flag("--any")
+        if any && device != nil { throw UsageError("--device and --any exclude each other: --device uses one worker, --any the strongest each time") }
+        forget = arguments.flag("--forget")
+        stateDir = try arguments.option("--state-dir")
+        allowOrigins = try arguments.options("--allow-origin")
+        for origin in allowOrigins where !BrowserGuard.isOriginPattern(origin) {
+            throw UsageError("--allow-origin must be an origin like https://app.example.com (scheme://host[:port], no path; * for any characters), got '\(printable(origin))'")
+        }
         timeoutMs = try arguments.number("--timeout-ms", in: 1_000...3_600_000) ?? 120_000
         let levelName = try arguments.option("--log-level") ?? "info"
         guard let level = LogLevel(name: levelName) else { throw UsageError("--log-level must be debug, info, notice, warning or error") }
         self.level = level
+        testUpstreamScript = try arguments.option("--test-upstream-script")
     }
 
     static func isAddress(_ text: String) -> Bool {
@@ -61,22 +92,56 @@ struct ProxyCommand: Command {
         return parts.count == 6 && parts.allSatisfy { $0.count == 2 && $0.allSatisfy(\.isHexDigit) }
     }
 
+    /// The folder of the remembered worker: --state-dir, systemd's $STATE_DIRECTORY (the
+    /// first when several), $XDG_STATE_HOME/edgecoder-worker, ~/.local/state/edgecoder-worker.
+    static func stateDirectory(given: String?, environment: (String) -> String?) -> String? {
+        if let given { return given }
+        if let systemd = environment("STATE_DIRECTORY")?.split(separator: ":").first, !systemd.isEmpty { return String(systemd) }
+        if let xdg = environment("XDG_STATE_HOME"), xdg.hasPrefix("/") { return xdg + "/edgecoder-worker" }
+        if let home = environment("HOME"), home.hasPrefix("/") { return home + "/.local/state/edgecoder-worker" }
+        return nil
+    }
+
+    static let pinFile = "proxy.json"
+
     func run() async -> Int32 {
         let logger = Logger(label: "proxy", level: level)
         let signals: SignalPipe
-        let listener: LoopbackTCPListener
+        var listeners: [LoopbackTCPListener] = []
         do {
             signals = try SignalPipe()
-            listener = try LoopbackTCPListener(port: UInt16(port))
+            listeners.append(try LoopbackTCPListener(port: UInt16(port)))
         } catch {
             logger.error("cannot start: \(error)\(error.errno == EADDRINUSE ? ": another program listens on 127.0.0.1:\(port); pick one with --port" : "")")
             return ExitCode.failure
         }
-        let central = GattCentral(settings: CentralSettings(adapter: adapter, device: device), logger: logger.labeled("central"))
-        let server = ProxyServer(listener: listener, upstream: central, version: workerVersion, logger: logger, requestTimeoutMs: Int64(timeoutMs))
-        logger.notice("listening on http://127.0.0.1:\(listener.port) (GET /status, POST /api/generate, GET /api/tags)")
+        do {
+            listeners.append(try LoopbackTCPListener(port: listeners[0].port, family: .ipv6))
+        } catch {
+            // A host without IPv6 (disabled by sysctl) still serves 127.0.0.1.
+            logger.notice("not listening on [::1]:\(listeners[0].port): \(error)")
+        }
+        defer { listeners.forEach { $0.close() } }
+        let upstream: any ProxyUpstream
+        let central: GattCentral?
+        if let testUpstreamScript {
+            guard let bytes = try? readFile(testUpstreamScript, limit: 1 << 20), let standIn = try? StandInUpstream(script: bytes) else {
+                logger.error("cannot read the test upstream script \(testUpstreamScript)")
+                return ExitCode.failure
+            }
+            logger.warning("TEST ONLY: no Bluetooth, a stand-in upstream answers from \(testUpstreamScript)")
+            upstream = standIn
+            central = nil
+        } else {
+            let made = GattCentral(settings: centralSettings(logger: logger), logger: logger.labeled("central"))
+            upstream = made
+            central = made
+        }
+        let server = ProxyServer(listeners: listeners, upstream: upstream, version: workerVersion, logger: logger, requestTimeoutMs: Int64(timeoutMs),
+                                 guardian: BrowserGuard(allowedOrigins: allowOrigins))
+        logger.notice("listening on \(listeners.map { "http://\($0.authority)" }.joined(separator: " and ")) (Ollama's /api/* and OpenAI's /v1/*; GET /status)")
         await withTaskGroup(of: Void.self) { group in
-            group.addTask { await central.run() }
+            if let central { group.addTask { await central.run() } }
             group.addTask { await server.run() }
             group.addTask {
                 if let signal = try? await signals.next() { logger.notice("received \(SignalPipe.name(signal)); stopping") }
@@ -84,7 +149,45 @@ struct ProxyCommand: Command {
             await group.next()
             group.cancelAll()
         }
-        listener.close()
         return ExitCode.ok
+    }
+
+    /// The worker selection: --device, --any, or the remembered worker (the first one the
+    /// proxy connects to, kept in the state directory for the next runs).
+    func centralSettings(logger: Logger) -> CentralSettings {
+        var settings = CentralSettings(adapter: adapter, device: device)
+        if device != nil { settings.selection = "device"; return settings }
+        if any { settings.selection = "any"; return settings }
+        settings.selection = "remembered"
+        guard let path = Self.stateDirectory(given: stateDir, environment: { getenv($0).map { String(cString: $0) } }) else {
+            logger.warning("no state directory (no --state-dir, $STATE_DIRECTORY, $XDG_STATE_HOME or $HOME): the worker is remembered for this run only")
+            settings.pinFirstWorker = true
+            return settings
+        }
+        let directory: StateDirectory
+        do { directory = try StateDirectory(path: path) } catch {
+            logger.warning("cannot use \(path) for the remembered worker: \(error); it is remembered for this run only")
+            settings.pinFirstWorker = true
+            return settings
+        }
+        if forget {
+            try? directory.remove(Self.pinFile)
+            logger.notice("forgot the remembered worker (\(path)/\(Self.pinFile))")
+        }
+        if let bytes = try? directory.read(Self.pinFile, limit: 4_096), let address = (try? JSON.parse(bytes))?["device"]?.stringValue,
+           Self.isAddress(address) {
+            logger.notice("using only the remembered worker \(address) (\(path)/\(Self.pinFile); --forget or --any to change)")
+            settings.device = address.uppercased()
+            return settings
+        }
+        settings.pinFirstWorker = true
+        settings.onPinned = { address in
+            do {
+                try directory.write(Self.pinFile, Array((JSONValue.object(JSONObject([("device", .string(address))])).serialized + "\n").utf8), mode: 0o644)
+            } catch {
+                logger.warning("cannot remember the worker \(address) in \(path)/\(Self.pinFile): \(error)")
+            }
+        }
+        return settings
     }
 }

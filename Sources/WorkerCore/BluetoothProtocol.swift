@@ -10,6 +10,29 @@ public struct BluetoothRequest: Sendable, Equatable {
     public static let maxTokensLimit = 32_768
 }
 
+/// One turn of a chat (SPEC 6.1 `messages`): `role` is `system`, `user` or `assistant`.
+public struct ChatTurn: Sendable, Equatable {
+    public var role: String
+    public var content: String
+    public init(role: String, content: String) {
+        self.role = role
+        self.content = content
+    }
+}
+
+/// The generation options a client may pass to the worker's backend (SPEC 6.1 `options`);
+/// nil (or empty `stop`) leaves the backend's own default.
+public struct GenerationOptions: Sendable, Equatable {
+    public var temperature: Double?
+    public var topP: Double?
+    public var topK: Int?
+    public var seed: Int64?
+    public var stop: [String] = []
+    public var numCtx: Int?
+    public init() {}
+    public var isEmpty: Bool { self == GenerationOptions() }
+}
+
 /// What the assembler makes of a client's bytes.
 public enum AssemblerEvent: Sendable, Equatable {
     case request(BluetoothRequest)

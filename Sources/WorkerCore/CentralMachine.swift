@@ -15,6 +15,11 @@ public struct CentralMachine: Sendable {
         public var maxBackoffMs: Int64 = 30_000
         /// Link upkeep (property re-reads while connecting) runs this often.
         public var housekeepingMs: Int64 = 500
+        /// Without `device`: the first worker connected to becomes the only one (`.pinned`
+        /// tells the interpreter, which remembers it for the next run).
+        public var pinFirstWorker = false
+        /// How the worker is chosen, as `status.selection` says (`remembered`, `device`, `any`).
+        public var selection: String?
 
         public init(adapter: String?, device: String?) {
             self.adapter = adapter
@@ -61,6 +66,8 @@ public struct CentralMachine: Sendable {
         /// The request's result, for the HTTP side.
         case resolve(id: String, GenerateResult)
         case log(MachineLogLevel, String)
+        /// The worker at this address is now the only one used (`pinFirstWorker`).
+        case pinned(address: String)
     }
 
     struct Pending: Sendable {
@@ -99,11 +106,17 @@ public struct CentralMachine: Sendable {
     var writeQueue: [Writing] = []
     var writing: Writing?
     var random: SplitMix64
+    /// The only worker's address (upper case): `settings.device`, or the first one
+    /// connected to with `pinFirstWorker`.
+    public private(set) var pinned: String?
 
     public init(settings: Settings, seed: UInt64) {
         self.settings = settings
         random = SplitMix64(seed: seed)
         status.adapter = settings.adapter
+        pinned = settings.device
+        status.selection = settings.selection
+        status.pinnedDevice = pinned
     }
 
     /// Requests waiting for an answer.
@@ -263,12 +276,12 @@ public struct CentralMachine: Sendable {
         case .idle:
             guard now >= nextAttemptAtMs else { return }
             let candidates = follower.objects.devices.filter { entry in
-                entry.value.adapter == path && (settings.device.map { entry.value.address.uppercased() == $0 }
+                entry.value.adapter == path && (pinned.map { entry.value.address.uppercased() == $0 }
                     ?? (entry.value.uuids.contains(GattLayout.serviceUUID) && entry.value.rssi != nil))
             }
             let windowOver = scanningSinceMs.map { now - $0 >= settings.scanWindowMs } ?? false
             if let best = candidates.max(by: { ($0.value.rssi ?? -999, $1.key) < ($1.value.rssi ?? -999, $0.key) }),
-               settings.device != nil || windowOver || best.value.connected {
+               pinned != nil || windowOver || best.value.connected {
                 connect(best.key, best.value, now: now, &out)
             } else {
                 startDiscovery(adapterPath: path, now: now, &out)
@@ -329,6 +342,11 @@ public struct CentralMachine: Sendable {
         status.problem = nil
         status.lastSeenMs = now
         backoffMs = 1_000
+        if settings.pinFirstWorker, pinned == nil, let address = status.deviceAddress?.uppercased() {
+            pinned = address
+            status.pinnedDevice = address
+            out.append(.pinned(address: address))
+        }
         out.append(.log(.notice, "connected to the worker \(status.deviceName ?? "?") (\(status.deviceAddress ?? "?")), MTU \(status.mtu.map(String.init) ?? "?")"))
         // The ATT MTU sets the write size; bluetoothd knows it once the link is up.
         if let path = characteristics[.request] { out.append(.readMTU(path: path)) }

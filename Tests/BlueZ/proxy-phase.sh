@@ -1,19 +1,28 @@
 # shellcheck shell=bash
 # Phase "proxy" of worker-guest.sh (sourced there; uses its helpers): `edgecoder-worker
-# proxy` on hci1 in front of the daemon on hci0, driven with curl. Issue #7's cases: the
+# proxy` on hci1 in front of the daemon on hci0, driven with curl and (issue #14) the real
+# `ollama` and `openai` packages (Tests/Proxy/clients_check.py, from the venv that
+# Tests/Suites/bluetooth.sh prepares on the host: PROXY_CLIENTS_PY). Issue #7's cases: the
 # status keys of EdgeCoder's Mac proxy, both /api/generate shapes, /api/tags, a long
 # prompt and a long answer, three requests at once, the worker stopped and started (the
-# proxy reconnects), malformed HTTP; and, with BT_PROXY_BENCH=1, the figures for
-# `make bench` as "# proxy-latency-ms: …" and "# proxy-throughput: …" lines.
+# proxy reconnects), malformed HTTP. Issue #14's: the worker remembered on first use
+# (selection, pinnedDevice, kept across a restart), streamed answers (first piece long
+# before the end), a departing client cancelling the worker's task, the clients' routes,
+# Host/Origin. Checks that need the worker's SPEC 6.1 partials print "# SKIP needs SPEC
+# 6.1 worker" against a worker without them. With BT_PROXY_BENCH=1, the figures for
+# `make bench` as "# proxy-latency-ms: …", "# proxy-throughput: …" and
+# "# proxy-first-piece-ms: …" lines.
 
 PROXY_PORT=11435
 PROXY_URL="http://127.0.0.1:$PROXY_PORT"
 PROXY_PID=
 
-start_proxy() {
+PROXY_STATE="$VM_RESULTS/proxy-state"
+
+start_proxy() { # no --device: the first worker found is remembered in $PROXY_STATE
   ip link set lo up 2>/dev/null
   echo "=== $(date -u +%T) proxy ===" >>"$VM_RESULTS/proxy.log"
-  "$WORKER_BIN" proxy --port "$PROXY_PORT" --adapter hci1 --device "$HCI0_ADDR" --log-level debug --timeout-ms 900000 \
+  "$WORKER_BIN" proxy --port "$PROXY_PORT" --adapter hci1 --state-dir "$PROXY_STATE" --log-level debug --timeout-ms 900000 \
     </dev/null >>"$VM_RESULTS/proxy.log" 2>&1 &
   PROXY_PID=$!
   wait_for 30 "the proxy's HTTP port" curl -sf "$PROXY_URL/status"
@@ -52,6 +61,14 @@ ensure_daemon proxy
 expect_advertising "the worker advertises"
 check "the proxy listens on 127.0.0.1:$PROXY_PORT" start_proxy
 if wait_proxy_connected 120; then ok "the proxy connects to the worker"; else not_ok "the proxy connects to the worker ($(proxy_status))"; fi
+check "the first worker connected to is remembered (selection remembered, pinnedDevice $HCI0_ADDR, $PROXY_STATE/proxy.json)" bash -c "
+  curl -s $PROXY_URL/status | jq -e --arg a '$HCI0_ADDR' '.selection == \"remembered\" and .pinnedDevice == \$a' &&
+  jq -e --arg a '$HCI0_ADDR' '.device == \$a' '$PROXY_STATE/proxy.json'"
+kill -TERM "$PROXY_PID" 2>/dev/null
+wait "$PROXY_PID" 2>/dev/null
+check "restarted, the proxy uses only the remembered worker" start_proxy
+check "… /status names it pinned from the start" bash -c "curl -s $PROXY_URL/status | jq -e --arg a '$HCI0_ADDR' '.selection == \"remembered\" and .pinnedDevice == \$a'"
+if wait_proxy_connected 120; then ok "… and connects to it"; else not_ok "… and connects to it ($(proxy_status))"; fi
 
 st="$(proxy_status)"
 echo "# /status: $st"
@@ -85,8 +102,19 @@ code=${ans%% *}
 body="$(tail -n +2 <<<"$ans")"
 check "Ollama-shaped POST /api/generate (stream false) is 200 ($code)" test "$code" = 200
 check "… in Ollama's shape (model, response, done)" jq -e '.model == "edgecoder-bluetooth" and (.response | length) > 0 and .done == true' <<<"$body"
-line="$(curl -s --max-time 120 -X POST "$PROXY_URL/api/generate" -d '{"model": "m", "prompt": "stream me", "options": {"num_predict": 4}}' | head -n1)"
-check "Ollama's default (stream) gets one NDJSON line with done true" jq -e '.done == true and (.response | length) > 0' <<<"$line"
+curl -s --max-time 120 -X POST "$PROXY_URL/api/generate" -d '{"model": "m", "prompt": "stream me", "options": {"num_predict": 32}}' \
+  >"$VM_RESULTS/proxy-stream.ndjson"
+check "Ollama's default (stream) is NDJSON: the text in done-false lines, then one done line" bash -c "
+  jq -s -e '(.[-1].done == true) and (.[-1].done_reason == \"stop\") and ([.[:-1][] | select(.done == false)] | length) == (length - 1)
+            and ([.[].response] | add | length) > 0' '$VM_RESULTS/proxy-stream.ndjson'"
+pieces="$(jq -s '[.[] | select(.done == false)] | length' "$VM_RESULTS/proxy-stream.ndjson" 2>/dev/null)"
+STREAMING_WORKER=0
+if [[ "${pieces:-0}" -ge 2 ]]; then
+  STREAMING_WORKER=1
+  ok "the worker streams (SPEC 6.1): the answer came in $pieces pieces"
+else
+  echo "# SKIP needs SPEC 6.1 worker: the answer came in ${pieces:-0} piece(s), the worker sends no partials"
+fi
 check "GET /api/tags lists the worker as a model" bash -c "curl -s $PROXY_URL/api/tags | jq -e '.models[0].name == \"edgecoder-bluetooth\"'"
 
 prompt="$(head -c 3000 /dev/zero | tr '\0' 'w') long prompt"
@@ -114,6 +142,51 @@ check "a garbage request line is 400" test "$(raw_http 'BROKEN LINE\r\n\r\n')" =
 check "a chunked upload is 501" test "$(raw_http 'POST /api/generate HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n')" = "HTTP/1.1 501 Not Implemented"
 check "an unknown path is 404" test "$(curl -s -o /dev/null -w '%{http_code}' "$PROXY_URL/nope")" = 404
 check "the proxy still answers after bad input" proxy_connected
+
+# Issue #14: the real clients, against the real proxy and the real worker.
+if [[ -x "${PROXY_CLIENTS_PY:-}" ]]; then
+  run_tap "clients_check.py against the real worker" "$PROXY_CLIENTS_PY" "$HERE/../Proxy/clients_check.py" "$PROXY_URL" --max-tokens 16 \
+    $([[ $STREAMING_WORKER == 1 ]] || echo --no-worker-streaming)
+else
+  not_ok "the ollama and openai packages for the proxy phase (PROXY_CLIENTS_PY: Tests/Proxy/prepare-clients.sh on the host)"
+fi
+
+# A streamed answer's first piece against its end, in the same run.
+first_piece() { # prints "FIRST-MS WHOLE-MS"
+  local start first="" line
+  start=$(date +%s%N)
+  while IFS= read -r line; do
+    if [[ -z "$first" && "$line" == *'"response":"'[^\"]* ]]; then first=$((($(date +%s%N) - start) / 1000000)); fi
+  done < <(curl -s -N --max-time 600 -X POST "$PROXY_URL/api/generate" -d '{"model": "m", "prompt": "Count from one to one thousand in words", "options": {"num_predict": 1000}}')
+  echo "${first:-0} $((($(date +%s%N) - start) / 1000000))"
+}
+if [[ $STREAMING_WORKER == 1 ]]; then
+  read -r first_ms whole_ms <<<"$(first_piece)"
+  echo "# proxy-first-piece-ms: first $first_ms, whole answer $whole_ms (1000 tokens asked)"
+  check "a streamed answer's first piece arrives long before its end (${first_ms} ms of ${whole_ms} ms)" test "$first_ms" -gt 0 -a $((first_ms * 10)) -le "$whole_ms"
+else
+  echo "# SKIP needs SPEC 6.1 worker: a streamed answer's first piece long before its end"
+fi
+
+# A client that goes away mid-stream: the worker's task ends cancelled, the model is free.
+if [[ $STREAMING_WORKER == 1 ]]; then
+  timeout 8 curl -s -N -X POST "$PROXY_URL/api/chat" \
+    -d '{"model": "m", "messages": [{"role": "user", "content": "Write a very long story"}], "options": {"num_predict": 4000}}' | head -n 2 >/dev/null
+  if wait_for 30 "the worker's task to say cancelled" bash -c "\"\$0\" tasks --json --runtime-dir \"\$1\" | jq -e '[.. | objects | select((.error? // \"\") | test(\"cancel\"))] | length > 0'" \
+      "$WORKER_BIN" "$WORKER_RUNDIR"; then
+    ok "a client that disconnects mid-stream cancels the worker's task"
+  else
+    not_ok "a client that disconnects mid-stream cancels the worker's task ($(cli tasks --json 2>/dev/null | head -c 300))"
+  fi
+  started=$(date +%s)
+  ans="$(generate '{"prompt": "after the cancel", "maxTokens": 4}' 120)"
+  check "… and the model is free: the next request is served in $(($(date +%s) - started)) s (${ans%% *})" test "${ans%% *}" = 200 -a $(($(date +%s) - started)) -lt 60
+else
+  echo "# SKIP needs SPEC 6.1 worker: a client that disconnects mid-stream cancels the worker's task"
+fi
+check "a foreign Origin is 403" test "$(curl -s -o /dev/null -w '%{http_code}' -H 'Origin: https://evil.example' -d '{"prompt":"x"}' "$PROXY_URL/api/generate")" = 403
+check "a rebinding Host is 403" test "$(curl -s -o /dev/null -w '%{http_code}' -H 'Host: rebind.evil.example' "$PROXY_URL/status")" = 403
+check "HEAD / is 200" test "$(curl -s -o /dev/null -w '%{http_code}' -I "$PROXY_URL/")" = 200
 
 if [[ "${BT_PROXY_BENCH:-0}" == 1 ]]; then
   # Latency of a short request minus the worker's own model time, 10 trials.

@@ -36,41 +36,84 @@ import WorkerCore
         try outcome.get()
     }
 
-    /// Sends raw bytes, half-closes, reads the whole answer. Blocking I/O on a thread of
+    /// Sends raw bytes (and half-closes when asked), reads one whole answer: up to its
+    /// Content-Length, its last chunk, or the server's close. Blocking I/O on a thread of
     /// its own: blocking a Swift-concurrency thread would starve the server under test.
-    func exchange(_ port: UInt16, _ request: [UInt8], closeWrite: Bool = true) async throws -> String {
+    func exchange(_ port: UInt16, _ request: [UInt8], closeWrite: Bool = false) async throws -> String {
         try await withCheckedThrowingContinuation { continuation in
             Thread { continuation.resume(with: Result { try Self.blockingExchange(port, request, closeWrite: closeWrite) }) }.start()
         }
     }
 
     static func blockingExchange(_ port: UInt16, _ request: [UInt8], closeWrite: Bool) throws -> String {
-        do {
-            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            defer { close(fd) }
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_port = port.bigEndian
-            address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
-            var timeout = timeval(tv_sec: 20, tv_usec: 0)
-            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-            let rc = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-            guard rc == 0 else { throw POSIXError(.ECONNREFUSED) }
-            _ = request.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            if closeWrite { shutdown(fd, Int32(SHUT_WR)) }
-            var answer: [UInt8] = []
-            var buffer = [UInt8](repeating: 0, count: 65_536)
-            while true {
-                let n = recv(fd, &buffer, buffer.count, 0)
-                if n <= 0 { break }
-                answer += buffer[0..<n]
+        let fd = try connectBlocking(port)
+        defer { close(fd) }
+        _ = request.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        if closeWrite { shutdown(fd, Int32(SHUT_WR)) }
+        var answer: [UInt8] = []
+        return try readAnswer(fd, &answer)
+    }
+
+    static func connectBlocking(_ port: UInt16, timeoutSeconds: Int = 20) throws -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
+        var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        let rc = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        guard rc == 0 else { close(fd); throw POSIXError(.ECONNREFUSED) }
+        return fd
+    }
+
+    /// Reads one answer from `fd`; `buffer` keeps what came after it (the next answer).
+    static func readAnswer(_ fd: Int32, _ buffer: inout [UInt8]) throws -> String {
+        var chunk = [UInt8](repeating: 0, count: 65_536)
+        while true {
+            if let end = answerEnd(buffer) {
+                let answer = String(decoding: buffer[0..<end], as: UTF8.self)
+                buffer.removeFirst(end)
+                return answer
             }
-            return String(decoding: answer, as: UTF8.self)
+            let n = recv(fd, &chunk, chunk.count, 0)
+            if n <= 0 {
+                let answer = String(decoding: buffer, as: UTF8.self)
+                buffer.removeAll()
+                return answer
+            }
+            buffer += chunk[0..<n]
         }
     }
 
-    func http(_ method: String, _ path: String, body: String = "") -> [UInt8] {
-        Array("\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)".utf8)
+    /// Where a complete answer ends in `bytes`, if one is complete.
+    static func answerEnd(_ bytes: [UInt8]) -> Int? {
+        let separator: [UInt8] = [13, 10, 13, 10]
+        guard bytes.count >= 4, let headEnd = (0...(bytes.count - 4)).first(where: { Array(bytes[$0..<($0 + 4)]) == separator }) else { return nil }
+        let head = String(decoding: bytes[0..<headEnd], as: UTF8.self).lowercased()
+        let bodyStart = headEnd + 4
+        if head.contains("transfer-encoding: chunked") {
+            // Walk the chunks: size line, data, CRLF; a zero size ends the body.
+            var at = bodyStart
+            while true {
+                guard let lineEnd = (at..<max(at, bytes.count - 1)).first(where: { bytes[$0] == 13 && bytes[$0 + 1] == 10 }) else { return nil }
+                guard let size = Int(String(decoding: bytes[at..<lineEnd], as: UTF8.self), radix: 16) else { return nil }
+                let next = lineEnd + 2 + size + 2
+                if size == 0 { return bytes.count >= lineEnd + 4 ? lineEnd + 4 : nil }
+                guard bytes.count >= next else { return nil }
+                at = next
+            }
+        }
+        if let line = head.split(separator: "\r\n").first(where: { $0.hasPrefix("content-length:") }),
+           let length = Int(line.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) {
+            return bytes.count >= bodyStart + length ? bodyStart + length : nil
+        }
+        return nil
+    }
+
+    /// A request; `headers` are extra lines, each ending in CRLF.
+    func http(_ method: String, _ path: String, body: String = "", headers: String = "", host: String = "127.0.0.1") -> [UInt8] {
+        Array("\(method) \(path) HTTP/1.1\r\nHost: \(host)\r\n\(headers)Content-Length: \(body.utf8.count)\r\n\r\n\(body)".utf8)
     }
 
     @Test func statusAndTagsAnswerWithoutAWorker() async throws {

@@ -5,15 +5,23 @@ import Posix
 @testable import Proxy
 import WorkerCore
 
-/// An upstream that answers as the test says and records what it was asked.
+/// A stand-in for the Bluetooth link (the real one is tested in the BlueZ VM): answers as
+/// the test says, after streaming its pieces of text (one every `delayMs`) when the ask
+/// streams; records what it was asked and how many requests were cancelled.
 actor ScriptedUpstream: ProxyUpstream {
     var answer: GenerateResult
     var status: ProxyStatus
+    let deltas: [String]
+    let delayMs: UInt64
     private(set) var asked: [(prompt: String, maxTokens: Int, timeoutMs: Int64)] = []
+    private(set) var asks: [WorkerAsk] = []
+    private(set) var cancelled = 0
 
-    init(answer: GenerateResult, status: ProxyStatus = ScriptedUpstream.connected) {
+    init(answer: GenerateResult, status: ProxyStatus = ScriptedUpstream.connected, deltas: [String] = [], delayMs: UInt64 = 0) {
         self.answer = answer
         self.status = status
+        self.deltas = deltas
+        self.delayMs = delayMs
     }
 
     static var connected: ProxyStatus {
@@ -27,8 +35,18 @@ actor ScriptedUpstream: ProxyUpstream {
         return status
     }
 
-    func generate(prompt: String, maxTokens: Int, timeoutMs: Int64) async -> GenerateResult {
-        asked.append((prompt, maxTokens, timeoutMs))
+    func generate(_ ask: WorkerAsk, timeoutMs: Int64, onDelta: @escaping @Sendable (String) async -> Void) async -> GenerateResult {
+        asked.append((ask.prompt, ask.maxTokens, timeoutMs))
+        asks.append(ask)
+        for piece in deltas {
+            if delayMs > 0 {
+                do { try await Task.sleep(nanoseconds: delayMs * 1_000_000) } catch {
+                    cancelled += 1
+                    return .answered(ok: false, output: "", error: "cancelled", workerDurationMs: 0)
+                }
+            }
+            if ask.stream { await onDelta(piece) }
+        }
         return answer
     }
 
@@ -54,12 +72,29 @@ actor ScriptedUpstream: ProxyUpstream {
         try outcome.get()
     }
 
-    func post(_ port: UInt16, _ path: String, _ body: String) async throws -> (head: String, json: [String: Any]?, body: String) {
-        let answer = try await helper.exchange(port, helper.http("POST", path, body: body))
+    func post(_ port: UInt16, _ path: String, _ body: String, headers: String = "") async throws -> (head: String, json: [String: Any]?, body: String) {
+        let answer = try await helper.exchange(port, helper.http("POST", path, body: body, headers: headers))
         let parts = answer.components(separatedBy: "\r\n\r\n")
-        let payload = parts.dropFirst().joined(separator: "\r\n\r\n")
+        var payload = parts.dropFirst().joined(separator: "\r\n\r\n")
+        if parts.first?.lowercased().contains("transfer-encoding: chunked") == true { payload = Self.dechunk(payload) }
         let json = try? JSONSerialization.jsonObject(with: Data(payload.utf8)) as? [String: Any]
         return (parts.first ?? "", json, payload)
+    }
+
+    /// The body of a chunked answer.
+    static func dechunk(_ text: String) -> String {
+        var bytes = Array(text.utf8)[...]
+        var out: [UInt8] = []
+        while let lineEnd = bytes.indices.first(where: { bytes[$0] == 13 }), let size = Int(String(decoding: bytes[bytes.startIndex..<lineEnd], as: UTF8.self), radix: 16), size > 0 {
+            let start = lineEnd + 2
+            out += bytes[start..<min(bytes.endIndex, start + size)]
+            bytes = bytes[min(bytes.endIndex, start + size + 2)...]
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    func ndjson(_ body: String) -> [[String: Any]] {
+        body.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
     }
 
     @Test func edgecodersShapeGetsTheOutputAndTheTimings() async throws {
@@ -78,15 +113,19 @@ actor ScriptedUpstream: ProxyUpstream {
         #expect(asked.count == 1 && asked[0].prompt == "write main" && asked[0].maxTokens == 64 && asked[0].timeoutMs == 7_000)
     }
 
-    @Test func ollamasShapeIsOneNDJSONLineWhenStreamingAndPlainJSONOtherwise() async throws {
+    @Test func ollamasDefaultStreamsNDJSONLinesEndingWithDoneAndStreamFalseIsPlainJSON() async throws {
         let upstream = ScriptedUpstream(answer: .answered(ok: true, output: "hello", error: nil, workerDurationMs: 10))
         try await withServer(upstream) { port in
             let streamed = try await post(port, "/api/generate", #"{"model":"edgecoder-bluetooth","prompt":"hi","options":{"num_predict":9}}"#)
             #expect(streamed.head.hasPrefix("HTTP/1.1 200"))
             #expect(streamed.head.lowercased().contains("content-type: application/x-ndjson"))
-            let line = try #require(streamed.body.split(separator: "\n").first)
-            let object = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
-            #expect(object["response"] as? String == "hello" && object["done"] as? Bool == true && object["model"] as? String == "edgecoder-bluetooth")
+            let lines = ndjson(streamed.body)
+            // The text in a line with done false (LiteLLM's ollama/ provider ignores the
+            // text of a done line), then the done line.
+            #expect(lines.count == 2, "\(streamed.body)")
+            #expect(lines.first?["response"] as? String == "hello" && lines.first?["done"] as? Bool == false
+                    && lines.first?["model"] as? String == "edgecoder-bluetooth")
+            #expect(lines.last?["done"] as? Bool == true && lines.last?["done_reason"] as? String == "stop" && lines.last?["total_duration"] is Int)
             let plain = try await post(port, "/api/generate", #"{"model":"m","prompt":"hi","stream":false}"#)
             #expect(plain.head.lowercased().contains("content-type: application/json"))
             #expect(plain.json?["response"] as? String == "hello")

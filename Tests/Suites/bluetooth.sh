@@ -67,6 +67,13 @@ fi
 rm -f /tmp/bluetooth-suite-prepare.$$
 eval "$(grep '^EDGECODER_' <<<"$ms_env")"
 
+# The proxy phase's real clients (the ollama and openai packages): the guest has no PyPI,
+# it runs the venv prepared here (under .cache, which it sees).
+proxy_py=""
+if [[ " ${EDGECODER_BT_PHASES:-proxy} " == *" proxy "* ]]; then
+  proxy_py="$(Tests/Proxy/prepare-clients.sh 2>/dev/null)" || proxy_py=""
+fi
+
 mkdir -p .cache/bluez-vm/runs
 results="$(mktemp -d "$REPO/.cache/bluez-vm/runs/bluetooth.XXXXXX")"
 chmod 755 "$results"
@@ -130,6 +137,7 @@ BLUEZ_VM_MEM="${BLUEZ_VM_MEM:-1536}" Tests/BlueZ/vm/run-in-vm.sh \
   --controllers 4 --host-port "$port" --timeout "${EDGECODER_BT_TIMEOUT:-3000}" --results "$results" "${share_bin[@]}" \
   --env "WORKER_BIN=$bin" --env "LLAMA_PORT=$port" --env "BT_PHASES=${EDGECODER_BT_PHASES:-}" --env "BT_PROXY_BENCH=${EDGECODER_BT_PROXY_BENCH:-0}" \
   --env "WORKER_RESPONSE_TIMEOUT_CAP=${EDGECODER_BT_RESPONSE_CAP:-}" \
+  --env "PROXY_CLIENTS_PY=$proxy_py" \
   Tests/BlueZ/worker-guest.sh
 rc=$?
 trap - INT TERM
