@@ -253,8 +253,8 @@ enum Manual {
             out += "            opts=\"\(synopsis.options.map(\.name).joined(separator: " "))\"\n"
             out += "            valued=\"\(valued.map(\.name).joined(separator: " "))\"\n"
             out += "            words=\"\(synopsis.words.joined(separator: " "))\"\n"
-            let files = valued.filter { $0.value == "F" }.map(\.name)
-            let directories = valued.filter { $0.value == "D" }.map(\.name)
+            let files = valued.filter { $0.value == "F" || $0.value == "FILE" }.map(\.name)
+            let directories = valued.filter { $0.value == "D" || $0.value == "DIR" }.map(\.name)
             if !files.isEmpty || !directories.isEmpty {
                 out += "            case \"$prev\" in\n"
                 if !files.isEmpty {

@@ -91,12 +91,15 @@ score="$(sed -n 's/.*Overall exposure level for .*: \([0-9.]*\) \(.*\)$/\1 \2/p'
 figure "systemd-analyze security $UNIT (running, systemd 252)" "$score"
 check "systemd-analyze security rates the running unit 2.0 or better ($score)" \
   awk -v s="${score%% *}" 'BEGIN { exit !(s != "" && s <= 2.0) }'
-if systemctl cat edgecoder-worker-proxy.service >/dev/null 2>&1; then
-  figure "systemd-analyze security edgecoder-worker-proxy.service" \
-    "$(systemd-analyze security --no-pager edgecoder-worker-proxy.service 2>&1 | sed -n 's/.*Overall exposure level for .*: //p')"
-else
-  echo "# edgecoder-worker-proxy.service: not in this package yet"
-fi
+PROXY_UNIT=/usr/lib/systemd/user/edgecoder-worker-proxy.service
+check "the proxy's user unit is installed" test -f $PROXY_UNIT
+check "the proxy's user unit is not enabled for every user (each user enables it)" \
+  test "$(systemctl --global is-enabled edgecoder-worker-proxy.service 2>&1)" = disabled
+# (verify --user needs a user manager; the system manager parses the same syntax)
+check "systemd-analyze verify parses the proxy's user unit" systemd-analyze verify $PROXY_UNIT
+# A user manager needs a login session, which this VM has not: the file, offline.
+figure "systemd-analyze security --offline=true edgecoder-worker-proxy.service (user unit)" \
+  "$(systemd-analyze security --offline=true --no-pager $PROXY_UNIT 2>&1 | sed -n 's/.*Overall exposure level for .*: //p' | sed 's/\x1b\[[0-9;]*m//g')"
 
 # ------------------------------------------------------------------ mode on
 phase "mode on against the dev coordinator on the host"
@@ -198,7 +201,7 @@ check "dpkg --purge succeeds (exit $rc)" test $rc -eq 0
 check "the unit is gone" bash -c "! systemctl cat $UNIT >/dev/null 2>&1"
 check "no process of edgecoder-worker is left" bash -c '! pgrep -u edgecoder-worker >/dev/null'
 for path in /var/lib/edgecoder-worker /etc/edgecoder-worker /run/edgecoder-worker /usr/bin/edgecoder-worker \
-            /lib/systemd/system/$UNIT /usr/lib/sysusers.d/edgecoder-worker.conf /usr/lib/tmpfiles.d/edgecoder-worker.conf \
+            /lib/systemd/system/$UNIT $PROXY_UNIT /usr/lib/sysusers.d/edgecoder-worker.conf /usr/lib/tmpfiles.d/edgecoder-worker.conf \
             /usr/share/man/man1/edgecoder-worker.1.gz /usr/share/bash-completion/completions/edgecoder-worker; do
   check "purge removed $path" test ! -e "$path"
 done

@@ -78,6 +78,7 @@ private func completionBranch(_ script: String, _ name: String) -> String {
         let run = completionBranch(completion, "run")
         #expect(run.contains("--config) compopt -o filenames 2>/dev/null; COMPREPLY=($(compgen -f"))
         #expect(run.contains("compgen -d"))
+        #expect(completionBranch(completion, "proxy").contains("--state-dir) compopt -o filenames 2>/dev/null; COMPREPLY=($(compgen -d"))
         #expect(completionBranch(completion, "mode").contains("words=\"off on bluetooth\""))
         #expect(completionBranch(completion, "policy").contains("words=\"show set unset\""))
         #expect(completionBranch(completion, "config").contains("words=\"check\""))
