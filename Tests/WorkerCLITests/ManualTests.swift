@@ -90,6 +90,17 @@ private func completionBranch(_ script: String, _ name: String) -> String {
         #expect(completionBranch(Manual.bashCompletion(), "internal").isEmpty)
     }
 
+    @Test func theInternalCommandAcceptsOnlyManAndBashCompletion() {
+        var man = Arguments(["man"])
+        #expect((try? InternalCommand(&man))?.output == .man)
+        var bash = Arguments(["completion", "bash"])
+        #expect((try? InternalCommand(&bash))?.output == .bash)
+        for words in [[], ["completion"], ["completion", "zsh"], ["man", "extra"]] {
+            var arguments = Arguments(words)
+            #expect(throws: UsageError.self) { try InternalCommand(&arguments) }
+        }
+    }
+
     @Test func roffEscapesBackslashesDashesAndLeadingDots() {
         #expect(Manual.roff("a\\b --x") == "a\\eb \\-\\-x")
         #expect(Manual.roffLine(".hidden") == "\\&.hidden")

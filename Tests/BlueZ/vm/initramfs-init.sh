@@ -4,6 +4,8 @@
 # read-only shares at their host paths (tags share1..N: the repository, the VM cache, what
 # run-in-vm.sh --share names) and the writable results share (tag results), then chroots
 # into the host's / and runs guest-init.sh with the host's bash. Always powers off.
+# With BOOT=systemd in vm.conf (run-in-vm.sh --systemd) the root is an overlay instead and
+# it switch_roots into systemd, which runs guest-init-systemd.sh as a unit and powers off.
 /bin/busybox mkdir -p /proc /sys /dev /bin
 /bin/busybox --install -s /bin
 export PATH=/bin
