@@ -35,15 +35,15 @@ let package = Package(
         .target(name: "HTTP", dependencies: ["CCurl", "CCurlShims", "Posix", "Logging"]),
         // The local model server (Ollama, llama.cpp's OpenAI-compatible server).
         .target(name: "ModelBackend", dependencies: ["HTTP", "WorkerCore", "Posix"]),
-        // sd_notify and the machine's app-specific id, over libsystemd.
-        .target(name: "Systemd", dependencies: ["CSystemd"]),
+        // sd_notify, the journal and the machine's app-specific id, over libsystemd.
+        .target(name: "Systemd", dependencies: ["CSystemd", "Logging"]),
         // D-Bus over libsystemd's sd-bus: the connection, its messages and typed values.
         .target(name: "DBus", dependencies: ["CSystemd"]),
         // The GATT peripheral of mode bluetooth over BlueZ's D-Bus API (sd-bus), and the
         // kernel's adapter view through libbluetooth.
         .target(name: "BlueZ", dependencies: ["DBus", "Posix", "WorkerCore", "Logging", "CBluetooth"]),
         // The daemon's wiring: services, control socket, the worker actor.
-        .target(name: "Daemon", dependencies: ["WorkerCore", "Logging", "Posix", "StateStore", "Systemd", "Telemetry", "HTTP", "ModelBackend", "BlueZ"]),
+        .target(name: "Daemon", dependencies: ["WorkerCore", "Logging", "Posix", "StateStore", "Systemd", "Telemetry", "HTTP", "ModelBackend", "BlueZ", "DBus"]),
         // The HTTP side of `edgecoder-worker proxy`, over any upstream (the BlueZ central).
         .target(name: "Proxy", dependencies: ["WorkerCore", "Logging", "Posix"]),
         // The operator's command line.
@@ -61,7 +61,7 @@ let package = Package(
         .testTarget(name: "IntegrationTests", dependencies: ["WorkerCore"]),
         .testTarget(name: "ProxyTests", dependencies: ["Proxy", "BlueZ", "Posix", "Logging", "WorkerCore"]),
         .testTarget(name: "BusTests", dependencies: ["DBus", "BlueZ", "Posix", "WorkerCore"]),
-        .testTarget(name: "LoggingTests", dependencies: ["Logging"]),
+        .testTarget(name: "LoggingTests", dependencies: ["Logging", "Systemd"]),
         .testTarget(name: "PosixTests", dependencies: ["Posix", "Logging", "CWorkerShims"]),
         .testTarget(name: "WorkerCLITests", dependencies: ["WorkerCLI", "Logging"]),
     ],

@@ -50,7 +50,12 @@ public actor GattCentral: BusDriving, ProxyUpstream {
     nonisolated let wake = WakeEvent()
     private var slots: [BusSlot] = []
     private var machine: CentralMachine
-    private var waiters: [String: CheckedContinuation<GenerateResult, Never>] = [:]
+    /// What a waiting `generate` receives: partial texts, then its result.
+    private enum Delivery: Sendable {
+        case delta(String)
+        case result(GenerateResult)
+    }
+    private var waiters: [String: AsyncStream<Delivery>.Continuation] = [:]
 
     public init(settings: CentralSettings, logger: Logger) {
         self.settings = settings
@@ -71,15 +76,32 @@ public actor GattCentral: BusDriving, ProxyUpstream {
         feed(.stop)
     }
 
-    /// Sends one request and waits for its response (or the timeout, or the link's loss).
+    /// Sends one request and waits for its response (or the timeout, or the link's loss),
+    /// handing each partial's text to `onDelta` in order on the way; a streamed answer's
+    /// result carries the partials joined as its `output`. Cancelling the calling task
+    /// abandons the request: the worker is told to cancel it, and this returns at once with
+    /// `.notConnected(CentralMachine.abandonedReason)` (503 for a proxy that is stopping).
     public func generate(_ ask: WorkerAsk, timeoutMs: Int64, onDelta: @escaping @Sendable (String) async -> Void) async -> GenerateResult {
         let id = "proxy-" + randomID()
-        let bytes = ask.wire(id: id)
-        return await withCheckedContinuation { continuation in
-            waiters[id] = continuation
-            feed(.request(id: id, bytes: bytes, timeoutMs: timeoutMs))
-            kickBus()
+        let (deliveries, continuation) = AsyncStream.makeStream(of: Delivery.self)
+        waiters[id] = continuation
+        feed(.request(id: id, bytes: ask.wire(id: id), timeoutMs: timeoutMs))
+        kickBus()
+        // A cancelled task ends the iteration (AsyncStream returns nil): no handler needed.
+        for await delivery in deliveries {
+            switch delivery {
+            case .delta(let text): await onDelta(text)
+            case .result(let result): return result
+            }
         }
+        abandon(id)
+        return .notConnected(CentralMachine.abandonedReason)
+    }
+
+    private func abandon(_ id: String) {
+        feed(.abandon(id: id))
+        waiters.removeValue(forKey: id)?.finish()
+        kickBus()
     }
 
     /// Fails every request waiting now (the proxy is stopping).
@@ -144,8 +166,13 @@ public actor GattCentral: BusDriving, ProxyUpstream {
                 } catch {
                     feed(.writeAnswered(id: id, error: "\(error)"))
                 }
+            case .partial(let id, let text):
+                waiters[id]?.yield(.delta(text))
             case .resolve(let id, let result):
-                waiters.removeValue(forKey: id)?.resume(returning: result)
+                if let waiter = waiters.removeValue(forKey: id) {
+                    waiter.yield(.result(result))
+                    waiter.finish()
+                }
             case .log(let level, let message):
                 logger.log(level, message)
             case .pinned(let address):

@@ -4,12 +4,17 @@ import Glibc
 import Logging
 import Posix
 import DBus
+import Synchronization
 import WorkerCore
 
 /// What the peripheral needs from the daemon: running a request (power policy, model,
 /// task history), the status characteristic's values, and a place to show its state.
 public protocol PeripheralHost: Sendable {
-    func serve(_ request: BluetoothRequest, client: String) async -> PeripheralOutcome
+    /// Runs `request`; a streamed one hands each piece of text to `onPartial`, in order,
+    /// before returning. When the client cancels it (or leaves), the calling task is
+    /// cancelled after `cancellation.reason` is set: the host stops the model and records why.
+    func serve(_ request: BluetoothRequest, client: String, cancellation: ServeCancellation,
+               onPartial: @escaping @Sendable (String) async -> Void) async -> PeripheralOutcome
     func statusValues() async -> (modelState: String, batteryPct: Int?)
     func report(_ status: BluetoothStatus) async
 }
@@ -21,6 +26,8 @@ public struct PeripheralSettings: Sendable {
     public var maxQueuedRequests: Int
     public var chunkPacingMs: Int
     public var maxClients: Int
+    /// `bluetooth.maxTokens` (else `backend.maxTokens`): a request asking for more runs with this many.
+    public var maxTokens = BluetoothRequest.maxTokensLimit
     public var statusIntervalMs: Int64 = 60_000
     public var retryMs: Int64 = 5_000
     /// The bus bluetoothd is on: the system bus unless a D-Bus address is given (tests).
@@ -40,6 +47,7 @@ public struct PeripheralSettings: Sendable {
                                                   maxQueuedRequests: maxQueuedRequests, chunkPacingMs: Int64(chunkPacingMs), maxClients: maxClients)
         settings.statusIntervalMs = statusIntervalMs
         settings.retryMs = retryMs
+        settings.maxTokens = maxTokens
         return settings
     }
 }
@@ -63,7 +71,9 @@ public actor GattPeripheral: BusDriving {
     private var statusFetch: Bool?
     private var unpublished: BluetoothStatus?
 
-    private typealias Job = (ticket: Int, request: BluetoothRequest, client: String)
+    private typealias Job = (ticket: Int, request: BluetoothRequest, client: String, cancellation: ServeCancellation)
+    /// The cancellation of the request handed to the work loop (one runs at a time).
+    private var cancellations: [Int: ServeCancellation] = [:]
     private let jobs: AsyncStream<Job>.Continuation
     private let jobStream: AsyncStream<Job>
 
@@ -147,7 +157,11 @@ public actor GattPeripheral: BusDriving {
             case .notify(let role, let chunk):
                 notify(GattLayout.characteristic(role).path, chunk)
             case .serve(let ticket, let request, let client):
-                jobs.yield((ticket, request, client))
+                let cancellation = ServeCancellation()
+                cancellations[ticket] = cancellation
+                jobs.yield((ticket, request, client, cancellation))
+            case .cancel(let ticket, let reason):
+                cancellations[ticket]?.cancel(reason: reason)
             case .fetchStatusValues(let force):
                 statusFetch = (statusFetch ?? false) || force
                 kickBus()
@@ -317,18 +331,86 @@ public actor GattPeripheral: BusDriving {
 
     // MARK: Requests
 
+    /// Runs the requests one after the other. A request races its cancellation: when the
+    /// client cancels or leaves, the serving task is cancelled (the backend's transfer is
+    /// aborted, so the model stops) and awaited before the next request starts.
     private func workLoop() async {
         for await job in jobStream {
-            let outcome = await host.serve(job.request, client: job.client)
+            let started = monotonicMs()
+            let winner = await race({ [host] in
+                await host.serve(job.request, client: job.client, cancellation: job.cancellation) { text in
+                    await self.partial(job.ticket, text)
+                }
+            }, {
+                await job.cancellation.wait()
+            })
             if Task.isCancelled { return }
-            served(job.ticket, outcome)
+            switch winner {
+            case .first(let outcome): served(job.ticket, outcome)
+            case .second:
+                served(job.ticket, PeripheralOutcome(ok: false, output: "", error: job.cancellation.reason ?? "cancelled",
+                                                     durationMs: monotonicMs() - started))
+            }
         }
     }
 
+    private func partial(_ ticket: Int, _ text: String) {
+        feed(.partial(ticket: ticket, text))
+        kickBus()
+    }
+
     private func served(_ ticket: Int, _ outcome: PeripheralOutcome) {
+        cancellations[ticket] = nil
         feed(.served(ticket: ticket, outcome))
         kickBus()
     }
 }
 
 func monotonicMs() -> Int64 { Int64(monotonicNanoseconds() / 1_000_000) }
+
+/// The client's cancel of one request (SPEC 6.1), set by the peripheral and awaited by its
+/// work loop; the host reads `reason` to record why its task stopped.
+public final class ServeCancellation: Sendable {
+    private struct State {
+        var reason: String?
+        var nextID = 0
+        var waiters: [Int: CheckedContinuation<Void, Never>] = [:]
+    }
+    private let state = Mutex(State())
+
+    public init() {}
+
+    /// Why the request was cancelled (`cancelled`, `cancelled: the client disconnected`); nil while it was not.
+    public var reason: String? { state.withLock { $0.reason } }
+
+    func cancel(reason: String) {
+        let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            guard state.reason == nil else { return [] }
+            state.reason = reason
+            defer { state.waiters.removeAll() }
+            return Array(state.waiters.values)
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Returns once cancelled, or when the waiting task is (the request ended first).
+    func wait() async {
+        let id = state.withLock { state -> Int in
+            state.nextID += 1
+            return state.nextID
+        }
+        // A continuation is resumed by whoever takes it out of `waiters`, under the lock: once.
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let now = state.withLock { state -> Bool in
+                    if state.reason != nil || Task.isCancelled { return true }
+                    state.waiters[id] = continuation
+                    return false
+                }
+                if now { continuation.resume() }
+            }
+        } onCancel: {
+            state.withLock { $0.waiters.removeValue(forKey: id) }?.resume()
+        }
+    }
+}

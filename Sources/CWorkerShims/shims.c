@@ -49,8 +49,11 @@ static void on_signal(int signo) {
         ssize_t ignored = write(signal_write_fd, &byte, 1);
         (void)ignored;
     }
-    if (signals_received < 2) signals_received++;
-    arm_forced_exit(forced_exit_after[signals_received - 1]);
+    // SIGHUP asks for a reload, not a stop: it never arms the forced exit.
+    if (signo != SIGHUP) {
+        if (signals_received < 2) signals_received++;
+        arm_forced_exit(forced_exit_after[signals_received - 1]);
+    }
     errno = saved;
 }
 

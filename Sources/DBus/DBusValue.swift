@@ -13,6 +13,9 @@ public indirect enum DBusValue: Sendable, Equatable {
     case string(String)
     case objectPath(String)
     case signature(String)
+    /// `h`: a file descriptor. Read from a message it belongs to the message (dup it to
+    /// keep it past the handler); appended, sd-bus sends a duplicate.
+    case unixFD(Int32)
     /// `ay`, kept as bytes (the GATT values).
     case bytes([UInt8])
     /// An array of `elementSignature` values (not `y`: that is `bytes`).
@@ -30,6 +33,7 @@ public indirect enum DBusValue: Sendable, Equatable {
         case .int16: "n"
         case .uint16: "q"
         case .int32: "i"
+        case .unixFD: "h"
         case .uint32: "u"
         case .int64: "x"
         case .uint64: "t"

@@ -30,8 +30,9 @@ public struct BluetoothService: Service {
             // (issue 12 §6: 129 million times after two quick SIGTERMs).
             if shutdown.isTriggered || Task.isCancelled { return }
             let host = PeripheralBridge(daemon: daemon, backend: backend, timeoutMs: config.backend.timeoutMs)
-            let peripheral = GattPeripheral(settings: PeripheralSettings(config: config.bluetooth, agentID: daemon.agentID),
-                                            host: host, logger: logger)
+            var settings = PeripheralSettings(config: config.bluetooth, agentID: daemon.agentID)
+            settings.maxTokens = Int(config.bluetooth.maxTokens ?? config.backend.maxTokens)
+            let peripheral = GattPeripheral(settings: settings, host: host, logger: logger)
             logger.notice("starting the Bluetooth runtime")
             // stop() withdraws from bluetoothd while run() still dispatches its answers;
             // only then is run() cancelled. A run() that ends early must not skip stop().
@@ -53,33 +54,82 @@ struct PeripheralBridge: PeripheralHost {
     let backend: ModelBackend
     let timeoutMs: Int64
 
-    func serve(_ request: BluetoothRequest, client: String) async -> PeripheralOutcome {
+    func serve(_ request: BluetoothRequest, client: String, cancellation: ServeCancellation,
+               onPartial: @escaping @Sendable (String) async -> Void) async -> PeripheralOutcome {
         let started = wallClockMilliseconds()
-        var record = TaskRecord(id: request.id, source: .bluetooth, origin: client, prompt: request.prompt, startedAtMs: started)
-        if let held = await daemon.admitNewWork() {
-            let error = "held: \(held.rawValue): \(held.explanation)"
+        var record = TaskRecord(id: request.id, source: .bluetooth, origin: client, prompt: request.summaryText, startedAtMs: started)
+        var held = await daemon.admitNewWork().map { (reason: $0.rawValue, explanation: $0.explanation) }
+        if held == nil { held = await daemon.hostHold(overNetwork: false).map { (reason: $0.rawValue, explanation: $0.explanation) } }
+        if let held {
+            let error = "held: \(held.reason): \(held.explanation)"
             record.finish(ok: false, output: "", error: error, atMs: wallClockMilliseconds())
             await daemon.upsertTask(record)
             return PeripheralOutcome(ok: false, output: "", error: error, durationMs: 0)
         }
         await daemon.upsertTask(record)
-        let request = ModelRequest(prompt: request.prompt, maxTokens: request.maxTokens, timeoutMs: timeoutMs)
+        let modelRequest = Self.modelRequest(request, timeoutMs: timeoutMs)
         let result: Result<ModelOutput, ModelError>
         let backend = self.backend.using(model: await daemon.activeModel)
-        do throws(ModelError) { result = .success(try await backend.generate(request)) } catch { result = .failure(error) }
+        do throws(ModelError) {
+            if request.stream {
+                // Pieces go to the client as they come; the iteration ends at `.done`.
+                var iterator = backend.stream(modelRequest).makeAsyncIterator()
+                var output: ModelOutput?
+                while output == nil, let event = try await iterator.nextPiece() {
+                    switch event {
+                    case .text(let text): await onPartial(text)
+                    case .done(let whole): output = whole
+                    }
+                }
+                guard let output else { throw ModelError(.badAnswer, "the stream ended without its end") }
+                result = .success(output)
+            } else {
+                result = .success(try await backend.generate(modelRequest))
+            }
+        } catch {
+            result = .failure(error)
+        }
         let ended = wallClockMilliseconds()
         switch result {
-        case .success(let output):
+        case .success(let output) where cancellation.reason == nil:
             record.finish(ok: true, output: output.text, error: nil, atMs: ended)
             await daemon.upsertTask(record)
             await daemon.updateModel(state: "ready", detail: "answered a request in \(output.durationMs) ms")
-            return PeripheralOutcome(ok: true, output: output.text, error: nil, durationMs: output.durationMs)
-        case .failure(let error):
+            return PeripheralOutcome(ok: true, output: output.text, error: nil, durationMs: output.durationMs, evalCount: output.outputTokens)
+        case .success, .failure:
+            let error = result.failureValue
+            if let reason = cancellation.reason {
+                // The client cancelled it (or left): the model was stopped on purpose.
+                record.finish(ok: false, output: "", error: reason, atMs: ended, state: .cancelled)
+                await daemon.upsertTask(record)
+                return PeripheralOutcome(ok: false, output: "", error: reason, durationMs: ended - started)
+            }
             let interrupted = Task.isCancelled
-            record.finish(ok: false, output: "", error: interrupted ? "interrupted" : error.wireText, atMs: ended, state: interrupted ? .interrupted : nil)
+            let text = error?.wireText ?? "failed"
+            record.finish(ok: false, output: "", error: interrupted ? "interrupted" : text, atMs: ended, state: interrupted ? .interrupted : nil)
             await daemon.upsertTask(record)
-            return PeripheralOutcome(ok: false, output: "", error: error.wireText, durationMs: ended - started)
+            return PeripheralOutcome(ok: false, output: "", error: text, durationMs: ended - started)
         }
+    }
+
+    /// A Bluetooth request as the backend takes it: prompt or chat, system, format, options.
+    static func modelRequest(_ request: BluetoothRequest, timeoutMs: Int64) -> ModelRequest {
+        var model: ModelRequest
+        if let turns = request.messages {
+            model = ModelRequest(messages: turns.map { ModelMessage(role: $0.role, content: $0.content) }, system: request.system,
+                                 maxTokens: request.maxTokens, timeoutMs: timeoutMs)
+        } else {
+            model = ModelRequest(prompt: request.prompt, maxTokens: request.maxTokens, timeoutMs: timeoutMs)
+            model.system = request.system
+        }
+        model.format = request.format == "json" ? .json : nil
+        model.temperature = request.options.temperature
+        model.topP = request.options.topP
+        model.topK = request.options.topK
+        model.seed = request.options.seed.map { Int($0) }
+        model.stop = request.options.stop
+        model.numCtx = request.options.numCtx
+        return model
     }
 
     func statusValues() async -> (modelState: String, batteryPct: Int?) {
@@ -88,5 +138,13 @@ struct PeripheralBridge: PeripheralHost {
 
     func report(_ status: BluetoothStatus) async {
         await daemon.updateBluetooth(status)
+    }
+}
+
+extension Result {
+    /// The error of a failure, nil for a success.
+    fileprivate var failureValue: Failure? {
+        if case .failure(let error) = self { return error }
+        return nil
     }
 }

@@ -3,6 +3,7 @@ import Logging
 import ModelBackend
 import Posix
 import StateStore
+import Systemd
 import WorkerCore
 
 /// The coordinator's end of one session: HTTP calls with the mesh token, registration
@@ -195,11 +196,17 @@ public struct CoordinatorService: Service {
     let backend: ModelBackend
     let transport: any HTTPTransport
     let clock: any WorkerClock
+    /// The service manager's notification socket (sd_notify), for EXTEND_TIMEOUT_USEC.
+    let notify: @Sendable (String) -> Void
+
+    /// While a stop waits for a subtask, systemd is told this often that the stop goes on.
+    static let stopExtensionStepMs: Int64 = 5_000
 
     /// `transport` carries both the coordinator's calls and the model server's; `clock`
-    /// paces heartbeats, pulls and backoff and stamps the journal.
+    /// paces heartbeats, pulls and backoff and stamps the journal; `notify` reaches systemd.
     public init(daemon: WorkerDaemon, config: WorkerConfig, directory: StateDirectory, logger: Logger,
-                transport: any HTTPTransport = HTTPClient.shared, clock: any WorkerClock = SystemClock()) {
+                transport: any HTTPTransport = HTTPClient.shared, clock: any WorkerClock = SystemClock(),
+                notify: @escaping @Sendable (String) -> Void = { ServiceManager.notify($0) }) {
         self.daemon = daemon
         self.config = config
         self.directory = directory
@@ -207,7 +214,11 @@ public struct CoordinatorService: Service {
         self.backend = ModelBackend(config: config.backend, client: transport)
         self.transport = transport
         self.clock = clock
+        self.notify = notify
     }
+
+    /// The pull interval in force (a reload changes it without ending the session).
+    func pullIntervalMs() async -> Int64 { await daemon.config.coordinator.pullIntervalMs }
 
     public func run(shutdown: GracefulShutdown) async throws {
         // Cancelled, the waits below return at once: checking only the shutdown spun.
@@ -267,10 +278,16 @@ public struct CoordinatorService: Service {
         try await withThrowingDiscardingTaskGroup { group in
             while true {
                 try await heartbeat(link)
+                // A heartbeat asked for (before a suspend, after a resume) is sent.
+                let requested = daemon.heartbeatRequested
+                if requested.value { requested.set(false) }
                 if let request = await link.takeSwitchRequest() {
                     group.addTask { await switcher.run(request) }
                 }
-                try await clock.sleep(milliseconds: config.coordinator.heartbeatIntervalMs)
+                // Read each time: a reload applies it without ending the session.
+                let interval = await daemon.config.coordinator.heartbeatIntervalMs
+                let clock = self.clock
+                _ = try await race({ try await clock.sleep(milliseconds: interval) }, { await requested.wait(for: true) })
             }
         }
     }
@@ -313,13 +330,13 @@ public struct CoordinatorService: Service {
                     await link.markDelivered(result.subtaskID, removed: true)
                     continue
                 }
-                logger.notice("delivering the result of \(result.subtaskID) left in the outbox")
+                logger.notice("delivering the result of \(result.subtaskID) left in the outbox", [("subtask", result.subtaskID)])
                 try await post(result, link: link, journal: journal, stop: stop)
             case .rerun(let entry):
-                logger.notice("running subtask \(entry.subtask.id) again: it was running when the worker stopped")
+                logger.notice("running subtask \(entry.subtask.id) again: it was running when the worker stopped", [("subtask", entry.subtask.id)])
                 try await runAndPost(entry, link: link, journal: journal, stop: stop)
             case .reportRestarted(let result):
-                logger.notice("reporting subtask \(result.subtaskID) as worker_restarted: its timeout passed while the worker was down")
+                logger.notice("reporting subtask \(result.subtaskID) as worker_restarted: its timeout passed while the worker was down", [("subtask", result.subtaskID)])
                 let stored = try await journal.complete(result)
                 await recordResult(stored, prompt: "", started: clock.wallMs() - stored.durationMs)
                 try await post(stored, link: link, journal: journal, stop: stop)
@@ -329,7 +346,12 @@ public struct CoordinatorService: Service {
         while !stop.isTriggered {
             if let held = await daemon.admitNewWork() {
                 await link.update { $0.deferredReason = "held by the power policy: \(held.rawValue)" }
-                try await pause(config.coordinator.pullIntervalMs, stop: stop)
+                try await pause(await pullIntervalMs(), stop: stop)
+                continue
+            }
+            if let held = await daemon.hostHold() {
+                await link.update { $0.deferredReason = "held: \(held.rawValue): \(held.explanation)" }
+                try await pause(await pullIntervalMs(), stop: stop)
                 continue
             }
             if let problem = await daemon.stateHold() {
@@ -344,13 +366,13 @@ public struct CoordinatorService: Service {
             switch answer {
             case .noWork:
                 await link.update { $0.deferredReason = nil; $0.consecutiveFailures = 0; $0.backoffMs = nil }
-                try await pause(config.coordinator.pullIntervalMs, stop: stop)
+                try await pause(await pullIntervalMs(), stop: stop)
             case .work(let subtask):
                 await link.update { $0.deferredReason = nil }
                 let entry = RecoveryPlan.JournalEntry(subtask: subtask, pulledAtMs: clock.wallMs())
                 if found.journal.contains(where: { $0.subtask.id == subtask.id }) {
                     // Handled at recovery; pulling again at once would spin on a coordinator that repeats it.
-                    try await pause(config.coordinator.pullIntervalMs, stop: stop)
+                    try await pause(await pullIntervalMs(), stop: stop)
                     continue
                 }
                 do {
@@ -359,7 +381,7 @@ public struct CoordinatorService: Service {
                     // Unjournaled, a crash could lose it: not run, answered, and the loop
                     // backs off (and holds new work while the directory refuses writes).
                     let reason = "worker_journal_failed: \(printable(String(describing: error), limit: 300))"
-                    logger.error("subtask \(subtask.id) could not be journaled (\(error)); answering it ok: false")
+                    logger.error("subtask \(subtask.id) could not be journaled (\(error)); answering it ok: false", [("subtask", subtask.id)])
                     await answerUnstored(SubtaskResult(subtaskID: subtask.id, taskID: subtask.taskID, ok: false, output: "", error: reason, durationMs: 0),
                                          prompt: subtask.input, link: link)
                     try await pause(await link.failed("journal \(subtask.id): \(error)"), stop: stop)
@@ -374,7 +396,7 @@ public struct CoordinatorService: Service {
                 do {
                     stored = try await journal.complete(result)
                 } catch {
-                    logger.error("the answer to unrunnable subtask \(id) could not be written to the outbox (\(error)); posting it once from memory")
+                    logger.error("the answer to unrunnable subtask \(id) could not be written to the outbox (\(error)); posting it once from memory", [("subtask", id)])
                     await answerUnstored(result, prompt: "", link: link)
                     try await pause(await link.failed("outbox \(id): \(error)"), stop: stop)
                     continue
@@ -382,7 +404,7 @@ public struct CoordinatorService: Service {
                 try await post(stored, link: link, journal: journal, stop: stop)
             case .deferred(let reason, let deferMs):
                 await link.update { $0.deferredReason = "coordinator: \(reason)" }
-                try await pause(deferMs ?? config.coordinator.pullIntervalMs, stop: stop)
+                try await pause(deferMs != nil ? deferMs! : await pullIntervalMs(), stop: stop)
             case .unauthorized(let reason):
                 await link.forgetRegistration(reason)
             case .rejected(let reason):
@@ -419,7 +441,7 @@ public struct CoordinatorService: Service {
         case .accepted?:
             await link.update { if result.ok { $0.subtasksDone += 1 } else { $0.subtasksFailed += 1 } }
         case let other:
-            logger.warning("the answer to subtask \(result.subtaskID) was not delivered (\(other?.failureText ?? "cancelled")); the coordinator's timeout re-queues it")
+            logger.warning("the answer to subtask \(result.subtaskID) was not delivered (\(other?.failureText ?? "cancelled")); the coordinator's timeout re-queues it", [("subtask", result.subtaskID)])
         }
     }
 
@@ -436,6 +458,7 @@ public struct CoordinatorService: Service {
         let started = clock.wallMs()
         var record = TaskRecord(id: subtask.id, source: .coordinator, origin: subtask.taskID, prompt: subtask.input, startedAtMs: started)
         await daemon.upsertTask(record)
+        logger.info("running subtask \(subtask.id) of task \(subtask.taskID)", [("subtask", subtask.id), ("task", subtask.taskID)])
         await link.update { $0.running = subtask.id }
         let remaining = max(1_000, entry.pulledAtMs + subtask.timeoutMs - started)
         let request = ModelRequest(prompt: subtask.input, maxTokens: Int(config.backend.maxTokens), timeoutMs: min(remaining, config.backend.timeoutMs))
@@ -448,14 +471,14 @@ public struct CoordinatorService: Service {
             do throws(ModelError) { return .success(try await backend.generate(request)) } catch { return .failure(error) }
         }, {
             await stop.wait()
-            try? await clock.sleep(milliseconds: grace)
+            await extendStop(grace: grace, subtask: subtask.id)
         }) {
         case .first(let result): outcome = result
         case .second: outcome = nil
         }
         await link.update { $0.running = nil }
         guard let outcome else {
-            logger.warning("stopping: subtask \(subtask.id) did not finish within the grace; it stays in the journal and runs again at the next start if its timeout allows")
+            logger.warning("stopping: subtask \(subtask.id) did not finish within the grace; it stays in the journal and runs again at the next start if its timeout allows", [("subtask", subtask.id)])
             record.finish(ok: false, output: "", error: "interrupted", atMs: clock.wallMs(), state: .interrupted)
             await daemon.upsertTask(record)
             throw CancellationError()
@@ -475,11 +498,26 @@ public struct CoordinatorService: Service {
             // Posted from memory rather than run again: the journal entry stays until the
             // coordinator has it, so a crash meanwhile still reruns it. The next pull
             // waits for the state directory (the writer's problem holds it).
-            logger.error("the result of \(subtask.id) could not be written to the outbox (\(error)); posting it from memory")
+            logger.error("the result of \(subtask.id) could not be written to the outbox (\(error)); posting it from memory", [("subtask", subtask.id)])
             stored = result.bounded
         }
         await recordResult(stored, prompt: subtask.input, started: started)
         try await post(stored, link: link, journal: journal, stop: stop)
+    }
+
+    /// Waits out the stop's grace for a running subtask, telling systemd every few
+    /// seconds that the stop goes on (EXTEND_TIMEOUT_USEC), so a stopGraceMs longer
+    /// than the unit's TimeoutStopSec is not cut by SIGKILL. Each extension covers the
+    /// next step plus one more, for the result's post after the subtask ends.
+    func extendStop(grace: Int64, subtask: String) async {
+        var left = grace
+        logger.notice("stopping: waiting up to \(grace) ms for subtask \(subtask) to finish (coordinator.stopGraceMs)", [("subtask", subtask)])
+        while left > 0 {
+            let step = min(left, CoordinatorService.stopExtensionStepMs)
+            notify("EXTEND_TIMEOUT_USEC=\((step + CoordinatorService.stopExtensionStepMs) * 1_000)\nSTATUS=stopping: waiting up to \(left) ms for subtask \(subtask)")
+            do { try await clock.sleep(milliseconds: step) } catch { return }
+            left -= step
+        }
     }
 
     func recordResult(_ result: SubtaskResult, prompt: String, started: Int64) async {
@@ -505,6 +543,7 @@ public struct CoordinatorService: Service {
             case .accepted:
                 // Taken: whatever happens to the files now, this session never posts it again.
                 await link.markDelivered(result.subtaskID, removed: false)
+                logger.info("delivered the result of subtask \(result.subtaskID) (ok: \(result.ok))", [("subtask", result.subtaskID), ("task", result.taskID)])
                 await link.update { if result.ok { $0.subtasksDone += 1 } else { $0.subtasksFailed += 1 } }
                 await daemon.markTaskPosted(result.subtaskID, ok: result.ok)
                 try await journal.delivered(result.subtaskID)

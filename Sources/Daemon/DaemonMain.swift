@@ -14,13 +14,25 @@ public enum DaemonMain {
     /// After a second SIGTERM/SIGINT the process is gone within this many seconds.
     public static let secondSignalBoundSeconds: UInt32 = 3
 
-    /// Runs the daemon until SIGTERM/SIGINT; returns the process exit code.
-    public static func run(config: WorkerConfig, paths: DaemonPaths, logger baseLogger: Logger) async -> Int32 {
+    /// The daemon's logger: structured records to journald when stderr is its stream,
+    /// plain lines on a terminal, `<N>`-prefixed lines anywhere else (SPEC 11).
+    public static func makeLogger(label: String = "edgecoder-worker") -> Logger {
+        Logger(label: label, handler: LogSink.current().handler())
+    }
+
+    /// Reads the config file again for a reload: the config, or every problem in words.
+    public typealias ConfigLoader = @Sendable () -> Result<WorkerConfig, ConfigReloadFailure>
+
+    /// Runs the daemon until SIGTERM/SIGINT; SIGHUP reloads the config through
+    /// `reloadConfig` (absent: the reload is refused). Returns the process exit code.
+    public static func run(config: WorkerConfig, paths: DaemonPaths, logger baseLogger: Logger,
+                           reloadConfig: ConfigLoader? = nil) async -> Int32 {
         var config = config
         // The model server's key: the config's, else the systemd credential (never logged).
         if config.backend.apiKey == nil { config.backend.apiKey = ModelBackend.credentialAPIKey() }
         var logger = baseLogger
         logger.level = LogLevel(name: config.log.level.rawValue) ?? .info
+        logger.sharedLevel = LogLevelSetting(logger.level)
 
         // Signals first: a SIGTERM during start-up must still end in a clean stop.
         let signals: SignalPipe
@@ -76,27 +88,52 @@ public enum DaemonMain {
         services.append(PowerMonitorService(daemon: daemon, logger: logger.labeled("power"), reader: reader))
         services.append(PathMonitorService(daemon: daemon, logger: logger.labeled("path"), graceMs: config.network.pathLossGraceMs,
                                            hook: config.hooks.networkRestored.map { ($0, config.hooks.timeoutMs) }))
+        services.append(HostBusService(daemon: daemon, logger: logger.labeled("host")))
         if let usec = ServiceManager.watchdogMicroseconds() {
             services.append(WatchdogService(intervalMicroseconds: usec, daemon: daemon, notify: { ServiceManager.notify($0) }))
         }
 
         let summary = await daemon.statusLine()
         ServiceManager.notify("READY=1\nSTATUS=\(summary)\nMAINPID=\(getpid())")
-        logger.notice("ready: \(summary); agent \(daemon.agentID); control socket \(paths.controlSocket)")
+        logger.notice("ready: \(summary); agent \(daemon.agentID); control socket \(paths.controlSocket)",
+                      [("event", EventKind.daemonStarted.rawValue), ("mode", await daemon.currentMode.rawValue)])
 
         let group = ServiceGroup(services: services, logger: logger,
                                  gracefulDeadlineNanoseconds: UInt64(gracefulDeadlineMs) * 1_000_000,
-                                 onShutdownStart: { ServiceManager.notify("STOPPING=1\nSTATUS=stopping") })
+                                 onShutdownStart: { ServiceManager.notify("STOPPING=1\nSTATUS=stopping") },
+                                 onReload: { [logger] in await reload(daemon: daemon, paths: paths, load: reloadConfig, logger: logger) })
         let exit = await group.run(signals: signals)
         listener.close()
         switch exit {
         case .signal(let signo):
             await daemon.stop(reason: "stopped by \(SignalPipe.name(signo))")
-            logger.notice("stopped")
+            logger.notice("stopped", [("event", EventKind.daemonStopped.rawValue)])
             return 0
         case .serviceFailed(let why):
             await daemon.stop(reason: "stopped after a failure: \(why)")
             return 1
         }
     }
+
+    /// One reload, framed for systemd as `RELOADING=1` (with the monotonic time it
+    /// began, which systemd 253+ requires and older versions ignore) … `READY=1`: a
+    /// `systemctl reload` returns once the daemon has taken or refused the file.
+    static func reload(daemon: WorkerDaemon, paths: DaemonPaths, load: ConfigLoader?, logger: Logger) async {
+        ServiceManager.notify("RELOADING=1\nMONOTONIC_USEC=\(monotonicNanoseconds() / 1_000)\nSTATUS=reloading \(paths.configPath)")
+        logger.notice("received SIGHUP: reloading \(paths.configPath)")
+        switch load?() ?? .failure(ConfigReloadFailure(["this daemon was started without a config loader"])) {
+        case .success(var file):
+            if file.backend.apiKey == nil { file.backend.apiKey = ModelBackend.credentialAPIKey() }
+            await daemon.reload(file: file)
+        case .failure(let failure):
+            await daemon.refuseReload(problems: failure.problems)
+        }
+        ServiceManager.notify("READY=1\nSTATUS=\(await daemon.statusLine())")
+    }
+}
+
+/// Why a reload could not use the config file, every problem in words (with its key).
+public struct ConfigReloadFailure: Error, Sendable {
+    public var problems: [String]
+    public init(_ problems: [String]) { self.problems = problems }
 }

@@ -25,6 +25,8 @@ public struct PathMonitorService: Service {
         case datagram([UInt8])
         case overrun
         case tick
+        /// A fresh dump asked for (after a resume: links and routes may have changed).
+        case redump
     }
 
     public func run(shutdown: GracefulShutdown) async throws {
@@ -42,6 +44,15 @@ public struct PathMonitorService: Service {
                     case .datagram(let bytes): continuation.yield(.datagram(bytes))
                     case .overrun: continuation.yield(.overrun)
                     }
+                }
+            }
+            let requests = daemon.pathRereadRequested
+            group.addTask {
+                while !Task.isCancelled {
+                    await requests.wait(for: true)
+                    if Task.isCancelled { return }
+                    requests.set(false)
+                    continuation.yield(.redump)
                 }
             }
             var table = PathTable()
@@ -82,6 +93,9 @@ public struct PathMonitorService: Service {
                 switch input {
                 case .overrun:
                     logger.warning("rtnetlink overrun: the kernel dropped events; dumping the tables again")
+                    try startDumps()
+                case .redump:
+                    logger.info("reading the network path again")
                     try startDumps()
                 case .tick:
                     let now = Int64(monotonicNanoseconds() / 1_000_000)

@@ -41,6 +41,16 @@ public struct PowerMonitorService: Service {
             } catch {
                 logger.warning("cannot listen for power-supply uevents (\(error)); re-reading every \(intervalNanoseconds / 1_000_000_000) s only")
             }
+            // A read asked for (after a resume: power may have changed while asleep).
+            let requests = daemon.powerRereadRequested
+            group.addTask {
+                while !Task.isCancelled {
+                    await requests.wait(for: true)
+                    if Task.isCancelled { return }
+                    requests.set(false)
+                    continuation.yield(.uevent("read asked for"))
+                }
+            }
             let interval = intervalNanoseconds
             group.addTask {
                 while true {

@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import Logging
 import Posix
 
@@ -41,18 +44,24 @@ public enum ServiceGroupExit: Sendable, Equatable {
 /// Runs services as child tasks and stops them in reverse order of start, gracefully,
 /// under one deadline, when a signal arrives or a service ends on its own; a second
 /// signal or the deadline cancels what is left (after swift-service-lifecycle).
+/// SIGHUP is not a stop: it runs `onReload` and the services go on.
 public struct ServiceGroup: Sendable {
     public var services: [any Service]
     public var logger: Logger
     public var gracefulDeadlineNanoseconds: UInt64
     /// Called once when the graceful stop begins (e.g. to tell systemd STOPPING=1).
     public var onShutdownStart: @Sendable () -> Void
+    /// Called for each SIGHUP before the stop begins (the config reload); the next
+    /// signal is awaited once it returns.
+    public var onReload: @Sendable () async -> Void
 
-    public init(services: [any Service], logger: Logger, gracefulDeadlineNanoseconds: UInt64, onShutdownStart: @escaping @Sendable () -> Void = {}) {
+    public init(services: [any Service], logger: Logger, gracefulDeadlineNanoseconds: UInt64, onShutdownStart: @escaping @Sendable () -> Void = {},
+                onReload: @escaping @Sendable () async -> Void = {}) {
         self.services = services
         self.logger = logger
         self.gracefulDeadlineNanoseconds = gracefulDeadlineNanoseconds
         self.onShutdownStart = onShutdownStart
+        self.onReload = onReload
     }
 
     private enum Event: Sendable {
@@ -86,7 +95,13 @@ public struct ServiceGroup: Sendable {
 
             var running = Set(services.indices)
             let exit: ServiceGroupExit
-            switch await group.next()! {
+            var first = await group.next()!
+            while case .signal(SIGHUP) = first {
+                await onReload()
+                group.addTask { (try? await nextSignal()).map(Event.signal) ?? .deadline }
+                first = await group.next()!
+            }
+            switch first {
             case .signal(let signo):
                 logger.notice("received \(SignalPipe.name(signo)); stopping")
                 exit = .signal(signo)
@@ -115,6 +130,9 @@ public struct ServiceGroup: Sendable {
                     case .finished(let done, let error):
                         running.remove(done)
                         if let error { logger.warning("service \(services[done].name) ended with an error while stopping: \(error)") }
+                    case .signal(SIGHUP):
+                        logger.notice("received SIGHUP while stopping: not reloading")
+                        group.addTask { (try? await nextSignal()).map(Event.signal) ?? .deadline }
                     case .signal(let signo):
                         logger.warning("received \(SignalPipe.name(signo)) again; stopping now")
                         break stopping

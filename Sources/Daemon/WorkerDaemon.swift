@@ -28,7 +28,8 @@ public let workerVersion = "0.1.0"
 /// change goes through here and is recorded; a mode or policy change is durable before
 /// it is answered, events and task history are written behind (SPEC promises no more).
 public actor WorkerDaemon {
-    public let config: WorkerConfig
+    /// The config in force: the one read at start, with the live keys of later reloads.
+    public private(set) var config: WorkerConfig
     public let paths: DaemonPaths
     let files: WorkerStateFiles
     /// Every write of the state directory (the coordinator's journal included) goes
@@ -46,7 +47,17 @@ public actor WorkerDaemon {
     private var nextSubscriber = 0
     private var lastStatusLine = ""
     private(set) var policyOverrides: PolicyOverrides
+    /// The latest reading with the host's power profile applied (what the policy decides on).
     private var reading: PowerReading?
+    /// The latest reading as sysfs gave it.
+    private var rawReading: PowerReading?
+    /// What logind, NetworkManager and power-profiles-daemon said (SPEC 11).
+    private(set) var host = HostServices()
+    /// Set by the host service, cleared by the part that did it: a heartbeat now, a new
+    /// power reading, a new dump of the network path (after a resume).
+    public nonisolated let heartbeatRequested = StateSignal(false)
+    public nonisolated let powerRereadRequested = StateSignal(false)
+    public nonisolated let pathRereadRequested = StateSignal(false)
     private var readingAtMonotonicMs: Int64 = 0
     private(set) var powerDecision: PowerDecision?
     private(set) var holdCounters = HoldCounters()
@@ -68,6 +79,8 @@ public actor WorkerDaemon {
     private var path: PathStatus?
     private var pathSinceMs: Int64 = 0
     private var lastHook: (name: String, outcome: HookOutcome, timeMs: Int64)?
+    /// The last reload's outcome (SIGHUP, `systemctl reload`), for status.
+    private(set) var configReload: ConfigReloadStatus?
     /// Persisting failed (disk full, read-only): shown in status until a write succeeds.
     private var persistenceProblem: String? { writer.problem }
 
@@ -185,7 +198,7 @@ public actor WorkerDaemon {
 
     /// What a mode's runtime lacks (`ModeRuntimes`); until it has it, the mode stays
     /// selected and status says what is missing instead of pretending to run.
-    nonisolated func missingRuntime(_ mode: Mode) -> String? {
+    func missingRuntime(_ mode: Mode) -> String? {
         ModeRuntimes.unavailable(mode, config: config)
     }
 
@@ -214,16 +227,27 @@ public actor WorkerDaemon {
         updateServiceStatus()
         switch decision.outcome {
         case .changed:
-            logger.notice("mode \(previous.mode.rawValue) -> \(modeState.mode.rawValue): \(modeState.reason)")
+            logger.notice("mode \(previous.mode.rawValue) -> \(modeState.mode.rawValue): \(modeState.reason)",
+                          WorkerDaemon.fields(events.last { $0.kind == .downgrade } ?? events.last, mode: modeState.mode))
         case .unchanged:
-            for event in events where event.kind == .networkRestored { logger.notice(event.reason) }
+            for event in events where event.kind == .networkRestored { logger.notice(event.reason, WorkerDaemon.fields(event, mode: modeState.mode)) }
         case .refused(let message):
-            logger.warning("refused mode \(requestedMode(request)?.rawValue ?? "?"): \(message)")
+            logger.warning("refused mode \(requestedMode(request)?.rawValue ?? "?"): \(message)",
+                           WorkerDaemon.fields(events.last, mode: modeState.mode))
         }
         // Every change to the actor's state is made above, before this suspension point;
         // another request may run meanwhile, and its newer mode supersedes this one.
         if modeChanged { await persistDurably(WorkerStateFiles.modeFile, WorkerStateFiles.modeBytes(modeState)) }
         return ModeRequestResult(outcome: decision.outcome, previous: previous.mode, events: events)
+    }
+
+    /// An event's keys as log metadata (journal fields EDGECODER_EVENT, _MODE, _FROM).
+    static func fields(_ event: WorkerEvent?, mode: Mode) -> [(String, String)] {
+        var fields: [(String, String)] = []
+        if let event { fields.append(("event", event.kind.rawValue)) }
+        fields.append(("mode", mode.rawValue))
+        if let from = event?.from { fields.append(("from", from.rawValue)) }
+        return fields
     }
 
     private func requestedMode(_ request: ModeRequest) -> Mode? {
@@ -268,7 +292,10 @@ public actor WorkerDaemon {
 
     /// A new telemetry reading: decides the policy (hysteresis needs the previous
     /// decision and a monotonic clock) and opens the start-up charge gate when power returns.
-    public func updateReading(_ new: PowerReading, monotonicMs: Int64) {
+    public func updateReading(_ raw: PowerReading, monotonicMs: Int64) {
+        rawReading = raw
+        var new = raw
+        new.telemetry.lowPowerMode = HostServices.lowPowerMode(platformProfile: raw.telemetry.lowPowerMode, activeProfile: host.activeProfile)
         reading = new
         readingAtMonotonicMs = monotonicMs
         let policy = effectivePolicy.policy
@@ -278,10 +305,11 @@ public actor WorkerDaemon {
         if let previous, previous.allowed != decision.allowed {
             if decision.allowed {
                 record(EventDraft(kind: .powerResume, reason: "new work allowed again (was held: \(previous.reasonText))"))
-                logger.notice("power policy: new work allowed again")
+                logger.notice("power policy: new work allowed again", [("event", EventKind.powerResume.rawValue), ("mode", modeState.mode.rawValue)])
             } else {
                 record(EventDraft(kind: .powerHold, reason: "new work held: \(decision.reasonText) (\(decision.reason?.explanation ?? ""))"))
-                logger.notice("power policy: holding new work: \(decision.reasonText)")
+                logger.notice("power policy: holding new work: \(decision.reasonText)",
+                              [("event", EventKind.powerHold.rawValue), ("mode", modeState.mode.rawValue), ("hold_reason", decision.reasonText)])
             }
         }
         let gateClosed = modeContext().chargeGateClosed
@@ -306,6 +334,48 @@ public actor WorkerDaemon {
         guard let decision = powerDecision, let reason = decision.reason else { return nil }
         holdCounters.record(reason)
         return reason
+    }
+
+    /// Whether the host holds new work (suspending, or a metered connection under
+    /// `network.onMetered` hold): asked by the coordinator loop before each pull and by
+    /// the Bluetooth service (`overNetwork` false: only a suspend holds it) before each
+    /// request, each held one counted under its reason.
+    public func hostHold(overNetwork: Bool = true) -> LocalHoldReason? {
+        guard let reason = host.hold(onMetered: config.network.onMetered, overNetwork: overNetwork) else { return nil }
+        holdCounters.record(reason)
+        return reason
+    }
+
+    /// What the host's services say now; a changed power profile is decided on at once.
+    public func updateHost(_ new: HostServices) {
+        let previous = host
+        host = new
+        if previous.activeProfile != new.activeProfile, let rawReading {
+            updateReading(rawReading, monotonicMs: max(readingAtMonotonicMs, Int64(monotonicNanoseconds() / 1_000_000)))
+        }
+        if previous.hold(onMetered: config.network.onMetered) != new.hold(onMetered: config.network.onMetered) { updateServiceStatus() }
+    }
+
+    /// Makes everything written so far durable (before a suspend).
+    public func checkpoint() async {
+        submitTasks()
+        writer.submit(WorkerStateFiles.modeFile, WorkerStateFiles.modeBytes(modeState))
+        await writer.flush()
+    }
+
+    /// Asks mode on's session for a heartbeat now and waits until it was sent (or
+    /// `timeoutMs`); false at once when the session does not run.
+    public func heartbeatNow(timeoutMs: Int64) async -> Bool {
+        guard runtimeActive(.on), coordinator != nil else { return false }
+        let signal = heartbeatRequested
+        signal.set(true)
+        switch await race({ await signal.wait(for: false); return true }, {
+            try? await Task.sleep(nanoseconds: UInt64(max(0, timeoutMs)) * 1_000_000)
+            return false
+        }) {
+        case .first(let done): return done
+        case .second(let done): return done
+        }
     }
 
     /// Why new work is held now, without counting it as a held assignment (a model pull
@@ -335,7 +405,7 @@ public actor WorkerDaemon {
             case .unset(let key): text = "\(key) reset to the config's value by \(who)"
             }
             record(EventDraft(kind: .policyChanged, reason: text))
-            logger.notice("policy: \(text)")
+            logger.notice("policy: \(text)", [("event", EventKind.policyChanged.rawValue)])
             if let reading { updateReading(reading, monotonicMs: max(readingAtMonotonicMs, Int64(monotonicNanoseconds() / 1_000_000))) }
             let answer = policyJSON()
             await persistDurably(WorkerStateFiles.policyFile, WorkerStateFiles.policyBytes(next))
@@ -373,7 +443,7 @@ public actor WorkerDaemon {
             ? nil : ActiveModel(model: name, switchedFrom: config.backend.model, switchedAtMs: clock(), rolloutID: rolloutID)
         switchedModel = next
         record(EventDraft(kind: .modelSwitched, reason: "model \(previous) -> \(name) at the coordinator's request\(rolloutID.map { " (rollout \($0))" } ?? "")"))
-        logger.notice("model switched from \(previous) to \(name) at the coordinator's request")
+        logger.notice("model switched from \(previous) to \(name) at the coordinator's request", [("event", EventKind.modelSwitched.rawValue), ("model", name)])
         updateServiceStatus()
         if let next {
             await persistDurably(WorkerStateFiles.activeModelFile, WorkerStateFiles.activeModelBytes(next))
@@ -390,6 +460,41 @@ public actor WorkerDaemon {
     /// its readiness probe while it generates, so the probe waits instead of reporting
     /// `unavailable` to the very clients being served.
     public var isGenerating: Bool { tasks.records.contains { $0.state == .running } }
+
+    // MARK: Reload
+
+    /// A reload with a valid file: applies what can change live (the power policy is
+    /// decided again at once, the log level, the coordinator's intervals), keeps the
+    /// rest as it runs, and records which keys wait for a restart.
+    @discardableResult
+    public func reload(file: WorkerConfig) -> ConfigReloadStatus {
+        let plan = ConfigReloadPlan.plan(running: config, file: file)
+        config = plan.applied
+        if plan.appliedKeys.contains("log.level"), let level = LogLevel(name: config.log.level.rawValue) {
+            logger.sharedLevel?.set(level)
+        }
+        let status = ConfigReloadStatus(atMs: clock(), outcome: plan.appliedKeys.isEmpty ? .unchanged : .applied,
+                                        appliedKeys: plan.appliedKeys, restartKeys: plan.restartKeys)
+        configReload = status
+        record(EventDraft(kind: .configReloaded, reason: status.line))
+        logger.notice(status.line, [("event", EventKind.configReloaded.rawValue)] + (plan.restartKeys.isEmpty ? [] : [("needs_restart", plan.restartKeys.joined(separator: ","))]))
+        if let reading { updateReading(reading, monotonicMs: max(readingAtMonotonicMs, Int64(monotonicNanoseconds() / 1_000_000))) }
+        updateServiceStatus()
+        return status
+    }
+
+    /// A reload whose file is unreadable or invalid: the running config is kept, and
+    /// the reason stays in status until a later reload succeeds.
+    @discardableResult
+    public func refuseReload(problems: [String]) -> ConfigReloadStatus {
+        let status = ConfigReloadStatus(atMs: clock(), outcome: .refused, problems: problems,
+                                        restartKeys: configReload?.restartKeys ?? [])
+        configReload = status
+        record(EventDraft(kind: .configRefused, reason: status.line))
+        logger.error(status.line, [("event", EventKind.configRefused.rawValue)])
+        updateServiceStatus()
+        return status
+    }
 
     // MARK: Mode runtimes
 
@@ -503,10 +608,12 @@ public actor WorkerDaemon {
             nowMs: clock(), agentID: agentID,
             daemon: StatusSnapshot.Daemon(version: workerVersion, pid: Int64(getpidValue()), startedAtMs: startedAtMs,
                                           configPath: paths.configPath, stateDirectory: paths.stateDirectory,
-                                          controlSocket: paths.controlSocket, persistenceProblem: persistenceProblem),
+                                          controlSocket: paths.controlSocket, persistenceProblem: persistenceProblem,
+                                          configReload: configReload),
             mode: modeState, runtime: runtime,
             network: path.map { StatusSnapshot.Network(path: $0, sinceMs: pathSinceMs) },
             lastHook: lastHook.map { StatusSnapshot.Hook(name: $0.name, outcome: $0.outcome.description, succeeded: $0.outcome.succeeded, timeMs: $0.timeMs) },
+            host: host, hostHold: host.hold(onMetered: config.network.onMetered),
             power: StatusSnapshot.Power(telemetry: reading?.telemetry, ageMs: monotonicNow - readingAtMonotonicMs, decision: powerDecision,
                                         monotonicNowMs: monotonicNow, chargeGateBlocked: gateBlocked, held: holdCounters),
             policy: policy, policySources: sources,

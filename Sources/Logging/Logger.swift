@@ -28,12 +28,25 @@ public protocol LogHandler: Sendable {
     func log(level: LogLevel, label: String, message: String, metadata: [(String, String)])
 }
 
+/// A minimum level shared by every copy of a logger, so a config reload (`log.level`)
+/// reaches the loggers the daemon's parts already hold.
+public final class LogLevelSetting: Sendable {
+    private let raw: Atomic<Int>
+    public init(_ level: LogLevel) { raw = Atomic(level.rawValue) }
+    public var level: LogLevel { LogLevel(rawValue: raw.load(ordering: .relaxed)) ?? .info }
+    public func set(_ level: LogLevel) { raw.store(level.rawValue, ordering: .relaxed) }
+}
+
 /// A logger value in the shape of swift-log: a label, a minimum level, a handler.
-/// Messages are autoclosures, so a disabled debug line costs nothing.
+/// Messages are autoclosures, so a disabled debug line costs nothing. Metadata are the
+/// record's structured fields (`event`, `mode`, `subtask`, …): key=value on a line,
+/// `EDGECODER_<KEY>` fields in the journal.
 public struct Logger: Sendable {
     public var label: String
     public var level: LogLevel
     public var handler: any LogHandler
+    /// When set, the minimum level comes from here instead of `level`.
+    public var sharedLevel: LogLevelSetting?
 
     public init(label: String, level: LogLevel = .info, handler: any LogHandler = StderrLogHandler()) {
         self.label = label
@@ -48,9 +61,12 @@ public struct Logger: Sendable {
         return copy
     }
 
+    /// The minimum level in force now.
+    public var effectiveLevel: LogLevel { sharedLevel?.level ?? level }
+
     @inlinable
     public func log(_ level: LogLevel, _ message: @autoclosure () -> String, _ metadata: [(String, String)] = []) {
-        guard level >= self.level else { return }
+        guard level >= effectiveLevel else { return }
         handler.log(level: level, label: label, message: message(), metadata: metadata)
     }
 
@@ -61,10 +77,80 @@ public struct Logger: Sendable {
     @inlinable public func error(_ message: @autoclosure () -> String, _ metadata: [(String, String)] = []) { log(.error, message(), metadata) }
 }
 
-/// Formats one record as a single line: `<6>label: message key=value`. Newlines in the
-/// message are escaped so one record is always one journal entry.
-public func formatLogLine(level: LogLevel, label: String, message: String, metadata: [(String, String)]) -> String {
-    var line = "<\(level.rawValue)>\(label): "
+/// Where the process's log records go, decided once at start (SPEC 11).
+public enum LogSink: Sendable, Equatable {
+    /// stderr is journald's stream: structured records through sd_journal_sendv.
+    case journal
+    /// stderr is a terminal: plain lines, no `<N>` priority prefixes.
+    case terminal
+    /// Anywhere else (a file, a pipe, a stream another supervisor reads): `<N>` prefixes.
+    case prefixed
+
+    /// The choice, from the environment's `JOURNAL_STREAM` (`device:inode`), stderr's
+    /// device and inode (nil when fstat failed) and whether stderr is a terminal. journald
+    /// sets JOURNAL_STREAM for the stream it hands the service; a child that inherited
+    /// the variable with stderr redirected elsewhere must not log to the journal.
+    public static func choose(journalStream: String?, stderr: (device: UInt64, inode: UInt64)?, stderrIsTerminal: Bool) -> LogSink {
+        if let journalStream, let stderr {
+            let parts = journalStream.split(separator: ":", omittingEmptySubsequences: false)
+            if parts.count == 2, let device = UInt64(parts[0]), let inode = UInt64(parts[1]),
+               device == stderr.device, inode == stderr.inode {
+                return .journal
+            }
+        }
+        return stderrIsTerminal ? .terminal : .prefixed
+    }
+
+    /// The choice for this process's fd 2 now.
+    public static func current() -> LogSink {
+        var info = stat()
+        let identity: (device: UInt64, inode: UInt64)? = fstat(2, &info) == 0 ? (UInt64(info.st_dev), UInt64(info.st_ino)) : nil
+        let stream = getenv("JOURNAL_STREAM").map { String(cString: $0) }
+        return choose(journalStream: stream, stderr: identity, stderrIsTerminal: isatty(2) == 1)
+    }
+}
+
+/// A record as native journal fields (`KEY=value`), what sd_journal_sendv sends: MESSAGE
+/// (`label: message`, as the line had it), PRIORITY, SYSLOG_IDENTIFIER, the part of the
+/// daemon as EDGECODER_COMPONENT, and each metadata key as `EDGECODER_<KEY>`.
+public enum JournalFields {
+    public static func encode(level: LogLevel, label: String, message: String, metadata: [(String, String)],
+                              identifier: String) -> [String] {
+        var fields = [
+            "MESSAGE=\(label): \(message)",
+            "PRIORITY=\(level.rawValue)",
+            "SYSLOG_IDENTIFIER=\(identifier)",
+            "EDGECODER_COMPONENT=\(label)",
+        ]
+        for (key, value) in metadata {
+            guard let name = fieldName(key) else { continue }
+            fields.append("\(name)=\(value)")
+        }
+        return fields
+    }
+
+    /// `EDGECODER_` and the key in journald's alphabet (A–Z, 0–9, `_`; at most 64
+    /// bytes); nil for a key with nothing left.
+    public static func fieldName(_ key: String) -> String? {
+        var name = ""
+        for scalar in key.unicodeScalars {
+            switch scalar {
+            case "a"..."z": name.unicodeScalars.append(Unicode.Scalar(scalar.value - 32)!)
+            case "A"..."Z", "0"..."9": name.unicodeScalars.append(scalar)
+            default: if !name.isEmpty && !name.hasSuffix("_") { name += "_" }
+            }
+        }
+        while name.hasSuffix("_") { name.removeLast() }
+        guard !name.isEmpty else { return nil }
+        return String(("EDGECODER_" + name).prefix(64))
+    }
+}
+
+/// Formats one record as a single line: `<6>label: message key=value` (without the
+/// `<6>` for a terminal). Newlines in the message are escaped so one record is always
+/// one journal entry.
+public func formatLogLine(level: LogLevel, label: String, message: String, metadata: [(String, String)], prefixed: Bool = true) -> String {
+    var line = (prefixed ? "<\(level.rawValue)>" : "") + "\(label): "
     func escaped(_ text: String) -> String {
         var out = ""
         for scalar in text.unicodeScalars {
@@ -89,26 +175,31 @@ public func formatLogLine(level: LogLevel, label: String, message: String, metad
 /// forever fills the journal with counts, not with gigabytes.
 public struct StderrLogHandler: LogHandler {
     private let limiter: SharedRepeatLimiter?
+    private let prefixed: Bool
 
     /// `repeats: nil` writes every record (the command-line tools' one-shot output).
-    public init(repeats: RepeatLimiter? = RepeatLimiter()) {
+    /// `prefixed`: the `<N>` priority prefixes, which journald and syslog read and a
+    /// person at a terminal does not need (default: unless stderr is a terminal).
+    public init(repeats: RepeatLimiter? = RepeatLimiter(), prefixed: Bool = LogSink.current() != .terminal) {
         limiter = repeats.map(SharedRepeatLimiter.init)
+        self.prefixed = prefixed
     }
 
     public func log(level: LogLevel, label: String, message: String, metadata: [(String, String)]) {
-        let line = formatLogLine(level: level, label: label, message: message, metadata: metadata)
+        let line = formatLogLine(level: level, label: label, message: message, metadata: metadata, prefixed: prefixed)
         guard let limiter else { return Self.write(line) }
         let (notes, admitted) = limiter.admit(level: level, label: label, message: message, now: monotonicNow())
-        for note in notes { Self.write(note) }
+        for note in notes { Self.write(prefixed ? note.line : note.plainLine) }
         if admitted { Self.write(line) }
     }
 
-    private static func write(_ line: String) {
+    /// Writes one line to fd 2 in one write(2).
+    public static func write(_ line: String) {
         var bytes = Array(line.utf8)
         _ = bytes.withUnsafeMutableBytes { Glibc.write(2, $0.baseAddress, $0.count) }
     }
 
-    private func monotonicNow() -> UInt64 {
+    func monotonicNow() -> UInt64 {
         var now = timespec()
         clock_gettime(CLOCK_MONOTONIC, &now)
         return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
@@ -116,11 +207,18 @@ public struct StderrLogHandler: LogHandler {
 }
 
 /// One limiter shared by every copy of a handler (loggers are values, copied per label).
-final class SharedRepeatLimiter: Sendable {
+public final class SharedRepeatLimiter: Sendable {
     private let state: Mutex<RepeatLimiter>
-    init(_ limiter: RepeatLimiter) { state = Mutex(limiter) }
-    func admit(level: LogLevel, label: String, message: String, now: UInt64) -> (notes: [String], admitted: Bool) {
-        state.withLock { $0.admit(level: level, label: label, message: message, now: now) }
+    public init(_ limiter: RepeatLimiter) { state = Mutex(limiter) }
+    public func admit(level: LogLevel, label: String, message: String, now: UInt64) -> (notes: [RepeatLimiter.Note], admitted: Bool) {
+        state.withLock { $0.admitNotes(level: level, label: label, message: message, now: now) }
+    }
+
+    /// CLOCK_MONOTONIC in nanoseconds, the limiter's time.
+    public static func now() -> UInt64 {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
     }
 }
 
@@ -152,10 +250,25 @@ public struct RepeatLimiter: Sendable {
         self.capacity = capacity
     }
 
+    /// A note that lines were dropped, as a record of its own.
+    public struct Note: Sendable, Equatable {
+        public var level: LogLevel
+        public var label: String
+        public var message: String
+        public var line: String { formatLogLine(level: level, label: label, message: message, metadata: []) }
+        public var plainLine: String { formatLogLine(level: level, label: label, message: message, metadata: [], prefixed: false) }
+    }
+
     /// Notes to write first (windows that ended with dropped lines), and whether this
     /// record itself is written.
     public mutating func admit(level: LogLevel, label: String, message: String, now: UInt64) -> (notes: [String], admitted: Bool) {
-        var notes: [String] = []
+        let (notes, admitted) = admitNotes(level: level, label: label, message: message, now: now)
+        return (notes.map(\.line), admitted)
+    }
+
+    /// `admit`, with the notes as records (the journal sends them as fields).
+    public mutating func admitNotes(level: LogLevel, label: String, message: String, now: UInt64) -> (notes: [Note], admitted: Bool) {
+        var notes: [Note] = []
         for (key, window) in windows where now - window.startedAt >= windowNanoseconds {
             if let note = Self.note(key, window, now: now) { notes.append(note) }
             windows.removeValue(forKey: key)
@@ -176,12 +289,11 @@ public struct RepeatLimiter: Sendable {
         return (notes, true)
     }
 
-    private static func note(_ key: Key, _ window: Window, now: UInt64) -> String? {
+    private static func note(_ key: Key, _ window: Window, now: UInt64) -> Note? {
         guard window.dropped > 0 else { return nil }
         let seconds = (now - window.startedAt + 500_000_000) / 1_000_000_000
-        return formatLogLine(level: key.level, label: key.label,
-                             message: "last message repeated \(window.dropped) more times in \(seconds) s (not logged): \(key.message)",
-                             metadata: [])
+        return Note(level: key.level, label: key.label,
+                    message: "last message repeated \(window.dropped) more times in \(seconds) s (not logged): \(key.message)")
     }
 }
 
@@ -191,11 +303,13 @@ public final class MemoryLogHandler: LogHandler {
         public var level: LogLevel
         public var label: String
         public var message: String
+        public var metadata: [String: String] = [:]
     }
     private let storage = Mutex<[Record]>([])
     public init() {}
     public func log(level: LogLevel, label: String, message: String, metadata: [(String, String)]) {
-        storage.withLock { $0.append(Record(level: level, label: label, message: message)) }
+        storage.withLock { $0.append(Record(level: level, label: label, message: message,
+                                            metadata: Dictionary(metadata, uniquingKeysWith: { $1 }))) }
     }
     public var records: [Record] { storage.withLock { $0 } }
 }

@@ -23,6 +23,7 @@ public final class SignalPipe: Sendable {
     /// `afterFirst` seconds after the first signal, `afterSecond` seconds after the
     /// second (whichever is sooner), from the C handler's alarm, so a task that never
     /// ends (or a wedged runtime) cannot hold the process. Only the daemon arms this.
+    /// SIGHUP (a reload) is not a stop: it never counts here.
     public func exitIfStopHangs(afterFirst: UInt32, afterSecond: UInt32, status: Int32 = 1) throws(SystemError) {
         let rc = ecw_arm_forced_exit(afterFirst, afterSecond, status)
         if rc < 0 { throw SystemError("sigaction", errno: -rc, detail: "SIGALRM") }

@@ -144,9 +144,11 @@ struct RunCommand: Command {
     static let usage = """
         Usage: edgecoder-worker run [--config F] [--state-dir D] [--runtime-dir D] [--sysfs-root D]
 
-        Runs the daemon in the foreground until SIGTERM or SIGINT. Logs go to stderr
-        with syslog priority prefixes. Under systemd it sends READY=1 once the control
-        socket listens.
+        Runs the daemon in the foreground until SIGTERM or SIGINT; SIGHUP reloads the
+        config file (an invalid file is refused and the running config kept). Logs go
+        to the journal as structured fields under journald, as plain lines on a
+        terminal, else to stderr with syslog priority prefixes. Under systemd it sends
+        READY=1 once the control socket listens.
 
           --config F        config file (default $EDGECODER_WORKER_CONFIG or \(Defaults.config))
           --state-dir D     state directory (default $EDGECODER_WORKER_STATE_DIR or \(Defaults.stateDirectory))
@@ -171,7 +173,7 @@ struct RunCommand: Command {
     }
 
     func run() async -> Int32 {
-        let logger = Logger(label: "edgecoder-worker")
+        let logger = DaemonMain.makeLogger()
         switch loadConfig(path: configPath, explicit: configExplicit) {
         case .failure(let failure):
             for line in failure.lines { logger.error("invalid config: \(line)") }
@@ -181,7 +183,10 @@ struct RunCommand: Command {
             if !configExplicit && !fileExists(configPath) {
                 logger.notice("no config file at \(configPath); using the defaults")
             }
-            return await DaemonMain.run(config: config, paths: paths, logger: logger)
+            let path = configPath, explicit = configExplicit
+            return await DaemonMain.run(config: config, paths: paths, logger: logger, reloadConfig: {
+                loadConfig(path: path, explicit: explicit).mapError { ConfigReloadFailure($0.lines) }
+            })
         }
     }
 }

@@ -254,6 +254,13 @@ struct StatusCommand: Command {
                 lines.append("daemon:   version \(daemon["version"]?.stringValue ?? "?"), pid \(daemon["pid"]?.intValue ?? 0), up \(formatDuration(milliseconds: daemon["uptimeMs"]?.intValue ?? 0))")
                 lines.append("          config \(daemon["config"]?.stringValue ?? "?"), state \(daemon["stateDirectory"]?.stringValue ?? "?")")
                 if let problem = daemon["persistenceProblem"]?.stringValue { lines.append("          PROBLEM: \(problem)") }
+                if let reload = daemon["configReload"], case .object = reload {
+                    let outcome = reload["outcome"]?.stringValue ?? "?"
+                    let problems = (reload["problems"]?.arrayValue ?? []).compactMap(\.stringValue)
+                    let restart = (reload["needsRestart"]?.arrayValue ?? []).compactMap(\.stringValue)
+                    lines.append("          last reload at \(reload["at"]?.stringValue ?? "?"): \(outcome == "refused" ? "REFUSED, the running config is kept: " + problems.joined(separator: "; ") : outcome)")
+                    if !restart.isEmpty { lines.append("          needs a restart to apply: \(restart.joined(separator: ", "))") }
+                }
             }
             for file in status["recoveredStateFiles"]?.arrayValue ?? [] {
                 lines.append("recovered: \(file["file"]?.stringValue ?? "?") at \(file["time"]?.stringValue ?? "?"): \(file["problem"]?.stringValue ?? "")"

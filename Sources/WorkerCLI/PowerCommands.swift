@@ -287,6 +287,12 @@ struct DoctorCommand: Command {
         report["decision"] = ["allowed": .bool(decision.allowed), "reason": .string(decision.reasonText)]
         if let summary = daemonStatus["summary"] { report["daemon"] = summary }
         if let network = daemonStatus["network"] { report["network"] = network }
+        // The host's services as the daemon follows them (logind, NetworkManager,
+        // power-profiles-daemon): absent ones are normal on a server.
+        report["host"] = daemonStatus["host"] ?? ["state": "the daemon is not running: it follows logind, NetworkManager and power-profiles-daemon while it runs"]
+        if let hold = daemonStatus["host"]?["hold"], let reason = hold["reason"]?.stringValue {
+            advice.append("\(reason): \(hold["explanation"]?.stringValue ?? "")")
+        }
         report["stateDirectory"] = state.json
         var bluetoothReport = bluetooth.json.objectValue ?? JSONObject()
         if let service = daemonStatus["bluetooth"] { bluetoothReport["service"] = service }

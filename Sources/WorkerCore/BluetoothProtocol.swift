@@ -1,13 +1,33 @@
 /// The chunked JSON protocol of SPEC 6, pure: bytes in, requests and errors out; messages
 /// in, notification chunks out. No D-Bus here (the GATT adapter feeds it).
 
-/// A well-formed request from a Bluetooth client.
+/// A well-formed request from a Bluetooth client: SPEC 6's keys and 6.1's extension.
 public struct BluetoothRequest: Sendable, Equatable {
     public var id: String
+    /// Empty when `messages` is set.
     public var prompt: String
     public var maxTokens: Int
+    /// Partial messages as the model produces text (SPEC 6.1).
+    public var stream = false
+    /// A chat, run on the backend's chat API.
+    public var messages: [ChatTurn]?
+    public var system: String?
+    /// `json` or nil.
+    public var format: String?
+    public var options = GenerationOptions()
+
     public static let defaultMaxTokens = 512
     public static let maxTokensLimit = 32_768
+    /// Turns of a chat: enough for any conversation a context window holds, and a bound on
+    /// the work one request can cause before it reaches the model.
+    public static let maxTurns = 256
+    public static let maxStops = 16
+    public static let maxStopBytes = 256
+    public static let chatRoles: Set<String> = ["system", "user", "assistant"]
+
+    /// The text that stands for the request in logs and the task history: the prompt, or
+    /// the chat's last turn.
+    public var summaryText: String { messages?.last?.content ?? prompt }
 }
 
 /// One turn of a chat (SPEC 6.1 `messages`): `role` is `system`, `user` or `assistant`.
@@ -36,6 +56,8 @@ public struct GenerationOptions: Sendable, Equatable {
 /// What the assembler makes of a client's bytes.
 public enum AssemblerEvent: Sendable, Equatable {
     case request(BluetoothRequest)
+    /// `{"id", "cancel": true}` (SPEC 6.1): stop the client's queued or running request `id`.
+    case cancel(id: String)
     /// Answered with `ok: false`; `id` when it could be read.
     case rejected(id: String?, error: String)
 }
@@ -193,17 +215,135 @@ public struct RequestAssembler: Sendable {
         }
         let id = value["id"]?.stringValue.flatMap { Subtask.isSafeID($0) ? $0 : nil }
         guard let id else { return .rejected(id: nil, error: "missing_id: the request needs an \"id\" string") }
-        guard let prompt = value["prompt"]?.stringValue, !prompt.isEmpty else {
-            return .rejected(id: id, error: "missing_prompt: the request needs a non-empty \"prompt\" string")
+        // JSON null stands for an absent key among 6.1's (clients serialise nil that way).
+        func given(_ key: String) -> JSONValue? {
+            // Not `flatMap { … ? nil : $0 }`: JSONValue takes `nil` as a literal for `.null`.
+            guard let found = value[key], found != .null else { return Optional.none }
+            return found
         }
-        var maxTokens = BluetoothRequest.defaultMaxTokens
+        if let cancel = given("cancel") {
+            guard cancel == .bool(true) else { return .rejected(id: id, error: "bad_cancel: \"cancel\" must be true") }
+            return .cancel(id: id)
+        }
+        var request = BluetoothRequest(id: id, prompt: "", maxTokens: BluetoothRequest.defaultMaxTokens)
+        if let messages = given("messages") {
+            guard given("prompt") == nil else {
+                return .rejected(id: id, error: "prompt_and_messages: send either \"prompt\" or \"messages\", not both")
+            }
+            switch turns(messages) {
+            case .success(let turns): request.messages = turns
+            case .failure(let error): return .rejected(id: id, error: error.text)
+            }
+        } else {
+            guard let prompt = value["prompt"]?.stringValue, !prompt.isEmpty else {
+                return .rejected(id: id, error: "missing_prompt: the request needs a non-empty \"prompt\" string")
+            }
+            request.prompt = prompt
+        }
         if let given = value["maxTokens"] {
             guard let n = given.intValue, n >= 1, n <= Int64(BluetoothRequest.maxTokensLimit) else {
                 return .rejected(id: id, error: "bad_max_tokens: \"maxTokens\" must be an integer in 1…\(BluetoothRequest.maxTokensLimit)")
             }
-            maxTokens = Int(n)
+            request.maxTokens = Int(n)
         }
-        return .request(BluetoothRequest(id: id, prompt: prompt, maxTokens: maxTokens))
+        if let stream = given("stream") {
+            guard let flag = stream.boolValue else { return .rejected(id: id, error: "bad_stream: \"stream\" must be true or false") }
+            request.stream = flag
+        }
+        if let system = given("system") {
+            guard let text = system.stringValue else { return .rejected(id: id, error: "bad_system: \"system\" must be a string") }
+            request.system = text
+        }
+        if let format = given("format") {
+            guard format == .string("json") else {
+                return .rejected(id: id, error: "unsupported_format: \"format\" may only be \"json\"")
+            }
+            request.format = "json"
+        }
+        if let options = given("options") {
+            switch generationOptions(options) {
+            case .success(let parsed): request.options = parsed
+            case .failure(let error): return .rejected(id: id, error: error.text)
+            }
+        }
+        return .request(request)
+    }
+
+    /// A reason to refuse a request, as its `error` text.
+    struct Refusal: Error {
+        let text: String
+        init(_ text: String) { self.text = text }
+    }
+
+    /// 6.1's `messages`: 1…`maxTurns` turns, each a known role and a string content (other
+    /// keys of a turn are ignored, like unknown keys of the request).
+    static func turns(_ value: JSONValue) -> Result<[ChatTurn], Refusal> {
+        let limit = BluetoothRequest.maxTurns
+        guard let array = value.arrayValue, (1...limit).contains(array.count) else {
+            return .failure(Refusal("bad_messages: \"messages\" must be an array of 1…\(limit) turns"))
+        }
+        var turns: [ChatTurn] = []
+        turns.reserveCapacity(array.count)
+        for (index, turn) in array.enumerated() {
+            guard let role = turn["role"]?.stringValue, BluetoothRequest.chatRoles.contains(role) else {
+                return .failure(Refusal("bad_messages: messages[\(index)].role must be \"system\", \"user\" or \"assistant\""))
+            }
+            guard let content = turn["content"]?.stringValue else {
+                return .failure(Refusal("bad_messages: messages[\(index)].content must be a string"))
+            }
+            turns.append(ChatTurn(role: role, content: content))
+        }
+        return .success(turns)
+    }
+
+    /// 6.1's `options`: the listed keys, each checked; any other key is named in the refusal.
+    static func generationOptions(_ value: JSONValue) -> Result<GenerationOptions, Refusal> {
+        guard let object = value.objectValue else { return .failure(Refusal("bad_options: \"options\" must be an object")) }
+        var options = GenerationOptions()
+        func number(_ value: JSONValue, _ key: String, _ range: ClosedRange<Double>) -> Result<Double, Refusal> {
+            guard let n = value.doubleValue, n.isFinite, range.contains(n) else {
+                return .failure(Refusal("bad_option: \"options.\(key)\" must be a number in \(range.lowerBound)…\(range.upperBound)"))
+            }
+            return .success(n)
+        }
+        func integer(_ value: JSONValue, _ key: String, _ range: ClosedRange<Int64>) -> Result<Int64, Refusal> {
+            guard let n = value.intValue, range.contains(n) else {
+                return .failure(Refusal("bad_option: \"options.\(key)\" must be an integer in \(range.lowerBound)…\(range.upperBound)"))
+            }
+            return .success(n)
+        }
+        for member in object.members where member.value != .null {
+            let value = member.value
+            do {
+                switch member.key {
+                case "temperature": options.temperature = try number(value, "temperature", 0...100).get()
+                case "top_p": options.topP = try number(value, "top_p", 0...1).get()
+                case "top_k": options.topK = Int(try integer(value, "top_k", 0...1_000_000).get())
+                case "seed": options.seed = try integer(value, "seed", Int64(Int32.min)...Int64(UInt32.max)).get()
+                case "num_ctx": options.numCtx = Int(try integer(value, "num_ctx", 1...1_048_576).get())
+                case "stop": options.stop = try stops(value).get()
+                default:
+                    return .failure(Refusal("unsupported_option: \(String(member.key.unicodeScalars.prefix(64).map(Character.init)))"))
+                }
+            } catch {
+                return .failure(error)
+            }
+        }
+        return .success(options)
+    }
+
+    /// `stop`: one string or an array of them (OpenAI allows both), each non-empty and short.
+    static func stops(_ value: JSONValue) -> Result<[String], Refusal> {
+        let refusal = Refusal("bad_option: \"options.stop\" must be a string or an array of at most \(BluetoothRequest.maxStops) strings of 1…\(BluetoothRequest.maxStopBytes) bytes")
+        let items: [JSONValue]
+        if case .string = value { items = [value] } else if let array = value.arrayValue { items = array } else { return .failure(refusal) }
+        guard items.count <= BluetoothRequest.maxStops else { return .failure(refusal) }
+        var stops: [String] = []
+        for item in items {
+            guard let text = item.stringValue, (1...BluetoothRequest.maxStopBytes).contains(text.utf8.count) else { return .failure(refusal) }
+            stops.append(text)
+        }
+        return .success(stops)
     }
 
     /// The id of a broken request, when a `"id":"…"` pair can be found in its bytes.
@@ -234,6 +374,38 @@ public enum BluetoothMessage {
         response(id: id ?? "", output: "", ok: false, durationMs: 0, error: error)
     }
 
+    /// A client's cancel of its request `id` (SPEC 6.1): `{"id", "cancel": true}`.
+    public static func cancel(id: String) -> [UInt8] {
+        JSONValue.object(JSONObject([("id", .string(id)), ("cancel", .bool(true))])).serializedBytes
+    }
+
+    /// A streamed request's partial message (SPEC 6.1): `{"id", "delta", "done": false}`.
+    public static func partial(id: String, delta: String) -> [UInt8] {
+        JSONValue.object(JSONObject([("id", .string(id)), ("delta", .string(delta)), ("done", .bool(false))])).serializedBytes
+    }
+
+    /// A streamed request's last message (SPEC 6.1), without `output`: `{"id", "ok": true,
+    /// "done": true, "durationMs", "evalCount"?}`, or `{"id", "ok": false, "done": true, "error"}`.
+    public static func final(id: String, ok: Bool, durationMs: Int64, evalCount: Int? = nil, error: String? = nil) -> [UInt8] {
+        var object = JSONObject([("id", .string(id)), ("ok", .bool(ok)), ("done", .bool(true))])
+        if ok {
+            object["durationMs"] = .int(durationMs)
+            if let evalCount { object["evalCount"] = .int(Int64(evalCount)) }
+        } else {
+            object["error"] = .string(error ?? "failed")
+        }
+        return JSONValue.object(object).serializedBytes
+    }
+
+    /// The size a partial message of request `id` aims at: the fewest whole notifications
+    /// at `mtu` that hold the message's keys and at least one byte of text (one
+    /// notification at any usual MTU; at MTU 23 the keys alone need several).
+    public static func partialBudget(id: String, mtu: Int) -> Int {
+        let size = chunkSize(mtu: mtu)
+        let overhead = partial(id: id, delta: "").count
+        return size * ((overhead + 1 + size - 1) / size)
+    }
+
     /// `batteryPct` -1 when the host has no battery (SPEC 6).
     /// `name` (SPEC 6 lets more keys follow) tells a client which worker it reached even
     /// when bluetoothd shows the host's GAP name instead of the advertised one.
@@ -256,5 +428,99 @@ public enum BluetoothMessage {
     public static func chunks(_ message: [UInt8], mtu: Int) -> [ArraySlice<UInt8>] {
         let size = chunkSize(mtu: mtu)
         return stride(from: 0, to: message.count, by: size).map { message[$0..<min($0 + size, message.count)] }
+    }
+}
+
+/// Gathers the text a streamed request produces into partial messages (SPEC 6.1): one is
+/// due once its text would fill the partial's budget (whole notifications, see
+/// `BluetoothMessage.partialBudget`) or `delayMs` after its first byte, whichever comes first.
+/// Pure: the peripheral asks for a due partial whenever its link is free, so a link slower
+/// than the model makes bigger partials, never a longer queue.
+public struct PartialCoalescer: Sendable, Equatable {
+    public let id: String
+    public let delayMs: Int64
+    /// The text not yet sent; `start` is where it begins (taking from the front is O(1)).
+    var scalars: [Unicode.Scalar] = []
+    var start = 0
+    /// Its size once escaped in a JSON string.
+    public private(set) var escapedBytes = 0
+    /// When the first byte of the text not yet sent arrived.
+    public private(set) var firstAtMs: Int64?
+
+    public init(id: String, delayMs: Int64 = 100) {
+        self.id = id
+        self.delayMs = delayMs
+    }
+
+    public var isEmpty: Bool { start == scalars.count }
+    /// When the text waiting is due whatever its size.
+    public var dueAtMs: Int64? { firstAtMs.map { $0 + delayMs } }
+
+    public mutating func add(_ text: String, nowMs: Int64) {
+        guard !text.isEmpty else { return }
+        if isEmpty { firstAtMs = nowMs }
+        for scalar in text.unicodeScalars {
+            scalars.append(scalar)
+            escapedBytes += Self.escapedLength(scalar)
+        }
+    }
+
+    /// Whether the text waiting fills a partial of `budget` bytes.
+    public func isFull(budget: Int) -> Bool { escapedBytes >= room(budget) }
+
+    /// The partial message due at `nowMs`, if any: as much text as fits the budget when the
+    /// text fills it, else all of it once `delayMs` has passed since its first byte.
+    public mutating func take(nowMs: Int64, budget: Int) -> [UInt8]? {
+        guard !isEmpty else { return nil }
+        if isFull(budget: budget) { return cut(maxEscaped: room(budget), nowMs: nowMs) }
+        guard let due = dueAtMs, nowMs >= due else { return nil }
+        return cut(maxEscaped: Int.max, nowMs: nowMs)
+    }
+
+    /// Everything waiting, as partial messages of at most `budget` bytes (the request ended).
+    public mutating func drain(budget: Int) -> [[UInt8]] {
+        var messages: [[UInt8]] = []
+        while !isEmpty { messages.append(cut(maxEscaped: room(budget), nowMs: firstAtMs ?? 0)) }
+        return messages
+    }
+
+    func room(_ budget: Int) -> Int { max(1, budget - BluetoothMessage.partial(id: id, delta: "").count) }
+
+    /// The longest prefix whose escaped size fits `maxEscaped` (at least one scalar, so a
+    /// tiny budget still makes progress), as a partial message; the rest waits, timed from now.
+    mutating func cut(maxEscaped: Int, nowMs: Int64) -> [UInt8] {
+        var end = start
+        var size = 0
+        while end < scalars.count {
+            let next = Self.escapedLength(scalars[end])
+            if size + next > maxEscaped && end > start { break }
+            size += next
+            end += 1
+        }
+        var text = ""
+        text.unicodeScalars.append(contentsOf: scalars[start..<end])
+        start = end
+        escapedBytes -= size
+        if isEmpty {
+            scalars.removeAll(keepingCapacity: true)
+            start = 0
+            firstAtMs = nil
+        } else {
+            firstAtMs = nowMs
+            if start > 4_096 && start * 2 > scalars.count {
+                scalars.removeFirst(start)
+                start = 0
+            }
+        }
+        return BluetoothMessage.partial(id: id, delta: text)
+    }
+
+    /// The bytes `scalar` takes inside a JSON string as `JSONValue` writes it.
+    static func escapedLength(_ scalar: Unicode.Scalar) -> Int {
+        switch scalar {
+        case "\"", "\\", "\n", "\r", "\t": return 2
+        case "\u{2028}", "\u{2029}": return 6
+        default: return scalar.value < 0x20 ? 6 : UTF8.width(scalar)
+        }
     }
 }

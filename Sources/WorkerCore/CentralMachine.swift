@@ -43,7 +43,9 @@ public struct CentralMachine: Sendable {
         case writeAnswered(id: String, error: String?)
         /// A request from the HTTP side: its id, its JSON bytes, how long it may take.
         case request(id: String, bytes: [UInt8], timeoutMs: Int64)
-        /// The HTTP side no longer waits for it.
+        /// The HTTP side no longer waits for it (its task was cancelled): it resolves now as
+        /// `notConnected(abandonedReason)`, and the worker is told to stop it (SPEC 6.1's cancel) once the request
+        /// has reached it; a request still waiting to be written is simply dropped.
         case abandon(id: String)
         case tick
         /// The proxy stops: every request waiting fails now.
@@ -63,6 +65,8 @@ public struct CentralMachine: Sendable {
         case readStatus(path: String)
         /// A write with response of one chunk; answer with `.writeAnswered`.
         case write(id: String, path: String, chunk: [UInt8])
+        /// A partial message's text (SPEC 6.1), for the HTTP side, in the order received.
+        case partial(id: String, String)
         /// The request's result, for the HTTP side.
         case resolve(id: String, GenerateResult)
         case log(MachineLogLevel, String)
@@ -73,13 +77,27 @@ public struct CentralMachine: Sendable {
     struct Pending: Sendable {
         var deadlineMs: Int64
         var timeoutMs: Int64
+        /// A streamed answer's text so far: the result's `output` (the final message has none).
+        var streamed = ""
     }
+
+    /// An abandoned request's result: no one but a stopping proxy reads it, and there it
+    /// means the service is going away (503), so it is `notConnected`.
+    public static let abandonedReason = "cancelled: the caller stopped waiting (its HTTP client left, or the proxy is stopping)"
+
+    /// The most of a streamed answer kept for its result's `output` (the deltas themselves
+    /// all go to the caller): a worker's `backend.maxOutputBytes` is at most 16 MiB.
+    public static let maxStreamedOutputBytes = 16 << 20
 
     struct Writing: Sendable {
         var id: String
         var bytes: [UInt8]
         var offset = 0
         var inFlight = 0
+        /// Written to the end even though no one waits for an answer: a cancel, and the
+        /// rest of a request abandoned mid-write (cut short, it would leave the worker a
+        /// partial request that garbles the next one for 5 s).
+        var detached = false
     }
 
     public let settings: Settings
@@ -191,7 +209,7 @@ public struct CentralMachine: Sendable {
             pending[id] = Pending(deadlineMs: now + max(1, timeoutMs), timeoutMs: timeoutMs)
             writeQueue.append(Writing(id: id, bytes: bytes))
         case .abandon(let id):
-            pending.removeValue(forKey: id)
+            abandon(id: id, &out)
         case .tick:
             break
         case .stop:
@@ -409,7 +427,7 @@ public struct CentralMachine: Sendable {
             }
             guard var current = writing else { return }
             guard current.inFlight == 0 else { return }
-            guard pending[current.id] != nil, phase == .connected, let path = characteristics[.request],
+            guard current.detached || pending[current.id] != nil, phase == .connected, let path = characteristics[.request],
                   current.offset < current.bytes.count else {
                 writing = nil
                 continue
@@ -444,10 +462,33 @@ public struct CentralMachine: Sendable {
         status.lastSeenMs = now
         for event in responseFramer.feed(bytes, nowMs: now) {
             guard case .object(let object) = event, let json = try? JSON.parse(object), let id = json["id"]?.stringValue,
-                  pending.removeValue(forKey: id) != nil else { continue }
-            out.append(.resolve(id: id, .answered(ok: json["ok"]?.boolValue ?? false, output: json["output"]?.stringValue ?? "",
+                  pending[id] != nil else { continue }
+            // A partial (SPEC 6.1) carries text; the final (`done: true`) or SPEC 6's
+            // response (with `output`) ends the request.
+            if json["done"] == .bool(false) {
+                if let delta = json["delta"]?.stringValue, !delta.isEmpty {
+                    if pending[id]!.streamed.utf8.count + delta.utf8.count <= Self.maxStreamedOutputBytes { pending[id]!.streamed += delta }
+                    out.append(.partial(id: id, delta))
+                }
+                continue
+            }
+            let streamed = pending.removeValue(forKey: id)?.streamed ?? ""
+            out.append(.resolve(id: id, .answered(ok: json["ok"]?.boolValue ?? false, output: json["output"]?.stringValue ?? streamed,
                                                   error: json["error"]?.stringValue, workerDurationMs: json["durationMs"]?.intValue ?? 0)))
         }
+    }
+
+    mutating func abandon(id: String, _ out: inout [Command]) {
+        guard pending.removeValue(forKey: id) != nil else { return }
+        out.append(.resolve(id: id, .notConnected(Self.abandonedReason)))
+        if let index = writeQueue.firstIndex(where: { $0.id == id }) {
+            writeQueue.remove(at: index)
+            return
+        }
+        guard phase == .connected else { return }
+        if writing?.id == id { writing?.detached = true }
+        out.append(.log(.info, "request \(id) abandoned by its HTTP client: cancelling it on the worker"))
+        writeQueue.insert(Writing(id: id, bytes: BluetoothMessage.cancel(id: id), detached: true), at: 0)
     }
 
     mutating func statusChunk(_ bytes: [UInt8], now: Int64) {

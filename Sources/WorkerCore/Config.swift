@@ -51,8 +51,12 @@ public struct WorkerConfig: Sendable, Equatable {
     /// The policy keys the config file sets (for `policy show`'s sources).
     public var policyKeysInFile: Set<String> = []
 
+    /// What to do on a metered connection (NetworkManager's `Metered`, SPEC 11).
+    public enum MeteredAction: String, Sendable, CaseIterable { case hold, allow }
     public struct Network: Sendable, Equatable {
         public var pathLossGraceMs: Int64 = 1_500
+        /// `hold`: no pulls while the primary connection is metered; `allow`: pull anyway.
+        public var onMetered: MeteredAction = .hold
         public init() {}
     }
     public var network = Network()
@@ -63,6 +67,8 @@ public struct WorkerConfig: Sendable, Equatable {
         public var maxQueuedRequests: Int64 = 8
         public var chunkPacingMs: Int64 = 10
         public var maxClients: Int64 = 1
+        /// The most tokens a Bluetooth request may ask for; nil: `backend.maxTokens`.
+        public var maxTokens: Int64?
         public init() {}
     }
     public var bluetooth = Bluetooth()
@@ -242,6 +248,7 @@ extension WorkerConfig {
                 reader.members(of: object, path: path) { reader, key, value, path in
                     switch key {
                     case "pathLossGraceMs": reader.int(value, path: path, 0...600_000).map { config.network.pathLossGraceMs = $0 }
+                    case "onMetered": reader.choice(value, path: path, MeteredAction.self).map { config.network.onMetered = $0 }
                     default: reader.unknown(path)
                     }
                 }
@@ -257,6 +264,7 @@ extension WorkerConfig {
                     case "maxQueuedRequests": reader.int(value, path: path, 1...1_024).map { config.bluetooth.maxQueuedRequests = $0 }
                     case "chunkPacingMs": reader.int(value, path: path, 0...1_000).map { config.bluetooth.chunkPacingMs = $0 }
                     case "maxClients": reader.int(value, path: path, 1...16).map { config.bluetooth.maxClients = $0 }
+                    case "maxTokens": reader.int(value, path: path, 1...32_768).map { config.bluetooth.maxTokens = $0 }
                     default: reader.unknown(path)
                     }
                 }

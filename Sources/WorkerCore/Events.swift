@@ -14,6 +14,10 @@ public enum EventKind: String, Sendable, CaseIterable {
     case powerResume = "power-resume"
     /// The coordinator switched the model (SPEC 7).
     case modelSwitched = "model-switched"
+    /// A reload (SIGHUP, `systemctl reload`) applied a config file (SPEC 11).
+    case configReloaded = "config-reloaded"
+    /// A reload refused an invalid config file; the running one is kept.
+    case configRefused = "config-refused"
 }
 
 /// An event before the log numbers and times it.

@@ -10,11 +10,14 @@ public struct PeripheralOutcome: Sendable, Equatable {
     public var output: String
     public var error: String?
     public var durationMs: Int64
-    public init(ok: Bool, output: String, error: String?, durationMs: Int64) {
+    /// Tokens of the answer, when the backend counts them (a streamed final's `evalCount`).
+    public var evalCount: Int?
+    public init(ok: Bool, output: String, error: String?, durationMs: Int64, evalCount: Int? = nil) {
         self.ok = ok
         self.output = output
         self.error = error
         self.durationMs = durationMs
+        self.evalCount = evalCount
     }
 }
 
@@ -55,6 +58,10 @@ public struct PeripheralMachine: Sendable {
         /// bluetoothd calls StartNotify for the first subscriber only: a client joining
         /// later gets the status this long after it connects (time to subscribe).
         public var laterClientStatusDelayMs: Int64 = 1_500
+        /// `bluetooth.maxTokens`: a request asking for more runs with this many.
+        public var maxTokens = BluetoothRequest.maxTokensLimit
+        /// A streamed request's partial goes out this long after its first byte at the latest (SPEC 6.1).
+        public var partialDelayMs: Int64 = 100
 
         public init(adapter: String?, localName: String, maxRequestBytes: Int, maxQueuedRequests: Int, chunkPacingMs: Int64, maxClients: Int) {
             self.adapter = adapter
@@ -107,7 +114,9 @@ public struct PeripheralMachine: Sendable {
         case registration(Registered, epoch: Int, RegistrationAnswer)
         /// A call from `sender` (only bluetoothd may call the application).
         case call(sender: String?, Call)
-        /// The request handed out by `.serve(ticket:…)` is done.
+        /// The request handed out by `.serve(ticket:…)` produced this text (streamed requests).
+        case partial(ticket: Int, String)
+        /// The request handed out by `.serve(ticket:…)` is done (after a `.cancel`: it stopped).
         case served(ticket: Int, PeripheralOutcome)
         /// The answer to `.fetchStatusValues`.
         case statusValues(modelState: String, batteryPct: Int?, force: Bool)
@@ -126,8 +135,10 @@ public struct PeripheralMachine: Sendable {
         case disconnect(device: String, address: String)
         /// One notification chunk (PropertiesChanged on the characteristic's Value).
         case notify(GattLayout.Role, [UInt8])
-        /// Run a request on the model; answer with `.served(ticket:…)`.
+        /// Run a request on the model; answer with `.partial` (streamed requests) and `.served(ticket:…)`.
         case serve(ticket: Int, BluetoothRequest, client: String)
+        /// Stop the request `ticket` (abort its backend call), then answer `.served` as usual.
+        case cancel(ticket: Int, reason: String)
         /// Ask the daemon for the status characteristic's values; answer with `.statusValues`.
         case fetchStatusValues(force: Bool)
         /// `status` changed: show it.
@@ -149,10 +160,25 @@ public struct PeripheralMachine: Sendable {
         var client: String
     }
 
+    /// A message waiting for the link; `client` when it is one client's answer (dropped if
+    /// that client leaves first), `refusal` when it is a refused cancel (one queued per client).
+    struct Outgoing: Sendable {
+        var role: GattLayout.Role
+        var bytes: [UInt8]
+        var client: String? = nil
+        var refusal = false
+    }
+
+    /// Why the running request is being stopped: the client's cancel (answered
+    /// `cancelled`) or its departure (nothing to answer).
+    enum Stopping: Sendable, Equatable { case cancelled, clientGone }
+
     struct Sending: Sendable {
         var role: GattLayout.Role
         var chunks: [[UInt8]]
         var next = 0
+        /// The client whose refused cancel this is: it may have another once this one is out.
+        var refusalOf: String? = nil
     }
 
     public let settings: Settings
@@ -185,12 +211,18 @@ public struct PeripheralMachine: Sendable {
     var housekeepingDueAtMs: Int64 = 0
     var lastNowMs: Int64 = 0
 
-    var outbox: [(role: GattLayout.Role, bytes: [UInt8])] = []
+    var outbox: [Outgoing] = []
+    /// Refused cancels waiting in the outbox or being sent, per client: at most one, so a
+    /// flood of bad cancels costs one notification at a time, not one each.
+    var refusalsQueued: Set<String> = []
     var sending: Sending?
     var nextChunkAtMs: Int64 = 0
 
     var waiting: [Queued] = []
     var running: Queued?
+    var runningStop: Stopping?
+    /// The running request's text not yet notified (streamed requests).
+    var coalescer: PartialCoalescer?
     var nextTicket = 0
 
     public init(settings: Settings) {
@@ -217,6 +249,7 @@ public struct PeripheralMachine: Sendable {
         var deadline = housekeepingDueAtMs
         func consider(_ time: Int64) { if time > lastNowMs { deadline = min(deadline, time) } }
         if sending != nil || !outbox.isEmpty { consider(nextChunkAtMs) }
+        if let due = coalescer?.dueAtMs { consider(max(due, nextChunkAtMs)) }
         if let forced = statusForcedAtMs { consider(forced) }
         if application == .none || advertisement == .none { consider(retryAtMs) }
         return max(deadline, lastNowMs + 1)
@@ -246,6 +279,8 @@ public struct PeripheralMachine: Sendable {
             registered(what, epoch: epoch, answer: answer, now: now, &out)
         case .call(let sender, let call):
             handle(call, sender: sender, now: now, &out)
+        case .partial(let ticket, let text):
+            if let item = running, item.ticket == ticket, runningStop == nil { coalescer?.add(text, nowMs: now) }
         case .served(let ticket, let outcome):
             finished(ticket: ticket, outcome, &out)
         case .statusValues(let modelState, let batteryPct, let force):
@@ -279,13 +314,13 @@ public struct PeripheralMachine: Sendable {
         case .adapterRemoved(let path):
             if path == adapterPath {
                 out.append(.log(.warning, "adapter \(adapterName(path)) went away"))
-                registrationsLost()
+                registrationsLost(&out)
             }
             reconcile(now: now, &out)
         case .adapterPowered(let path, let powered):
             if path == adapterPath && !powered {
                 out.append(.log(.warning, "adapter \(adapterName(path)) powered off"))
-                registrationsLost()
+                registrationsLost(&out)
             }
             reconcile(now: now, &out)
         case .deviceConnected(let path):
@@ -322,18 +357,19 @@ public struct PeripheralMachine: Sendable {
         if follower.present || application != .none || advertisement != .none {
             out.append(.log(.warning, "bluetoothd left the bus: the application and advertisement are gone; registering again when it is back"))
         }
-        registrationsLost()
+        registrationsLost(&out)
         retryAtMs = 0
     }
 
     /// The adapter went away or off, or bluetoothd did: what was registered is gone, and
-    /// so are the clients' links.
-    mutating func registrationsLost() {
+    /// so are the clients' links (and their requests, SPEC 6.1).
+    mutating func registrationsLost(_ out: inout [Command]) {
         application = .none
         advertisement = .none
         adapterPath = nil
         epoch += 1
         roster.removeAll()
+        for device in sessions.keys.sorted() { clientGone(sessions[device]!.address, &out) }
         sessions.removeAll()
         notifying.removeAll()
     }
@@ -350,7 +386,7 @@ public struct PeripheralMachine: Sendable {
         guard adapter.powered else { return waiting(for: .poweredOff(adapter: adapter.name)) }
         setupProblem = nil
         if adapterPath != path {
-            registrationsLost()
+            registrationsLost(&out)
             adapterPath = path
         }
         guard now >= retryAtMs else { return }
@@ -418,6 +454,8 @@ public struct PeripheralMachine: Sendable {
         // Answers that cannot be delivered any more are dropped with the queue.
         waiting.removeAll()
         outbox.removeAll()
+        refusalsQueued.removeAll()
+        coalescer = nil
         sending = nil
     }
 
@@ -509,7 +547,28 @@ public struct PeripheralMachine: Sendable {
         roster.gone(path)
         if let session = sessions.removeValue(forKey: path) {
             out.append(.log(.info, "client \(session.address) disconnected\(session.assembler.isPartial ? " in the middle of a request (dropped)" : "")"))
+            clientGone(session.address, &out)
         }
+    }
+
+    /// A departed client's queued requests are dropped and its running one stopped (SPEC
+    /// 6.1, 6.2): nothing of it is answered to whoever connects next.
+    mutating func clientGone(_ client: String, _ out: inout [Command]) {
+        let dropped = waiting.filter { $0.client == client }
+        if !dropped.isEmpty {
+            waiting.removeAll { $0.client == client }
+            status.requestsFailed += Int64(dropped.count)
+            out.append(.log(.info, "cancelled \(dropped.count) queued request(s) of \(client): the client disconnected"))
+        }
+        if let item = running, item.client == client, runningStop != .clientGone {
+            runningStop = .clientGone
+            coalescer = nil
+            out.append(.log(.info, "cancelling request \(item.request.id) of \(client): the client disconnected"))
+            out.append(.cancel(ticket: item.ticket, reason: "cancelled: the client disconnected"))
+        }
+        outbox.removeAll { $0.client == client }
+        refusalsQueued.remove(client)
+        status.queued = queued
     }
 
     mutating func assembled(_ events: [AssemblerEvent], client: String, _ out: inout [Command]) {
@@ -519,6 +578,8 @@ public struct PeripheralMachine: Sendable {
                 status.requestsRejected += 1
                 out.append(.log(.info, "request from \(client) rejected: \(error)"))
                 enqueue(.response, BluetoothMessage.rejection(id: id, error: error))
+            case .cancel(let id):
+                cancel(id: id, client: client, &out)
             case .request(let request):
                 guard queuePolicy.admits(waiting: waiting.count, running: running == nil ? 0 : 1) else {
                     status.requestsFailed += 1
@@ -526,7 +587,11 @@ public struct PeripheralMachine: Sendable {
                     enqueue(.response, BluetoothMessage.rejection(id: request.id, error: RequestQueuePolicy.busyError))
                     continue
                 }
-                out.append(.log(.info, "request \(request.id) from \(client): \(request.prompt.utf8.count) bytes of prompt, maxTokens \(request.maxTokens)"))
+                if let turns = request.messages {
+                    out.append(.log(.info, "request \(request.id) from \(client): a chat of \(turns.count) turn(s), maxTokens \(request.maxTokens)\(request.stream ? ", streamed" : "")"))
+                } else {
+                    out.append(.log(.info, "request \(request.id) from \(client): \(request.prompt.utf8.count) bytes of prompt, maxTokens \(request.maxTokens)\(request.stream ? ", streamed" : "")"))
+                }
                 nextTicket += 1
                 waiting.append(Queued(ticket: nextTicket, request: request, client: client))
             }
@@ -534,32 +599,98 @@ public struct PeripheralMachine: Sendable {
         status.queued = queued
     }
 
+    /// `{"id", "cancel": true}`: only the client's own queued or running request stops; any
+    /// other id (unknown, finished, another client's) is refused without naming whose it
+    /// is, and the refusal goes out with no id, so another client never sees an answer
+    /// for its own request that it did not ask for.
+    mutating func cancel(id: String, client: String, _ out: inout [Command]) {
+        if let index = waiting.firstIndex(where: { $0.request.id == id && $0.client == client }) {
+            let item = waiting.remove(at: index)
+            status.requestsFailed += 1
+            status.queued = queued
+            out.append(.log(.info, "request \(id) of \(client) cancelled while queued"))
+            answerCancelled(item, durationMs: 0)
+            return
+        }
+        if let item = running, item.request.id == id, item.client == client {
+            // A second cancel of the same request has nothing more to stop.
+            guard runningStop == nil else { return }
+            runningStop = .cancelled
+            coalescer = nil
+            out.append(.log(.info, "cancelling request \(id) of \(client) (running)"))
+            out.append(.cancel(ticket: item.ticket, reason: "cancelled"))
+            return
+        }
+        status.requestsRejected += 1
+        guard !refusalsQueued.contains(client) else {
+            out.append(.log(.debug, "cancel of \(id) from \(client) refused (a refusal is already queued)"))
+            return
+        }
+        refusalsQueued.insert(client)
+        out.append(.log(.info, "cancel of \(id) from \(client) refused: not a queued or running request of this client"))
+        let error = "cancel_refused: no queued or running request \"\(id)\" of this client"
+        outbox.append(Outgoing(role: .response, bytes: BluetoothMessage.rejection(id: nil, error: error), client: client, refusal: true))
+    }
+
+    /// A cancelled request's last message: `ok: false`, `error: "cancelled"`, in the form
+    /// its client asked for.
+    mutating func answerCancelled(_ item: Queued, durationMs: Int64) {
+        let bytes = item.request.stream
+            ? BluetoothMessage.final(id: item.request.id, ok: false, durationMs: durationMs, error: "cancelled")
+            : BluetoothMessage.response(id: item.request.id, output: "", ok: false, durationMs: durationMs, error: "cancelled")
+        enqueue(.response, bytes, client: item.client)
+    }
+
     // MARK: Requests
 
     /// One request at a time runs on the model, in arrival order.
     mutating func startWork(_ out: inout [Command]) {
         guard running == nil, !stopping, !waiting.isEmpty else { return }
-        let next = waiting.removeFirst()
+        var next = waiting.removeFirst()
+        if next.request.maxTokens > settings.maxTokens {
+            out.append(.log(.info, "request \(next.request.id): maxTokens \(next.request.maxTokens) capped to \(settings.maxTokens) (bluetooth.maxTokens)"))
+            next.request.maxTokens = settings.maxTokens
+        }
         running = next
+        runningStop = nil
+        coalescer = next.request.stream ? PartialCoalescer(id: next.request.id, delayMs: settings.partialDelayMs) : nil
         out.append(.serve(ticket: next.ticket, next.request, client: next.client))
         status.queued = queued
     }
 
     mutating func finished(ticket: Int, _ outcome: PeripheralOutcome, _ out: inout [Command]) {
         guard let item = running, item.ticket == ticket else { return }
+        let stop = runningStop
+        var partials = coalescer
         running = nil
+        runningStop = nil
+        coalescer = nil
         status.queued = queued
-        if outcome.ok { status.requestsServed += 1 } else { status.requestsFailed += 1 }
+        if outcome.ok && stop == nil { status.requestsServed += 1 } else { status.requestsFailed += 1 }
         guard !stopping else { return }
-        enqueue(.response, BluetoothMessage.response(id: item.request.id, output: outcome.output, ok: outcome.ok,
-                                                     durationMs: outcome.durationMs, error: outcome.error))
+        switch stop {
+        case .clientGone:
+            return
+        case .cancelled:
+            answerCancelled(item, durationMs: outcome.durationMs)
+        case nil where item.request.stream:
+            // The text produced before the end (or a failure part-way) goes out first.
+            for message in partials?.drain(budget: BluetoothMessage.partialBudget(id: item.request.id, mtu: notificationMTU)) ?? [] {
+                enqueue(.response, message, client: item.client)
+            }
+            enqueue(.response, BluetoothMessage.final(id: item.request.id, ok: outcome.ok, durationMs: outcome.durationMs,
+                                                      evalCount: outcome.evalCount, error: outcome.error), client: item.client)
+        case nil:
+            enqueue(.response, BluetoothMessage.response(id: item.request.id, output: outcome.output, ok: outcome.ok,
+                                                         durationMs: outcome.durationMs, error: outcome.error), client: item.client)
+        }
     }
 
     // MARK: Notifications
 
-    mutating func enqueue(_ role: GattLayout.Role, _ bytes: [UInt8]?) {
+    mutating func enqueue(_ role: GattLayout.Role, _ bytes: [UInt8]?, client: String? = nil) {
         guard let bytes, !bytes.isEmpty else { return }
-        outbox.append((role, bytes))
+        outbox.append(Outgoing(role: role, bytes: bytes, client: client))
     }
 
     /// The chunk size fits the smallest MTU among the served clients (one notification
@@ -571,13 +702,21 @@ public struct PeripheralMachine: Sendable {
     mutating func pump(now: Int64, _ out: inout [Command]) {
         while now >= nextChunkAtMs {
             if sending == nil {
+                // The running request's text goes out whenever the link is free and a
+                // partial is due: a slow link makes bigger partials, not a longer queue.
+                if outbox.isEmpty, let item = running, coalescer != nil {
+                    let budget = BluetoothMessage.partialBudget(id: item.request.id, mtu: notificationMTU)
+                    if let partial = coalescer?.take(nowMs: now, budget: budget) { enqueue(.response, partial, client: item.client) }
+                }
                 guard !outbox.isEmpty else { return }
                 let message = outbox.removeFirst()
-                sending = Sending(role: message.role, chunks: BluetoothMessage.chunks(message.bytes, mtu: notificationMTU).map { Array($0) })
+                sending = Sending(role: message.role, chunks: BluetoothMessage.chunks(message.bytes, mtu: notificationMTU).map { Array($0) },
+                                  refusalOf: message.refusal ? message.client : nil)
                 nextChunkAtMs = max(nextChunkAtMs, now)
                 out.append(.log(.debug, "notifying \(message.bytes.count) bytes on \(message.role.rawValue) in \(sending!.chunks.count) chunk(s) at MTU \(notificationMTU)"))
             }
             guard var current = sending, current.next < current.chunks.count else {
+                if let client = sending?.refusalOf { refusalsQueued.remove(client) }
                 sending = nil
                 continue
             }
@@ -594,6 +733,7 @@ public struct PeripheralMachine: Sendable {
                 out.append(.log(.info, "no one to notify (\(busOpen ? "application not registered" : "no bus")): dropped the rest of a message on \(current.role.rawValue)"))
                 sending = nil
             }
+            if sending == nil, let client = current.refusalOf { refusalsQueued.remove(client) }
             // At least the pacing between two notifications, even after a late round: a
             // burst that catches up with the schedule is what bluetoothd 5.66 loses (its
             // notifications to BlueZ centrals are batched; seen in the VM under load).

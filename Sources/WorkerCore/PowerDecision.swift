@@ -215,12 +215,20 @@ public enum LocalHoldReason: String, Sendable, CaseIterable {
     /// A write to the state directory failed (full, read-only): a pulled subtask could
     /// not be journaled, so nothing is pulled until a write succeeds again.
     case stateUnwritable = "state-unwritable"
+    /// The primary connection is metered (NetworkManager) and network.onMetered is hold.
+    case metered
+    /// The host is about to suspend (logind's PrepareForSleep): nothing new until it resumes.
+    case hostSleeping = "host-sleeping"
 
     /// What it means and what clears it, for `status` and `doctor`.
     public var explanation: String {
         switch self {
         case .stateUnwritable:
             return "the state directory cannot be written (full or read-only): a pulled subtask could not be journaled; free space or remount it read-write"
+        case .metered:
+            return "NetworkManager says the primary connection is metered and network.onMetered is hold; set it to allow to pull anyway"
+        case .hostSleeping:
+            return "the host is suspending; work resumes after the resume"
         }
     }
 }

@@ -11,9 +11,12 @@ public struct StatusSnapshot: Sendable, Equatable {
         public var controlSocket: String
         /// Why the last write to the state directory failed, until one succeeds.
         public var persistenceProblem: String?
+        /// The last config reload, nil before the first.
+        public var configReload: ConfigReloadStatus?
 
         public init(version: String, pid: Int64, startedAtMs: Int64, configPath: String, stateDirectory: String,
-                    controlSocket: String, persistenceProblem: String? = nil) {
+                    controlSocket: String, persistenceProblem: String? = nil, configReload: ConfigReloadStatus? = nil) {
+            self.configReload = configReload
             self.version = version
             self.pid = pid
             self.startedAtMs = startedAtMs
@@ -130,6 +133,10 @@ public struct StatusSnapshot: Sendable, Equatable {
     public var network: Network?
     /// nil until an operator hook has run.
     public var lastHook: Hook?
+    /// What logind, NetworkManager and power-profiles-daemon said; nil in tests that do not say.
+    public var host: HostServices?
+    /// Why the host holds new work now (suspending, metered), if it does.
+    public var hostHold: LocalHoldReason?
     public var power: Power
     /// The policy in force (config plus per-host overrides) and where each key came from.
     public var policy: PowerPolicy
@@ -153,7 +160,7 @@ public struct StatusSnapshot: Sendable, Equatable {
     public var lastEventSeq: Int64
 
     public init(nowMs: Int64, agentID: String, daemon: Daemon, mode: ModeState, runtime: RuntimeState, network: Network? = nil,
-                lastHook: Hook? = nil, power: Power, policy: PowerPolicy, policySources: [String: PolicySource] = [:],
+                lastHook: Hook? = nil, host: HostServices? = nil, hostHold: LocalHoldReason? = nil, power: Power, policy: PowerPolicy, policySources: [String: PolicySource] = [:],
                 coordinatorURL: String? = nil, coordinator: CoordinatorStatus? = nil, bluetooth: BluetoothStatus = BluetoothStatus(),
                 bluetoothConfiguredAdapter: String? = nil, bluetoothMaxClients: Int64, backend: Backend,
                 activeRuntimes: Set<Mode> = [], recovered: [RecoveredFile] = [], eventCount: Int = 0, lastEventSeq: Int64 = 0) {
@@ -164,6 +171,8 @@ public struct StatusSnapshot: Sendable, Equatable {
         self.runtime = runtime
         self.network = network
         self.lastHook = lastHook
+        self.host = host
+        self.hostHold = hostHold
         self.power = power
         self.policy = policy
         self.policySources = policySources
@@ -193,6 +202,7 @@ public struct StatusReport: Sendable {
         var line = "mode \(s.mode.mode.rawValue), \(s.runtime.phase.rawValue)"
         if s.runtime.phase != .running && s.mode.mode != .off { line += ": " + s.runtime.reason }
         if let decision = s.power.decision, !decision.allowed { line += "; new work held: \(decision.reasonText)" }
+        if let hold = s.hostHold { line += "; new work held: \(hold.rawValue)" }
         if let coordinator = s.coordinator {
             if let rejection = coordinator.rejection { line += "; coordinator rejected: \(rejection)" } else { line += coordinator.registered ? "; registered" : "; not registered" }
             let failures = max(coordinator.consecutiveFailures, coordinator.heartbeatFailures)
@@ -204,6 +214,10 @@ public struct StatusReport: Sendable {
         if s.mode.restoredAtMs != nil { line += "; network restored: run 'edgecoder-worker mode on' to rejoin" }
         if !s.recovered.isEmpty { line += "; \(s.recovered.count) state file(s) recovered" }
         if s.daemon.persistenceProblem != nil { line += "; state not writable" }
+        if let reload = s.daemon.configReload {
+            if reload.outcome == .refused { line += "; config reload refused" }
+            if !reload.restartKeys.isEmpty { line += "; restart to apply \(reload.restartKeys.joined(separator: ", "))" }
+        }
         return line
     }
 
@@ -221,6 +235,7 @@ public struct StatusReport: Sendable {
             "backend": backendJSON,
             "policy": PowerPolicy.showJSON(s.policy, sources: s.policySources),
             "daemon": daemonJSON,
+            "host": hostJSON,
             "recoveredStateFiles": .array(s.recovered.map {
                 ["file": .string($0.file), "movedTo": .string($0.movedTo), "problem": .string($0.problem), "time": .string(formatUTC(milliseconds: $0.timeMs))]
             }),
@@ -307,6 +322,12 @@ public struct StatusReport: Sendable {
         return .object(object)
     }
 
+    var hostJSON: JSONValue {
+        var object = snapshot.host?.json.objectValue ?? JSONObject()
+        object["hold"] = snapshot.hostHold.map { ["reason": .string($0.rawValue), "explanation": .string($0.explanation)] } ?? .null
+        return .object(object)
+    }
+
     var daemonJSON: JSONValue {
         let daemon = snapshot.daemon
         var object = JSONObject([
@@ -319,6 +340,7 @@ public struct StatusReport: Sendable {
             ("controlSocket", .string(daemon.controlSocket)),
         ])
         object["persistenceProblem"] = .optional(daemon.persistenceProblem)
+        object["configReload"] = daemon.configReload?.json ?? .null
         return .object(object)
     }
 }

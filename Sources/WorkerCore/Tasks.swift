@@ -1,7 +1,8 @@
 /// One task the worker ran or is running, coordinator or Bluetooth (SPEC 4, 6, `tasks`).
 public struct TaskRecord: Sendable, Equatable {
     public enum Source: String, Sendable { case coordinator, bluetooth }
-    public enum State: String, Sendable { case running, posting, done, failed, interrupted }
+    /// `cancelled`: stopped at its Bluetooth client's request, or because the client left (SPEC 6.1).
+    public enum State: String, Sendable { case running, posting, done, failed, interrupted, cancelled }
 
     public var id: String
     public var source: Source

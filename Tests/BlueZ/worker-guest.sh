@@ -6,7 +6,7 @@
 #
 # Environment (run-in-vm.sh --env): WORKER_BIN (the daemon binary, visible in the guest),
 # LLAMA_PORT (llama.cpp's server on the host, reached at $BLUEZ_VM_HOST_ADDR:LLAMA_PORT),
-# optional BT_PHASES (space-separated subset of: main clients restart smallmtu off adapter proxy; default
+# optional BT_PHASES (space-separated subset of: main clients restart smallmtu off adapter stream proxy; default
 # all, in that order; or "bench": only the throughput of a 64 KiB answer at MTU 517).
 # Phases main and clients need the hci3 advertisement started below, which a bluetoothd
 # restart (phases restart, smallmtu, off) takes away: keep them first.
@@ -22,8 +22,8 @@ W=/tmp/ecw
 export WORKER_RUNDIR=$W/run
 STATE=$W/state
 export HCI3_ADDR=00:AA:01:03:00:03
-LLAMA_URL="http://${BLUEZ_VM_HOST_ADDR:?no --host-port}:${LLAMA_PORT:?LLAMA_PORT not set}"
-PHASES="${BT_PHASES:-main clients restart smallmtu off adapter proxy}"
+export LLAMA_URL="http://${BLUEZ_VM_HOST_ADDR:?no --host-port}:${LLAMA_PORT:?LLAMA_PORT not set}"
+PHASES="${BT_PHASES:-main clients restart smallmtu off adapter stream proxy}"
 mkdir -p "$W" "$STATE" "$WORKER_RUNDIR"
 DAEMON_PID=
 
@@ -47,7 +47,7 @@ write_config() { # NAME MAXCLIENTS MAXREQUESTBYTES MAXQUEUED
 {"agentId": "$WORKER_AGENT_ID",
  "backend": {"kind": "openai", "url": "$LLAMA_URL", "model": "tiny", "timeoutMs": 600000},
  "bluetooth": {"adapter": "hci0", "maxClients": $2, "chunkPacingMs": 10,
-               "maxRequestBytes": $3, "maxQueuedRequests": $4},
+               "maxRequestBytes": $3, "maxQueuedRequests": $4, "maxTokens": 32768},
  "policy": {"maxCpuUsagePct": 100, "resumeDwellSec": 0},
  "log": {"level": "debug"}}
 EOF
@@ -231,6 +231,16 @@ if has_phase adapter; then
   btmgmt_run --index 0 power on >/dev/null
   expect_advertising "powered on again, the daemon registers again by itself"
   central discover request:tag=after-power-cycle,what=a-request-after-the-adapter-came-back
+fi
+
+# ------------------------------------------------------------------ streaming, chat, cancel (SPEC 6.1)
+if has_phase stream; then
+  phase stream "SPEC 6.1: a streamed answer, a streamed chat, a cancel mid-stream, a client leaving mid-stream"
+  write_config stream 1 65536 8
+  ensure_daemon stream
+  expect_advertising "the daemon advertises"
+  central stream:tokens=3000 chat cancel:tokens=15000 stream-drop:tokens=15000 request:tag=after-stream-drop,what=a-request-after-a-client-left-mid-stream
+  check "the daemon is still running" daemon_alive
 fi
 
 # ------------------------------------------------------------------ proxy (issue #7)

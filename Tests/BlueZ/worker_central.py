@@ -35,9 +35,21 @@ comments) and exits 1 if any check failed (2 on a usage error). Scenarios and th
   periodic            an unchanged status notification is re-sent after about 60 s
   no-service          (after `gone`, with another advertisement on hci0) connect to hci0:
                       the EdgeCoder service is not there
+  stream              tokens=N (SPEC 6.1): a "stream": true request; partials {id, delta,
+                      done: false}, then {id, ok, done: true, durationMs} without output;
+                      the first partial long before the final message (prints both times)
+  chat                a streamed chat ("messages", "system", "options") and the same chat
+                      without stream (answered with output)
+  cancel              tokens=N: a "cancel" after the first partial ends the request with
+                      error "cancelled"; the model server is free right after: a next
+                      request is answered promptly (the suite's llama-cpp-python server runs
+                      one generation at a time; llama.cpp's own server's /slots is checked
+                      too when it has one); `tasks --json` says cancelled; a write of
+                      cancels of unknown ids is refused once, without the id
+  stream-drop         tokens=N: the client disconnects mid-stream; its task says cancelled
 
 Environment: WORKER_BIN, WORKER_RUNDIR (for status/tasks), WORKER_AGENT_ID, HCI0_ADDR,
-HCI1_ADDR, HCI2_ADDR, VM_RESULTS, BLUEZ_VM_DIR.
+HCI1_ADDR, HCI2_ADDR, VM_RESULTS, BLUEZ_VM_DIR, LLAMA_URL (the model server, for `cancel`).
 """
 import asyncio
 import contextlib
@@ -834,6 +846,162 @@ async def sc_tasks(args):
 SERVED = {}   # request id -> address of the client it was served to (this run and before)
 
 
+# ------------------------------------------------------------------- SPEC 6.1
+async def stream_request(s, body, timeout=600, cancel_after_first=False):
+    """Writes BODY (a dict with "stream": true); collects its messages until the final one.
+    Returns (partials, final, t_first_partial, t_final, t_cancel), times from the write's end."""
+    rid = body["id"]
+    start = len(s.resp.messages)
+    await s.write(json.dumps(body).encode())
+    t0 = time.monotonic()
+    partials, final, t_first, t_cancel = [], None, None, None
+    i = start
+    end = t0 + T(timeout)
+    while final is None and time.monotonic() < end:
+        k, m = await s.resp.wait(lambda m: m.get("id") == rid, max(0.1, end - time.monotonic()), i)
+        if m is None:
+            break
+        i = k + 1
+        if m.get("done") is False:
+            partials.append(m)
+            if t_first is None:
+                t_first = s.resp.messages[k][0] - t0
+                if cancel_after_first:
+                    await s.write(json.dumps({"id": rid, "cancel": True}).encode())
+                    t_cancel = time.monotonic() - t0
+        else:
+            final = m
+    t_final = (s.resp.messages[i - 1][0] - t0) if final is not None else None
+    return partials, final, t_first, t_final, t_cancel
+
+
+def tasks_by_id():
+    rc, out, _ = cli("tasks", "--json", "--limit", "50")
+    try:
+        return {t.get("id"): t for t in json.loads(out).get("tasks", []) if t.get("source") == "bluetooth"}
+    except ValueError:
+        return {}
+
+
+def llama_slots():
+    """llama.cpp's /slots: [(id, is_processing)], or None when it does not answer it."""
+    import urllib.request
+    url = os.environ.get("LLAMA_URL")
+    if not url:
+        return None
+    try:
+        with urllib.request.urlopen(url + "/slots", timeout=10) as r:
+            return [(x.get("id"), bool(x.get("is_processing"))) for x in json.loads(r.read())]
+    except Exception as e:  # 501 without --slots, or an older server
+        log(f"/slots: {e}")
+        return None
+
+
+async def sc_stream(args):
+    s = await session()
+    tokens = int(args.get("tokens", 2000))
+    rid = new_id("stream")
+    partials, final, t_first, t_final, _ = await stream_request(
+        s, {"id": rid, "prompt": "write a long story about a worker", "maxTokens": tokens, "stream": True})
+    text = "".join(p.get("delta", "") for p in partials)
+    TAP.note(f"stream: first partial after {t_first if t_first is None else round(t_first * 1000)} ms, final after "
+             f"{t_final if t_final is None else round(t_final * 1000)} ms; {len(partials)} partials, {len(text)} chars")
+    TAP.ok(final is not None and final.get("ok") is True and final.get("done") is True
+           and isinstance(final.get("durationMs"), int) and "output" not in final,
+           f"a streamed request ends with {{id, ok: true, done: true, durationMs}} and no output ({brief(final)})")
+    TAP.ok(len(partials) >= 2 and all(isinstance(p.get("delta"), str) and p["delta"] and set(p) == {"id", "delta", "done"}
+                                      for p in partials),
+           f"the text came in partial messages {{id, delta, done: false}} ({len(partials)} of them)")
+    TAP.ok(t_first is not None and t_final is not None and t_first * 5 < t_final,
+           f"the first partial arrives long before the final message ({t_first}s vs {t_final}s)")
+    if final is not None and final.get("ok"):
+        SERVED[rid] = s.address
+    # a notification carries at most one partial's worth: partials fill notifications or wait 100 ms
+    sizes = [len(json.dumps(p, separators=(",", ":")).encode()) for p in partials[:-1]]
+    TAP.note(f"partial sizes (bytes): min {min(sizes) if sizes else '-'}, max {max(sizes) if sizes else '-'} at MTU {s.mtu}")
+
+
+async def sc_chat(args):
+    s = await session()
+    messages = [{"role": "system", "content": "You answer briefly."},
+                {"role": "user", "content": "Name a colour."},
+                {"role": "assistant", "content": "Blue."},
+                {"role": "user", "content": "Another one?"}]
+    rid = new_id("chat-stream")
+    partials, final, t_first, t_final, _ = await stream_request(
+        s, {"id": rid, "messages": messages, "maxTokens": 48, "stream": True,
+            "options": {"temperature": 0.2, "top_p": 0.9, "top_k": 40, "seed": 7, "stop": ["\n\n\n"]}}, timeout=300)
+    text = "".join(p.get("delta", "") for p in partials)
+    TAP.ok(final is not None and final.get("ok") is True and final.get("done") is True and text != "",
+           f"a streamed chat (messages, options) is answered in partials ({len(partials)}, {len(text)} chars; {brief(final)})")
+    rid2 = new_id("chat")
+    start = len(s.resp.messages)
+    await s.write(json.dumps({"id": rid2, "messages": messages, "system": "Be brief.", "maxTokens": 24}).encode())
+    _, msg = await s.resp.wait(lambda m: m.get("id") == rid2, T(300), start)
+    TAP.ok(served_ok(msg, rid2), f"a chat without stream is answered with output ({brief(msg)})")
+    start = len(s.resp.messages)
+    rid3 = new_id("chat-bad")
+    await s.write(json.dumps({"id": rid3, "prompt": "x", "options": {"num_predict": 5}}).encode())
+    _, msg = await s.resp.wait(lambda m: m.get("id") == rid3, T(60), start)
+    TAP.ok(msg is not None and msg.get("ok") is False and msg.get("error") == "unsupported_option: num_predict",
+           f"an unsupported option is refused naming it ({brief(msg)})")
+
+
+async def sc_cancel(args):
+    s = await session()
+    tokens = int(args.get("tokens", 15000))
+    rid = new_id("cancel")
+    partials, final, t_first, t_final, t_cancel = await stream_request(
+        s, {"id": rid, "prompt": "write a very long story", "maxTokens": tokens, "stream": True},
+        cancel_after_first=True)
+    TAP.note(f"cancel: first partial after {t_first}s, cancel written at {t_cancel}s, final after {t_final}s, "
+             f"{len(partials)} partials before it")
+    TAP.ok(final == {"id": rid, "ok": False, "done": True, "error": "cancelled"},
+           f"a cancel mid-stream ends the request with error cancelled ({brief(final)})")
+    TAP.ok(t_final is not None and t_cancel is not None and t_final - t_cancel < 10,
+           f"… promptly ({None if t_final is None or t_cancel is None else round(t_final - t_cancel, 2)}s after the cancel)")
+    slots = llama_slots()
+    if slots is not None:
+        busy = await wait_until(lambda: (lambda x: x is not None and not any(b for _, b in x))(llama_slots()), 5, 0.25)
+        TAP.ok(busy, f"llama.cpp's slots are idle right after the cancel ({llama_slots()})")
+    t0 = time.monotonic()
+    msg, _ = await s.ask(new_id("after-cancel"), "a short one", tokens=8, timeout=120)
+    took = time.monotonic() - t0
+    TAP.ok(msg is not None and msg.get("ok") is True and took < 30,
+           f"the next request is answered promptly ({took:.1f}s; {brief(msg)})")
+    task = await wait_until(lambda: tasks_by_id().get(rid), 10)
+    TAP.ok(bool(task) and task.get("state") == "cancelled" and task.get("error") == "cancelled",
+           f"tasks --json says the request was cancelled ({json.dumps({k: v for k, v in (task or {}).items() if k not in ('prompt', 'output')})})")
+    # cancels of ids no one has are refused, once per burst, and without those ids
+    start = len(s.resp.messages)
+    flood = "".join(json.dumps({"id": f"nobody-{n}", "cancel": True}) for n in range(14)).encode()[:PROXY_WRITE]
+    await s.write(flood[:flood.rindex(b"}") + 1])
+    await asyncio.sleep(3)
+    refusals = [m for _, m, _ in s.resp.messages[start:] if m and str(m.get("error", "")).startswith("cancel_refused")]
+    TAP.ok(len(refusals) == 1 and refusals[0].get("id") == "",
+           f"a write of cancels of unknown ids is refused once, without an id ({len(refusals)}: {brief(refusals[0] if refusals else None)})")
+
+
+async def sc_stream_drop(args):
+    global _SESSION
+    s = await session()
+    tokens = int(args.get("tokens", 15000))
+    rid = new_id("stream-drop")
+    start = len(s.resp.messages)
+    await s.write(json.dumps({"id": rid, "prompt": "a long answer please", "maxTokens": tokens, "stream": True}).encode())
+    _, m = await s.resp.wait(lambda m: m.get("id") == rid, T(300), start)
+    TAP.ok(m is not None and m.get("done") is False, f"a partial arrived ({brief(m)})")
+    await s.close()
+    _SESSION = None
+    task = await wait_until(lambda: (lambda t: t if t and t.get("state") != "running" else None)(tasks_by_id().get(rid)), 30)
+    TAP.ok(bool(task) and task.get("state") == "cancelled" and "disconnected" in str(task.get("error")),
+           f"the client's disconnect cancelled its streamed request ({json.dumps({k: v for k, v in (task or {}).items() if k not in ('prompt', 'output')})})")
+    slots = llama_slots()
+    if slots is not None:
+        idle = await wait_until(lambda: (lambda x: x is not None and not any(b for _, b in x))(llama_slots()), 10, 0.25)
+        TAP.ok(idle, f"llama.cpp's slots are idle after the disconnect ({llama_slots()})")
+
+
 async def sc_gone(args):
     global _SESSION
     if _SESSION is not None:
@@ -900,6 +1068,7 @@ SCENARIOS = {
     "flood": sc_flood, "status-change": sc_status_change, "disconnect-mid": sc_disconnect_mid,
     "two-clients": sc_two_clients, "tasks": sc_tasks, "gone": sc_gone,
     "no-service": sc_no_service, "periodic": sc_periodic,
+    "stream": sc_stream, "chat": sc_chat, "cancel": sc_cancel, "stream-drop": sc_stream_drop,
 }
 
 

@@ -19,6 +19,9 @@ final class PrivateBus {
         process.standardError = FileHandle.nullDevice
         try process.run()
         for _ in 0..<500 where !FileManager.default.fileExists(atPath: "\(directory)/bus") { usleep(10_000) }
+        // The socket file exists from bind(); connections are taken only after listen()
+        // and the daemon's start-up: on a busy machine a test connecting at once was refused.
+        for _ in 0..<500 where (try? Bus.connect(address: address)) == nil { usleep(10_000) }
     }
 
     func stop() {

@@ -116,7 +116,8 @@ final class FakeBluez: @unchecked Sendable {
 actor RecordingHost: PeripheralHost {
     var served: [BluetoothRequest] = []
     var statuses: [BluetoothStatus] = []
-    func serve(_ request: BluetoothRequest, client: String) async -> PeripheralOutcome {
+    func serve(_ request: BluetoothRequest, client: String, cancellation: ServeCancellation,
+               onPartial: @escaping @Sendable (String) async -> Void) async -> PeripheralOutcome {
         served.append(request)
         return PeripheralOutcome(ok: true, output: "echo: " + request.prompt, error: nil, durationMs: 1)
     }
@@ -257,7 +258,8 @@ actor SlowHost: PeripheralHost {
         self.delayMs = delayMs
         self.outputBytes = outputBytes
     }
-    func serve(_ request: BluetoothRequest, client: String) async -> PeripheralOutcome {
+    func serve(_ request: BluetoothRequest, client: String, cancellation: ServeCancellation,
+               onPartial: @escaping @Sendable (String) async -> Void) async -> PeripheralOutcome {
         try? await Task.sleep(nanoseconds: delayMs * 1_000_000)
         return PeripheralOutcome(ok: true, output: String(repeating: "w", count: outputBytes), error: nil, durationMs: Int64(delayMs))
     }
@@ -284,6 +286,64 @@ actor SlowHost: PeripheralHost {
         #expect(all.contains { $0["modelState"]?.stringValue == "ready" }, "the status arrived whole")
         #expect(all.first { $0["id"]?.stringValue == "long-1" }?["output"]?.stringValue?.utf8.count == 6_000)
         #expect(bluez.with { $0.notifications }.allSatisfy { $0.count <= 43 })
+        await peripheral.stop()
+        session.cancel()
+        _ = await session.value
+    }
+}
+
+/// A host that produces a token every `everyMs`, as a model streams, until cancelled.
+actor TokenHost: PeripheralHost {
+    let everyMs: UInt64
+    let tokens: Int
+    var stoppedBecause: String?
+    var tokensSent = 0
+    init(everyMs: UInt64, tokens: Int) {
+        self.everyMs = everyMs
+        self.tokens = tokens
+    }
+    func serve(_ request: BluetoothRequest, client: String, cancellation: ServeCancellation,
+               onPartial: @escaping @Sendable (String) async -> Void) async -> PeripheralOutcome {
+        for n in 0..<tokens {
+            do { try await Task.sleep(nanoseconds: everyMs * 1_000_000) } catch {
+                stoppedBecause = cancellation.reason ?? "cancelled without a reason"
+                return PeripheralOutcome(ok: false, output: "", error: stoppedBecause, durationMs: 0)
+            }
+            tokensSent += 1
+            await onPartial("tok\(n) ")
+        }
+        return PeripheralOutcome(ok: true, output: "", error: nil, durationMs: Int64(tokens) * Int64(everyMs), evalCount: tokens)
+    }
+    func statusValues() async -> (modelState: String, batteryPct: Int?) { ("ready", nil) }
+    func report(_ status: BluetoothStatus) async {}
+}
+
+@Suite(.serialized) struct PeripheralStreamingBusTests {
+    @Test func aStreamedAnswerArrivesInPartialsAndACancelStopsTheHostOverARealBus() async throws {
+        let (daemon, bluez) = try await startFakeBluez()
+        defer { bluez.stop(); daemon.stop() }
+        let host = TokenHost(everyMs: 20, tokens: 500)
+        let peripheral = GattPeripheral(settings: peripheralSettings(on: daemon), host: host, logger: Logger(label: "test", level: .error))
+        let session = Task { await peripheral.run() }
+        await eventually("registration") { bluez.with { $0.registeredApplications == 1 && $0.registeredAdvertisements == 1 } }
+        let name = try #require(await PeripheralFakeBluezTests().uniqueNameOfWorker(daemon: daemon, excluding: bluez))
+        let device: DBusValue = .properties([("device", .objectPath("/org/bluez/hci0/dev_00_AA_01_01_00_01")), ("mtu", .uint16(185))])
+        let started = Date()
+        bluez.call("write", to: name, path: GattObjects.request, member: "WriteValue",
+                   arguments: [.bytes(Array(#"{"id":"s-1","prompt":"hello","stream":true}"#.utf8)), device])
+        await eventually("partials") { messages(in: bluez).filter { $0["delta"] != nil }.count >= 3 }
+        let firstPartialAfter = Date().timeIntervalSince(started)
+        #expect(firstPartialAfter < 5, "partials come while the model runs (500 tokens take 10 s)")
+        bluez.call("cancel", to: name, path: GattObjects.request, member: "WriteValue",
+                   arguments: [.bytes(Array(#"{"id":"s-1","cancel":true}"#.utf8)), device])
+        await eventually("the end") { messages(in: bluez).contains { $0["done"] == true } }
+        #expect(Date().timeIntervalSince(started) < 8)
+        #expect(await host.stoppedBecause == "cancelled", "the host's task was cancelled, with the client's reason")
+        #expect(await host.tokensSent < 500)
+        let all = messages(in: bluez).filter { $0["id"] == "s-1" }
+        #expect(all.last == ["id": "s-1", "ok": false, "done": true, "error": "cancelled"])
+        let deltas = all.compactMap { $0["delta"]?.stringValue }.joined()
+        #expect(deltas.hasPrefix("tok0 tok1 tok2 "), "in order, none lost")
         await peripheral.stop()
         session.cancel()
         _ = await session.value

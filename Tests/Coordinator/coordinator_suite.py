@@ -428,6 +428,49 @@ def sigterm_grace(model):
         w.cleanup(); c.stop(); slow.stop()
 
 
+@scenario("stop-extend")
+def stop_extends_systemds_timeout(model):
+    """A grace longer than systemd's TimeoutStopSec: while the stop waits for the running
+    subtask, EXTEND_TIMEOUT_USEC= reaches the notification socket (a stand-in for
+    systemd's: a datagram socket of our own) every 5 s until the subtask is done."""
+    slow = OllamaFixture(model.url, "--delay-ms", "7000")
+    c = Coordinator()
+    w = Worker(c.url, {"kind": "ollama", "url": slow.url, "model": "tiny"}, extra={"coordinator": {"stopGraceMs": 30000}})
+    notify_path = os.path.join(w.dir, "notify.sock")
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(notify_path)
+    notify.settimeout(0.2)
+    messages = []
+    def drain():
+        while True:
+            try:
+                messages.append((time.time(), notify.recv(4096).decode()))
+            except socket.timeout:
+                return
+    try:
+        w.start(env={"NOTIFY_SOCKET": notify_path}); w.cli("mode", "on")
+        [sub] = c.submit("finishes during a long grace")
+        check(wait_for(lambda: (drain(), w.status()["coordinator"].get("running"))[1], timeout=10), "the subtask runs")
+        drain()
+        started = time.time()
+        w.process.send_signal(signal.SIGTERM)
+        while w.process.poll() is None and time.time() - started < 30:
+            drain()
+        drain()
+        code = w.stop(signal.SIGTERM)
+        extends = [(at - started, m) for at, m in messages if at >= started and "EXTEND_TIMEOUT_USEC=" in m]
+        check(code == 0, "the stop exits 0", code)
+        check(len(extends) >= 2 and extends[0][0] < 1.5, "EXTEND_TIMEOUT_USEC= at once and again while the subtask runs",
+              [(round(t, 1), m) for t, m in extends])
+        check(all(int(m.split("EXTEND_TIMEOUT_USEC=")[1].split("\n")[0]) >= 5_000_000 for _, m in extends),
+              "each extension covers at least the next 5 s", extends)
+        check(any(f"subtask {sub}" in m for _, m in extends), "and STATUS= names the subtask", extends)
+        check(c.results()["counts"].get(sub) == 1, "the subtask finished within the grace and was posted", c.results()["counts"])
+        check(time.time() - started < 15, "the stop ended once the subtask was done, not at the end of the grace")
+    finally:
+        notify.close(); w.cleanup(); c.stop(); slow.stop()
+
+
 @scenario("ollama")
 def ollama_backend(model):
     fixture = OllamaFixture(model.url)
@@ -717,7 +760,7 @@ def main():
     model = ModelServer()
     try:
         scenarios = [the_whole_loop, token_lifecycle, forbidden_and_blacklisted, malformed_oversized_hanging_and_gone,
-                     power_deferred, held_policy, crash_safety, sigterm_grace, ollama_backend, backend_key, model_error,
+                     power_deferred, held_policy, crash_safety, sigterm_grace, stop_extends_systemds_timeout, ollama_backend, backend_key, model_error,
                      hostile_id, full_disk, largest_values_across_kill, model_switch, own_load]
         for run in scenarios:
             if ONLY and run.scenario != ONLY:

@@ -24,6 +24,8 @@ final class CoordinatorBed: Sendable {
     let service: CoordinatorService
     let stop = GracefulShutdown()
     let ended = StateSignal(false)
+    /// What the service told systemd's notification socket.
+    let notified = ServiceLog()
 
     /// `fault` mocks a failing disk: the daemon's writer fails each operation it returns an error for;
     /// `configure` changes the config before the daemon is made.
@@ -52,7 +54,9 @@ final class CoordinatorBed: Sendable {
         let stateDirectory = directory
         let writer = fault.map { DurableWriter(directory: stateDirectory, onProblem: { _ in }, beforeEach: nil, fault: $0) }
         daemon = WorkerDaemon(config: config, paths: paths, directory: directory, logger: logger, clock: { clock.wallMs() }, writer: writer)
-        service = CoordinatorService(daemon: daemon, config: config, directory: directory, logger: logger, transport: transport, clock: clock)
+        let notified = self.notified
+        service = CoordinatorService(daemon: daemon, config: config, directory: directory, logger: logger, transport: transport, clock: clock,
+                                     notify: { notified.append($0) })
     }
 
     var journal: WorkJournal { WorkJournal(writer: daemon.writer) }
@@ -91,6 +95,71 @@ final class CoordinatorBed: Sendable {
 }
 
 @Suite struct CoordinatorSessionInProcess {
+    @Test func aHeartbeatAskedForIsSentAtOnceAndAcknowledged() async throws {
+        let bed = try CoordinatorBed()
+        bed.start()
+        #expect(await bed.clock.waitForSleep(CoordinatorBed.heartbeatMs))
+        let before = bed.transport.calls(to: "/heartbeat").count
+        bed.daemon.heartbeatRequested.set(true)
+        #expect(await eventually("the asked-for heartbeat") { bed.transport.calls(to: "/heartbeat").count == before + 1 })
+        #expect(await eventually("its acknowledgement") { !bed.daemon.heartbeatRequested.value })
+        #expect(await bed.clock.waitForSleep(CoordinatorBed.heartbeatMs), "then the usual cadence")
+        await bed.finish()
+    }
+
+    @Test func heartbeatNowBeforeASuspendReturnsOnceTheSessionSentIt() async throws {
+        let bed = try CoordinatorBed()
+        #expect(await bed.daemon.heartbeatNow(timeoutMs: 50) == false, "mode off: no session to heartbeat")
+        await bed.daemon.request(.operatorSet(.on, by: "test"))
+        bed.start()
+        #expect(await bed.clock.waitForSleep(CoordinatorBed.heartbeatMs))
+        let before = bed.transport.calls(to: "/heartbeat").count
+        #expect(await bed.daemon.heartbeatNow(timeoutMs: 5_000))
+        #expect(bed.transport.calls(to: "/heartbeat").count == before + 1, "sent before heartbeatNow returned")
+        await bed.finish()
+    }
+
+    @Test func aMeteredConnectionUnderHoldStopsPullsWithADropReasonAndAllowDoesNot() async throws {
+        let bed = try CoordinatorBed()
+        var host = HostServices()
+        host.meteredRaw = 1
+        await bed.daemon.updateHost(host)
+        bed.start()
+        #expect(await bed.clock.waitForSleep(CoordinatorBed.pullMs))
+        #expect(bed.transport.calls(to: "/pull").isEmpty, "no pull on a metered connection")
+        #expect(await bed.status["deferredReason"]?.stringValue?.hasPrefix("held: metered") == true)
+        #expect(await bed.daemon.statusJSON()["power"]?["held"]?["metered"]?.intValue == 1)
+        host.meteredRaw = 2
+        await bed.daemon.updateHost(host)
+        bed.clock.advance(by: CoordinatorBed.pullMs)
+        #expect(await eventually("a pull once not metered") { bed.transport.calls(to: "/pull").count == 1 })
+        await bed.finish()
+    }
+
+    @Test func aStopWaitingForASubtaskExtendsSystemdsStopTimeoutStepByStepUntilTheGraceEnds() async throws {
+        let bed = try CoordinatorBed(configure: { $0.coordinator.stopGraceMs = 12_000 })
+        bed.transport.script("/pull", .json(200, #"{"subtask":\#(CoordinatorBed.subtask)}"#))
+        bed.transport.script("/api/generate", .hang)
+        bed.start()
+        #expect(await eventually("the subtask to run") { bed.transport.calls(to: "/api/generate").count == 1 })
+        #expect(bed.notified.all.isEmpty, "nothing is extended before a stop")
+        bed.stop.trigger()
+        #expect(await bed.clock.waitForSleep(5_000))
+        bed.clock.advance(by: 5_000)
+        #expect(await eventually("the second extension") { bed.notified.all.count == 2 })
+        bed.clock.advance(by: 5_000)
+        #expect(await bed.clock.waitForSleep(2_000))
+        #expect(bed.notified.all == [
+            "EXTEND_TIMEOUT_USEC=10000000\nSTATUS=stopping: waiting up to 12000 ms for subtask s1",
+            "EXTEND_TIMEOUT_USEC=10000000\nSTATUS=stopping: waiting up to 7000 ms for subtask s1",
+            "EXTEND_TIMEOUT_USEC=7000000\nSTATUS=stopping: waiting up to 2000 ms for subtask s1",
+        ], "each covers the next step and one more, until stopGraceMs is spent")
+        bed.clock.advance(by: 2_000)
+        #expect(await eventually("the session to end when the grace is spent") { bed.ended.value })
+        #expect(bed.notified.all.count == 3)
+        await bed.finish()
+    }
+
     @Test func registersOnceThenSendsTheMeshTokenOnEveryOtherCall() async throws {
         let bed = try CoordinatorBed()
         bed.start()

@@ -3,6 +3,7 @@ import Testing
 import Logging
 @testable import Daemon
 import ModelBackend
+import BlueZ
 import StateStore
 @testable import WorkerCore
 
@@ -21,7 +22,8 @@ import StateStore
         backendConfig.url = "http://127.0.0.1:9"
         let bridge = PeripheralBridge(daemon: daemon, backend: ModelBackend(config: backendConfig), timeoutMs: 5_000)
 
-        let outcome = await bridge.serve(BluetoothRequest(id: "r1", prompt: "hi", maxTokens: 4), client: "AA:BB")
+        let outcome = await bridge.serve(BluetoothRequest(id: "r1", prompt: "hi", maxTokens: 4), client: "AA:BB",
+                                         cancellation: ServeCancellation(), onPartial: { _ in })
 
         #expect(outcome.ok == false)
         let error = try #require(outcome.error)

@@ -123,11 +123,13 @@ struct GroupRun {
     let journal = ServiceLog()
     let logs = MemoryLogHandler()
     let shutdownStarts = HitCounter()
+    let reloads = HitCounter()
 
     func start(_ services: [any Service], deadlineMs: UInt64) -> Task<ServiceGroupExit, Never> {
         let group = ServiceGroup(services: services, logger: Logger(label: "group", handler: logs),
                                  gracefulDeadlineNanoseconds: deadlineMs * 1_000_000,
-                                 onShutdownStart: { [shutdownStarts] in shutdownStarts.increment() })
+                                 onShutdownStart: { [shutdownStarts] in shutdownStarts.increment() },
+                                 onReload: { [reloads] in reloads.increment() })
         let signals = self.signals
         return Task { await group.run(nextSignal: { try await signals.next() }) }
     }
@@ -144,6 +146,32 @@ struct GroupRun {
 func milliseconds(since start: UInt64) -> UInt64 { (monotonicNanoseconds() - start) / 1_000_000 }
 
 @Suite struct ServiceGroupStopping {
+    @Test func sighupReloadsAndEveryServiceKeepsRunning() async {
+        let run = GroupRun()
+        let task = run.start(["a", "b"].map { PoliteService(name: $0, journal: run.journal) }, deadlineMs: 10_000)
+        #expect(await run.allStarted(2))
+        run.signals.send(SIGHUP)
+        run.signals.send(SIGHUP)
+        #expect(await eventually("two reloads") { run.reloads.count == 2 })
+        #expect(run.shutdownStarts.count == 0)
+        #expect(run.journal.all == ["a started", "b started"] || run.journal.all == ["b started", "a started"], "nothing stopped: \(run.journal.all)")
+        run.signals.send(SIGTERM)
+        #expect(await task.value == .signal(SIGTERM))
+        #expect(run.reloads.count == 2)
+    }
+
+    @Test func sighupDuringTheStopNeitherReloadsNorHurriesTheStop() async {
+        let run = GroupRun()
+        let task = run.start([PoliteService(name: "a", journal: run.journal, stopMs: 300)], deadlineMs: 10_000)
+        #expect(await run.allStarted(1))
+        run.signals.send(SIGTERM)
+        await eventually("the graceful stop to begin") { run.journal.all.contains("a stopping") }
+        run.signals.send(SIGHUP)
+        #expect(await task.value == .signal(SIGTERM))
+        #expect(run.journal.all.contains("a stopped"), "the stop stayed graceful")
+        #expect(run.reloads.count == 0)
+    }
+
     @Test func aSignalStopsEveryServiceGracefullyInReverseOrderOfStart() async {
         let run = GroupRun()
         let task = run.start(["a", "b", "c"].map { PoliteService(name: $0, journal: run.journal) }, deadlineMs: 10_000)

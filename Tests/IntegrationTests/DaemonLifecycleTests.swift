@@ -141,11 +141,20 @@ import WorkerCore
     @Test func manyClientsThatHangUpAtOnceDoNotHurtTheDaemon() throws {
         let daemon = try DaemonHarness()
         try daemon.start()
+        // Root's places (ControlQuota: its reserve and the shared ones) can fill for a moment
+        // while the daemon has not yet read the hang-ups of the connections before: a
+        // connection refused then (EPIPE on send) is the quota at work, not harm.
         for _ in 0..<100 {
             let c = try RawControlConnection(path: daemon.controlSocket)
-            try c.send("{\"cmd\":\"stat")
+            try? c.send("{\"cmd\":\"stat")
         }
-        #expect(try daemon.cli(["status"]).status == 0)
+        var status = try daemon.cli(["status"])
+        for _ in 0..<20 where status.status != 0 {
+            usleep(100_000)
+            status = try daemon.cli(["status"])
+        }
+        #expect(status.status == 0, "\(status.stderr)")
+        #expect(daemon.process?.isRunning == true)
         _ = try daemon.stop()
     }
 

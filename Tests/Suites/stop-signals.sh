@@ -108,7 +108,12 @@ EOF
 if cc -O1 -I "$shims/include" -o "$work/hang" "$work/hang.c" "$shims/shims.c" 2>"$work/cc.log"; then
   "$work/hang" > "$work/hang.out" 2>"$work/hang.err" &
   hang_pid=$!
-  for _ in $(seq 100); do grep -q armed "$work/hang.out" && break; sleep 0.01; done
+  for _ in $(seq 100); do grep -q armed "$work/hang.out" 2>/dev/null && break; sleep 0.01; done
+  # SIGHUP asks for a reload: however many come, they never arm the forced exit.
+  kill -HUP "$hang_pid"; kill -HUP "$hang_pid"
+  sleep 1.5
+  kill -0 "$hang_pid" 2>/dev/null && ok "two SIGHUPs do not arm the forced exit (the bound after a second signal is 1 s)" \
+    || not_ok "SIGHUP ended the hung process"
   kill -TERM "$hang_pid"
   sleep 0.3
   kill -0 "$hang_pid" 2>/dev/null && ok "after one signal (bound 0: none) the hung process still runs" || not_ok "the first signal alone ended it"
@@ -123,5 +128,29 @@ if cc -O1 -I "$shims/include" -o "$work/hang" "$work/hang.c" "$shims/shims.c" 2>
 else
   not_ok "cannot compile the shim test: $(cat "$work/cc.log")"
 fi
+
+# 4. SIGHUP reloads (systemctl reload's ExecReload=): the daemon keeps running, a valid
+#    file's live keys apply, an invalid file is refused with the reason in status.
+state="$work/r/state"; run="$work/r/run"; mkdir -p "$state" "$run"
+echo '{"policy": {"minBatteryPct": 20}}' > "$work/reload.json"
+"$bin" run --config "$work/reload.json" --state-dir "$state" --runtime-dir "$run" 2>"$work/reload.log" &
+reload_pid=$!
+for _ in $(seq 200); do "$bin" status --runtime-dir "$run" >/dev/null 2>&1 && break; sleep 0.02; done
+status_key() { "$bin" status --json --runtime-dir "$run" | python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1], {}, {'d': d}))" "$1"; }
+echo '{"policy": {"minBatteryPct": 25}, "bluetooth": {"maxClients": 2}}' > "$work/reload.json"
+kill -HUP "$reload_pid"
+for _ in $(seq 100); do [ "$(status_key "d['policy']['minBatteryPct']['value']")" = 25 ] && break; sleep 0.05; done
+check "SIGHUP: the daemon runs on" kill -0 "$reload_pid"
+check "SIGHUP: policy.minBatteryPct 25 applied live" test "$(status_key "d['policy']['minBatteryPct']['value']")" = 25
+check "SIGHUP: bluetooth.maxClients waits for a restart" test "$(status_key "d['daemon']['configReload']['needsRestart']")" = "['bluetooth.maxClients']"
+echo '{"policy": {"minBatteryPct": 400}}' > "$work/reload.json"
+kill -HUP "$reload_pid"
+for _ in $(seq 100); do [ "$(status_key "d['daemon']['configReload']['outcome']")" = refused ] && break; sleep 0.05; done
+check "SIGHUP with an invalid file: refused, the daemon runs on" kill -0 "$reload_pid"
+check "the refusal names the key in status" bash -c '[[ $1 == *policy.minBatteryPct* ]]' _ "$(status_key "d['daemon']['configReload']['problems']")"
+check "the running value is kept" test "$(status_key "d['policy']['minBatteryPct']['value']")" = 25
+check "the refusal is in the log" grep -q "config reload refused, the running config is kept" "$work/reload.log"
+kill -TERM "$reload_pid"; wait "$reload_pid"
+check "and SIGTERM still stops it cleanly" test $? = 0
 
 tap_done; exit $?

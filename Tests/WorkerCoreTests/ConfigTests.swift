@@ -22,6 +22,7 @@ import Testing
         #expect(config.bluetooth.maxRequestBytes == 65_536)
         #expect(config.bluetooth.maxQueuedRequests == 8)
         #expect(config.bluetooth.maxClients == 1)
+        #expect(config.bluetooth.maxTokens == nil, "absent: backend.maxTokens applies")
         #expect(config.policy.minBatteryPct == 20 && config.policy.resumeBatteryPct == 30)
         #expect(config.policy.maxThermalState == .fair)
     }
@@ -34,7 +35,7 @@ import Testing
              "policy": {"runOnlyWhileCharging": true, "minBatteryPct": 20, "resumeBatteryPct": 30, "holdWhileDraining": true,
                         "pauseOnLowPowerMode": true, "maxThermalState": "serious", "maxCpuUsagePct": 90, "resumeDwellSec": 30},
              "network": {"pathLossGraceMs": 1500},
-             "bluetooth": {"adapter": "hci1", "maxRequestBytes": 65536, "maxQueuedRequests": 8, "chunkPacingMs": 10, "maxClients": 2},
+             "bluetooth": {"adapter": "hci1", "maxRequestBytes": 65536, "maxQueuedRequests": 8, "chunkPacingMs": 10, "maxClients": 2, "maxTokens": 256},
              "hooks": {"networkRestored": "/usr/local/bin/notify-me"}}
             """
         let config = try WorkerConfig.parse(Array(text.utf8))
@@ -44,6 +45,7 @@ import Testing
         #expect(config.policy.maxThermalState == .serious)
         #expect(config.bluetooth.adapter == "hci1")
         #expect(config.bluetooth.maxClients == 2)
+        #expect(config.bluetooth.maxTokens == 256)
         #expect(config.hooks.networkRestored == "/usr/local/bin/notify-me")
     }
 
@@ -71,6 +73,7 @@ import Testing
         (#"{"backend": {"model": ""}}"#, "backend.model", "must not be empty"),
         (#"{"bluetooth": {"adapter": "wlan0"}}"#, "bluetooth.adapter", "like \"hci0\""),
         (#"{"bluetooth": {"maxClients": 0}}"#, "bluetooth.maxClients", "1…16"),
+        (#"{"bluetooth": {"maxTokens": 40000}}"#, "bluetooth.maxTokens", "1…32768"),
         (#"{"bluetooth": {"maxRequestBytes": 99999999}}"#, "bluetooth.maxRequestBytes", "must be in"),
         (#"{"network": {"pathLossGraceMs": null}}"#, "network.pathLossGraceMs", "got null"),
         (#"{"network": []}"#, "network", "must be an object, got an array"),

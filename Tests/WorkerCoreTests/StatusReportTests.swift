@@ -78,13 +78,25 @@ enum DocumentedStatus {
         "requestsServed": .int, "requestsFailed": .int, "requestsRejected": .int, "clientsRefused": .int, "queued": .int,
         "registrations": .int, "configuredAdapter": .nullable(.string), "maxClients": .int,
     ])
+    static let configReload = Shape.object(required: [
+        "at": .string, "outcome": .string, "problems": .array(of: .string), "applied": .array(of: .string), "needsRestart": .array(of: .string),
+    ])
     static let daemon = Shape.object(required: [
         "version": .string, "pid": .int, "startedAt": .string, "uptimeMs": .int, "config": .string, "stateDirectory": .string,
-        "controlSocket": .string, "persistenceProblem": .nullable(.string),
+        "controlSocket": .string, "persistenceProblem": .nullable(.string), "configReload": .nullable(configReload),
+    ])
+    static let presence = Shape.object(required: ["state": .string], optional: ["reason": .string])
+    static let host = Shape.object(required: ["hold": .nullable(.object(required: ["reason": .string, "explanation": .string]))],
+                                   optional: [
+        "systemBus": .string,
+        "logind": .object(required: ["state": .string, "inhibitor": .string, "sleep": .string, "lastResume": .nullable(.string)],
+                          optional: ["reason": .string]),
+        "networkManager": .object(required: ["state": .string, "metered": .nullable(.string)], optional: ["reason": .string]),
+        "powerProfiles": .object(required: ["state": .string, "activeProfile": .nullable(.string)], optional: ["reason": .string]),
     ])
     static let status = Shape.object(required: [
         "summary": .string, "agentId": .string, "mode": mode, "network": network, "power": power, "policy": policy,
-        "coordinator": coordinator, "backend": backend, "bluetooth": bluetooth, "daemon": daemon,
+        "coordinator": coordinator, "backend": backend, "bluetooth": bluetooth, "daemon": daemon, "host": host,
         "recoveredStateFiles": .array(of: .object(required: ["file": .string, "movedTo": .string, "problem": .string, "time": .string])),
         "events": .object(required: ["count": .int, "lastSeq": .int]),
     ])
@@ -212,6 +224,25 @@ enum DocumentedStatus {
         let json = StatusReport(snapshot).json
         #expect(DocumentedStatus.status.problems(json) == [], "\(state)")
         #expect(json["summary"]?.stringValue == StatusReport(snapshot).summary)
+    }
+
+    @Test func aRefusedReloadAHostHoldAndKeysAwaitingARestartAreInTheSummaryAndTheJSON() {
+        var snapshot = Self.fresh()
+        snapshot.daemon.configReload = ConfigReloadStatus(atMs: Self.now, outcome: .refused, problems: ["x.json: typo: unknown key"],
+                                                          restartKeys: ["bluetooth.maxClients"])
+        var host = HostServices()
+        host.busConnected = true
+        host.networkManager = .present
+        host.meteredRaw = 1
+        snapshot.host = host
+        snapshot.hostHold = .metered
+        let report = StatusReport(snapshot)
+        #expect(report.summary == "mode off, idle; new work held: metered; config reload refused; restart to apply bluetooth.maxClients")
+        let json = report.json
+        #expect(DocumentedStatus.status.problems(json) == [])
+        #expect(json["daemon"]?["configReload"]?["problems"] == ["x.json: typo: unknown key"])
+        #expect(json["host"]?["hold"]?["reason"] == "metered")
+        #expect(json["host"]?["networkManager"]?["metered"] == "yes")
     }
 
     @Test func offShowsNothingRunningAndNothingReportedYet() {

@@ -1,7 +1,8 @@
 // libFuzzer target: the Bluetooth request assembler (RequestAssembler over
 // JSONObjectFramer), fed the input in writes of fuzz-chosen sizes, with idle time passing
 // between some of them. Invariants: nothing buffered beyond the limit, every event is a
-// request with a safe id and bounded maxTokens or a rejection with a reason.
+// request with a safe id, bounded maxTokens and (SPEC 6.1) a bounded chat, a cancel with a
+// safe id, or a rejection with a reason.
 import WorkerCore
 
 @_cdecl("LLVMFuzzerTestOneInput")
@@ -20,8 +21,13 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> Int32 {
             switch event {
             case .request(let request):
                 check(Subtask.isSafeID(request.id), "unsafe id \(request.id)")
-                check(!request.prompt.isEmpty, "empty prompt accepted")
+                check(!request.prompt.isEmpty || request.messages != nil, "empty prompt accepted without messages")
+                check(request.messages.map { (1...BluetoothRequest.maxTurns).contains($0.count) } ?? true, "a chat of \(request.messages?.count ?? 0) turns")
+                check(request.messages?.allSatisfy { BluetoothRequest.chatRoles.contains($0.role) } ?? true, "a turn with an unknown role")
+                check(request.options.stop.count <= BluetoothRequest.maxStops, "\(request.options.stop.count) stops")
                 check((1...BluetoothRequest.maxTokensLimit).contains(request.maxTokens), "maxTokens \(request.maxTokens)")
+            case .cancel(let id):
+                check(Subtask.isSafeID(id), "unsafe id in a cancel \(id)")
             case .rejected(let id, let error):
                 check(!error.isEmpty, "a rejection without a reason")
                 if let id { check(Subtask.isSafeID(id), "unsafe id in a rejection") }
