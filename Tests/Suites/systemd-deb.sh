@@ -5,7 +5,8 @@
 # own dbus and bluetooth services. The guest side, Tests/Systemd/deb-guest.sh, installs the
 # .deb with dpkg -i and checks with systemctl and journalctl: enabled and READY in mode
 # off; mode on against the dev coordinator (Tests/DevCoordinator) on this host with a real
-# llama.cpp server (Tests/ModelServer), both reached through run-in-vm.sh --host-port; the
+# llama.cpp server (Tests/ModelServer), both reached through run-in-vm.sh --host-port;
+# systemctl reload with a good and a bad config (journal fields EDGECODER_EVENT=…); the
 # watchdog (SIGSTOP); a SIGKILL with a result in the outbox; mode bluetooth across
 # `systemctl restart bluetooth` with a bleak central on hci1; dpkg --purge.
 #

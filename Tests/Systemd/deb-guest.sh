@@ -114,13 +114,6 @@ cat >/etc/edgecoder-worker/config.json <<EOF
  "log": {"level": "info"}}
 EOF
 check "config check accepts the new config" edgecoder-worker config check
-# SKIP until the daemon re-reads its config on SIGHUP (issue 16's daemon half): then
-# `systemctl reload` with this config, and with a broken one (refused, the old one kept).
-if [[ -n "$(prop ExecReload)" ]]; then
-  echo "# the unit has ExecReload= now: wire the reload checks here"
-else
-  echo "# SKIP systemctl reload with a good and a bad config: no ExecReload= in the unit yet"
-fi
 systemctl restart $UNIT
 check "the daemon restarts with the new config" systemctl is-active --quiet $UNIT
 check "mode on is accepted" test "$(edgecoder-worker mode on 2>/dev/null | head -n1)" = on
@@ -133,6 +126,39 @@ check "the coordinator saw the registration of $WORKER_AGENT_ID" \
   bash -c '[[ "$(curl -sf "$1/_dev/state" | jq -r "[.registrations[].agentId] | index(\"$2\")")" != null ]]' _ "$COORD" "$WORKER_AGENT_ID"
 id="$(dev -X POST -H 'content-type: application/json' -d '{"input": "def add(a, b):", "timeoutMs": 120000}' "$COORD/_dev/subtasks" | jq -r '.ids[0]')"
 check "a subtask runs on the model server and its result is posted" wait_for 120 "result of $id" delivered "$id"
+check "journalctl -u $UNIT EDGECODER_EVENT=mode-change finds the change to on (structured fields)" \
+  bash -c "journalctl -b -u $UNIT EDGECODER_EVENT=mode-change EDGECODER_MODE=on -o cat --no-pager | grep -q ."
+
+# ------------------------------------------------------------------ reload
+phase "systemctl reload: a good config, then a bad one"
+CONF=/etc/edgecoder-worker/config.json
+reload_outcome() { stj '.daemon.configReload.outcome' | tr -d '"'; }
+if [[ -z "$(prop ExecReload)" ]]; then
+  echo "# SKIP systemctl reload: no ExecReload= in this unit"
+else
+  pid0=$(prop MainPID)
+  cp "$CONF" /tmp/config.good
+  # cat > keeps the file's owner and mode (0640 root:edgecoder-worker)
+  jq '.coordinator.heartbeatIntervalMs = 3000' /tmp/config.good | cat >"$CONF"
+  check "systemctl reload returns (good config)" systemctl reload $UNIT
+  check "the good config is applied: outcome applied, same process" \
+    test "$(reload_outcome) $(prop MainPID) $(prop ActiveState)" = "applied $pid0 active"
+  check "the journal has the config-reloaded event (EDGECODER_EVENT=config-reloaded)" \
+    bash -c "journalctl -b -u $UNIT EDGECODER_EVENT=config-reloaded -o cat --no-pager | grep -q ."
+  echo '{"coordinator": {"heartbeatIntervalMs": "soon"}}' | cat >"$CONF"
+  systemctl reload $UNIT; rc=$?
+  echo "# systemctl reload with a bad config: exit $rc; status: $(stj '.daemon.configReload' | cut -c1-200)"
+  check "the bad config is refused and the running one kept: outcome refused, same process, still active" \
+    test "$(reload_outcome) $(prop MainPID) $(prop ActiveState)" = "refused $pid0 active"
+  check "the refusal names the key (coordinator.heartbeatIntervalMs)" \
+    bash -c "edgecoder-worker status --json | jq -r '.daemon.configReload.problems[]? | tostring' | grep -q heartbeatIntervalMs"
+  check "the journal has the config-refused event with the reason" \
+    bash -c "journalctl -b -u $UNIT EDGECODER_EVENT=config-refused -o cat --no-pager | grep -q ."
+  check "mode on kept through the refused reload" test "$(edgecoder-worker mode 2>/dev/null | head -n1)" = on
+  cat /tmp/config.good >"$CONF"
+  check "a reload with the first config again is applied" \
+    bash -c 'systemctl reload edgecoder-worker && [[ "$(edgecoder-worker status --json | jq -r .daemon.configReload.outcome)" == applied ]]'
+fi
 
 # ------------------------------------------------------------------ watchdog
 phase "watchdog: SIGSTOP"
@@ -192,6 +218,7 @@ else
 fi
 central request:tag=after-bluetooth-restart,what=a-request-after-systemctl-restart-bluetooth
 check "the unit never left active" test "$(prop ActiveState)" = active
+figure "MemoryCurrent after every phase (MemoryMax=$(prop MemoryMax))" "$(( $(prop MemoryCurrent) / 1048576 )) MiB"
 journalctl -b -u $UNIT --no-pager >"$VM_RESULTS/journal-edgecoder-worker.log" 2>&1
 
 # ------------------------------------------------------------------ purge
