@@ -160,6 +160,17 @@ else
     bash -c 'systemctl reload edgecoder-worker && [[ "$(edgecoder-worker status --json | jq -r .daemon.configReload.outcome)" == applied ]]'
 fi
 
+# Not wired yet (issue 16's daemon half is in; these need more than this VM has now):
+# - `systemctl stop` during a subtask longer than TimeoutStopSec=, with stopGraceMs above
+#   it: the daemon extends the timeout (EXTEND_TIMEOUT_USEC=) and posts the result. Needs
+#   a slow backend on the host (Tests/ModelServer/ollama_fixture.py --delay-ms) as a third
+#   --host-port.
+# - logind's PrepareForSleep(true/false) sent by hand (busctl emit as root on logind's
+#   path is refused by the bus policy: a stand-in needs its own name), NetworkManager's
+#   Metered on a connection (network-manager in the guest, or a stand-in named as such).
+echo "# SKIP systemctl stop during a long subtask (EXTEND_TIMEOUT_USEC): not wired yet"
+echo "# SKIP logind PrepareForSleep and NetworkManager Metered under systemd: not wired yet"
+
 # ------------------------------------------------------------------ watchdog
 phase "watchdog: SIGSTOP"
 # WatchdogSec=30s as shipped; a drop-in shortens it to keep the suite short (the same
