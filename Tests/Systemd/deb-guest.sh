@@ -165,9 +165,10 @@ fi
 #   it: the daemon extends the timeout (EXTEND_TIMEOUT_USEC=) and posts the result. Needs
 #   a slow backend on the host (Tests/ModelServer/ollama_fixture.py --delay-ms) as a third
 #   --host-port.
-# - logind's PrepareForSleep(true/false) sent by hand (busctl emit as root on logind's
-#   path is refused by the bus policy: a stand-in needs its own name), NetworkManager's
-#   Metered on a connection (network-manager in the guest, or a stand-in named as such).
+# - logind's PrepareForSleep(true/false) sent by hand (busctl emit comes from another
+#   sender than logind: check whether the daemon's match accepts it, else `systemctl
+#   suspend` if the VM can), NetworkManager's Metered on a connection (network-manager in
+#   the guest, or a stand-in named as such).
 echo "# SKIP systemctl stop during a long subtask (EXTEND_TIMEOUT_USEC): not wired yet"
 echo "# SKIP logind PrepareForSleep and NetworkManager Metered under systemd: not wired yet"
 
