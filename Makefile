@@ -8,12 +8,25 @@ DESTDIR     ?=
 BIN         := .build/debug/edgecoder-worker
 RELEASE_BIN := .build/release/edgecoder-worker
 export PATH := /opt/swift/usr/bin:$(PATH)
+# Where `make install` puts systemd's and the shell's files: under PREFIX, so that a local
+# prefix never writes /lib or /usr/lib, which belong to packages (systemd, man and
+# bash-completion all search /usr/local too). PREFIX=/usr gives /usr/lib/systemd/system.
+SYSTEMD_UNIT_DIR ?= $(PREFIX)/lib/systemd/system
+SYSTEMD_USER_UNIT_DIR ?= $(PREFIX)/lib/systemd/user
+SYSUSERS_DIR     ?= $(PREFIX)/lib/sysusers.d
+TMPFILES_DIR     ?= $(PREFIX)/lib/tmpfiles.d
+MAN1_DIR         ?= $(PREFIX)/share/man/man1
+COMPLETION_DIR   ?= $(PREFIX)/share/bash-completion/completions
+# The man page and bash completion, printed by the release binary from its command table.
+GEN              ?= .build/gen
 
 # Debian packages: the C libraries we link, and the tools the tests drive.
 APT_PACKAGES := pkg-config libcurl4-openssl-dev libbluetooth-dev libsystemd-dev \
                 util-linux systemd iproute2 python3 curl openssl dbus-daemon
+# What `make deb` needs on top (the systemd-deb suite runs `make deb` itself).
+DEB_TOOLS    := debhelper dpkg-dev lintian
 
-.PHONY: all build release run test unit suites bench fuzz demo install deps clean
+.PHONY: all build release run test unit suites bench fuzz demo install install-files generated deb deps clean
 
 all: build
 
@@ -97,21 +110,46 @@ demo: build
 	bash Tests/Coordinator/demo.sh
 
 install: release
+	@$(MAKE) --no-print-directory generated install-files
+
+generated:
+	@mkdir -p $(GEN)
+	$(RELEASE_BIN) internal man > $(GEN)/edgecoder-worker.1
+	$(RELEASE_BIN) internal completion bash > $(GEN)/edgecoder-worker.bash
+
+# What `install` copies, without building (debian/rules calls it after its own build).
+install-files:
 	install -D -m0755 $(RELEASE_BIN) $(DESTDIR)$(PREFIX)/bin/edgecoder-worker
-	install -d $(DESTDIR)/lib/systemd/system $(DESTDIR)/usr/lib/sysusers.d $(DESTDIR)/usr/lib/tmpfiles.d
-	sed 's|/usr/local|$(PREFIX)|g' systemd/edgecoder-worker.service > $(DESTDIR)/lib/systemd/system/edgecoder-worker.service
-	chmod 0644 $(DESTDIR)/lib/systemd/system/edgecoder-worker.service
-	install -m0644 systemd/sysusers.d/edgecoder-worker.conf $(DESTDIR)/usr/lib/sysusers.d/edgecoder-worker.conf
-	install -m0644 systemd/tmpfiles.d/edgecoder-worker.conf $(DESTDIR)/usr/lib/tmpfiles.d/edgecoder-worker.conf
-	install -d $(DESTDIR)$(PREFIX)/lib/systemd/user
-	sed 's|/usr/local|$(PREFIX)|g' systemd/edgecoder-worker-proxy.service > $(DESTDIR)$(PREFIX)/lib/systemd/user/edgecoder-worker-proxy.service
-	chmod 0644 $(DESTDIR)$(PREFIX)/lib/systemd/user/edgecoder-worker-proxy.service
+	install -d $(DESTDIR)$(SYSTEMD_UNIT_DIR) $(DESTDIR)$(SYSTEMD_USER_UNIT_DIR) $(DESTDIR)$(SYSUSERS_DIR) $(DESTDIR)$(TMPFILES_DIR)
+	sed 's|/usr/local|$(PREFIX)|g' systemd/edgecoder-worker.service > $(DESTDIR)$(SYSTEMD_UNIT_DIR)/edgecoder-worker.service
+	chmod 0644 $(DESTDIR)$(SYSTEMD_UNIT_DIR)/edgecoder-worker.service
+	sed 's|/usr/local|$(PREFIX)|g' systemd/edgecoder-worker-proxy.service > $(DESTDIR)$(SYSTEMD_USER_UNIT_DIR)/edgecoder-worker-proxy.service
+	chmod 0644 $(DESTDIR)$(SYSTEMD_USER_UNIT_DIR)/edgecoder-worker-proxy.service
+	install -m0644 systemd/sysusers.d/edgecoder-worker.conf $(DESTDIR)$(SYSUSERS_DIR)/edgecoder-worker.conf
+	install -m0644 systemd/tmpfiles.d/edgecoder-worker.conf $(DESTDIR)$(TMPFILES_DIR)/edgecoder-worker.conf
+	install -D -m0644 $(GEN)/edgecoder-worker.1 $(DESTDIR)$(MAN1_DIR)/edgecoder-worker.1
+	install -D -m0644 $(GEN)/edgecoder-worker.bash $(DESTDIR)$(COMPLETION_DIR)/edgecoder-worker
 	install -D -m0644 README.md $(DESTDIR)$(PREFIX)/share/doc/edgecoder-worker/README.md
 	install -D -m0644 Config/edgecoder-worker.json $(DESTDIR)$(PREFIX)/share/doc/edgecoder-worker/config.example.json
 	@echo "next: systemd-sysusers edgecoder-worker.conf && systemd-tmpfiles --create edgecoder-worker.conf"
 	@echo "      copy $(PREFIX)/share/doc/edgecoder-worker/config.example.json to /etc/edgecoder-worker/config.json and edit it"
 	@echo "      systemctl daemon-reload && systemctl enable --now edgecoder-worker"
 	@echo "the proxy, per user (a user unit):  systemctl --user daemon-reload && systemctl --user enable --now edgecoder-worker-proxy"
+
+# The Debian package, in .build/deb (debian/rules by hand rather than dpkg-buildpackage,
+# which can only write next to the clone), then lintian: an error fails the target.
+deb: deps
+	@$(MAKE) --no-print-directory deps APT_PACKAGES="$(DEB_TOOLS)"
+	dpkg-checkbuilddeps
+	@v=$$(sed -n 's/^public let workerVersion = "\(.*\)"$$/\1/p' Sources/Daemon/WorkerDaemon.swift); \
+	  test "$$(dpkg-parsechangelog -S Version)" = "$$v" || \
+	  { echo "debian/changelog's version is not workerVersion ($$v): add a changelog entry (dch -v $$v)"; exit 1; }
+	rm -rf .build/deb
+	debian/rules clean
+	debian/rules build
+	debian/rules binary
+	lintian --fail-on error --info .build/deb/edgecoder-worker_*.deb
+	@ls -l .build/deb/*.deb
 
 clean:
 	rm -rf .build .run

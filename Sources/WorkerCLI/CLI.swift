@@ -29,6 +29,9 @@ var commands: [any Command.Type] {
     ]
 }
 
+/// Commands that work but are not listed in `--help`, the man page or the completion.
+var hiddenCommands: [any Command.Type] { [InternalCommand.self] }
+
 /// The entry point: five lines in `main.swift` call this.
 public enum CLI {
     public static func main(_ argv: [String]) async -> Int32 {
@@ -46,7 +49,7 @@ public enum CLI {
             return ExitCode.ok
         }
         if first == "--version" { args[0] = "version" }
-        guard let command = commands.first(where: { $0.name == args[0] }) else {
+        guard let command = (commands + hiddenCommands).first(where: { $0.name == args[0] }) else {
             printErr("edgecoder-worker: unknown command '\(printable(args[0]))'\n\n" + topUsage)
             return ExitCode.usage
         }

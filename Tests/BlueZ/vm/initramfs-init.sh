@@ -4,6 +4,8 @@
 # read-only shares at their host paths (tags share1..N: the repository, the VM cache, what
 # run-in-vm.sh --share names) and the writable results share (tag results), then chroots
 # into the host's / and runs guest-init.sh with the host's bash. Always powers off.
+# With BOOT=systemd in vm.conf (run-in-vm.sh --systemd) the root is an overlay instead and
+# it switch_roots into systemd, which runs guest-init-systemd.sh as a unit and powers off.
 /bin/busybox mkdir -p /proc /sys /dev /bin
 /bin/busybox --install -s /bin
 export PATH=/bin
@@ -32,9 +34,36 @@ mount -t 9p -o "$OPTS" results /res || halt "cannot mount the results share"
 # vm.conf (written by run-in-vm.sh): RESULTS_PATH=..., GUEST_INIT=..., ROOT_CACHE=...,
 # SHARE_COUNT=N, SHARE_1=... SHARE_N=... (parents before what lies inside them)
 . /res/vm.conf
+R=/newroot
+if [ "${BOOT:-chroot}" = systemd ]; then
+  # systemd as PID 1 (run-in-vm.sh --systemd): the host's / read-only as the lower layer
+  # of an overlay whose upper layer is a tmpfs, so systemd, dpkg and sysusers get the
+  # writable /etc and /var they need; the host's files are never written.
+  mkdir -p /lower /ovl
+  mount -t 9p -o "$OPTS,ro,cache=${ROOT_CACHE:-loose}" hostroot /lower || halt "cannot mount hostroot"
+  mount -t tmpfs -o mode=755 tmpfs /ovl || halt "tmpfs for the overlay"
+  mkdir -p /ovl/upper /ovl/work
+  mount -t overlay -o lowerdir=/lower,upperdir=/ovl/upper,workdir=/ovl/work,redirect_dir=off,index=off,metacopy=off \
+    overlay $R || halt "cannot mount the overlay root"
+  mount -t tmpfs -o mode=1777 tmpfs $R/tmp || halt "tmpfs /tmp"
+  i=1
+  while [ "$i" -le "${SHARE_COUNT:-0}" ]; do
+    eval "share=\$SHARE_$i"
+    mkdir -p "$R$share" 2>/dev/null
+    mount -t 9p -o "$OPTS,ro,cache=${ROOT_CACHE:-loose}" "share$i" "$R$share" || halt "cannot mount share$i at $share"
+    i=$((i + 1))
+  done
+  mkdir -p "$R$RESULTS_PATH" 2>/dev/null
+  mount -o bind /res "$R$RESULTS_PATH" || halt "cannot bind the results share to $RESULTS_PATH"
+  # Units (the guest script's own, masks) that run-in-vm.sh prepared for /etc/systemd/system.
+  [ -d /res/systemd-system ] && cp -a /res/systemd-system/. $R/etc/systemd/system/
+  say "switch_root: systemd"
+  umount /proc /sys /dev 2>/dev/null
+  exec switch_root $R /lib/systemd/systemd
+  halt "switch_root failed"
+fi
 mount -t 9p -o "$OPTS,ro,cache=${ROOT_CACHE:-loose}" hostroot /newroot || halt "cannot mount hostroot"
 
-R=/newroot
 mount -t proc proc $R/proc || halt "proc"
 mount -t sysfs sysfs $R/sys || halt "sysfs"
 mount -t devtmpfs devtmpfs $R/dev || halt "devtmpfs"

@@ -7,7 +7,7 @@
 #    python3-dbus/gi/venv, dbus, cpio (apt-get install when root, else says what to install).
 # 2. The kernel that `linux-image-amd64` depends on: `apt-get download` + `dpkg -x` into
 #    .cache/bluez-vm/kernel-VERSION (never installed), then `depmod`.
-# 3. A tiny busybox initramfs with the virtio + 9p modules and initramfs-init.sh.
+# 3. A tiny busybox initramfs with the virtio + 9p (+ overlay) modules and initramfs-init.sh.
 # 4. A venv with bleak: .cache/bluez-vm/venv (system python, --system-site-packages).
 #
 # Everything lives in REPO/.cache/bluez-vm (or BLUEZ_VM_CACHE); run-in-vm.sh shares it with
@@ -101,7 +101,8 @@ done
 # Modules the initramfs needs, in the order that works (dependencies are added by
 # modprobe --show-depends; built-in ones are skipped).
 INITRD_MODS=(virtio_ring virtio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci
-             netfs fscache 9pnet 9pnet_virtio 9p)
+             netfs fscache 9pnet 9pnet_virtio 9p
+             overlay)   # run-in-vm.sh --systemd: a writable overlay root for systemd as PID 1
 INITRD="$CACHE/initramfs-$KVER.cpio.gz"
 BUSYBOX=/bin/busybox
 [[ -x "$BUSYBOX" ]] || die "$BUSYBOX missing (busybox-static)"

@@ -36,6 +36,11 @@
 #                      run.XXXXXX, deleted after a run that exits 0 unless --keep
 #   --keep             keep the default results folder
 #   --verbose          also stream the guest's serial console (boot/setup log) to stderr
+#   --systemd          boot systemd as PID 1 instead of a chroot: the root is an overlay
+#                      (the host's / read-only below, a tmpfs above: /etc, /var writable,
+#                      nothing reaches the host), /tmp a tmpfs; the script runs as the
+#                      unit bluez-vm-guest.service (guest-init-systemd.sh: btvirt, eth0
+#                      with --host-port, bluetooth.service) and the VM powers off after it
 #
 # Results folder (writable 9p share, same path in the guest as $VM_RESULTS):
 #   output.log  the script's stdout+stderr   exit-code   its exit code
@@ -67,6 +72,7 @@ ENV_LINES=()
 HOST_PORTS=()
 SHARES=()
 CONTROLLERS=2
+SYSTEMD=0
 while (($#)); do
   case "$1" in
     --timeout) TIMEOUT="${2:?}"; shift 2 ;;
@@ -93,6 +99,7 @@ while (($#)); do
     --results) RESULTS="${2:?}"; KEEP=1; shift 2 ;;
     --keep) KEEP=1; shift ;;
     --verbose|-v) VERBOSE=1; shift ;;
+    --systemd) SYSTEMD=1; shift ;;
     -h|--help) usage ;;
     --) shift; break ;;
     -*) die "unknown option $1 (see --help)" ;;
@@ -147,6 +154,7 @@ visible_in_guest "$SCRIPT" ||
 if [[ -n "$RESULTS" ]]; then
   mkdir -p "$RESULTS" || die "cannot create $RESULTS"
   RESULTS="$(realpath "$RESULTS")"
+  rm -rf "$RESULTS/systemd-system"
   rm -f "$RESULTS"/{vm.conf,run.env,output.log,exit-code,exit-code.tmp,setup-error,init-error,console.log,setup.log,bluetoothd.log,btvirt.log}
 else
   mkdir -p "$CACHE/runs"
@@ -157,7 +165,12 @@ chmod 755 "$RESULTS"
 
 {
   echo "RESULTS_PATH='$RESULTS'"
-  echo "GUEST_INIT='$HERE/guest-init.sh'"
+  if ((SYSTEMD)); then
+    echo "BOOT=systemd"
+    echo "GUEST_INIT='$HERE/guest-init-systemd.sh'"
+  else
+    echo "GUEST_INIT='$HERE/guest-init.sh'"
+  fi
   echo "ROOT_CACHE='${BLUEZ_VM_ROOT_CACHE:-loose}'"
   # SHARE_i comes from the 9p tag share<i>; mounted in this order (parents first).
   echo "SHARE_COUNT=${#GUEST_SHARES[@]}"
@@ -186,10 +199,35 @@ BLUEZ_VM_HOST_PORTS="${HOST_PORTS[*]}"
   ((${#ENV_LINES[@]})) && printf '%s\n' "${ENV_LINES[@]}"
 } >"$RESULTS/run.env"
 
+if ((SYSTEMD)); then
+  # Copied by the initramfs into the overlay's /etc/systemd/system: the guest script as a
+  # unit of multi-user.target (Type=simple, so the boot does not wait for it), and masks
+  # for what the host's / enables but a test VM must not run (a database, timers, gettys
+  # on the console the results are read from).
+  sd="$RESULTS/systemd-system"
+  mkdir -p "$sd/multi-user.target.wants"
+  printf '%s\n' "[Unit]" "Description=BlueZ test VM: the guest script ($(basename "$SCRIPT"))" \
+    "After=dbus.service" "" "[Service]" "Type=simple" \
+    "ExecStart=/bin/bash $HERE/guest-init-systemd.sh $RESULTS" "TimeoutStartSec=infinity" \
+    >"$sd/bluez-vm-guest.service"
+  ln -s ../bluez-vm-guest.service "$sd/multi-user.target.wants/bluez-vm-guest.service"
+  # bluetooth.target too: udev pulls bluetooth.service in through it as soon as hci0
+  # appears, and a bluetoothd started while btvirt is still setting up the controllers left
+  # hci0 out of the kernel's management index for good (seen twice); guest-init-systemd.sh
+  # starts bluetooth.service itself once every controller is there, as guest-init.sh does.
+  for unit in bluetooth.target postgresql.service e2scrub_reap.service systemd-timesyncd.service systemd-pstore.service \
+              getty@tty1.service serial-getty@ttyS0.service apt-daily.timer apt-daily-upgrade.timer \
+              dpkg-db-backup.timer e2scrub_all.timer fstrim.timer man-db.timer; do
+    ln -s /dev/null "$sd/$unit"
+  done
+fi
+
 # ------------------------------------------------------------ boot
 q() { printf '%s' "${1//,/,,}"; }   # qemu option values escape commas by doubling
 APPEND="console=ttyS0 panic=-1 oops=panic"
 ((VERBOSE)) || APPEND="$APPEND quiet loglevel=3"
+# net.ifnames=0: udev would rename eth0, which guest-lib.sh sets up for --host-port.
+((SYSTEMD)) && APPEND="$APPEND systemd.unit=multi-user.target net.ifnames=0"
 QEMU=(qemu-system-x86_64 -nodefaults -no-user-config -no-reboot
       -accel tcg,thread=multi -cpu qemu64 -smp "${BLUEZ_VM_SMP:-2}" -m "${BLUEZ_VM_MEM:-1024}"
       -display none -monitor none -serial "file:$RESULTS/console.log"

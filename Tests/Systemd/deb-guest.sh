@@ -1,0 +1,251 @@
+#!/bin/bash
+# The Debian package under a real systemd as PID 1, INSIDE the BlueZ test VM (started by
+# Tests/Suites/systemd-deb.sh through run-in-vm.sh --systemd --host-port COORD
+# --host-port LLAMA). Everything goes through systemctl, journalctl and dpkg; the daemon
+# runs as the package installs it: user edgecoder-worker, the unit's whole sandbox.
+#
+# Environment (run-in-vm.sh --env): DEB (the .deb, visible in the guest), COORD_PORT (the
+# dev coordinator on the host), LLAMA_PORT (llama.cpp's server on the host), both at
+# $BLUEZ_VM_HOST_ADDR. Prints "ok - ..." / "not ok - ..." lines and "# name: value"
+# figures; exits 1 if anything failed.
+source "$BLUEZ_VM_DIR/guest-lib.sh"
+export PYTHONUNBUFFERED=1
+DEB="${DEB:?DEB not set}"
+HOST="${BLUEZ_VM_HOST_ADDR:?no --host-port}"
+COORD="http://$HOST:${COORD_PORT:?COORD_PORT not set}"
+LLAMA="http://$HOST:${LLAMA_PORT:?LLAMA_PORT not set}"
+UNIT=edgecoder-worker.service
+STATE=/var/lib/edgecoder-worker
+export WORKER_BIN=/usr/bin/edgecoder-worker WORKER_RUNDIR=/run/edgecoder-worker
+export WORKER_AGENT_ID=vmworker-0123456789abcdef
+
+prop() { systemctl show -P "$1" "$UNIT"; }
+wait_for() { # SECS DESC CMD...
+  local secs=$1 desc=$2; shift 2
+  local end=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS >= end)); then bvm_log "timed out after ${secs}s: $desc"; return 1; fi
+    sleep 0.5
+  done
+}
+stj() { edgecoder-worker status --json 2>/dev/null | jq -c "$1" 2>/dev/null; }
+dev() { curl -sf --max-time 20 "$@"; }   # the dev coordinator's /_dev API
+restarts_above() { (($(prop NRestarts) > $1)); }
+active_with_new_pid() { [[ "$(prop ActiveState)" == active && "$(prop MainPID)" != "$1" && "$(prop MainPID)" != 0 ]]; }
+delivered() { [[ "$(dev "$COORD/_dev/results" | jq -r --arg id "$1" '.counts[$id] // 0')" -ge 1 ]]; }
+outbox_has_entry() { compgen -G "$STATE/outbox-*" >/dev/null; }
+central() { run_tap "worker_central.py $*" "$BLUEZ_VM_PYTHON" -u "$REPO_ROOT/Tests/BlueZ/worker_central.py" "$@"; }
+phase() { echo "# ===== $1 ($(cut -d' ' -f1 /proc/uptime)s)"; }
+figure() { echo "# $1: $2"; echo "$1: $2" >>"$VM_RESULTS/figures.txt"; }
+
+echo "# systemd $(systemctl --version | head -n1 | cut -d' ' -f2), PID 1: $(cat /proc/1/comm), package $(basename "$DEB")"
+check "PID 1 is systemd" test "$(cat /proc/1/comm)" = systemd
+# The host's root is a container image whose policy-rc.d refuses every service start; it
+# is not part of a Debian host (removed in the guest's overlay only).
+rm -f /usr/sbin/policy-rc.d
+# man-db's trigger rebuilds the whole index (minutes under TCG); its own switch turns that off.
+rm -f /var/lib/man-db/auto-update
+
+# ------------------------------------------------------------------ install
+phase "dpkg -i"
+t0=$(date +%s%N)
+dpkg -i "$DEB" >"$VM_RESULTS/dpkg-install.log" 2>&1; rc=$?
+figure "dpkg -i (unpack, users, tmpfiles, enable, start)" "$((($(date +%s%N) - t0) / 1000000)) ms"
+check "dpkg -i installs the package (exit $rc)" test $rc -eq 0
+sed 's/^/# dpkg: /' "$VM_RESULTS/dpkg-install.log" | tail -n 5
+check "the unit is enabled" test "$(systemctl is-enabled $UNIT)" = enabled
+check "the unit is active after the install" systemctl is-active --quiet $UNIT
+echo "# $(systemctl show -p Type -p ActiveState -p SubState -p MainPID -p NRestarts -p StatusText $UNIT | tr '\n' ' ')"
+check "Type=notify, active (running): READY=1 was sent" \
+  test "$(prop Type) $(prop ActiveState) $(prop SubState)" = "notify active running"
+check "STATUS= text is set" test -n "$(prop StatusText)"
+check "it runs as the user edgecoder-worker" test "$(ps -o user= -p "$(prop MainPID)")" = edgecoder-worker
+check "a fresh install is in mode off" test "$(edgecoder-worker mode 2>/dev/null | head -n1)" = off
+check "mode.json says why: fresh install" grep -q '"fresh install"' "$STATE/mode.json"
+check "sysusers: edgecoder-worker is in the groups bluetooth and edgecoder" \
+  bash -c 'id -nG edgecoder-worker | tr " " "\n" | grep -qx bluetooth && id -nG edgecoder-worker | tr " " "\n" | grep -qx edgecoder'
+check "tmpfiles: /etc/edgecoder-worker is 0750 root:edgecoder-worker" \
+  test "$(stat -c '%a %U:%G' /etc/edgecoder-worker)" = "750 root:edgecoder-worker"
+check "tmpfiles: config.json is 0640 root:edgecoder-worker" \
+  test "$(stat -c '%a %U:%G' /etc/edgecoder-worker/config.json)" = "640 root:edgecoder-worker"
+check "config.json is a conffile" bash -c 'dpkg-query -W -f="\${Conffiles}" edgecoder-worker | grep -q /etc/edgecoder-worker/config.json'
+check "man edgecoder-worker finds the page" bash -c 'man -w edgecoder-worker | grep -q edgecoder-worker.1'
+check "the man page names every command" bash -c 'p=$(man -P cat edgecoder-worker 2>/dev/null); for c in run mode status tasks events policy telemetry doctor config proxy version; do grep -q "^   $c\$" <<<"$p" || exit 1; done'
+check "bash completion completes the modes" bash -c 'source /usr/share/bash-completion/completions/edgecoder-worker; COMP_WORDS=(edgecoder-worker mode b); COMP_CWORD=2; _edgecoder_worker; [[ "${COMPREPLY[*]}" == bluetooth ]]'
+check "journalctl -u shows the daemon's lines at their priorities (notice)" \
+  bash -c "journalctl -b -u $UNIT -p notice -o cat --no-pager | grep -q ."
+
+# ------------------------------------------------------------------ start -> READY
+phase "start to READY"
+systemctl stop $UNIT
+t0=$(date +%s%N)
+systemctl start $UNIT; rc=$?
+t1=$(date +%s%N)
+check "systemctl start returns once READY (exit $rc)" test $rc -eq 0
+figure "systemctl start to READY (wall, TCG guest)" "$(((t1 - t0) / 1000000)) ms"
+figure "exec to READY (ActiveEnter - ExecMainStart)" \
+  "$((($(prop ActiveEnterTimestampMonotonic) - $(prop ExecMainStartTimestampMonotonic)) / 1000)) ms"
+sec="$(systemd-analyze security --no-pager $UNIT 2>&1)"
+printf '%s\n' "$sec" >"$VM_RESULTS/security.txt"
+score="$(sed -n 's/.*Overall exposure level for .*: \([0-9.]*\) \(.*\)$/\1 \2/p' <<<"$sec" | sed 's/\x1b\[[0-9;]*m//g')"
+figure "systemd-analyze security $UNIT (running, systemd 252)" "$score"
+check "systemd-analyze security rates the running unit 2.0 or better ($score)" \
+  awk -v s="${score%% *}" 'BEGIN { exit !(s != "" && s <= 2.0) }'
+PROXY_UNIT=/usr/lib/systemd/user/edgecoder-worker-proxy.service
+check "the proxy's user unit is installed" test -f $PROXY_UNIT
+check "the proxy's user unit is not enabled for every user (each user enables it)" \
+  test "$(systemctl --global is-enabled edgecoder-worker-proxy.service 2>&1)" = disabled
+# (verify --user needs a user manager; the system manager parses the same syntax)
+check "systemd-analyze verify parses the proxy's user unit" systemd-analyze verify $PROXY_UNIT
+# A user manager needs a login session, which this VM has not: the file, offline.
+figure "systemd-analyze security --offline=true edgecoder-worker-proxy.service (user unit)" \
+  "$(systemd-analyze security --offline=true --no-pager $PROXY_UNIT 2>&1 | sed -n 's/.*Overall exposure level for .*: //p' | sed 's/\x1b\[[0-9;]*m//g')"
+
+# ------------------------------------------------------------------ mode on
+phase "mode on against the dev coordinator on the host"
+check "the guest reaches the dev coordinator ($COORD)" dev -o /dev/null "$COORD/_dev/state"
+cat >/etc/edgecoder-worker/config.json <<EOF
+{"agentId": "$WORKER_AGENT_ID",
+ "coordinator": {"url": "$COORD", "allowInsecureHttp": true, "heartbeatIntervalMs": 2000,
+                 "pullIntervalMs": 1000, "stopGraceMs": 5000},
+ "backend": {"kind": "openai", "url": "$LLAMA", "model": "tiny", "timeoutMs": 120000, "maxTokens": 16},
+ "bluetooth": {"adapter": "hci0", "maxClients": 1},
+ "policy": {"maxCpuUsagePct": 100, "resumeDwellSec": 0},
+ "log": {"level": "info"}}
+EOF
+check "config check accepts the new config" edgecoder-worker config check
+systemctl restart $UNIT
+check "the daemon restarts with the new config" systemctl is-active --quiet $UNIT
+check "mode on is accepted" test "$(edgecoder-worker mode on 2>/dev/null | head -n1)" = on
+if wait_for 60 "registered" bash -c '[[ "$(edgecoder-worker status --json | jq .coordinator.registered)" == true ]]'; then
+  ok "the worker registers with the coordinator (status)"
+else
+  not_ok "the worker registers with the coordinator: $(stj .coordinator | cut -c1-300)"
+fi
+check "the coordinator saw the registration of $WORKER_AGENT_ID" \
+  bash -c '[[ "$(curl -sf "$1/_dev/state" | jq -r "[.registrations[].agentId] | index(\"$2\")")" != null ]]' _ "$COORD" "$WORKER_AGENT_ID"
+id="$(dev -X POST -H 'content-type: application/json' -d '{"input": "def add(a, b):", "timeoutMs": 120000}' "$COORD/_dev/subtasks" | jq -r '.ids[0]')"
+check "a subtask runs on the model server and its result is posted" wait_for 120 "result of $id" delivered "$id"
+check "journalctl -u $UNIT EDGECODER_EVENT=mode-change finds the change to on (structured fields)" \
+  bash -c "journalctl -b -u $UNIT EDGECODER_EVENT=mode-change EDGECODER_MODE=on -o cat --no-pager | grep -q ."
+
+# ------------------------------------------------------------------ reload
+phase "systemctl reload: a good config, then a bad one"
+CONF=/etc/edgecoder-worker/config.json
+reload_outcome() { stj '.daemon.configReload.outcome' | tr -d '"'; }
+if [[ -z "$(prop ExecReload)" ]]; then
+  echo "# SKIP systemctl reload: no ExecReload= in this unit"
+else
+  pid0=$(prop MainPID)
+  cp "$CONF" /tmp/config.good
+  # cat > keeps the file's owner and mode (0640 root:edgecoder-worker)
+  jq '.coordinator.heartbeatIntervalMs = 3000' /tmp/config.good | cat >"$CONF"
+  check "systemctl reload returns (good config)" systemctl reload $UNIT
+  check "the good config is applied: outcome applied, same process" \
+    test "$(reload_outcome) $(prop MainPID) $(prop ActiveState)" = "applied $pid0 active"
+  check "the journal has the config-reloaded event (EDGECODER_EVENT=config-reloaded)" \
+    bash -c "journalctl -b -u $UNIT EDGECODER_EVENT=config-reloaded -o cat --no-pager | grep -q ."
+  echo '{"coordinator": {"heartbeatIntervalMs": "soon"}}' | cat >"$CONF"
+  systemctl reload $UNIT; rc=$?
+  echo "# systemctl reload with a bad config: exit $rc; status: $(stj '.daemon.configReload' | cut -c1-200)"
+  check "the bad config is refused and the running one kept: outcome refused, same process, still active" \
+    test "$(reload_outcome) $(prop MainPID) $(prop ActiveState)" = "refused $pid0 active"
+  check "the refusal names the key (coordinator.heartbeatIntervalMs)" \
+    bash -c "edgecoder-worker status --json | jq -r '.daemon.configReload.problems[]? | tostring' | grep -q heartbeatIntervalMs"
+  check "the journal has the config-refused event with the reason" \
+    bash -c "journalctl -b -u $UNIT EDGECODER_EVENT=config-refused -o cat --no-pager | grep -q ."
+  check "mode on kept through the refused reload" test "$(edgecoder-worker mode 2>/dev/null | head -n1)" = on
+  cat /tmp/config.good >"$CONF"
+  check "a reload with the first config again is applied" \
+    bash -c 'systemctl reload edgecoder-worker && [[ "$(edgecoder-worker status --json | jq -r .daemon.configReload.outcome)" == applied ]]'
+fi
+
+# Not wired yet (issue 16's daemon half is in; these need more than this VM has now):
+# - `systemctl stop` during a subtask longer than TimeoutStopSec=, with stopGraceMs above
+#   it: the daemon extends the timeout (EXTEND_TIMEOUT_USEC=) and posts the result. Needs
+#   a slow backend on the host (Tests/ModelServer/ollama_fixture.py --delay-ms) as a third
+#   --host-port.
+# - logind's PrepareForSleep(true/false) sent by hand (busctl emit comes from another
+#   sender than logind: check whether the daemon's match accepts it, else `systemctl
+#   suspend` if the VM can), NetworkManager's Metered on a connection (network-manager in
+#   the guest, or a stand-in named as such).
+echo "# SKIP systemctl stop during a long subtask (EXTEND_TIMEOUT_USEC): not wired yet"
+echo "# SKIP logind PrepareForSleep and NetworkManager Metered under systemd: not wired yet"
+
+# ------------------------------------------------------------------ watchdog
+phase "watchdog: SIGSTOP"
+# WatchdogSec=30s as shipped; a drop-in shortens it to keep the suite short (the same
+# mechanism: no WATCHDOG=1 within WatchdogSec, SIGABRT, Restart=on-failure).
+mkdir -p /etc/systemd/system/$UNIT.d
+printf '[Service]\nWatchdogSec=8s\n' >/etc/systemd/system/$UNIT.d/50-test-watchdog.conf
+systemctl daemon-reload && systemctl restart $UNIT
+wait_for 30 "active" systemctl is-active --quiet $UNIT
+n0=$(prop NRestarts); pid0=$(prop MainPID)
+kill -STOP "$pid0"
+t0=$SECONDS
+if wait_for 90 "a restart after SIGSTOP" restarts_above "$n0" && wait_for 60 "active again" active_with_new_pid "$pid0"; then
+  ok "the watchdog restarts a stopped daemon (NRestarts $n0 -> $(prop NRestarts), $((SECONDS - t0))s)"
+else
+  not_ok "the watchdog restarts a stopped daemon: NRestarts $(prop NRestarts), $(prop ActiveState)/$(prop SubState)"
+fi
+check "the journal names the watchdog" bash -c "journalctl -b -u $UNIT --no-pager | grep -qi 'watchdog timeout'"
+check "mode on survived the restart" test "$(edgecoder-worker mode 2>/dev/null | head -n1)" = on
+rm -f /etc/systemd/system/$UNIT.d/50-test-watchdog.conf && systemctl daemon-reload
+
+# ------------------------------------------------------------------ SIGKILL, outbox
+phase "SIGKILL with a result in the outbox"
+wait_for 60 "registered" bash -c '[[ "$(edgecoder-worker status --json | jq .coordinator.registered)" == true ]]'
+dev -X POST -H 'content-type: application/json' -d '{"mode": "hang", "paths": ["/result"]}' "$COORD/_dev/switch" >/dev/null
+id="$(dev -X POST -H 'content-type: application/json' -d '{"input": "def mul(a, b):", "timeoutMs": 120000}' "$COORD/_dev/subtasks" | jq -r '.ids[0]')"
+check "the result waits in the outbox while the coordinator hangs" wait_for 120 "outbox entry" outbox_has_entry
+n0=$(prop NRestarts); pid0=$(prop MainPID)
+kill -KILL "$pid0"
+dev -X POST -H 'content-type: application/json' -d '{"mode": "normal"}' "$COORD/_dev/switch" >/dev/null
+if wait_for 60 "a restart after SIGKILL" restarts_above "$n0" && wait_for 60 "active again" active_with_new_pid "$pid0"; then
+  ok "Restart=on-failure brings back a SIGKILLed daemon (NRestarts $n0 -> $(prop NRestarts))"
+else
+  not_ok "Restart=on-failure brings back a SIGKILLed daemon: $(prop ActiveState)/$(prop SubState) $(prop Result)"
+fi
+check "after the restart the outbox is delivered" wait_for 90 "delivery of $id" delivered "$id"
+check "exactly once" test "$(dev "$COORD/_dev/results" | jq -r --arg id "$id" '.counts[$id]')" = 1
+check "the outbox is empty afterwards" wait_for 20 "empty outbox" bash -c "! compgen -G '$STATE/outbox-*'"
+
+# ------------------------------------------------------------------ bluetooth
+phase "mode bluetooth, then systemctl restart bluetooth"
+check "mode bluetooth is accepted" test "$(edgecoder-worker mode bluetooth 2>/dev/null | head -n1)" = bluetooth
+if wait_for 120 "advertising" bash -c '[[ "$(edgecoder-worker status --json | jq .bluetooth.advertising)" == true ]]'; then
+  ok "the sandboxed daemon registers its GATT application and advertises on hci0"
+else
+  not_ok "the sandboxed daemon advertises: $(stj '.bluetooth | del(.clients)' | cut -c1-300)"
+fi
+central request:tag=before-bluetooth-restart,what=a-request-from-hci1
+regs="$(stj '.bluetooth.registrations // 0')"
+systemctl restart bluetooth.service
+check "bluetooth.service restarted" wait_for_bluez 60
+wait_for 90 "registrations to change" bash -c '[[ "$(edgecoder-worker status --json | jq ".bluetooth.registrations // 0")" != "$1" ]]' _ "$regs"
+if wait_for 120 "advertising" bash -c '[[ "$(edgecoder-worker status --json | jq .bluetooth.advertising)" == true ]]'; then
+  ok "the daemon re-registers by itself after systemctl restart bluetooth"
+else
+  not_ok "the daemon re-registers after systemctl restart bluetooth: $(stj '.bluetooth | del(.clients)' | cut -c1-300)"
+fi
+central request:tag=after-bluetooth-restart,what=a-request-after-systemctl-restart-bluetooth
+check "the unit never left active" test "$(prop ActiveState)" = active
+figure "MemoryCurrent after every phase (MemoryMax=$(prop MemoryMax))" "$(( $(prop MemoryCurrent) / 1048576 )) MiB"
+journalctl -b -u $UNIT --no-pager >"$VM_RESULTS/journal-edgecoder-worker.log" 2>&1
+
+# ------------------------------------------------------------------ purge
+phase "dpkg --purge"
+dpkg --purge edgecoder-worker >"$VM_RESULTS/dpkg-purge.log" 2>&1; rc=$?
+check "dpkg --purge succeeds (exit $rc)" test $rc -eq 0
+check "the unit is gone" bash -c "! systemctl cat $UNIT >/dev/null 2>&1"
+check "no process of edgecoder-worker is left" bash -c '! pgrep -u edgecoder-worker >/dev/null'
+for path in /var/lib/edgecoder-worker /etc/edgecoder-worker /run/edgecoder-worker /usr/bin/edgecoder-worker \
+            /lib/systemd/system/$UNIT $PROXY_UNIT /usr/lib/sysusers.d/edgecoder-worker.conf /usr/lib/tmpfiles.d/edgecoder-worker.conf \
+            /usr/share/man/man1/edgecoder-worker.1.gz /usr/share/bash-completion/completions/edgecoder-worker; do
+  check "purge removed $path" test ! -e "$path"
+done
+check "dpkg forgets the package" bash -c '! dpkg-query -W edgecoder-worker >/dev/null 2>&1 || [[ "$(dpkg-query -W -f="\${db:Status-Status}" edgecoder-worker)" == not-installed ]]'
+echo "# kept after purge, as Debian does for system users: $(getent passwd edgecoder-worker | cut -d: -f1,3,6) groups $(getent group edgecoder | cut -d: -f1,3)"
+
+tap_done
+exit $?

@@ -1,0 +1,117 @@
+import Testing
+@testable import WorkerCLI
+
+/// Every `--option` token of a usage text, found without the generator's parser.
+private func optionTokens(_ usage: String) -> Set<String> {
+    var found: Set<String> = []
+    var current = ""
+    for ch in usage + " " {
+        if ch.isLetter || ch.isNumber || ch == "-" {
+            current.append(ch)
+            continue
+        }
+        if current.hasPrefix("--"), current.count > 2, current.dropFirst(2).first?.isLetter == true {
+            found.insert(current)
+        }
+        current = ""
+    }
+    return found
+}
+
+/// The roff spelling of a plain word (dashes as `\-`).
+private func roffed(_ text: String) -> String { text.replacingOccurrences("-", "\\-") }
+
+private extension String {
+    func replacingOccurrences(_ target: String, _ replacement: String) -> String {
+        split(separator: Character(target), omittingEmptySubsequences: false).joined(separator: replacement)
+    }
+}
+
+/// The lines of the completion's `case` branch for one command.
+private func completionBranch(_ script: String, _ name: String) -> String {
+    var lines: [Substring] = []
+    var inside = false
+    for line in script.split(separator: "\n") {
+        if line == "        \(name))" { inside = true; continue }
+        if inside && line.hasPrefix("            ;;") { break }
+        if inside { lines.append(line) }
+    }
+    return lines.joined(separator: "\n")
+}
+
+@Suite struct ManualGeneration {
+    @Test func everyCommandAndEveryOptionOfTheTableIsInTheManPageAndTheCompletion() {
+        let man = Manual.manPage()
+        let completion = Manual.bashCompletion()
+        #expect(!commands.isEmpty)
+        for command in commands {
+            #expect(man.contains(".SS \(roffed(command.name))\n"), "man page lacks command \(command.name)")
+            let branch = completionBranch(completion, command.name)
+            #expect(!branch.isEmpty, "completion lacks command \(command.name)")
+            #expect(completion.contains(" \(command.name) ") || completion.contains("\"\(command.name) "), "completion's first word lacks \(command.name)")
+            let options = optionTokens(command.usage)
+            for option in options {
+                #expect(man.contains(".B \(roffed(option))"), "man page lacks \(command.name) \(option)")
+                #expect(branch.contains(option), "completion lacks \(command.name) \(option)")
+            }
+        }
+    }
+
+    @Test func theParserReadsOptionsValuesAndFirstWordsFromAUsageText() {
+        let synopsis = CommandSynopsis(name: "demo", summary: "s", usage: """
+            Usage: edgecoder-worker demo [on|off] [--json] [--config F] [--port 11435]
+                   edgecoder-worker demo set KEY VALUE [--runtime-dir D]
+
+              --config F        the file
+              --extra N         only in the description
+              --json            a flag
+            """)
+        #expect(synopsis.words == ["on", "off", "set"])
+        #expect(synopsis.options == [
+            .init(name: "--json", value: nil), .init(name: "--config", value: "F"), .init(name: "--port", value: "11435"),
+            .init(name: "--runtime-dir", value: "D"), .init(name: "--extra", value: "N"),
+        ])
+    }
+
+    @Test func theCompletionOffersFilesAfterAFileOptionAndTheModesAsFirstWord() {
+        let completion = Manual.bashCompletion()
+        let run = completionBranch(completion, "run")
+        #expect(run.contains("--config) compopt -o filenames 2>/dev/null; COMPREPLY=($(compgen -f"))
+        #expect(run.contains("compgen -d"))
+        #expect(completionBranch(completion, "proxy").contains("--state-dir) compopt -o filenames 2>/dev/null; COMPREPLY=($(compgen -d"))
+        #expect(completionBranch(completion, "mode").contains("words=\"off on bluetooth\""))
+        #expect(completionBranch(completion, "policy").contains("words=\"show set unset\""))
+        #expect(completionBranch(completion, "config").contains("words=\"check\""))
+    }
+
+    @Test func theHiddenCommandIsNeitherListedNorDocumented() {
+        #expect(!CLI.topUsage.contains("internal"))
+        #expect(!Manual.manPage().contains(".SS internal"))
+        #expect(completionBranch(Manual.bashCompletion(), "internal").isEmpty)
+    }
+
+    @Test func theInternalCommandAcceptsOnlyManAndBashCompletion() {
+        var man = Arguments(["man"])
+        #expect((try? InternalCommand(&man))?.output == .man)
+        var bash = Arguments(["completion", "bash"])
+        #expect((try? InternalCommand(&bash))?.output == .bash)
+        for words in [[], ["completion"], ["completion", "zsh"], ["man", "extra"]] {
+            var arguments = Arguments(words)
+            #expect(throws: UsageError.self) { try InternalCommand(&arguments) }
+        }
+    }
+
+    @Test func roffEscapesBackslashesDashesAndLeadingDots() {
+        #expect(Manual.roff("a\\b --x") == "a\\eb \\-\\-x")
+        #expect(Manual.roffLine(".hidden") == "\\&.hidden")
+        #expect(Manual.roffLine("'quote") == "\\&'quote")
+        #expect(Manual.roffLine("  plain") == "  plain")
+    }
+
+    @Test func theManPageTakesTheOptionsDescriptionFromItsUsageLine() {
+        let usage = "Usage: x\n\n  --port N        TCP port on 127.0.0.1\n  --json          a flag\n"
+        #expect(Manual.optionText("--port", in: usage) == "TCP port on 127.0.0.1")
+        #expect(Manual.optionText("--json", in: usage) == "a flag")
+        #expect(Manual.optionText("--missing", in: usage) == "see the synopsis above")
+    }
+}
