@@ -189,7 +189,7 @@ model_first_piece() { # prints "FIRST-MS WHOLE-MS"
   local start first="" line
   start=$(date +%s%N)
   while IFS= read -r line; do
-    if [[ -z "$first" && "$line" == 'data: {'*'"text":"'[^\"]* ]]; then first=$((($(date +%s%N) - start) / 1000000)); fi
+    if [[ -z "$first" && "$line" =~ ^data:\ \{.*\"text\":\ ?\"[^\"] ]]; then first=$((($(date +%s%N) - start) / 1000000)); fi
   done < <(curl -s -N --max-time 600 -X POST "$LLAMA_URL/v1/completions" -H 'content-type: application/json' \
              -d '{"model": "tiny", "prompt": "Count from one to one thousand in words", "max_tokens": 1000, "stream": true}')
   echo "${first:-0} $((($(date +%s%N) - start) / 1000000))"
@@ -199,7 +199,9 @@ if [[ $STREAMING_WORKER == 1 ]]; then
   echo "# model-first-piece-ms: first $model_first_ms, whole answer $model_whole_ms (the model server alone, 1000 tokens asked)"
   read -r first_ms whole_ms <<<"$(first_piece)"
   echo "# proxy-first-piece-ms: first $first_ms, whole answer $whole_ms (1000 tokens asked; the model alone: first $model_first_ms)"
-  check "a streamed answer's first piece arrives long before its end (${first_ms} ms of ${whole_ms} ms)" test "$first_ms" -gt 0 -a $((first_ms * 10)) -le "$whole_ms"
+  # Behaviour, not speed (the figures above are make bench's): streamed, the first piece is
+  # handed over well before the end; buffered, it would come with the end.
+  check "a streamed answer's first piece is handed over well before its end (${first_ms} ms of ${whole_ms} ms)" test "$first_ms" -gt 0 -a $((first_ms + 500)) -le "$whole_ms"
 else
   echo "# SKIP needs SPEC 6.1 worker: a streamed answer's first piece long before its end"
 fi

@@ -176,21 +176,27 @@ check("EdgeCoder's router: POST /api/generate {prompt, maxTokens, stream: false}
 check("HEAD / is 200 (Ollama's CLI probes it)", lambda: raw("HEAD", "/")[0] == 200)
 check("GET / says Ollama is running", lambda: raw("GET", "/")[2] == b"Ollama is running")
 
-# --- streaming: the first piece long before the end; keep-alive ---------------------
+# --- streaming: pieces as they come, not one buffered answer; keep-alive -------------
+# Behaviour, not speed (the speed is `make bench`'s): a proxy that buffered the answer would
+# hand every piece over at once, at the end; a streaming one hands the first over well
+# before the last (at least 200 ms on a 1000-token answer, which takes seconds to cross
+# the Bluetooth link, and the stand-in's scripted pieces come 0.3 s apart).
 def first_piece_early():
     started = time.monotonic()
-    first = None
-    with httpx.stream("POST", URL + "/api/generate", json={"model": "m", "prompt": "count slowly", "options": {"num_predict": max(args.max_tokens, 64)}},
+    first, pieces = None, 0
+    with httpx.stream("POST", URL + "/api/generate", json={"model": "m", "prompt": "count slowly", "options": {"num_predict": max(args.max_tokens, 1000)}},
                       timeout=300) as response:
         for line in response.iter_lines():
-            if line and first is None and json.loads(line).get("response"):
-                first = time.monotonic() - started
+            if line and json.loads(line).get("response"):
+                pieces += 1
+                if first is None:
+                    first = time.monotonic() - started
     whole = time.monotonic() - started
-    print(f"# first piece after {first * 1000:.0f} ms, whole answer after {whole * 1000:.0f} ms", flush=True)
-    return first is not None and first < whole / 2 or (first, whole)
+    print(f"# first piece after {first * 1000:.0f} ms, whole answer after {whole * 1000:.0f} ms, {pieces} pieces", flush=True)
+    return first is not None and pieces >= 2 and first + 0.2 <= whole or (first, whole, pieces)
 
 
-check("a streamed answer's first piece arrives before half of the whole answer's time", first_piece_early, needs_61=True)
+check("a streamed answer comes in pieces, the first well before the end", first_piece_early, needs_61=True)
 
 
 def keep_alive():
