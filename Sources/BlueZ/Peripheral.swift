@@ -371,46 +371,24 @@ func monotonicMs() -> Int64 { Int64(monotonicNanoseconds() / 1_000_000) }
 /// The client's cancel of one request (SPEC 6.1), set by the peripheral and awaited by its
 /// work loop; the host reads `reason` to record why its task stopped.
 public final class ServeCancellation: Sendable {
-    private struct State {
-        var reason: String?
-        var nextID = 0
-        var waiters: [Int: CheckedContinuation<Void, Never>] = [:]
-    }
-    private let state = Mutex(State())
+    private let why = Mutex<String?>(nil)
+    private let cancelled = StateSignal(false)
 
     public init() {}
 
     /// Why the request was cancelled (`cancelled`, `cancelled: the client disconnected`); nil while it was not.
-    public var reason: String? { state.withLock { $0.reason } }
+    public var reason: String? { why.withLock { $0 } }
 
     func cancel(reason: String) {
-        let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
-            guard state.reason == nil else { return [] }
-            state.reason = reason
-            defer { state.waiters.removeAll() }
-            return Array(state.waiters.values)
-        }
-        for waiter in waiters { waiter.resume() }
+        // The first reason stands: a disconnect after a cancel does not rename it.
+        guard why.withLock({ current -> Bool in
+            guard current == nil else { return false }
+            current = reason
+            return true
+        }) else { return }
+        cancelled.set(true)
     }
 
     /// Returns once cancelled, or when the waiting task is (the request ended first).
-    func wait() async {
-        let id = state.withLock { state -> Int in
-            state.nextID += 1
-            return state.nextID
-        }
-        // A continuation is resumed by whoever takes it out of `waiters`, under the lock: once.
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                let now = state.withLock { state -> Bool in
-                    if state.reason != nil || Task.isCancelled { return true }
-                    state.waiters[id] = continuation
-                    return false
-                }
-                if now { continuation.resume() }
-            }
-        } onCancel: {
-            state.withLock { $0.waiters.removeValue(forKey: id) }?.resume()
-        }
-    }
+    func wait() async { await cancelled.wait(for: true) }
 }

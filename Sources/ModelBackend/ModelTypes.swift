@@ -1,16 +1,11 @@
+import WorkerCore
+
 // The values the model backends of SPEC 7 take and give: requests, outputs, errors and
 // the readiness shown as `modelState`.
 
-/// One message of a chat (`role` is `system`, `user` or `assistant`).
-public struct ModelMessage: Sendable, Equatable {
-    public var role: String
-    public var content: String
-
-    public init(role: String, content: String) {
-        self.role = role
-        self.content = content
-    }
-}
+/// One message of a chat (`role` is `system`, `user` or `assistant`): the same value that
+/// a Bluetooth client sends (SPEC 6.1), passed through unchanged.
+public typealias ModelMessage = ChatTurn
 
 /// One generation: a prompt or a chat, its bounds and its sampling options.
 public struct ModelRequest: Sendable, Equatable {

@@ -1,6 +1,6 @@
 import Synchronization
 import Testing
-@testable import Daemon
+import Posix
 
 @Suite struct StateSignalWaits {
     @Test func aWaitForTheCurrentValueReturnsAtOnce() async {
