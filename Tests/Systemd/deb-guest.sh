@@ -165,6 +165,12 @@ fi
 #   sender than logind: check whether the daemon's match accepts it, else `systemctl
 #   suspend` if the VM can), NetworkManager's Metered on a connection (network-manager in
 #   the guest, or a stand-in named as such).
+# - `systemctl stop` during a subtask longer than TimeoutStopSec=: tried with a 4 s drop-in
+#   and a 3000-token cap, but the dev coordinator's subtasks ask for no length and the tiny
+#   model answered in about a second, before the stop; it needs a subtask that is slow on
+#   purpose (a slow backend as a third --host-port). EXTEND_TIMEOUT_USEC= itself is checked
+#   by the coordinator suite's stop-extend case (the real binary, a notification socket).
+echo "# SKIP systemctl stop during a long subtask (EXTEND_TIMEOUT_USEC): needs a slow backend"
 echo "# SKIP logind PrepareForSleep and NetworkManager Metered under systemd: not wired yet"
 
 # ------------------------------------------------------------------ watchdog
@@ -204,34 +210,6 @@ fi
 check "after the restart the outbox is delivered" wait_for 90 "delivery of $id" delivered "$id"
 check "exactly once" test "$(dev "$COORD/_dev/results" | jq -r --arg id "$id" '.counts[$id]')" = 1
 check "the outbox is empty afterwards" wait_for 20 "empty outbox" bash -c "! compgen -G '$STATE/outbox-*'"
-
-# ------------------------------------------------------------------ stop during a subtask
-phase "systemctl stop during a subtask longer than TimeoutStopSec"
-# TimeoutStopSec=20s as shipped; a drop-in shortens it to 4 s, and stopGraceMs 60000 lets a
-# subtask of up to 3000 tokens (tens of seconds on the tiny model) finish: the daemon must
-# extend the stop (EXTEND_TIMEOUT_USEC=) and post the result, not be killed at 4 s.
-printf '[Service]\nTimeoutStopSec=4s\n' >/etc/systemd/system/$UNIT.d/50-test-stop.conf
-cp "$CONF" /tmp/config.before-stop
-jq '.coordinator.stopGraceMs = 60000 | .backend.maxTokens = 3000' /tmp/config.before-stop | cat >"$CONF"
-systemctl daemon-reload && systemctl restart $UNIT
-wait_for 60 "registered" bash -c '[[ "$(edgecoder-worker status --json | jq .coordinator.registered)" == true ]]'
-id="$(dev -X POST -H 'content-type: application/json' -d '{"input": "Count from one to one thousand in words, then write a very long story", "timeoutMs": 120000}' "$COORD/_dev/subtasks" | jq -r '.ids[0]')"
-if wait_for 60 "subtask $id to run" bash -c '[[ "$(edgecoder-worker status --json | jq -r .coordinator.running)" == "$1" ]]' _ "$id"; then
-  t0=$(date +%s%N)
-  systemctl stop $UNIT
-  took=$((($(date +%s%N) - t0) / 1000000))
-  figure "systemctl stop during a subtask (TimeoutStopSec=4s, stopGraceMs 60000)" "$took ms"
-  check "the stop outlasts TimeoutStopSec=4s (${took} ms) and ends cleanly (Result=$(prop Result))" test "$took" -gt 4000 -a "$(prop Result)" = success
-  check "… with no SIGKILL from systemd" bash -c "! journalctl -b -u $UNIT --no-pager | grep -q 'timed out. Killing'"
-  check "… and the daemon said what it waited for" bash -c "journalctl -b -u $UNIT --no-pager | grep -q 'waiting up to [0-9]* ms for subtask'"
-  check "… and the subtask's result was posted before the daemon stopped" delivered "$id"
-else
-  not_ok "systemctl stop during a subtask: the subtask never ran ($(stj .coordinator | cut -c1-300))"
-fi
-rm -f /etc/systemd/system/$UNIT.d/50-test-stop.conf && systemctl daemon-reload
-cat /tmp/config.before-stop >"$CONF"
-systemctl start $UNIT
-wait_for 30 "active" systemctl is-active --quiet $UNIT
 
 # ------------------------------------------------------------------ bluetooth
 phase "mode bluetooth, then systemctl restart bluetooth"
