@@ -164,15 +164,7 @@ public final class HTTPClient: Sendable {
 
     /// Performs `request`; throws HTTPError, or CancellationError when the task is cancelled.
     public func perform(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let multi = try started()
-        let id = newID()
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<HTTPResponse, any Error>) in
-                submit(id, Pending(request: request, receiver: .whole(continuation)), multi: multi)
-            }
-        } onCancel: {
-            cancel(id)
-        }
+        try await transfer(request) { .whole($0) }
     }
 
     /// Sends `request` and returns once the first bytes of the answer arrived (or it
@@ -181,11 +173,17 @@ public final class HTTPClient: Sendable {
     /// iteration, or cancelling the iterating task, aborts the transfer (the connection
     /// is closed, so the server notices). Throws like `perform` until the status is known.
     public func stream(_ request: HTTPRequest) async throws -> HTTPStreamResponse {
+        try await transfer(request) { .stream($0) }
+    }
+
+    /// Hands `request` to the transfer thread and waits for what `receiver` waits for;
+    /// cancelling the task aborts the transfer.
+    private func transfer<Answer>(_ request: HTTPRequest, _ receiver: (CheckedContinuation<Answer, any Error>) -> Receiver) async throws -> Answer {
         let multi = try started()
         let id = newID()
         return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<HTTPStreamResponse, any Error>) in
-                submit(id, Pending(request: request, receiver: .stream(continuation)), multi: multi)
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Answer, any Error>) in
+                submit(id, Pending(request: request, receiver: receiver(continuation)), multi: multi)
             }
         } onCancel: {
             cancel(id)
