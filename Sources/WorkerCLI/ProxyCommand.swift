@@ -105,7 +105,13 @@ struct ProxyCommand: Command {
     static let pinFile = "proxy.json"
 
     func run() async -> Int32 {
-        let logger = Logger(label: "proxy", level: level)
+        // The daemon's choice of sink: journal fields under systemd (the user unit), plain
+        // lines on a terminal, priority prefixes elsewhere.
+        let logger = {
+            var logger = DaemonMain.makeLogger(label: "proxy")
+            logger.level = level
+            return logger
+        }()
         let signals: SignalPipe
         var listeners: [LoopbackTCPListener] = []
         do {
