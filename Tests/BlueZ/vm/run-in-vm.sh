@@ -226,6 +226,7 @@ fi
 q() { printf '%s' "${1//,/,,}"; }   # qemu option values escape commas by doubling
 APPEND="console=ttyS0 panic=-1 oops=panic"
 ((VERBOSE)) || APPEND="$APPEND quiet loglevel=3"
+[[ -n ${BLUEZ_VM_APPEND:-} ]] && APPEND="$APPEND $BLUEZ_VM_APPEND"
 # net.ifnames=0: udev would rename eth0, which guest-lib.sh sets up for --host-port.
 ((SYSTEMD)) && APPEND="$APPEND systemd.unit=multi-user.target net.ifnames=0"
 QEMU=(qemu-system-x86_64 -nodefaults -no-user-config -no-reboot
