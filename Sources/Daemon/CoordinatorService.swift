@@ -471,6 +471,8 @@ public struct CoordinatorService: Service {
             do throws(ModelError) { return .success(try await backend.generate(request)) } catch { return .failure(error) }
         }, {
             await stop.wait()
+            // Cancelled (not stopped) when the answer won the race: nothing to extend.
+            guard !Task.isCancelled else { return }
             await extendStop(grace: grace, subtask: subtask.id)
         }) {
         case .first(let result): outcome = result

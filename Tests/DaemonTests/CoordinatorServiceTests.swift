@@ -160,6 +160,18 @@ final class CoordinatorBed: Sendable {
         await bed.finish()
     }
 
+    @Test func aSubtaskAnsweredWithoutAStopExtendsNothingAndSaysNothingOfStopping() async throws {
+        let bed = try CoordinatorBed(configure: { $0.coordinator.stopGraceMs = 12_000 })
+        bed.transport.script("/pull", .json(200, #"{"subtask":\#(CoordinatorBed.subtask)}"#))
+        bed.start()
+        #expect(await eventually("the result to be posted") { bed.transport.calls(to: "/result").count >= 1 })
+        // The race's losing side (the stop's waiter) is cancelled when the answer wins: it
+        // must not go on as if a stop had begun.
+        #expect(await bed.clock.waitForSleep(CoordinatorBed.pullMs), "the loop goes on to its next pull")
+        #expect(bed.notified.all.isEmpty, "no EXTEND_TIMEOUT_USEC and no STATUS=stopping without a stop: \(bed.notified.all)")
+        await bed.finish()
+    }
+
     @Test func registersOnceThenSendsTheMeshTokenOnEveryOtherCall() async throws {
         let bed = try CoordinatorBed()
         bed.start()
