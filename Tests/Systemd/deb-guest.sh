@@ -5,8 +5,8 @@
 # runs as the package installs it: user edgecoder-worker, the unit's whole sandbox.
 #
 # Environment (run-in-vm.sh --env): DEB (the .deb, visible in the guest), COORD_PORT (the
-# dev coordinator on the host), LLAMA_PORT (llama.cpp's server on the host), both at
-# $BLUEZ_VM_HOST_ADDR. Prints "ok - ..." / "not ok - ..." lines and "# name: value"
+# dev coordinator on the host), LLAMA_PORT (llama.cpp's server on the host), SLOW_PORT (an
+# Ollama-shaped model server that answers 6 s late), all at $BLUEZ_VM_HOST_ADDR. Prints "ok - ..." / "not ok - ..." lines and "# name: value"
 # figures; exits 1 if anything failed.
 source "$BLUEZ_VM_DIR/guest-lib.sh"
 export PYTHONUNBUFFERED=1
@@ -14,6 +14,7 @@ DEB="${DEB:?DEB not set}"
 HOST="${BLUEZ_VM_HOST_ADDR:?no --host-port}"
 COORD="http://$HOST:${COORD_PORT:?COORD_PORT not set}"
 LLAMA="http://$HOST:${LLAMA_PORT:?LLAMA_PORT not set}"
+SLOW="http://$HOST:${SLOW_PORT:?SLOW_PORT not set}"   # an Ollama-shaped model server, 6 s per generation
 UNIT=edgecoder-worker.service
 STATE=/var/lib/edgecoder-worker
 export WORKER_BIN=/usr/bin/edgecoder-worker WORKER_RUNDIR=/run/edgecoder-worker
@@ -160,18 +161,123 @@ else
     bash -c 'systemctl reload edgecoder-worker && [[ "$(edgecoder-worker status --json | jq -r .daemon.configReload.outcome)" == applied ]]'
 fi
 
-# Not wired yet (issue 16's daemon half is in; these need more than this VM has now):
-# - logind's PrepareForSleep(true/false) sent by hand (busctl emit comes from another
-#   sender than logind: check whether the daemon's match accepts it, else `systemctl
-#   suspend` if the VM can), NetworkManager's Metered on a connection (network-manager in
-#   the guest, or a stand-in named as such).
-# - `systemctl stop` during a subtask longer than TimeoutStopSec=: tried with a 4 s drop-in
-#   and a 3000-token cap, but the dev coordinator's subtasks ask for no length and the tiny
-#   model answered in about a second, before the stop; it needs a subtask that is slow on
-#   purpose (a slow backend as a third --host-port). EXTEND_TIMEOUT_USEC= itself is checked
-#   by the coordinator suite's stop-extend case (the real binary, a notification socket).
-echo "# SKIP systemctl stop during a long subtask (EXTEND_TIMEOUT_USEC): needs a slow backend"
-echo "# SKIP logind PrepareForSleep and NetworkManager Metered under systemd: not wired yet"
+# ------------------------------------------------------------------ stop during a subtask
+phase "systemctl stop during a subtask longer than TimeoutStopSec"
+# The slow model server answers every generation 6 s late; TimeoutStopSec=3s in a drop-in
+# and stopGraceMs 30000: without EXTEND_TIMEOUT_USEC systemd would SIGKILL at 3 s.
+cp "$CONF" /tmp/config.llama
+jq --arg url "$SLOW" '.backend = {"kind": "ollama", "url": $url, "model": "tiny", "timeoutMs": 60000, "maxTokens": 16}
+                      | .coordinator.stopGraceMs = 30000' /tmp/config.llama | cat >"$CONF"
+mkdir -p /etc/systemd/system/$UNIT.d
+printf '[Service]\nTimeoutStopSec=3s\n' >/etc/systemd/system/$UNIT.d/50-test-stop.conf
+systemctl daemon-reload && systemctl restart $UNIT
+wait_for 60 "registered" bash -c '[[ "$(edgecoder-worker status --json | jq .coordinator.registered)" == true ]]'
+running_is() { [[ "$(edgecoder-worker status --json 2>/dev/null | jq -r .coordinator.running)" == "$1" ]]; }
+id="$(dev -X POST -H 'content-type: application/json' -d '{"input": "def slow(a, b):", "timeoutMs": 120000}' "$COORD/_dev/subtasks" | jq -r '.ids[0]')"
+if wait_for 30 "the subtask running" running_is "$id"; then
+  t0=$(date +%s%N)
+  systemctl stop $UNIT
+  took=$((($(date +%s%N) - t0) / 1000000))
+  figure "systemctl stop with a subtask running (TimeoutStopSec=3s, stopGraceMs 30000, 6 s model)" "$took ms"
+  check "the stop waited beyond TimeoutStopSec for the subtask (${took} ms > 3000 ms)" test "$took" -gt 3000
+  check "systemd counts the stop a success (Result=$(prop Result): no SIGKILL, no timeout)" test "$(prop Result)" = success
+  check "the journal has no stop timeout" bash -c "! journalctl -b -u $UNIT --no-pager | grep -qiE 'stop-sigterm.*timed out|killing process'"
+  check "the result of the subtask was posted during the stop" delivered "$id"
+else
+  not_ok "the subtask runs on the slow model server: $(stj .coordinator | cut -c1-300)"
+fi
+rm -f /etc/systemd/system/$UNIT.d/50-test-stop.conf
+cat /tmp/config.llama >"$CONF"
+systemctl daemon-reload && systemctl start $UNIT
+wait_for 60 "registered" bash -c '[[ "$(edgecoder-worker status --json | jq .coordinator.registered)" == true ]]'
+check "and exactly once, the restarted daemon posts nothing more" \
+  bash -c 'sleep 3; [[ "$(curl -sf "$1/_dev/results" | jq -r --arg id "$2" ".counts[\$id]")" == 1 ]]' _ "$COORD" "$id"
+
+# ------------------------------------------------------------------ suspend
+phase "logind: a forged PrepareForSleep, then systemctl suspend (pm_test freezer)"
+journal_events() { journalctl -b -u $UNIT "EDGECODER_EVENT=$1" -o cat --no-pager | grep -c .; }
+inhibitor_held() { systemd-inhibit --list --no-pager --no-legend 2>/dev/null | grep -q 'edgecoder-worker.*sleep.*delay'; }
+check "the daemon holds a logind delay inhibitor for sleep" wait_for 20 "the inhibitor" inhibitor_held
+check "status says the inhibitor is held" test "$(stj .host.logind.inhibitor)" = '"held"'
+# Anyone may emit the signal; only logind's is believed.
+busctl emit /org/freedesktop/login1 org.freedesktop.login1.Manager PrepareForSleep b true
+sleep 2
+check "a PrepareForSleep from a sender other than logind is ignored" test "$(journal_events host-suspend)" = 0
+if [[ -w /sys/power/pm_test ]] && grep -q freezer /sys/power/pm_test; then
+  # pm_test=freezer: the whole suspend path (logind, the delay, systemd-sleep, the freezer)
+  # and a wake-up 5 s later, without leaving the VM asleep.
+  echo freezer >/sys/power/pm_test
+  t0=$(date +%s%N)
+  systemctl suspend
+  if wait_for 90 "host-resume in the journal" bash -c '(( $(journalctl -b -u edgecoder-worker EDGECODER_EVENT=host-resume -o cat --no-pager | grep -c .) >= 1 ))'; then
+    figure "systemctl suspend to the daemon's host-resume (pm_test freezer)" "$((($(date +%s%N) - t0) / 1000000)) ms"
+    ok "systemctl suspend: the daemon logged host-suspend then host-resume (EDGECODER_EVENT)"
+  else
+    not_ok "systemctl suspend: host-resume never logged; $(journalctl -b -u $UNIT -o cat --no-pager | tail -n 5 | tr '\n' '|')"
+  fi
+  echo none >/sys/power/pm_test
+  check "host-suspend was logged once" test "$(journal_events host-suspend)" = 1
+  sj="$(journalctl -b -u $UNIT -o cat --no-pager)"
+  order="$(sed -n '/the host is suspending/,$p' <<<"$sj" | grep -E 'the host is suspending|the host resumed|heartbeat sent|logind delay inhibitor taken' | tr '\n' '|')"
+  echo "# journal around the sleep: $order"
+  check "suspending: heartbeat sent before the sleep; resumed: inhibitor taken again and heartbeat sent" \
+    bash -c '[[ "$1" == *"the host is suspending"*"heartbeat sent"*"the host resumed"*"heartbeat sent"* ]] && [[ "$1" == *"the host resumed"*"logind delay inhibitor taken"* ]]' _ "$order"
+  check "the delay inhibitor is held again after the resume" wait_for 20 "the inhibitor" inhibitor_held
+  check "status: awake, with the time of the resume" \
+    test "$(stj '[.host.logind.sleep, (.host.logind.lastResume != null)]')" = '["awake",true]'
+  check "mode on after the resume" test "$(edgecoder-worker mode 2>/dev/null | head -n1)" = on
+else
+  not_ok "this kernel has no /sys/power/pm_test freezer (CONFIG_PM_DEBUG): cannot suspend the VM and wake it"
+fi
+
+# ------------------------------------------------------------------ metered
+phase "NetworkManager: a metered primary connection"
+stjr() { edgecoder-worker status --json 2>/dev/null | jq -r "$1" 2>/dev/null; }
+pulls() { dev "$COORD/_dev/state" | jq .pulls; }
+pulls_grow() { local p0; p0="$(pulls)"; sleep "$1"; (($(pulls) > p0)); }
+no_pulls_for() { ! pulls_grow "$1"; }
+metered_is() { [[ "$(stjr .host.networkManager.metered)" == "$1" ]]; }
+nm_metered_property_is() { [[ "$(busctl get-property org.freedesktop.NetworkManager /org/freedesktop/NetworkManager org.freedesktop.NetworkManager Metered 2>/dev/null)" == "u $1" ]]; }
+held_metered() { [[ "$(stjr .coordinator.deferredReason)" == "held: metered"* ]]; }
+nm_absent() { [[ "$(stjr '[.host.networkManager.state, .host.networkManager.metered] | map(tostring) | join(" ")')" == "absent null" ]]; }
+nm_connection() { nmcli connection modify ecw-metered0 connection.metered "$1" && nmcli connection up ecw-metered0 >/dev/null; }
+check "no NetworkManager on the bus: status says absent, metered unknown (null), no error" nm_absent
+# NetworkManager manages only the test's dummy interface (eth0 carries --host-port).
+modprobe -d "$BLUEZ_VM_KDIR" dummy || echo "# modprobe dummy failed"
+mkdir -p /etc/NetworkManager/conf.d
+printf '[main]\nno-auto-default=*\n[keyfile]\nunmanaged-devices=except:interface-name:ecw-metered0\n' \
+  >/etc/NetworkManager/conf.d/90-edgecoder-test.conf
+systemctl unmask NetworkManager.service >/dev/null 2>&1
+if systemctl start NetworkManager.service && wait_for 60 "NetworkManager running" bash -c 'nmcli -t -f RUNNING general | grep -q running'; then
+  echo "# NetworkManager $(nmcli --version | awk '{print $NF}')"
+  # A default route of metric 900 makes it NetworkManager's primary connection, while
+  # eth0's (metric 0, not NetworkManager's) still carries the traffic.
+  nmcli connection add type dummy ifname ecw-metered0 con-name ecw-metered0 ipv4.method manual \
+    ipv4.addresses 10.99.0.2/24 ipv4.gateway 10.99.0.1 ipv4.route-metric 900 ipv6.method disabled \
+    connection.metered yes >/dev/null && nmcli connection up ecw-metered0 >/dev/null
+  check "NetworkManager's Metered is 1 (yes) for the primary connection" wait_for 30 "Metered 1" nm_metered_property_is 1
+  check "status: metered yes" wait_for 20 "metered yes" metered_is yes
+  check "onMetered hold (the default): pulls held with the drop reason metered" wait_for 20 "held: metered" held_metered
+  check "and no pull for 4 s" no_pulls_for 4
+  check "the journal has the metered event (EDGECODER_EVENT=metered)" test "$(journal_events metered)" -ge 1
+  nm_connection no
+  check "Metered 2 (no): status says no" wait_for 30 "metered no" metered_is no
+  check "pulls come back" wait_for 30 "pulls" pulls_grow 2
+  nm_connection yes
+  wait_for 30 "metered yes" metered_is yes
+  jq '.network.onMetered = "allow"' /tmp/config.llama | cat >"$CONF"
+  systemctl reload $UNIT
+  check "onMetered allow (reloaded): metered yes, and pulls go on" \
+    wait_for 20 "pulls while metered" bash -c '[[ "$(edgecoder-worker status --json | jq -r .host.networkManager.metered)" == yes ]] && p0=$(curl -sf "$1/_dev/state" | jq .pulls) && sleep 2 && (($(curl -sf "$1/_dev/state" | jq .pulls) > p0))' _ "$COORD"
+  check "... with no hold" bash -c '! [[ "$(edgecoder-worker status --json | jq -r .coordinator.deferredReason)" == "held: metered"* ]]'
+  cat /tmp/config.llama >"$CONF"; systemctl reload $UNIT
+  nmcli connection delete ecw-metered0 >/dev/null
+  systemctl stop NetworkManager.service
+  check "NetworkManager stopped: status says absent, metered null" wait_for 30 "absent" nm_absent
+  check "the daemon stayed active" systemctl is-active --quiet $UNIT
+else
+  not_ok "NetworkManager started in the guest: $(systemctl status --no-pager NetworkManager.service 2>&1 | tail -n 3 | tr '\n' '|')"
+fi
 
 # ------------------------------------------------------------------ watchdog
 phase "watchdog: SIGSTOP"
@@ -233,6 +339,18 @@ central request:tag=after-bluetooth-restart,what=a-request-after-systemctl-resta
 check "the unit never left active" test "$(prop ActiveState)" = active
 figure "MemoryCurrent after every phase (MemoryMax=$(prop MemoryMax))" "$(( $(prop MemoryCurrent) / 1048576 )) MiB"
 journalctl -b -u $UNIT --no-pager >"$VM_RESULTS/journal-edgecoder-worker.log" 2>&1
+
+# ------------------------------------------------------------------ upgrade
+phase "dpkg -i over the installed package (an upgrade)"
+conf_sum="$(sha256sum "$CONF" | cut -d' ' -f1)"
+state_files="$(cd "$STATE" && ls mode.json agent-id* 2>/dev/null | tr '\n' ' ')"
+mode0="$(edgecoder-worker mode 2>/dev/null | head -n1)"; pid0=$(prop MainPID)
+dpkg -i "$DEB" >"$VM_RESULTS/dpkg-upgrade.log" 2>&1; rc=$?
+check "dpkg -i over the installed package succeeds (exit $rc)" test $rc -eq 0
+check "the edited config is kept (a conffile)" test "$(sha256sum "$CONF" | cut -d' ' -f1)" = "$conf_sum"
+check "the daemon was restarted and is active" wait_for 60 "active with a new pid" active_with_new_pid "$pid0"
+check "the mode is kept ($mode0)" wait_for 20 "mode $mode0" bash -c '[[ "$(edgecoder-worker mode 2>/dev/null | head -n1)" == "$1" ]]' _ "$mode0"
+check "the state files are kept ($state_files)" bash -c 'cd "$1" && ls $2 >/dev/null' _ "$STATE" "$state_files"
 
 # ------------------------------------------------------------------ purge
 phase "dpkg --purge"

@@ -203,7 +203,8 @@ if ((SYSTEMD)); then
   # Copied by the initramfs into the overlay's /etc/systemd/system: the guest script as a
   # unit of multi-user.target (Type=simple, so the boot does not wait for it), and masks
   # for what the host's / enables but a test VM must not run (a database, timers, gettys
-  # on the console the results are read from).
+  # on the console the results are read from, NetworkManager: it would take eth0, which
+  # --host-port sets up by hand; a test starts it itself with the unit unmasked).
   sd="$RESULTS/systemd-system"
   mkdir -p "$sd/multi-user.target.wants"
   printf '%s\n' "[Unit]" "Description=BlueZ test VM: the guest script ($(basename "$SCRIPT"))" \
@@ -217,7 +218,9 @@ if ((SYSTEMD)); then
   # starts bluetooth.service itself once every controller is there, as guest-init.sh does.
   for unit in bluetooth.target postgresql.service e2scrub_reap.service systemd-timesyncd.service systemd-pstore.service \
               getty@tty1.service serial-getty@ttyS0.service apt-daily.timer apt-daily-upgrade.timer \
-              dpkg-db-backup.timer e2scrub_all.timer fstrim.timer man-db.timer; do
+              dpkg-db-backup.timer e2scrub_all.timer fstrim.timer man-db.timer \
+              NetworkManager.service NetworkManager-wait-online.service NetworkManager-dispatcher.service \
+              wpa_supplicant.service ModemManager.service; do
     ln -s /dev/null "$sd/$unit"
   done
 fi
