@@ -53,6 +53,15 @@ public enum BluetoothDoctor {
             advice.append("bluetooth: bluetoothd is not installed (no bluetoothd binary found): apt-get install bluez")
         }
 
+        // EATT reorders notifications (README, "Pacing"): one ATT bearer keeps them in order.
+        let mainConf = "/etc/bluetooth/main.conf"
+        let confText = (try? readFile(mainConf, limit: BlueZMainConf.maxBytes)).map { String(decoding: $0, as: UTF8.self) }
+        let channels = BlueZMainConf.attChannels(in: confText ?? "")
+        object["attBearers"] = .int(Int64(channels))
+        if channels > 1 {
+            advice.append("bluetooth: bluetoothd may use \(channels) ATT bearers (EATT; [GATT] Channels in \(mainConf)\(confText == nil ? ", not readable here: its default" : "")): it can deliver notifications out of order, and a client then cannot read a long answer; set \"Channels = 1\" under [GATT] there and restart bluetooth")
+        }
+
         let bus = probeBus()
         object["bluetoothd"] = bus.json
         if let problem = bus.problem { advice.append("bluetooth: " + problem) }

@@ -65,6 +65,9 @@ public struct WorkerConfig: Sendable, Equatable {
         public var adapter: String?
         public var maxRequestBytes: Int64 = 65_536
         public var maxQueuedRequests: Int64 = 8
+        /// The pause between two notifications. Not 0 (refused): bluetoothd 5.66 spreads
+        /// back-to-back notifications over its parallel ATT bearers (EATT) and clients
+        /// get them out of order (README, "Pacing").
         public var chunkPacingMs: Int64 = 10
         public var maxClients: Int64 = 1
         /// The most tokens a Bluetooth request may ask for; nil: `backend.maxTokens`.
@@ -262,7 +265,13 @@ extension WorkerConfig {
                         }
                     case "maxRequestBytes": reader.int(value, path: path, 1_024...1_048_576).map { config.bluetooth.maxRequestBytes = $0 }
                     case "maxQueuedRequests": reader.int(value, path: path, 1...1_024).map { config.bluetooth.maxQueuedRequests = $0 }
-                    case "chunkPacingMs": reader.int(value, path: path, 0...1_000).map { config.bluetooth.chunkPacingMs = $0 }
+                    case "chunkPacingMs":
+                        if value.intValue == 0 {
+                            // Accepted once; it loses answers (SPEC 6.2): say why rather than a bare range.
+                            reader.problem(path, "must be in 1…1000: 0 sends notifications back to back, and bluetoothd spreads them over its parallel ATT bearers (EATT), so clients receive the chunks out of order and cannot read the answer")
+                        } else {
+                            reader.int(value, path: path, 1...1_000).map { config.bluetooth.chunkPacingMs = $0 }
+                        }
                     case "maxClients": reader.int(value, path: path, 1...16).map { config.bluetooth.maxClients = $0 }
                     case "maxTokens": reader.int(value, path: path, 1...32_768).map { config.bluetooth.maxTokens = $0 }
                     default: reader.unknown(path)

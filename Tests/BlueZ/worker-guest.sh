@@ -7,7 +7,11 @@
 # Environment (run-in-vm.sh --env): WORKER_BIN (the daemon binary, visible in the guest),
 # LLAMA_PORT (llama.cpp's server on the host, reached at $BLUEZ_VM_HOST_ADDR:LLAMA_PORT),
 # optional BT_PHASES (space-separated subset of: main clients restart smallmtu off adapter stream proxy; default
-# all, in that order; or "bench": only the throughput of a 64 KiB answer at MTU 517).
+# all, in that order; or "bench": only the throughput of a 64 KiB answer at MTU 517; or
+# "pacing": 64 KiB answers from an echo model server in the guest at each of BT_PACING_MTUS
+# (517 48) x BT_PACING_SET (chunkPacingMs, 0 10) x BT_PACING_CHANNELS (bluetoothd's [GATT]
+# Channels, 3), BT_PACING_REPS times (3), each waited for BT_PACING_WAIT s (120): the
+# measurement behind README's "Pacing"; not in the default list).
 # Phases main and clients need the hci3 advertisement started below, which a bluetoothd
 # restart (phases restart, smallmtu, off) takes away: keep them first.
 # Daemon stderr: $VM_RESULTS/daemon.log. Prints "ok - ..."/"not ok - ..." lines and
@@ -256,6 +260,39 @@ if has_phase bench; then
   ensure_daemon bench
   expect_advertising "the daemon advertises"
   central long:tokens=15000,min=65536,throughput=1
+fi
+
+# ------------------------------------------------------------------ pacing
+if has_phase pacing; then
+  # The link alone: an Ollama-shaped model server in the guest (ollama_fixture.py's echo
+  # mode) answers 15000 tokens (about 75 KB) at once, so the time is the notifications'.
+  /usr/bin/python3 -u "$REPO_ROOT/Tests/ModelServer/ollama_fixture.py" --port 0 --model tiny --loaded --quiet --echo-cycles 100000 \
+    >"$VM_RESULTS/echo-model.out" 2>"$VM_RESULTS/echo-model.log" &
+  ECHO_PID=$!
+  wait_for 30 "the echo model server" grep -q listening "$VM_RESULTS/echo-model.out"
+  ECHO_URL="$(sed -n 's/^ollama-fixture listening on //p' "$VM_RESULTS/echo-model.out")"
+  # BT_PACING_CHANNELS: bluetoothd's [GATT] Channels (ATT bearers; 1 disables EATT).
+  for channels in ${BT_PACING_CHANNELS:-3}; do
+  for mtu in ${BT_PACING_MTUS:-517 48}; do
+    stop_daemon >/dev/null 2>&1
+    printf '[Policy]\nAutoEnable = true\n[GATT]\nExchangeMTU = %d\nChannels = %d\n' "$mtu" "$channels" >/tmp/mtu.conf
+    restart_bluetoothd -f /tmp/mtu.conf
+    _bvm_all_powered
+    for p in ${BT_PACING_SET:-0 10}; do
+      phase pacing "MTU $mtu, chunkPacingMs $p, ATT bearers $channels"
+      jq --arg url "$ECHO_URL" --argjson p "$p" '.backend = {"kind": "ollama", "url": $url, "model": "tiny", "timeoutMs": 60000, "maxTokens": 32768}
+         | .bluetooth.chunkPacingMs = $p' "$W/two.json" >"$W/pacing.json"
+      stop_daemon >/dev/null 2>&1
+      check "the daemon starts (pacing $p)" start_daemon pacing
+      cli mode bluetooth >/dev/null 2>&1
+      expect_advertising "advertising (MTU $mtu, pacing $p)"
+      for rep in $(seq "${BT_PACING_REPS:-3}"); do
+        central "long:tokens=15000,min=65536,throughput=1,pacing=$p,wait=${BT_PACING_WAIT:-120}"
+      done
+    done
+  done
+  done
+  kill "$ECHO_PID" 2>/dev/null
 fi
 
 # ------------------------------------------------------------------ the end

@@ -566,7 +566,7 @@ async def sc_long(args):
         TAP.ok(s.mtu == want_mtu, f"the connection's ATT MTU is {want_mtu} (bleak says {s.mtu})")
     rid = new_id("long")
     t0 = time.monotonic()
-    msg, first = await s.ask(rid, "write a long story", tokens=tokens, timeout=600)
+    msg, first = await s.ask(rid, "write a long story", tokens=tokens, timeout=int(args.get("wait", 600)))
     i = next((k for k in range(len(s.resp.messages) - 1, -1, -1)
               if (s.resp.messages[k][1] or {}).get("id") == rid), None)
     raw = s.resp.messages[i][2] if i is not None else b""

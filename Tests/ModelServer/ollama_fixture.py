@@ -629,9 +629,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def echo_stream(self, prompt, num_predict, fmt, counts):
         """The prompt's words, cycled, one word per "token", at most num_predict of them
-        and at most 4 times the prompt's words; "format": "json" wraps them in an object."""
+        and at most --echo-cycles (default 4) times the prompt's words; "format": "json"
+        wraps them in an object."""
         words = prompt.split() or ["..."]
-        out = [words[i % len(words)] for i in range(min(num_predict, max(len(words), 1) * 4))]
+        cycles = self.cfg.args.echo_cycles
+        out = [words[i % len(words)] for i in range(min(num_predict, max(len(words), 1) * cycles))]
         # A prompt of N words answers 4N words at most, so done_reason is "stop" when the
         # answer ends before num_predict and "length" when num_predict cut it, as in Ollama.
         counts["reason"] = "length" if len(out) >= num_predict else "stop"
@@ -718,6 +720,8 @@ def main():
     ap.add_argument("--loaded", action="store_true", help="every model starts loaded (in /api/ps)")
     ap.add_argument("--thinking-model", action="append", help="a model that can think (repeatable)")
     ap.add_argument("--think-words", type=int, default=6, help="words a thinking model thinks (count against num_predict)")
+    ap.add_argument("--echo-cycles", type=int, default=4,
+                    help="echo mode: the answer repeats the prompt's words at most this many times")
     ap.add_argument("--piece-delay-ms", type=int, default=0, help="echo mode: pause between streamed pieces")
     ap.add_argument("--api-key", help="require Authorization: Bearer KEY on every request but GET /")
     ap.add_argument("--pid-file")

@@ -8,7 +8,8 @@
 #   Tests/Suites/bluetooth.sh            (EDGECODER_WORKER_BIN: the binary; not built here)
 #
 # Environment: EDGECODER_WORKER_BIN (default .build/debug/edgecoder-worker),
-# EDGECODER_BT_PHASES (subset of "main clients restart smallmtu off adapter stream proxy", or "bench"),
+# EDGECODER_BT_PHASES (subset of "main clients restart smallmtu off adapter stream proxy", or "bench",
+# or "pacing" with EDGECODER_BT_PACING_{SET,MTUS,CHANNELS,REPS,WAIT}: see Tests/BlueZ/worker-guest.sh),
 # EDGECODER_BT_PROXY_BENCH=1 (the proxy phase also prints its figures), EDGECODER_BT_KEEP=1
 # (keep the results folder after a pass), EDGECODER_BT_TIMEOUT (VM seconds, default 3000),
 # EDGECODER_LLAMA_CTX (default here 20000: answers of 15000 tokens, over 64 KiB), EDGECODER_BT_RESPONSE_CAP
@@ -137,6 +138,9 @@ BLUEZ_VM_MEM="${BLUEZ_VM_MEM:-1536}" Tests/BlueZ/vm/run-in-vm.sh \
   --controllers 4 --host-port "$port" --timeout "${EDGECODER_BT_TIMEOUT:-3000}" --results "$results" "${share_bin[@]}" \
   --env "WORKER_BIN=$bin" --env "LLAMA_PORT=$port" --env "BT_PHASES=${EDGECODER_BT_PHASES:-}" --env "BT_PROXY_BENCH=${EDGECODER_BT_PROXY_BENCH:-0}" \
   --env "WORKER_RESPONSE_TIMEOUT_CAP=${EDGECODER_BT_RESPONSE_CAP:-}" \
+  --env "BT_PACING_SET=${EDGECODER_BT_PACING_SET:-}" --env "BT_PACING_MTUS=${EDGECODER_BT_PACING_MTUS:-}" \
+  --env "BT_PACING_REPS=${EDGECODER_BT_PACING_REPS:-}" --env "BT_PACING_CHANNELS=${EDGECODER_BT_PACING_CHANNELS:-}" \
+  --env "BT_PACING_WAIT=${EDGECODER_BT_PACING_WAIT:-}" \
   --env "PROXY_CLIENTS_PY=$proxy_py" \
   Tests/BlueZ/worker-guest.sh
 rc=$?

@@ -157,6 +157,20 @@ import Testing
         #expect(config.backend.url == "http://gpu-box.lan:11434")
     }
 
+    @Test func chunkPacingZeroIsRefusedWithTheReasonAndOneToAThousandAccepted() throws {
+        let zero = problems(#"{"bluetooth": {"chunkPacingMs": 0}}"#)
+        #expect(zero.map(\.path) == ["bluetooth.chunkPacingMs"])
+        #expect(zero.first?.message.contains("out of order") == true, "says why: \(zero)")
+        #expect(zero.first?.message.contains("EATT") == true)
+        #expect(problems(#"{"bluetooth": {"chunkPacingMs": 1001}}"#).map(\.path) == ["bluetooth.chunkPacingMs"])
+        #expect(problems(#"{"bluetooth": {"chunkPacingMs": -1}}"#).map(\.path) == ["bluetooth.chunkPacingMs"])
+        #expect(problems(#"{"bluetooth": {"chunkPacingMs": "fast"}}"#).map(\.path) == ["bluetooth.chunkPacingMs"])
+        #expect(problems(#"{"bluetooth": {"chunkPacingMs": 0.5}}"#).map(\.path) == ["bluetooth.chunkPacingMs"])
+        #expect(try WorkerConfig.parse(Array(#"{"bluetooth": {"chunkPacingMs": 1}}"#.utf8)).bluetooth.chunkPacingMs == 1)
+        #expect(try WorkerConfig.parse(Array(#"{"bluetooth": {"chunkPacingMs": 1000}}"#.utf8)).bluetooth.chunkPacingMs == 1_000)
+        #expect(try WorkerConfig.parse(Array("{}".utf8)).bluetooth.chunkPacingMs == 10)
+    }
+
     @Test func reportsEveryProblemAtOnce() {
         let found = problems(#"{"x": 1, "coordinator": {"url": "gopher://a", "pullIntervalMs": true}, "policy": {"minBatteryPct": -5}}"#)
         #expect(found.map(\.path) == ["x", "coordinator.url", "coordinator.pullIntervalMs", "policy.minBatteryPct"])
