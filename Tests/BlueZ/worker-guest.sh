@@ -6,10 +6,11 @@
 #
 # Environment (run-in-vm.sh --env): WORKER_BIN (the daemon binary, visible in the guest),
 # LLAMA_PORT (llama.cpp's server on the host, reached at $BLUEZ_VM_HOST_ADDR:LLAMA_PORT),
-# optional BT_PHASES (space-separated subset of: main clients neighbours badflood idle leave-mid restart smallmtu
-off adapter stream proxy; default
+# optional BT_PHASES (space-separated subset of: main clients neighbours badflood idle leave-mid restart
+# smallmtu off adapter stream proxy; default
 # all, in that order; or "bench": only the throughput of a 64 KiB answer at MTU 517).
-# Phases main and clients need the hci3 advertisement started below, which a bluetoothd
+# Phases main, clients, neighbours, badflood, idle and leave-mid need the hci3 advertisement
+# started below (pad_connection), which a bluetoothd
 # restart (phases restart, smallmtu, off) takes away: keep them first.
 # Daemon stderr: $VM_RESULTS/daemon.log. Prints "ok - ..."/"not ok - ..." lines and
 # "# N passed, N failed" (Tests/Suites/lib/tap.sh); exits 1 if anything failed.
