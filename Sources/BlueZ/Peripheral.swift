@@ -159,9 +159,19 @@ public actor GattPeripheral: BusDriving {
                     _ = machine.on(.unregistered(what), now: monotonicMs())
                 }
             case .disconnect(let device, let address):
+                // Asynchronous: the actor goes on at once. bluetoothd answers once the link
+                // is down, which takes seconds under load and up to its 25 s supervision
+                // timeout when the peer is already gone; a slow answer is no failure.
                 try? bus?.call(destination: "org.bluez", path: device, interface: "org.bluez.Device1", member: "Disconnect",
-                               timeoutUsec: stopTimeoutUsec) { [logger] result in
-                    if case .failure(let error) = result { logger.warning("cannot disconnect \(address): \(error)") }
+                               timeoutUsec: machine.stopping ? stopTimeoutUsec : 30_000_000) { [logger] result in
+                    switch result {
+                    case .failure(let error) where error.name == "org.freedesktop.DBus.Error.NoReply":
+                        logger.info("disconnecting \(address): bluetoothd did not confirm in time (\(error.message))")
+                    case .failure(let error):
+                        logger.warning("cannot disconnect \(address): \(error)")
+                    case .success:
+                        logger.debug("disconnected \(address)")
+                    }
                 }
             case .notify(let role, let chunk):
                 notify(GattLayout.characteristic(role).path, chunk)

@@ -627,6 +627,12 @@ public struct PeripheralMachine: Sendable {
         return nil
     }
 
+    /// A client's request ended or its answer went out: it is idle from now, not from its last write.
+    mutating func active(_ client: String?) {
+        guard let client, let device = sessions.first(where: { $0.value.address == client })?.key else { return }
+        sessions[device]?.lastActiveAtMs = lastNowMs
+    }
+
     /// The client idle longest, when it has been idle for `clientIdleMs` with nothing queued, running or to send.
     func evictable(now: Int64) -> String? {
         sessions.filter { device, session in
@@ -789,6 +795,7 @@ public struct PeripheralMachine: Sendable {
 
     mutating func finished(ticket: Int, _ outcome: PeripheralOutcome, _ out: inout [Command]) {
         guard let item = running, item.ticket == ticket else { return }
+        active(item.client)
         let stop = runningStop
         var partials = coalescer
         running = nil
@@ -872,7 +879,10 @@ public struct PeripheralMachine: Sendable {
             if busOpen && application == .done {
                 out.append(.notify(current.role, chunk))
                 sending = current.next < current.chunks.count ? current : nil
-                if sending == nil { out.append(.log(.debug, "sent the last of \(current.chunks.count) chunk(s) on \(current.role.rawValue)")) }
+                if sending == nil {
+                    out.append(.log(.debug, "sent the last of \(current.chunks.count) chunk(s) on \(current.role.rawValue)"))
+                    active(current.client)
+                }
             } else {
                 out.append(.log(.info, "no one to notify (\(busOpen ? "application not registered" : "no bus")): dropped the rest of a message on \(current.role.rawValue)"))
                 sending = nil

@@ -208,6 +208,17 @@ import Testing
         #expect(h.machine.refused[H.device(2)] == .busy)
     }
 
+    @Test func idleTimeCountsFromTheEndOfTheClientsLastAnswerNotFromItsWrite() {
+        var h = Self.harness(maxClients: 1, idleMs: 5_000)
+        _ = h.write(#"{"id":"long","prompt":"p"}"#, from: 1)
+        h.advance(200_000)  // a long generation
+        h.on(.served(ticket: H.served(h.all)[0].ticket, PeripheralOutcome(ok: true, output: "done", error: nil, durationMs: 200_000)))
+        h.advance(3_000)
+        _ = h.write("{}", from: 2)
+        #expect(h.machine.clients == [H.device(1)], "idle 3 s since its answer, not 203 s")
+        #expect(h.machine.status.clientsEvicted == 0)
+    }
+
     // MARK: Bounds
 
     @Test func aWriteOfManyBadObjectsIsAnsweredOnce() {
