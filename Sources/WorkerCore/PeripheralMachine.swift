@@ -156,7 +156,8 @@ public struct PeripheralMachine: Sendable {
         var address: String
         var assembler: RequestAssembler
         var mtu: Int?
-        /// Its last write (admission counts as one): idle since then.
+        /// Its last write (admission counts as one), or the end of its last request or
+        /// answer: idle since then.
         var lastActiveAtMs: Int64
         /// When its recent writes with bad input came (within the cool-down window).
         var badWritesAtMs: [Int64] = []
