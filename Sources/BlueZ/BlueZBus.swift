@@ -105,7 +105,8 @@ enum BlueZBus {
                                    name: device["Name"]?.stringValue ?? device["Alias"]?.stringValue,
                                    rssi: device["RSSI"]?.integerValue.flatMap { Int(exactly: $0) },
                                    uuids: device["UUIDs"]?.arrayValue?.compactMap(\.stringValue),
-                                   servicesResolved: device["ServicesResolved"]?.boolValue)
+                                   servicesResolved: device["ServicesResolved"]?.boolValue,
+                                   bonded: device["Bonded"]?.boolValue ?? device["Paired"]?.boolValue)
         }
         if let service = interfaces[BlueZInterfaceName.gattService.rawValue]?.stringKeyedEntries,
            let uuid = service["UUID"]?.stringValue, let device = service["Device"]?.stringValue {

@@ -23,14 +23,14 @@ enum GattObjects {
     /// The properties of one object's interface; nil when the object has no such interface.
     /// `values` holds the characteristics' current values, `notifying` those subscribed.
     static func properties(path: String, interface: String, localName: String,
-                           values: [String: [UInt8]], notifying: Set<String>) -> [(String, DBusValue)]? {
+                           values: [String: [UInt8]], notifying: Set<String>, security: BluetoothSecurity = .open) -> [(String, DBusValue)]? {
         if path == service && interface == serviceInterface {
             return [("UUID", .string(GattLayout.serviceUUID)), ("Primary", .bool(true)),
                     ("Includes", .array(elementSignature: "o", []))]
         }
         if interface == characteristicInterface, let characteristic = GattLayout.characteristic(path: path) {
             var properties: [(String, DBusValue)] = [("UUID", .string(characteristic.uuid)), ("Service", .objectPath(service)),
-                                                     ("Flags", .strings(characteristic.flags))]
+                                                     ("Flags", .strings(security.flags(characteristic.properties)))]
             if characteristic.notifies { properties.append(("Notifying", .bool(notifying.contains(path)))) }
             if characteristic.readable || characteristic.notifies { properties.append(("Value", .bytes(values[path] ?? []))) }
             return properties
@@ -53,11 +53,11 @@ enum GattObjects {
 
     /// `GetManagedObjects` of the application root: the service and its characteristics
     /// (the advertisement is registered separately).
-    static func managedObjects(localName: String, values: [String: [UInt8]], notifying: Set<String>) -> DBusValue {
+    static func managedObjects(localName: String, values: [String: [UInt8]], notifying: Set<String>, security: BluetoothSecurity = .open) -> DBusValue {
         let entries = ([service] + characteristics).map { path -> DBusDictEntry in
             let interfaces = self.interfaces(of: path).map { interface in
                 DBusDictEntry(key: .string(interface),
-                              value: .properties(properties(path: path, interface: interface, localName: localName, values: values, notifying: notifying) ?? []))
+                              value: .properties(properties(path: path, interface: interface, localName: localName, values: values, notifying: notifying, security: security) ?? []))
             }
             return DBusDictEntry(key: .objectPath(path), value: .dictionary(keySignature: "s", valueSignature: "a{sv}", interfaces))
         }

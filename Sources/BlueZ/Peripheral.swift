@@ -30,6 +30,10 @@ public struct PeripheralSettings: Sendable {
     public var maxTokens = BluetoothRequest.maxTokensLimit
     public var statusIntervalMs: Int64 = 60_000
     public var retryMs: Int64 = 5_000
+    /// `bluetooth.security`: the characteristics' flags.
+    public var security = BluetoothSecurity.open
+    public var allowedClients = BluetoothAllowedClients.any
+    public var limits = NeighbourLimits()
     /// The bus bluetoothd is on: the system bus unless a D-Bus address is given (tests).
     public var busAddress: String?
 
@@ -40,6 +44,9 @@ public struct PeripheralSettings: Sendable {
         maxQueuedRequests = Int(config.maxQueuedRequests)
         chunkPacingMs = Int(config.chunkPacingMs)
         maxClients = Int(config.maxClients)
+        security = config.security
+        allowedClients = config.allowedClients
+        limits.clientIdleMs = config.clientIdleSec * 1_000
     }
 
     var machine: PeripheralMachine.Settings {
@@ -48,6 +55,8 @@ public struct PeripheralSettings: Sendable {
         settings.statusIntervalMs = statusIntervalMs
         settings.retryMs = retryMs
         settings.maxTokens = maxTokens
+        settings.allowedClients = allowedClients
+        settings.limits = limits
         return settings
     }
 }
@@ -150,9 +159,19 @@ public actor GattPeripheral: BusDriving {
                     _ = machine.on(.unregistered(what), now: monotonicMs())
                 }
             case .disconnect(let device, let address):
+                // Asynchronous: the actor goes on at once. bluetoothd answers once the link
+                // is down, which takes seconds under load and up to its 25 s supervision
+                // timeout when the peer is already gone; a slow answer is no failure.
                 try? bus?.call(destination: "org.bluez", path: device, interface: "org.bluez.Device1", member: "Disconnect",
-                               timeoutUsec: stopTimeoutUsec) { [logger] result in
-                    if case .failure(let error) = result { logger.warning("cannot disconnect \(address): \(error)") }
+                               timeoutUsec: machine.stopping ? stopTimeoutUsec : 30_000_000) { [logger] result in
+                    switch result {
+                    case .failure(let error) where error.name == "org.freedesktop.DBus.Error.NoReply":
+                        logger.info("disconnecting \(address): bluetoothd did not confirm in time (\(error.message))")
+                    case .failure(let error):
+                        logger.warning("cannot disconnect \(address): \(error)")
+                    case .success:
+                        logger.debug("disconnected \(address)")
+                    }
                 }
             case .notify(let role, let chunk):
                 notify(GattLayout.characteristic(role).path, chunk)
@@ -275,15 +294,15 @@ public actor GattPeripheral: BusDriving {
         let notifying = Set(machine.notifying.map { GattLayout.characteristic($0).path })
         switch (interface, member) {
         case (GattObjects.objectManager, "GetManagedObjects") where path == GattObjects.root:
-            return .reply([GattObjects.managedObjects(localName: settings.localName, values: values, notifying: notifying)])
+            return .reply([GattObjects.managedObjects(localName: settings.localName, values: values, notifying: notifying, security: settings.security)])
         case (GattObjects.properties, "GetAll"):
             guard let wanted = args.first?.stringValue,
-                  let props = GattObjects.properties(path: path, interface: wanted, localName: settings.localName, values: values, notifying: notifying)
+                  let props = GattObjects.properties(path: path, interface: wanted, localName: settings.localName, values: values, notifying: notifying, security: settings.security)
             else { return .error(DBusError(name: "org.freedesktop.DBus.Error.InvalidArgs", message: "no such interface on \(path)")) }
             return .reply([.properties(props)])
         case (GattObjects.properties, "Get"):
             guard args.count == 2, let wanted = args[0].stringValue, let name = args[1].stringValue,
-                  let value = GattObjects.properties(path: path, interface: wanted, localName: settings.localName, values: values, notifying: notifying)?.first(where: { $0.0 == name })?.1
+                  let value = GattObjects.properties(path: path, interface: wanted, localName: settings.localName, values: values, notifying: notifying, security: settings.security)?.first(where: { $0.0 == name })?.1
             else { return .error(DBusError(name: "org.freedesktop.DBus.Error.InvalidArgs", message: "no such property on \(path)")) }
             return .reply([.variant(value)])
         case (GattObjects.characteristicInterface, _):

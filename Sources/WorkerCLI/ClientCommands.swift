@@ -218,6 +218,7 @@ struct StatusCommand: Command {
                     (client["address"]?.stringValue ?? "?") + ((client["mtu"]?.intValue).map { " (MTU \($0))" } ?? "")
                 }
                 lines.append("          clients: \(clients.isEmpty ? "none" : clients.joined(separator: ", ")) of at most \(bluetooth["maxClients"]?.intValue ?? 1); refused \(bluetooth["clientsRefused"]?.intValue ?? 0)")
+                lines.append("          not allowed \(bluetooth["clientsNotAllowed"]?.intValue ?? 0), evicted idle \(bluetooth["clientsEvicted"]?.intValue ?? 0), cooled down \(bluetooth["clientsCooledDown"]?.intValue ?? 0), rejections dropped \(bluetooth["rejectionsDropped"]?.intValue ?? 0)")
                 lines.append("          requests served \(bluetooth["requestsServed"]?.intValue ?? 0), failed \(bluetooth["requestsFailed"]?.intValue ?? 0), rejected as bad input \(bluetooth["requestsRejected"]?.intValue ?? 0), queued \(bluetooth["queued"]?.intValue ?? 0)")
             }
             if let backend = status["backend"] {

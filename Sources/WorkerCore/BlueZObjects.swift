@@ -24,8 +24,11 @@ public struct BlueZInterfaces: Sendable, Equatable {
         public var rssi: Int?
         public var uuids: [String]?
         public var servicesResolved: Bool?
+        /// BlueZ's `Bonded` (5.66 and later), else `Paired`.
+        public var bonded: Bool?
         public init(address: String? = nil, adapter: String? = nil, connected: Bool? = nil, name: String? = nil, rssi: Int? = nil,
-                    uuids: [String]? = nil, servicesResolved: Bool? = nil) {
+                    uuids: [String]? = nil, servicesResolved: Bool? = nil, bonded: Bool? = nil) {
+            self.bonded = bonded
             self.address = address
             self.adapter = adapter
             self.connected = connected
@@ -101,6 +104,7 @@ public struct BlueZObjects: Sendable, Equatable {
         public var rssi: Int?
         public var uuids: [String] = []
         public var servicesResolved = false
+        public var bonded = false
         public init(address: String, adapter: String, connected: Bool, name: String? = nil, rssi: Int? = nil) {
             self.address = address
             self.adapter = adapter
@@ -170,6 +174,7 @@ public struct BlueZObjects: Sendable, Equatable {
         if let rssi = properties.rssi, (-128...127).contains(rssi) { device.rssi = rssi }
         if let uuids = properties.uuids { device.uuids = uuids.map { $0.lowercased() } }
         if let resolved = properties.servicesResolved { device.servicesResolved = resolved }
+        if let bonded = properties.bonded { device.bonded = bonded }
     }
 
     /// The worker service's characteristics on a remote `device`, by role; nil until every

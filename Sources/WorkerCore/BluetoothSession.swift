@@ -85,6 +85,14 @@ public struct BluetoothStatus: Sendable, Equatable {
     /// Bad input answered with `ok: false` before reaching the model (SPEC 6).
     public var requestsRejected: Int64 = 0
     public var clientsRefused: Int64 = 0
+    /// Devices refused by `bluetooth.allowedClients` (SPEC 6.2).
+    public var clientsNotAllowed: Int64 = 0
+    /// Idle clients disconnected for a device that wanted their slot.
+    public var clientsEvicted: Int64 = 0
+    /// Clients cut off for too much bad input.
+    public var clientsCooledDown: Int64 = 0
+    /// Rejections dropped because their client's outbound queue was full.
+    public var rejectionsDropped: Int64 = 0
     public var queued = 0
     public var registrations: Int64 = 0
 
@@ -107,6 +115,10 @@ public struct BluetoothStatus: Sendable, Equatable {
         object["requestsFailed"] = .int(requestsFailed)
         object["requestsRejected"] = .int(requestsRejected)
         object["clientsRefused"] = .int(clientsRefused)
+        object["clientsNotAllowed"] = .int(clientsNotAllowed)
+        object["clientsEvicted"] = .int(clientsEvicted)
+        object["clientsCooledDown"] = .int(clientsCooledDown)
+        object["rejectionsDropped"] = .int(rejectionsDropped)
         object["queued"] = .int(Int64(queued))
         object["registrations"] = .int(registrations)
         return .object(object)

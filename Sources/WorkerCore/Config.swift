@@ -72,6 +72,12 @@ public struct WorkerConfig: Sendable, Equatable {
         public var maxClients: Int64 = 1
         /// The most tokens a Bluetooth request may ask for; nil: `backend.maxTokens`.
         public var maxTokens: Int64?
+        /// What link the characteristics require (SPEC 6.2).
+        public var security: BluetoothSecurity = .open
+        /// Which devices may become clients (SPEC 6.2).
+        public var allowedClients: BluetoothAllowedClients = .any
+        /// A client this long without a request loses its slot to a device that wants it.
+        public var clientIdleSec: Int64 = 120
         public init() {}
     }
     public var bluetooth = Bluetooth()
@@ -274,6 +280,9 @@ extension WorkerConfig {
                         }
                     case "maxClients": reader.int(value, path: path, 1...16).map { config.bluetooth.maxClients = $0 }
                     case "maxTokens": reader.int(value, path: path, 1...32_768).map { config.bluetooth.maxTokens = $0 }
+                    case "security": reader.choice(value, path: path, BluetoothSecurity.self).map { config.bluetooth.security = $0 }
+                    case "allowedClients": reader.allowedClients(value, path: path).map { config.bluetooth.allowedClients = $0 }
+                    case "clientIdleSec": reader.int(value, path: path, 5...86_400).map { config.bluetooth.clientIdleSec = $0 }
                     default: reader.unknown(path)
                     }
                 }
@@ -411,6 +420,33 @@ struct ConfigReader {
         if WorkerConfig.isGoDuration(text) { return value }
         problem(path, "must be a duration like \"30m\", \"1h\" or \"0\", or a number of seconds (-1: forever), got \"\(printable(text))\"")
         return nil
+    }
+
+    /// `bluetooth.allowedClients`: `"any"`, `"bonded"` or a list of device addresses.
+    mutating func allowedClients(_ value: JSONValue, path: String) -> BluetoothAllowedClients? {
+        switch value {
+        case .string(let s):
+            if s == "any" { return .any }
+            if s == "bonded" { return .bonded }
+            problem(path, "must be \"any\", \"bonded\" or a list of addresses like [\"AA:BB:CC:DD:EE:FF\"], got \"\(printable(s))\"")
+            return nil
+        case .array(let items):
+            guard !items.isEmpty else { problem(path, "must name at least one address (or be \"any\" or \"bonded\")"); return nil }
+            guard items.count <= 256 else { problem(path, "must list at most 256 addresses, got \(items.count)"); return nil }
+            var addresses: [String] = []
+            for (index, item) in items.enumerated() {
+                guard let text = string(item, path: "\(path)[\(index)]", maxLength: 64) else { return nil }
+                guard let address = BluetoothAllowedClients.normalizedAddress(text) else {
+                    problem("\(path)[\(index)]", "must be a Bluetooth address like \"AA:BB:CC:DD:EE:FF\", got \"\(printable(text))\"")
+                    return nil
+                }
+                if !addresses.contains(address) { addresses.append(address) }
+            }
+            return .addresses(addresses)
+        default:
+            problem(path, "must be \"any\", \"bonded\" or a list of addresses, got \(value.typeDescription)")
+            return nil
+        }
     }
 
     mutating func choice<E: RawRepresentable & CaseIterable>(_ value: JSONValue, path: String, _: E.Type) -> E? where E.RawValue == String {

@@ -62,6 +62,10 @@ public struct PeripheralMachine: Sendable {
         public var maxTokens = BluetoothRequest.maxTokensLimit
         /// A streamed request's partial goes out this long after its first byte at the latest (SPEC 6.1).
         public var partialDelayMs: Int64 = 100
+        /// `bluetooth.allowedClients` (SPEC 6.2).
+        public var allowedClients = BluetoothAllowedClients.any
+        /// Idle eviction, bad-input cool-down, outbound bound (SPEC 6.2).
+        public var limits = NeighbourLimits()
 
         public init(adapter: String?, localName: String, maxRequestBytes: Int, maxQueuedRequests: Int, chunkPacingMs: Int64, maxClients: Int) {
             self.adapter = adapter
@@ -152,6 +156,17 @@ public struct PeripheralMachine: Sendable {
         var address: String
         var assembler: RequestAssembler
         var mtu: Int?
+        /// Its last write (admission counts as one), or the end of its last request or
+        /// answer: idle since then.
+        var lastActiveAtMs: Int64
+        /// When its recent writes with bad input came (within the cool-down window).
+        var badWritesAtMs: [Int64] = []
+    }
+
+    /// A refused device, disconnected at `atMs` (after it could read why).
+    struct PendingDisconnect: Sendable {
+        var address: String
+        var atMs: Int64
     }
 
     struct Queued: Sendable {
@@ -167,6 +182,8 @@ public struct PeripheralMachine: Sendable {
         var bytes: [UInt8]
         var client: String? = nil
         var refusal = false
+        /// A rejection of bad input: the first dropped when the client's queue is full.
+        var rejection = false
     }
 
     /// Why the running request is being stopped: the client's cancel (answered
@@ -179,6 +196,8 @@ public struct PeripheralMachine: Sendable {
         var next = 0
         /// The client whose refused cancel this is: it may have another once this one is out.
         var refusalOf: String? = nil
+        /// The client this message is for (nil: everyone subscribed).
+        var client: String? = nil
     }
 
     public let settings: Settings
@@ -196,9 +215,16 @@ public struct PeripheralMachine: Sendable {
     /// Set while `status.problem` is one of the host's setup problems.
     public private(set) var setupProblem: BluetoothSetupProblem?
     var lastPublished: BluetoothStatus?
-    var roster: ClientRoster
     let queuePolicy: RequestQueuePolicy
     var sessions: [String: Session] = [:]
+    /// Devices that touched the service and were refused, by path, until they disconnect.
+    public private(set) var refused: [String: ClientRefusal] = [:]
+    var pendingDisconnects: [String: PendingDisconnect] = [:]
+    /// Addresses refused after too much bad input, until this time.
+    public private(set) var coolDowns: [String: Int64] = [:]
+    /// The client the response characteristic's current value belongs to (its read is
+    /// empty for anyone else).
+    var responseOwner: String?
 
     /// Each characteristic's current value as D-Bus shows it: the last chunk notified.
     public private(set) var values: [GattLayout.Role: [UInt8]] = [:]
@@ -227,7 +253,6 @@ public struct PeripheralMachine: Sendable {
 
     public init(settings: Settings) {
         self.settings = settings
-        roster = ClientRoster(maxClients: settings.maxClients)
         queuePolicy = RequestQueuePolicy(maxQueued: settings.maxQueuedRequests)
         status.localName = settings.localName
         status.adapter = settings.adapter
@@ -251,6 +276,7 @@ public struct PeripheralMachine: Sendable {
         if sending != nil || !outbox.isEmpty { consider(nextChunkAtMs) }
         if let due = coalescer?.dueAtMs { consider(max(due, nextChunkAtMs)) }
         if let forced = statusForcedAtMs { consider(forced) }
+        for pending in pendingDisconnects.values { consider(pending.atMs) }
         if application == .none || advertisement == .none { consider(retryAtMs) }
         return max(deadline, lastNowMs + 1)
     }
@@ -324,9 +350,13 @@ public struct PeripheralMachine: Sendable {
             }
             reconcile(now: now, &out)
         case .deviceConnected(let path):
+            // Connecting is not using the service (SPEC 6.2): the host's own mouse or
+            // headset is never counted. bluetoothd calls StartNotify for the first
+            // subscriber only, so a client joining later gets the status this long after
+            // its link comes up.
             guard let device = follower.objects.devices[path], device.adapter == adapterPath,
-                  advertisement == .done || application == .done else { return }
-            _ = admit(path, now: now, &out)
+                  application == .done, notifying.contains(.status) else { return }
+            statusForcedAtMs = now + settings.laterClientStatusDelayMs
         case .deviceDisconnected(let path), .deviceRemoved(let path):
             deviceGone(path, &out)
             if case .deviceRemoved = fact { reconcile(now: now, &out) }
@@ -368,9 +398,10 @@ public struct PeripheralMachine: Sendable {
         advertisement = .none
         adapterPath = nil
         epoch += 1
-        roster.removeAll()
         for device in sessions.keys.sorted() { clientGone(sessions[device]!.address, &out) }
         sessions.removeAll()
+        refused.removeAll()
+        pendingDisconnects.removeAll()
         notifying.removeAll()
     }
 
@@ -451,6 +482,12 @@ public struct PeripheralMachine: Sendable {
         for device in sessions.keys.sorted() {
             out.append(.disconnect(device: device, address: sessions[device]!.address))
         }
+        // Refused devices waiting to be told why are disconnected now; a device that
+        // never touched the service is not ours to disconnect.
+        for device in pendingDisconnects.keys.sorted() {
+            out.append(.disconnect(device: device, address: pendingDisconnects[device]!.address))
+        }
+        pendingDisconnects.removeAll()
         // Answers that cannot be delivered any more are dropped with the queue.
         waiting.removeAll()
         outbox.removeAll()
@@ -475,8 +512,18 @@ public struct PeripheralMachine: Sendable {
         }
         switch call {
         case .read(let role, let device, let mtu, let offset):
-            noteClient(device: device, mtu: mtu, now: now, &out)
-            let value = role == .status ? statusBytes : (values[role] ?? [])
+            var value: [UInt8]
+            switch touch(device: device, mtu: mtu, now: now, &out) {
+            case .client(let address):
+                value = role == .status ? statusBytes : (responseOwner == address ? values[role] ?? [] : [])
+            case .refused(let why) where role == .response:
+                value = why.message(maxClients: settings.maxClients)
+            case .refused(let why):
+                out.append(.reply(.error(name: "org.bluez.Error.NotAuthorized", message: why.error(maxClients: settings.maxClients))))
+                return
+            case .anonymous:
+                value = role == .status ? statusBytes : []
+            }
             guard offset >= 0, offset <= value.count else {
                 out.append(.reply(.error(name: "org.bluez.Error.InvalidOffset", message: "offset \(offset) is past the value's \(value.count) bytes")))
                 return
@@ -484,15 +531,24 @@ public struct PeripheralMachine: Sendable {
             out.append(.reply(.value(Array(value[offset...]))))
         case .write(let role, let bytes, let device, let mtu, let expectsReply):
             out.append(.log(.debug, "write of \(bytes.count) bytes from \(device ?? "?") (mtu \(mtu ?? 0))"))
-            out.append(.reply(expectsReply ? .empty : .noReply))
-            guard role == .request else { return }
-            guard let client = noteClient(device: device, mtu: mtu, now: now, &out), var session = sessions[client] else {
-                if device == nil { out.append(.log(.warning, "a write of \(bytes.count) bytes named no device; dropped")) }
+            guard role == .request else { return out.append(.reply(expectsReply ? .empty : .noReply)) }
+            switch touch(device: device, mtu: mtu, now: now, &out) {
+            case .client:
+                out.append(.reply(expectsReply ? .empty : .noReply))
+            case .refused(let why):
+                out.append(.reply(expectsReply ? .error(name: "org.bluez.Error.NotPermitted", message: why.error(maxClients: settings.maxClients)) : .noReply))
+                return
+            case .anonymous:
+                out.append(.reply(expectsReply ? .empty : .noReply))
+                out.append(.log(.warning, "a write of \(bytes.count) bytes named no device; dropped"))
                 return
             }
+            guard let device, var session = sessions[device] else { return }
             let events = session.assembler.feed(bytes, nowMs: now)
-            sessions[client] = session
+            session.lastActiveAtMs = now
+            sessions[device] = session
             assembled(events, client: session.address, &out)
+            badInput(events, device: device, now: now, &out)
         case .malformedWrite:
             out.append(.reply(.error(name: "org.bluez.Error.InvalidArguments", message: "WriteValue takes (ay, a{sv})")))
         case .startNotify(let role):
@@ -515,36 +571,104 @@ public struct PeripheralMachine: Sendable {
 
     // MARK: Clients
 
-    /// The device of a ReadValue/WriteValue, from its options; learns its MTU. Returns
-    /// its object path when it is a served client. bluetoothd always names the device;
-    /// a call without one cannot be answered to anyone and takes no client's place.
-    @discardableResult
-    mutating func noteClient(device: String?, mtu: Int?, now: Int64, _ out: inout [Command]) -> String? {
-        guard let device, device.hasPrefix("/") else { return nil }
-        guard admit(device, now: now, &out) else { return nil }
-        if let mtu, (23...517).contains(mtu) { sessions[device]?.mtu = mtu }
-        return device
+    /// Who made a ReadValue/WriteValue: a client, a refused device, or a call that named none.
+    enum Toucher: Sendable, Equatable {
+        case client(address: String)
+        case refused(ClientRefusal)
+        /// bluetoothd always names the device; a call without one takes no client's place.
+        case anonymous
     }
 
-    mutating func admit(_ device: String, now: Int64, _ out: inout [Command]) -> Bool {
-        if sessions[device] != nil { return true }
+    /// A device touched the service (SPEC 6.2 admission by use): it becomes a client if it
+    /// may, learning its MTU; otherwise it is refused, told why on a read of the response,
+    /// and disconnected a moment later.
+    mutating func touch(device: String?, mtu: Int?, now: Int64, _ out: inout [Command]) -> Toucher {
+        guard let device, device.hasPrefix("/") else { return .anonymous }
+        if let why = admit(device, now: now, &out) { return .refused(why) }
+        if let mtu, (23...517).contains(mtu) { sessions[device]?.mtu = mtu }
+        return .client(address: sessions[device]!.address)
+    }
+
+    /// nil when `device` is (or now becomes) a client, else why it is refused.
+    mutating func admit(_ device: String, now: Int64, _ out: inout [Command]) -> ClientRefusal? {
+        if sessions[device] != nil { return nil }
+        if let why = refused[device] { return why }
         let address = follower.objects.address(of: device)
-        switch roster.seen(device) {
-        case .admitted:
-            sessions[device] = Session(address: address, assembler: RequestAssembler(maxRequestBytes: settings.maxRequestBytes), mtu: nil)
-            out.append(.log(.info, "client \(address) connected"))
-            if sessions.count > 1 { statusForcedAtMs = now + settings.laterClientStatusDelayMs }
-            return true
-        case .refused:
-            status.clientsRefused += 1
-            out.append(.log(.warning, "client \(address) refused: \(settings.maxClients) client(s) already connected (bluetooth.maxClients); disconnecting it, since BlueZ 5.66 would show it every other client's answers"))
+        if stopping {
+            // Not left half-admitted: the service is going away, so the device is told
+            // and disconnected at once, like the clients stop() disconnects.
+            refused[device] = .stopping
+            out.append(.log(.info, "device \(address) touched the service while it stops; disconnecting it"))
             out.append(.disconnect(device: device, address: address))
-            return false
+            return .stopping
         }
+        if let until = coolDowns[address], now < until {
+            status.clientsRefused += 1
+            return refuse(device, address: address, .coolingDown, detail: "cooling down for \((until - now + 999) / 1000) s more after too much bad input", now: now, &out)
+        }
+        let bonded = follower.objects.devices[device]?.bonded ?? false
+        guard settings.allowedClients.allows(address: address, bonded: bonded) else {
+            status.clientsNotAllowed += 1
+            return refuse(device, address: address, .notAllowed, detail: "not in bluetooth.allowedClients (\(settings.allowedClients))", now: now, &out)
+        }
+        if sessions.count >= max(1, settings.maxClients) {
+            guard let idle = evictable(now: now) else {
+                status.clientsRefused += 1
+                return refuse(device, address: address, .busy, detail: "\(settings.maxClients) client(s) already connected (bluetooth.maxClients); BlueZ 5.66 would show it every other client's answers", now: now, &out)
+            }
+            let gone = sessions[idle]!
+            status.clientsEvicted += 1
+            out.append(.log(.notice, "client \(gone.address) evicted: idle for \((now - gone.lastActiveAtMs) / 1000) s (bluetooth.clientIdleSec) while \(address) wants its slot"))
+            sessions.removeValue(forKey: idle)
+            clientGone(gone.address, &out)
+            out.append(.disconnect(device: idle, address: gone.address))
+        }
+        sessions[device] = Session(address: address, assembler: RequestAssembler(maxRequestBytes: settings.maxRequestBytes), mtu: nil, lastActiveAtMs: now)
+        out.append(.log(.info, "client \(address) connected"))
+        return nil
+    }
+
+    /// A client's request ended or its answer went out: it is idle from now, not from its last write.
+    mutating func active(_ client: String?) {
+        guard let client, let device = sessions.first(where: { $0.value.address == client })?.key else { return }
+        sessions[device]?.lastActiveAtMs = lastNowMs
+    }
+
+    /// The client idle longest, when it has been idle for `clientIdleMs` with nothing queued, running or to send.
+    func evictable(now: Int64) -> String? {
+        sessions.filter { device, session in
+            now - session.lastActiveAtMs >= settings.limits.clientIdleMs
+                && !waiting.contains { $0.client == session.address } && running?.client != session.address
+                && !outbox.contains { $0.client == session.address } && sending?.client != session.address
+        }.min { ($0.value.lastActiveAtMs, $0.key) < ($1.value.lastActiveAtMs, $1.key) }?.key
+    }
+
+    mutating func refuse(_ device: String, address: String, _ why: ClientRefusal, detail: String, now: Int64, _ out: inout [Command]) -> ClientRefusal {
+        refused[device] = why
+        pendingDisconnects[device] = PendingDisconnect(address: address, atMs: now + settings.limits.refusalDisconnectDelayMs)
+        out.append(.log(.warning, "client \(address) refused (\(why.rawValue)): \(detail); disconnecting it"))
+        return why
+    }
+
+    /// A write that produced rejections is bad input; too many within the window cut the
+    /// client off and refuse it for the cool-down (SPEC 6.2).
+    mutating func badInput(_ events: [AssemblerEvent], device: String, now: Int64, _ out: inout [Command]) {
+        guard events.contains(where: { if case .rejected = $0 { true } else { false } }), var session = sessions[device] else { return }
+        let limits = settings.limits
+        session.badWritesAtMs = session.badWritesAtMs.filter { now - $0 < limits.badWriteWindowMs } + [now]
+        sessions[device] = session
+        guard session.badWritesAtMs.count >= limits.badWritesLimit else { return }
+        coolDowns[session.address] = now + limits.coolDownMs
+        status.clientsCooledDown += 1
+        sessions.removeValue(forKey: device)
+        clientGone(session.address, &out)
+        _ = refuse(device, address: session.address, .coolingDown,
+                   detail: "\(session.badWritesAtMs.count) writes of bad input within \(limits.badWriteWindowMs / 1000) s; refused for \(limits.coolDownMs / 1000) s", now: now, &out)
     }
 
     mutating func deviceGone(_ path: String, _ out: inout [Command]) {
-        roster.gone(path)
+        refused.removeValue(forKey: path)
+        pendingDisconnects.removeValue(forKey: path)
         if let session = sessions.removeValue(forKey: path) {
             out.append(.log(.info, "client \(session.address) disconnected\(session.assembler.isPartial ? " in the middle of a request (dropped)" : "")"))
             clientGone(session.address, &out)
@@ -567,24 +691,36 @@ public struct PeripheralMachine: Sendable {
             out.append(.cancel(ticket: item.ticket, reason: "cancelled: the client disconnected"))
         }
         outbox.removeAll { $0.client == client }
+        // The rest of a message being sent to it is dropped: the next subscriber gets none of it.
+        if sending?.client == client {
+            sending = nil
+            out.append(.log(.info, "dropped the rest of an answer to \(client): the client left"))
+        }
+        if responseOwner == client { responseOwner = nil }
         refusalsQueued.remove(client)
         status.queued = queued
     }
 
     mutating func assembled(_ events: [AssemblerEvent], client: String, _ out: inout [Command]) {
+        // At most one rejection per write (SPEC 6.2): a write of 254 bad objects costs one
+        // notification and one log line, not 254.
+        let rejections = events.filter { if case .rejected = $0 { true } else { false } }.count
+        var rejected = 0
         for event in events {
             switch event {
             case .rejected(let id, let error):
                 status.requestsRejected += 1
-                out.append(.log(.info, "request from \(client) rejected: \(error)"))
-                enqueue(.response, BluetoothMessage.rejection(id: id, error: error))
+                rejected += 1
+                guard rejected == 1 else { continue }
+                out.append(.log(.info, "request from \(client) rejected: \(error)\(rejections > 1 ? " (and \(rejections - 1) more bad object(s) in the same write, answered once)" : "")"))
+                enqueue(.response, BluetoothMessage.rejection(id: id, error: error), client: client, rejection: true)
             case .cancel(let id):
                 cancel(id: id, client: client, &out)
             case .request(let request):
                 guard queuePolicy.admits(waiting: waiting.count, running: running == nil ? 0 : 1) else {
                     status.requestsFailed += 1
                     out.append(.log(.warning, "request \(request.id) from \(client) refused: busy (\(queued) queued)"))
-                    enqueue(.response, BluetoothMessage.rejection(id: request.id, error: RequestQueuePolicy.busyError))
+                    enqueue(.response, BluetoothMessage.rejection(id: request.id, error: RequestQueuePolicy.busyError), client: client, rejection: true)
                     continue
                 }
                 if let turns = request.messages {
@@ -629,7 +765,7 @@ public struct PeripheralMachine: Sendable {
         refusalsQueued.insert(client)
         out.append(.log(.info, "cancel of \(id) from \(client) refused: not a queued or running request of this client"))
         let error = "cancel_refused: no queued or running request \"\(id)\" of this client"
-        outbox.append(Outgoing(role: .response, bytes: BluetoothMessage.rejection(id: nil, error: error), client: client, refusal: true))
+        enqueue(.response, BluetoothMessage.rejection(id: nil, error: error), client: client, refusal: true, rejection: true)
     }
 
     /// A cancelled request's last message: `ok: false`, `error: "cancelled"`, in the form
@@ -660,6 +796,7 @@ public struct PeripheralMachine: Sendable {
 
     mutating func finished(ticket: Int, _ outcome: PeripheralOutcome, _ out: inout [Command]) {
         guard let item = running, item.ticket == ticket else { return }
+        active(item.client)
         let stop = runningStop
         var partials = coalescer
         running = nil
@@ -688,9 +825,23 @@ public struct PeripheralMachine: Sendable {
 
     // MARK: Notifications
 
-    mutating func enqueue(_ role: GattLayout.Role, _ bytes: [UInt8]?, client: String? = nil) {
+    /// Queues a message. A client's queue holds at most `maxOutboundPerClient` messages
+    /// (SPEC 6.2): beyond it its oldest rejection is dropped (or this one, when it is a
+    /// rejection and none older is), and counted; answers are bounded by the request queue.
+    mutating func enqueue(_ role: GattLayout.Role, _ bytes: [UInt8]?, client: String? = nil, refusal: Bool = false, rejection: Bool = false) {
         guard let bytes, !bytes.isEmpty else { return }
-        outbox.append(Outgoing(role: role, bytes: bytes, client: client))
+        if let client, outbox.count(where: { $0.client == client }) >= settings.limits.maxOutboundPerClient {
+            if let oldest = outbox.firstIndex(where: { $0.client == client && $0.rejection }) {
+                if outbox[oldest].refusal { refusalsQueued.remove(client) }
+                outbox.remove(at: oldest)
+                status.rejectionsDropped += 1
+            } else if rejection {
+                if refusal { refusalsQueued.remove(client) }
+                status.rejectionsDropped += 1
+                return
+            }
+        }
+        outbox.append(Outgoing(role: role, bytes: bytes, client: client, refusal: refusal, rejection: rejection))
     }
 
     /// The chunk size fits the smallest MTU among the served clients (one notification
@@ -711,7 +862,7 @@ public struct PeripheralMachine: Sendable {
                 guard !outbox.isEmpty else { return }
                 let message = outbox.removeFirst()
                 sending = Sending(role: message.role, chunks: BluetoothMessage.chunks(message.bytes, mtu: notificationMTU).map { Array($0) },
-                                  refusalOf: message.refusal ? message.client : nil)
+                                  refusalOf: message.refusal ? message.client : nil, client: message.client)
                 nextChunkAtMs = max(nextChunkAtMs, now)
                 out.append(.log(.debug, "notifying \(message.bytes.count) bytes on \(message.role.rawValue) in \(sending!.chunks.count) chunk(s) at MTU \(notificationMTU)"))
             }
@@ -723,12 +874,16 @@ public struct PeripheralMachine: Sendable {
             let chunk = current.chunks[current.next]
             current.next += 1
             values[current.role] = chunk
+            if current.role == .response { responseOwner = current.client }
             // No one to send to (bluetoothd gone, application not registered): the rest
             // of the message is dropped.
             if busOpen && application == .done {
                 out.append(.notify(current.role, chunk))
                 sending = current.next < current.chunks.count ? current : nil
-                if sending == nil { out.append(.log(.debug, "sent the last of \(current.chunks.count) chunk(s) on \(current.role.rawValue)")) }
+                if sending == nil {
+                    out.append(.log(.debug, "sent the last of \(current.chunks.count) chunk(s) on \(current.role.rawValue)"))
+                    active(current.client)
+                }
             } else {
                 out.append(.log(.info, "no one to notify (\(busOpen ? "application not registered" : "no bus")): dropped the rest of a message on \(current.role.rawValue)"))
                 sending = nil
@@ -748,8 +903,12 @@ public struct PeripheralMachine: Sendable {
             statusForcedAtMs = nil
             out.append(.fetchStatusValues(force: true))
         }
+        for device in pendingDisconnects.keys.sorted() where pendingDisconnects[device]!.atMs <= now {
+            out.append(.disconnect(device: device, address: pendingDisconnects.removeValue(forKey: device)!.address))
+        }
         guard now >= housekeepingDueAtMs else { return }
         housekeepingDueAtMs = now + settings.housekeepingMs
+        coolDowns = coolDowns.filter { $0.value > now }
         for device in sessions.keys.sorted() {
             guard var session = sessions[device] else { continue }
             let events = session.assembler.tick(nowMs: now)

@@ -6,13 +6,15 @@
 #
 # Environment (run-in-vm.sh --env): WORKER_BIN (the daemon binary, visible in the guest),
 # LLAMA_PORT (llama.cpp's server on the host, reached at $BLUEZ_VM_HOST_ADDR:LLAMA_PORT),
-# optional BT_PHASES (space-separated subset of: main clients restart smallmtu off adapter stream proxy; default
-# all, in that order; or "bench": only the throughput of a 64 KiB answer at MTU 517; or
-# "pacing": 64 KiB answers from an echo model server in the guest at each of BT_PACING_MTUS
-# (517 48) x BT_PACING_SET (chunkPacingMs, 0 10) x BT_PACING_CHANNELS (bluetoothd's [GATT]
-# Channels, 3), BT_PACING_REPS times (3), each waited for BT_PACING_WAIT s (120): the
-# measurement behind README's "Pacing"; not in the default list).
-# Phases main and clients need the hci3 advertisement started below, which a bluetoothd
+# optional BT_PHASES (space-separated subset of: main clients neighbours badflood idle leave-mid restart
+# smallmtu off adapter stream proxy; default all, in that order; or "bench": only the
+# throughput of a 64 KiB answer at MTU 517; or "pacing": 64 KiB answers from an echo model
+# server in the guest at each of BT_PACING_MTUS (517 48) x BT_PACING_SET (chunkPacingMs,
+# 1 10; 0 is refused now) x BT_PACING_CHANNELS (bluetoothd's [GATT] Channels, 3), BT_PACING_REPS times (3),
+# each waited for BT_PACING_WAIT s (120): the measurement behind README's "Pacing"; not in
+# the default list).
+# Phases main, clients, neighbours, badflood, idle and leave-mid need the hci3 advertisement
+# started below (pad_connection), which a bluetoothd
 # restart (phases restart, smallmtu, off) takes away: keep them first.
 # Daemon stderr: $VM_RESULTS/daemon.log. Prints "ok - ..."/"not ok - ..." lines and
 # "# N passed, N failed" (Tests/Suites/lib/tap.sh); exits 1 if anything failed.
@@ -27,7 +29,7 @@ export WORKER_RUNDIR=$W/run
 STATE=$W/state
 export HCI3_ADDR=00:AA:01:03:00:03
 export LLAMA_URL="http://${BLUEZ_VM_HOST_ADDR:?no --host-port}:${LLAMA_PORT:?LLAMA_PORT not set}"
-PHASES="${BT_PHASES:-main clients restart smallmtu off adapter stream proxy}"
+PHASES="${BT_PHASES:-main clients neighbours badflood idle leave-mid restart smallmtu off adapter stream proxy}"
 mkdir -p "$W" "$STATE" "$WORKER_RUNDIR"
 DAEMON_PID=
 
@@ -46,12 +48,12 @@ wait_for() { # wait_for SECS DESC CMD...
 is_advertising() { [[ "$(btj '.bluetooth.advertising')" == true ]]; }
 bt_summary() { btj '.bluetooth | del(.clients) ' | cut -c1-400; }
 
-write_config() { # NAME MAXCLIENTS MAXREQUESTBYTES MAXQUEUED
+write_config() { # NAME MAXCLIENTS MAXREQUESTBYTES MAXQUEUED [MORE-BLUETOOTH-KEYS]
   cat >"$W/$1.json" <<EOF
 {"agentId": "$WORKER_AGENT_ID",
  "backend": {"kind": "openai", "url": "$LLAMA_URL", "model": "tiny", "timeoutMs": 600000},
  "bluetooth": {"adapter": "hci0", "maxClients": $2, "chunkPacingMs": 10,
-               "maxRequestBytes": $3, "maxQueuedRequests": $4, "maxTokens": 32768},
+               "maxRequestBytes": $3, "maxQueuedRequests": $4, "maxTokens": 32768${5:+, $5}},
  "policy": {"maxCpuUsagePct": 100, "resumeDwellSec": 0},
  "log": {"level": "debug"}}
 EOF
@@ -162,6 +164,67 @@ if has_phase clients; then
   check "mode bluetooth persisted across the restart" test "$(cli mode 2>/dev/null | head -n1)" = bluetooth
   expect_advertising "advertising again after the daemon's restart"
   central two-clients:max=2 proxy:bytes=20000,tokens=32
+  check "the daemon is still running" daemon_alive
+fi
+
+# ------------------------------------------------------------------ neighbours (SPEC 6.2)
+restart_with() { # CONFIG-NAME: the daemon (re)started on CONFIG-NAME, mode bluetooth, advertising
+  if [[ -n $DAEMON_PID ]]; then stop_daemon; fi
+  check "the daemon starts (config $1)" start_daemon "$1"
+  check "mode bluetooth" test "$(cli mode bluetooth 2>/dev/null | head -n1)" = bluetooth
+  expect_advertising "the daemon advertises (config $1)"
+}
+if has_phase neighbours; then
+  phase neighbours "a plain LE device on hci1 never touches the service: never counted, refused or disconnected; allowedClients [hci3] refuses hci2"
+  write_config nb 1 65536 8
+  write_config nballow 1 65536 8 "\"allowedClients\": [\"$HCI3_ADDR\"]"
+  restart_with nb
+  by_state="$VM_RESULTS/bystander.state" by_stop="$VM_RESULTS/bystander.stop"
+  rm -f "$by_state" "$by_stop"
+  "$BLUEZ_VM_PYTHON" -u "$HERE/worker_central.py" "bystander:file=$by_state,stop=$by_stop" >"$VM_RESULTS/bystander.log" 2>&1 &
+  BY_PID=$!
+  bystander_up() { grep -q '^connected' "$by_state" 2>/dev/null && ! grep -q '^disconnected' "$by_state"; }
+  check "the bystander (hci1) connects to hci0" wait_for 150 "the bystander's link" bystander_up
+  central neighbour-client
+  check "the bystander is still connected after a client was served" bystander_up
+  check "status lists no client for the bystander" test "$(btj '.bluetooth.clients | length')" = 0
+  check "mode off is accepted" test "$(cli mode off 2>/dev/null | head -n1)" = off
+  wait_for 30 "advertising false" bash -c '[[ "$("$0" status --json --runtime-dir "$1" | jq .bluetooth.advertising)" == false ]]' "$WORKER_BIN" "$WORKER_RUNDIR"
+  sleep 3
+  check "the bystander is still connected after mode off" bystander_up
+  restart_with nb
+  sleep 3
+  check "the bystander is still connected after mode bluetooth and a daemon restart" bystander_up
+  restart_with nballow
+  central stranger
+  check "the bystander is still connected after a stranger was refused" bystander_up
+  check "the bystander was never counted: clientsNotAllowed is the stranger's 1" test "$(btj .bluetooth.clientsNotAllowed)" = 1
+  touch "$by_stop"
+  wait "$BY_PID"; rc=$?
+  sed -n 's/^\(ok\|not ok\) - /&/p' "$VM_RESULTS/bystander.log" | sed 's/^/# bystander: /'
+  check "the bystander saw no disconnect (exit $rc)" test $rc -eq 0
+  check "the daemon is still running" daemon_alive
+fi
+
+if has_phase badflood; then
+  phase badflood "200 writes of 254 {} from hci1: memory bounded, flooder cut off, hci2 still served"
+  restart_with two
+  central badflood:n=200
+  check "the daemon is still running" daemon_alive
+fi
+
+if has_phase idle; then
+  phase idle "clientIdleSec 5, maxClients 1: an idle client is evicted when another waits"
+  write_config idle 1 65536 8 '"clientIdleSec": 5'
+  restart_with idle
+  central idle:idle=5
+  check "the daemon is still running" daemon_alive
+fi
+
+if has_phase leave-mid; then
+  phase leave-mid "a client leaves mid-answer with a request queued: cancelled, the next client gets nothing of it"
+  restart_with two
+  central leave-mid:tokens=15000
   check "the daemon is still running" daemon_alive
 fi
 
@@ -278,7 +341,7 @@ if has_phase pacing; then
     printf '[Policy]\nAutoEnable = true\n[GATT]\nExchangeMTU = %d\nChannels = %d\n' "$mtu" "$channels" >/tmp/mtu.conf
     restart_bluetoothd -f /tmp/mtu.conf
     _bvm_all_powered
-    for p in ${BT_PACING_SET:-0 10}; do
+    for p in ${BT_PACING_SET:-1 10}; do
       phase pacing "MTU $mtu, chunkPacingMs $p, ATT bearers $channels"
       jq --arg url "$ECHO_URL" --argjson p "$p" '.backend = {"kind": "ollama", "url": $url, "model": "tiny", "timeoutMs": 60000, "maxTokens": 32768}
          | .bluetooth.chunkPacingMs = $p' "$W/two.json" >"$W/pacing.json"

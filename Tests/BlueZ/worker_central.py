@@ -47,6 +47,16 @@ comments) and exits 1 if any check failed (2 on a usage error). Scenarios and th
                       too when it has one); `tasks --json` says cancelled; a write of
                       cancels of unknown ids is refused once, without the id
   stream-drop         tokens=N: the client disconnects mid-stream; its task says cancelled
+  bystander           file=F,stop=S (SPEC 6.2): a plain LE device on hci1 that never touches
+                      the service; F gets "connected" / "disconnected"; ends when S exists
+  neighbour-client    hci2 served with maxClients 1 while the bystander is connected
+  stranger            allowedClients excludes hci2: its response read says not_allowed, it
+                      is disconnected, clientsNotAllowed counts it
+  badflood            n=N writes of 254 "{}" from hci1: RSS bounded ("# rss ..."), flooder cut
+                      off and counted, a good client on hci2 served within 60 s
+  idle                idle=SECS (bluetooth.clientIdleSec): hci1 idle, hci2 takes its slot
+  leave-mid           tokens=N: hci1 leaves mid-stream with a request queued; cancelled; the
+                      next client gets nothing of them
 
 Environment: WORKER_BIN, WORKER_RUNDIR (for status/tasks), WORKER_AGENT_ID, HCI0_ADDR,
 HCI1_ADDR, HCI2_ADDR, VM_RESULTS, BLUEZ_VM_DIR, LLAMA_URL (the model server, for `cancel`).
@@ -776,9 +786,6 @@ async def two_clients(a, maxc):
         await b.open(dev)
         await b.subscribe()
         TAP.ok(a.connected and b.connected, "two clients are connected at once (hci1, hci2)")
-        await asyncio.sleep(2)
-        clients = [c.get("address") for c in (bt_status().get("clients") or [])]
-        TAP.ok(CENTRAL in clients and CENTRAL2 in clients, f"status lists both clients ({clients})")
         _, st = await b.status.wait(lambda m: True, 20)
         TAP.ok(st is not None, "the second client gets a status notification on subscription "
                "(BlueZ < 5.76 calls StartNotify once for all clients)")
@@ -787,6 +794,9 @@ async def two_clients(a, maxc):
             a.ask(ra, "first client", tokens=200), b.ask(rb, "second client", tokens=200))
         TAP.ok(served_ok(ma, ra), f"client hci1 served while hci2 is connected ({brief(ma)})")
         TAP.ok(served_ok(mb, rb), f"client hci2 served at the same time ({brief(mb)})")
+        # SPEC 6.2: a device is a client once it used the service (here: its request).
+        clients = [c.get("address") for c in (bt_status().get("clients") or [])]
+        TAP.ok(CENTRAL in clients and CENTRAL2 in clients, f"status lists both clients once both used the service ({clients})")
         bad = [raw for st_ in (a.resp, b.resp) for _, m, raw in st_.messages if m is None]
         TAP.ok(not bad, f"no interleaved or broken messages on either client ({len(bad)} bad)")
         await b.close()
@@ -1062,6 +1072,207 @@ async def sc_periodic(args):
     TAP.ok(False, "an unchanged status is re-sent about every 60 s (the status kept changing)")
 
 
+# ------------------------------------------------------------------- neighbours (SPEC 6.2)
+def daemon_rss_kib():
+    """The daemon's VmRSS in KiB (its pid from `status --json`), or None."""
+    pid = ((status_json() or {}).get("daemon") or {}).get("pid")
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, TypeError):
+        pass
+    return None
+
+
+async def sc_bystander(args):
+    """A plain LE device on hci1: connects to the worker's adapter and never touches the
+    service (no read, write or subscription). Writes "connected" then, when the link drops,
+    "disconnected" to FILE; ends when STOP exists (then disconnects itself)."""
+    state, stop = args["file"], args["stop"]
+    dev = await find(PERIPHERAL, adapter="hci1", timeout=120, kick="hci0")
+    if not TAP.ok(dev is not None, f"bystander: hci1 finds {PERIPHERAL}"):
+        return
+    gone = asyncio.Event()
+    client = await connect(dev, adapter="hci1", min_services=0, disconnected_callback=lambda _c: gone.set())
+    with open(state, "w") as f:
+        f.write(f"connected {time.monotonic():.1f}\n")
+    TAP.note("bystander: connected from hci1; touching nothing")
+    while not os.path.exists(stop) and not gone.is_set():
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(gone.wait(), 0.5)
+    dropped = gone.is_set()
+    if dropped:
+        with open(state, "a") as f:
+            f.write(f"disconnected {time.monotonic():.1f}\n")
+        TAP.note("bystander: the link dropped")
+    with contextlib.suppress(Exception):
+        await client.disconnect()
+    TAP.ok(not dropped, "bystander: never disconnected while it stayed")
+
+
+async def sc_neighbour_client(args):
+    """With the bystander on hci1 and maxClients 1: a real client on hci2 is served, and
+    status counts no refusal and lists only hci2 as a client."""
+    pad = await pad_connection()
+    b = Session("hci2", "hci2 client")
+    try:
+        await b.open()
+        await b.subscribe()
+        rid = new_id("neighbour")
+        msg, _ = await b.ask(rid, "hello from a neighbour", tokens=16, timeout=120)
+        TAP.ok(served_ok(msg, rid), f"with maxClients 1 and a bystander connected, hci2 is served ({brief(msg)})")
+        bt = bt_status()
+        clients = [c.get("address") for c in (bt.get("clients") or [])]
+        TAP.ok(clients == [CENTRAL2], f"status lists only hci2 as a client, not the bystander ({clients})")
+        TAP.ok(bt.get("clientsRefused") == 0, f"nothing refused ({bt.get('clientsRefused')})")
+    finally:
+        await b.close()
+        with contextlib.suppress(Exception):
+            await pad.disconnect()
+
+
+async def sc_stranger(args):
+    """allowedClients names another address: hci2 reads the response characteristic, gets
+    the not_allowed body, is disconnected by the daemon, and counted."""
+    before = bt_status().get("clientsNotAllowed", 0)
+    pad = await pad_connection()
+    b = Session("hci2", "stranger")
+    try:
+        await b.open()
+        raw = await b.client.read_gatt_char(RESPONSE)
+        try:
+            body = json.loads(bytes(raw).decode())
+        except ValueError:
+            body = None
+        TAP.ok(isinstance(body, dict) and body.get("ok") is False and body.get("id") == ""
+               and str(body.get("error", "")).startswith("not_allowed:"),
+               f"a stranger reading the response gets the not_allowed body ({bytes(raw)[:120]!r})")
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(b.disconnected.wait(), 30)
+        TAP.ok(not b.connected, "the stranger is disconnected by the daemon")
+        n = await wait_until(lambda: bt_status().get("clientsNotAllowed", 0) > before, 10)
+        TAP.ok(bool(n), f"status counts it (clientsNotAllowed {bt_status().get('clientsNotAllowed')})")
+    finally:
+        await b.close()
+        with contextlib.suppress(Exception):
+            await pad.disconnect()
+
+
+async def sc_badflood(args):
+    """hci1 floods N writes of 254 `{}` (508 bytes) without response while a well-behaved
+    client on hci2 is connected: the daemon's RSS stays bounded, the flooder is cut off
+    (cooled down, counted), the good client is served within 60 s."""
+    global _SESSION
+    n = int(args.get("n", 200))
+    a = await session()
+    pad = await pad_connection()
+    b = Session("hci2", "good client")
+    try:
+        await b.open()
+        await b.subscribe()
+        await asyncio.sleep(2)
+        rss0 = daemon_rss_kib()
+        cooled0 = bt_status().get("clientsCooledDown", 0)
+        blob = b"{}" * 254
+        sent, error = 0, None
+        t0 = time.monotonic()
+        for _ in range(n):
+            try:
+                await a.client.write_gatt_char(REQUEST, blob, response=False)
+                sent += 1
+            except Exception as e:  # the daemon cut the flooder off
+                error = e
+                break
+        TAP.note(f"flood: {sent} of {n} writes sent in {time.monotonic() - t0:.1f}s"
+                 f"{'; then ' + type(error).__name__ + ': ' + str(error)[:100] if error else ''}")
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(a.disconnected.wait(), 30)
+        TAP.ok(not a.connected, "the flooder is disconnected by the daemon")
+        await asyncio.sleep(2)
+        rss1 = daemon_rss_kib()
+        print(f"# rss before {rss0} KiB, after {rss1} KiB", flush=True)
+        TAP.ok(rss0 is not None and rss1 is not None and rss1 - rss0 < 4096,
+               f"the daemon's RSS stays bounded under the flood (+{(rss1 or 0) - (rss0 or 0)} KiB)")
+        bt = bt_status()
+        TAP.ok(bt.get("clientsCooledDown", 0) > cooled0, f"the flooder is cooled down and counted "
+               f"(clientsCooledDown {bt.get('clientsCooledDown')}, rejectionsDropped {bt.get('rejectionsDropped')}, "
+               f"requestsRejected {bt.get('requestsRejected')})")
+        rid = new_id("after-badflood")
+        t0 = time.monotonic()
+        msg, _ = await b.ask(rid, "still serving?", tokens=16, timeout=60)
+        TAP.ok(served_ok(msg, rid), f"a well-behaved client on hci2 is served within 60 s "
+               f"({time.monotonic() - t0:.1f}s; {brief(msg)})")
+    finally:
+        await b.close()
+        with contextlib.suppress(Exception):
+            await pad.disconnect()
+        await a.close()
+        _SESSION = None
+
+
+async def sc_idle(args):
+    """clientIdleSec small, maxClients 1: hci1 is served, then idles; hci2 wants the slot
+    and gets it, hci1 is evicted and counted."""
+    global _SESSION
+    idle = float(args.get("idle", 5))
+    a = await session()
+    rid = new_id("before-idle")
+    msg, _ = await a.ask(rid, "then I rest", tokens=8, timeout=120)
+    TAP.ok(served_ok(msg, rid), f"hci1 is served ({brief(msg)})")
+    await asyncio.sleep(idle + 3)
+    before = bt_status().get("clientsEvicted", 0)
+    pad = await pad_connection()
+    b = Session("hci2", "waiting client")
+    try:
+        await b.open()
+        await b.subscribe()
+        rid = new_id("takes-the-slot")
+        msg, _ = await b.ask(rid, "my turn", tokens=8, timeout=120)
+        TAP.ok(served_ok(msg, rid), f"hci2 takes the idle client's slot and is served ({brief(msg)})")
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(a.disconnected.wait(), 30)
+        TAP.ok(not a.connected, "the idle client (hci1) is disconnected")
+        bt = bt_status()
+        TAP.ok(bt.get("clientsEvicted", 0) > before, f"status counts it (clientsEvicted {bt.get('clientsEvicted')})")
+    finally:
+        await b.close()
+        with contextlib.suppress(Exception):
+            await pad.disconnect()
+        await a.close()
+        _SESSION = None
+
+
+async def sc_leave_mid(args):
+    """hci1 sends a long streamed request and a second one behind it, leaves at the first
+    partial: the first task is cancelled, the second never runs; the next client gets
+    nothing of either."""
+    global _SESSION
+    tokens = int(args.get("tokens", 15000))
+    a = await session()
+    r1, r2 = new_id("leave-mid"), new_id("leave-queued")
+    start = len(a.resp.messages)
+    await a.write(json.dumps({"id": r1, "prompt": "a long answer please", "maxTokens": tokens, "stream": True}).encode()
+                  + json.dumps({"id": r2, "prompt": "queued behind", "maxTokens": 64}).encode())
+    _, m = await a.resp.wait(lambda m: m.get("id") == r1, T(300), start)
+    TAP.ok(m is not None and m.get("done") is False, f"a partial of the first request arrived ({brief(m)})")
+    await a.close()
+    _SESSION = None
+    task = await wait_until(lambda: (lambda t: t if t and t.get("state") != "running" else None)(tasks_by_id().get(r1)), 30)
+    TAP.ok(bool(task) and task.get("state") == "cancelled",
+           f"the running request's task is cancelled ({json.dumps({k: v for k, v in (task or {}).items() if k not in ('prompt', 'output')})})")
+    nxt = await session()
+    rid = new_id("next-client")
+    msg, _ = await nxt.ask(rid, "only mine", tokens=16, timeout=120)
+    TAP.ok(served_ok(msg, rid), f"the next client is served ({brief(msg)})")
+    await asyncio.sleep(3)
+    others = [m_.get("id") for _, m_, _ in nxt.resp.messages if m_ is not None and m_.get("id") in (r1, r2)]
+    TAP.ok(not others, f"the next client gets nothing of the departed client's requests ({others})")
+    t2 = tasks_by_id().get(r2)
+    TAP.ok(t2 is None or t2.get("state") == "cancelled", f"the queued request never ran ({(t2 or {}).get('state')})")
+
+
 SCENARIOS = {
     "discover": sc_discover, "subscribe": sc_subscribe, "proxy": sc_proxy,
     "request": sc_request, "long": sc_long, "wnr": sc_wnr, "bad-input": sc_bad_input,
@@ -1069,6 +1280,8 @@ SCENARIOS = {
     "two-clients": sc_two_clients, "tasks": sc_tasks, "gone": sc_gone,
     "no-service": sc_no_service, "periodic": sc_periodic,
     "stream": sc_stream, "chat": sc_chat, "cancel": sc_cancel, "stream-drop": sc_stream_drop,
+    "bystander": sc_bystander, "neighbour-client": sc_neighbour_client, "stranger": sc_stranger,
+    "badflood": sc_badflood, "idle": sc_idle, "leave-mid": sc_leave_mid,
 }
 
 

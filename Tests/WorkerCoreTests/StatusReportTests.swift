@@ -76,6 +76,7 @@ enum DocumentedStatus {
         "applicationRegistered": .bool, "advertising": .bool, "problem": .nullable(.string),
         "clients": .array(of: .object(required: ["address": .string, "mtu": .nullable(.int)])),
         "requestsServed": .int, "requestsFailed": .int, "requestsRejected": .int, "clientsRefused": .int, "queued": .int,
+        "clientsNotAllowed": .int, "clientsEvicted": .int, "clientsCooledDown": .int, "rejectionsDropped": .int,
         "registrations": .int, "configuredAdapter": .nullable(.string), "maxClients": .int,
     ])
     static let configReload = Shape.object(required: [
