@@ -1205,11 +1205,17 @@ async def sc_badflood(args):
         TAP.ok(served_ok(msg, rid), f"a well-behaved client on hci2 is served within 60 s "
                f"({time.monotonic() - t0:.1f}s; {brief(msg)})")
     finally:
-        await b.close()
-        with contextlib.suppress(Exception):
-            await pad.disconnect()
-        await a.close()
-        _SESSION = None
+        await end_two_clients(a, b, pad)
+
+
+async def end_two_clients(a, b, pad):
+    """Closes a two-client scenario: the second client, hci2's padding link, the shared session."""
+    global _SESSION
+    await b.close()
+    with contextlib.suppress(Exception):
+        await pad.disconnect()
+    await a.close()
+    _SESSION = None
 
 
 async def sc_idle(args):
@@ -1237,11 +1243,7 @@ async def sc_idle(args):
         bt = bt_status()
         TAP.ok(bt.get("clientsEvicted", 0) > before, f"status counts it (clientsEvicted {bt.get('clientsEvicted')})")
     finally:
-        await b.close()
-        with contextlib.suppress(Exception):
-            await pad.disconnect()
-        await a.close()
-        _SESSION = None
+        await end_two_clients(a, b, pad)
 
 
 async def sc_leave_mid(args):
