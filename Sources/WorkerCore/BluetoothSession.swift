@@ -1,5 +1,5 @@
-/// Pure pieces of the Bluetooth service around the protocol engine: which clients are
-/// served, the request queue's admission, and what `status` shows.
+/// Pure pieces of the Bluetooth service around the protocol engine: the identifiers, the
+/// request queue's admission, and what `status` shows (who is a client: PeripheralMachine).
 
 /// The GATT identifiers of SPEC 6.
 public enum BluetoothUUID {
@@ -10,31 +10,6 @@ public enum BluetoothUUID {
 
     /// `EdgeCoder-<first 16 characters of agentId>` (SPEC 6).
     public static func localName(agentID: String) -> String { "EdgeCoder-" + String(agentID.prefix(16)) }
-}
-
-/// The connected clients the worker serves: the first `maxClients` to show up, in order.
-/// BlueZ 5.66 notifies every subscribed client, so a client beyond the limit could read
-/// another's answers; the service disconnects it instead of serving it.
-public struct ClientRoster: Sendable, Equatable {
-    public enum Admission: Sendable, Equatable { case admitted, refused }
-
-    public let maxClients: Int
-    public private(set) var admitted: [String] = []
-
-    public init(maxClients: Int) { self.maxClients = max(1, maxClients) }
-
-    /// A device was seen connected or talking to the service.
-    public mutating func seen(_ device: String) -> Admission {
-        if admitted.contains(device) { return .admitted }
-        guard admitted.count < maxClients else { return .refused }
-        admitted.append(device)
-        return .admitted
-    }
-
-    /// A device disconnected: its place is free for the next one.
-    public mutating func gone(_ device: String) { admitted.removeAll { $0 == device } }
-
-    public mutating func removeAll() { admitted.removeAll() }
 }
 
 /// The bounded queue of SPEC 6: requests wait for the model backend; one beyond

@@ -2,28 +2,6 @@ import Testing
 @testable import WorkerCore
 
 @Suite struct BluetoothSessionTests {
-    @Test func theRosterAdmitsUpToMaxClientsInOrderAndFreesPlacesOnDisconnect() {
-        var roster = ClientRoster(maxClients: 2)
-        #expect(roster.seen("/a") == .admitted)
-        #expect(roster.seen("/b") == .admitted)
-        #expect(roster.seen("/c") == .refused)
-        #expect(roster.seen("/a") == .admitted, "a client already served stays served")
-        roster.gone("/a")
-        #expect(roster.seen("/c") == .admitted)
-        #expect(roster.seen("/a") == .refused)
-        #expect(roster.admitted == ["/b", "/c"])
-        roster.removeAll()
-        #expect(roster.seen("/a") == .admitted)
-    }
-
-    @Test func aRosterOfOneRefusesTheSecondClient() {
-        var roster = ClientRoster(maxClients: 0)  // clamped to 1
-        #expect(roster.seen("/a") == .admitted)
-        #expect(roster.seen("/b") == .refused)
-        roster.gone("/nobody")
-        #expect(roster.seen("/b") == .refused)
-    }
-
     @Test(arguments: [(0, 0, true), (7, 0, true), (6, 1, true), (7, 1, false), (8, 0, false), (0, 8, false)])
     func theQueueCountsWaitingAndRunningRequests(waiting: Int, running: Int, admitted: Bool) {
         #expect(RequestQueuePolicy(maxQueued: 8).admits(waiting: waiting, running: running) == admitted)
