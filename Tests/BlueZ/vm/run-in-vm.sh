@@ -50,7 +50,9 @@
 # Exit codes: the script's own; 124 the VM timed out; 125 the VM failed before the script
 # ended (setup error, crash); 2 usage error.
 # Environment: BLUEZ_VM_TIMEOUT, BLUEZ_VM_MEM (MiB, default 1024), BLUEZ_VM_SMP (default 2),
-# BLUETOOTHD_ARGS, BLUEZ_VM_CACHE (default REPO/.cache/bluez-vm).
+# BLUEZ_VM_CPU (qemu -cpu model under TCG, default qemu64; e.g. max, Skylake-Client),
+# BLUEZ_VM_APPEND (extra kernel arguments), BLUETOOTHD_ARGS, BLUEZ_VM_CACHE (default
+# REPO/.cache/bluez-vm).
 set -uo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -233,7 +235,7 @@ APPEND="console=ttyS0 panic=-1 oops=panic"
 # net.ifnames=0: udev would rename eth0, which guest-lib.sh sets up for --host-port.
 ((SYSTEMD)) && APPEND="$APPEND systemd.unit=multi-user.target net.ifnames=0"
 QEMU=(qemu-system-x86_64 -nodefaults -no-user-config -no-reboot
-      -accel tcg,thread=multi -cpu qemu64 -smp "${BLUEZ_VM_SMP:-2}" -m "${BLUEZ_VM_MEM:-1024}"
+      -accel tcg,thread=multi -cpu "${BLUEZ_VM_CPU:-qemu64}" -smp "${BLUEZ_VM_SMP:-2}" -m "${BLUEZ_VM_MEM:-1024}"
       -display none -monitor none -serial "file:$RESULTS/console.log"
       -kernel "$KERNEL" -initrd "$INITRD" -append "$APPEND"
       -fsdev "local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap"
