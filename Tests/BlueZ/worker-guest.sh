@@ -6,14 +6,14 @@
 #
 # Environment (run-in-vm.sh --env): WORKER_BIN (the daemon binary, visible in the guest),
 # LLAMA_PORT (llama.cpp's server on the host, reached at $BLUEZ_VM_HOST_ADDR:LLAMA_PORT),
-# optional BT_PHASES (space-separated subset of: main clients neighbours badflood idle leave-mid restart
+# optional BT_PHASES (space-separated subset of: main clients neighbours badflood idle leave-mid security restart
 # smallmtu off adapter stream proxy; default all, in that order; or "bench": only the
 # throughput of a 64 KiB answer at MTU 517; or "pacing": 64 KiB answers from an echo model
 # server in the guest at each of BT_PACING_MTUS (517 48) x BT_PACING_SET (chunkPacingMs,
 # 1 10; 0 is refused now) x BT_PACING_CHANNELS (bluetoothd's [GATT] Channels, 3), BT_PACING_REPS times (3),
 # each waited for BT_PACING_WAIT s (120): the measurement behind README's "Pacing"; not in
 # the default list).
-# Phases main, clients, neighbours, badflood, idle and leave-mid need the hci3 advertisement
+# Phases main, clients, neighbours, badflood, idle, leave-mid and security need the hci3 advertisement
 # started below (pad_connection), which a bluetoothd
 # restart (phases restart, smallmtu, off) takes away: keep them first.
 # Daemon stderr: $VM_RESULTS/daemon.log. Prints "ok - ..."/"not ok - ..." lines and
@@ -225,6 +225,33 @@ if has_phase leave-mid; then
   phase leave-mid "a client leaves mid-answer with a request queued: cancelled, the next client gets nothing of it"
   restart_with two
   central leave-mid:tokens=15000
+  check "the daemon is still running" daemon_alive
+fi
+
+# ------------------------------------------------------------------ security (SPEC 6.2)
+# Needs the kernel's ECDH (P-256) for LE Secure Connections: guest-lib.sh's load_bt_modules
+# loads drbg first (see there). No agent is registered in this phase: bluetoothd then gives
+# every adapter NoInputNoOutput and keeps it non-bondable (AlwaysPairable false), as on a
+# headless host; the phase makes adapters bondable itself where a step needs it.
+if has_phase security; then
+  phase security "bluetooth.security encrypted: an unpaired central is paired by BlueZ itself (Just Works) and served; allowedClients bonded: the bonded client served, a stranger refused"
+  write_config secenc 1 65536 8 '"security": "encrypted"'
+  write_config secbond 2 65536 8 '"security": "encrypted", "allowedClients": "bonded"'
+  restart_with secenc
+  echo "# hci0 $(btmgmt_run --index 0 info | grep 'current settings')"
+  central encrypted
+  # A central that bonds (CoreBluetooth always asks to) against the worker's adapter as a
+  # headless host leaves it: not bondable.
+  btmgmt_run --index 2 bondable on >/dev/null
+  central bonding-refused
+  btmgmt_run --index 2 bondable off >/dev/null
+  restart_with secbond
+  btmgmt_run --index 0 bondable on >/dev/null
+  btmgmt_run --index 1 bondable on >/dev/null
+  central bond
+  btmgmt_run --index 0 bondable off >/dev/null
+  btmgmt_run --index 1 bondable off >/dev/null
+  central bonded-client stranger
   check "the daemon is still running" daemon_alive
 fi
 

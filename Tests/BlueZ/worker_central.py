@@ -73,7 +73,7 @@ import time
 import uuid as uuidlib
 
 sys.path.insert(0, os.environ.get("BLUEZ_VM_DIR", os.path.join(os.path.dirname(__file__), "vm")))
-from bvm_bleak import (advertising_instances, att_mtu, connect, find,  # noqa: E402
+from bvm_bleak import (_bluez_objects, advertising_instances, att_mtu, connect, find,  # noqa: E402
                        find_by_name, find_by_service, forget, log)
 from bleak.exc import BleakError  # noqa: E402
 
@@ -1275,6 +1275,139 @@ async def sc_leave_mid(args):
     TAP.ok(t2 is None or t2.get("state") == "cancelled", f"the queued request never ran ({(t2 or {}).get('state')})")
 
 
+# ------------------------------------------------------------------- security (SPEC 6.2)
+def dev_path(adapter, address):
+    return f"/org/bluez/{adapter}/dev_" + address.upper().replace(":", "_")
+
+
+async def device_props(adapter, address):
+    """bluetoothd's Device1 properties of ADDRESS as seen from ADAPTER ({} when unknown)."""
+    objects = await _bluez_objects()
+    props = objects.get(dev_path(adapter, address), {}).get("org.bluez.Device1") or {}
+    return {k: v.value for k, v in props.items()}
+
+
+async def link_state(label):
+    """Paired/Bonded on both ends (the central's view of hci0, hci0's view of the central)."""
+    central = await device_props(label, PERIPHERAL)
+    address = {"hci1": CENTRAL, "hci2": CENTRAL2}[label]
+    worker = await device_props("hci0", address)
+    state = {"central.Paired": central.get("Paired"), "central.Bonded": central.get("Bonded"),
+             "worker.Paired": worker.get("Paired"), "worker.Bonded": worker.get("Bonded")}
+    return state
+
+
+async def forget_both(adapter):
+    address = {"hci1": CENTRAL, "hci2": CENTRAL2}[adapter]
+    await forget(PERIPHERAL, adapter=adapter)
+    await forget(address, adapter="hci0")
+
+
+async def sc_encrypted(args):
+    """bluetooth.security encrypted: a central that never paired writes a request; BlueZ on
+    the central meets the Insufficient Encryption error, pairs by itself (LE Just Works; no
+    agent anywhere, so nobody bonds) and repeats the write; the daemon serves it."""
+    global _SESSION
+    if _SESSION is not None:
+        await _SESSION.close()
+        _SESSION = None
+    await forget_both("hci1")
+    s = Session("hci1", "unpaired client")
+    try:
+        await s.open()
+        before = await link_state("hci1")
+        TAP.ok(before["central.Paired"] is False, f"the central starts unpaired ({before})")
+        rid = new_id("encrypted-first-write")
+        body = json.dumps({"id": rid, "prompt": "the first write pairs", "maxTokens": 8}).encode()
+        t0 = time.monotonic()
+        err = None
+        try:
+            await s.write(body)
+        except Exception as e:  # bleak raises BleakError / DBusError on an ATT error
+            err = e
+        took = time.monotonic() - t0
+        TAP.ok(err is None, f"its first write (with response, not subscribed) succeeds after BlueZ paired by itself "
+               f"({took:.1f}s{'; ' + type(err).__name__ + ': ' + str(err)[:200] if err else ''})")
+        after = await link_state("hci1")
+        TAP.ok(after["central.Paired"] is True and after["worker.Paired"] is True,
+               f"both ends are paired now ({after})")
+        TAP.ok(after["worker.Bonded"] is not True, f"nobody bonded: no agent and the worker's adapter is not pairable ({after})")
+        task = await wait_until(lambda: (lambda t: t if t and t.get("state") != "running" else None)(tasks_by_id().get(rid)), 120)
+        TAP.ok(bool(task) and task.get("state") == "done",
+               f"the daemon ran the request of the pairing write ({json.dumps({k: v for k, v in (task or {}).items() if k not in ('prompt', 'output')})[:300]})")
+        await s.subscribe()
+        rid = new_id("encrypted")
+        msg, _ = await s.ask(rid, "hello over an encrypted link", tokens=16, timeout=120)
+        TAP.ok(served_ok(msg, rid), f"a request on the encrypted link is served ({brief(msg)})")
+        raw = await s.client.read_gatt_char(STATUS)
+        TAP.ok(b"modelState" in bytes(raw), f"an encrypt-read characteristic reads fine once paired ({bytes(raw)[:60]!r})")
+    finally:
+        await s.close()
+
+
+async def sc_bond(args):
+    """hci1 pairs explicitly (Device1.Pair, as a desktop's Bluetooth settings do) while both
+    adapters are bondable: Bonded on both ends."""
+    await forget_both("hci1")
+    dev = await find(PERIPHERAL, adapter="hci1", timeout=120, kick="hci0")
+    if not TAP.ok(dev is not None, f"hci1 finds {PERIPHERAL} to bond with"):
+        return
+    client = await connect(dev, adapter="hci1", min_services=0)
+    try:
+        await client.pair()
+    except Exception as e:
+        TAP.ok(False, f"Device1.Pair from hci1 succeeds ({type(e).__name__}: {str(e)[:200]})")
+    finally:
+        with contextlib.suppress(Exception):
+            await client.disconnect()
+    st = await link_state("hci1")
+    TAP.ok(st["central.Bonded"] is True and st["worker.Bonded"] is True, f"hci1 and hci0 are bonded ({st})")
+
+
+async def sc_bonded_client(args):
+    """allowedClients bonded: the bonded central (hci1) reconnects (the link is encrypted with
+    the stored key, no new pairing) and is served."""
+    global _SESSION
+    if _SESSION is not None:
+        await _SESSION.close()
+        _SESSION = None
+    s = Session("hci1", "bonded client")
+    try:
+        await s.open()
+        await s.subscribe()
+        rid = new_id("bonded")
+        msg, _ = await s.ask(rid, "a bonded client asks", tokens=16, timeout=120)
+        TAP.ok(served_ok(msg, rid), f"the bonded client (hci1) is served ({brief(msg)})")
+        clients = [c.get("address") for c in (bt_status().get("clients") or [])]
+        TAP.ok(CENTRAL in clients, f"status lists it as a client ({clients})")
+    finally:
+        await s.close()
+
+
+async def sc_bonding_refused(args):
+    """A central that asks to bond (CoreBluetooth always does; here hci2 made bondable) while
+    the worker's adapter is not pairable (no agent, AlwaysPairable false): the kernel answers
+    Pairing Not Supported, so the central cannot use an encrypt-* characteristic."""
+    await forget_both("hci2")
+    pad = await pad_connection()
+    s = Session("hci2", "bonding central")
+    try:
+        await s.open()
+        err = None
+        try:
+            await s.client.read_gatt_char(RESPONSE)
+        except Exception as e:
+            err = e
+        st = await link_state("hci2")
+        TAP.ok(err is not None and st["central.Paired"] is not True,
+               f"a central that asks to bond cannot pair with a non-pairable worker adapter, its read fails "
+               f"({type(err).__name__ if err else 'no error'}: {str(err)[:160]}; {st})")
+    finally:
+        await s.close()
+        with contextlib.suppress(Exception):
+            await pad.disconnect()
+
+
 SCENARIOS = {
     "discover": sc_discover, "subscribe": sc_subscribe, "proxy": sc_proxy,
     "request": sc_request, "long": sc_long, "wnr": sc_wnr, "bad-input": sc_bad_input,
@@ -1284,6 +1417,8 @@ SCENARIOS = {
     "stream": sc_stream, "chat": sc_chat, "cancel": sc_cancel, "stream-drop": sc_stream_drop,
     "bystander": sc_bystander, "neighbour-client": sc_neighbour_client, "stranger": sc_stranger,
     "badflood": sc_badflood, "idle": sc_idle, "leave-mid": sc_leave_mid,
+    "encrypted": sc_encrypted, "bond": sc_bond, "bonded-client": sc_bonded_client,
+    "bonding-refused": sc_bonding_refused,
 }
 
 
