@@ -146,7 +146,7 @@ public final class Bus {
             switch box.handler(call) {
             case .notHandled:
                 return 0
-            case .handledWithoutReply:
+            case .handledWithoutReply, .deferred:
                 return 1
             case .error(let failure):
                 return sd_bus_error_set(replyError, failure.name, failure.message)
@@ -164,6 +164,35 @@ public final class Bus {
         }, Unmanaged.passUnretained(box).toOpaque())
         guard rc >= 0, let slot else { throw BusFailure("export objects under \(prefix)", rc) }
         return BusSlot(raw: slot, retaining: box)
+    }
+
+    /// Answers a method call later than its handler returned (`ObjectAnswer.deferred`): a
+    /// call that waits for a person (an Agent1 passkey confirmation) must not hold the
+    /// loop. Each call is answered once, by `reply` or `replyError`.
+    public func reply(to call: BusMessage, _ arguments: [DBusValue] = []) throws(BusFailure) {
+        guard call.expectsReply else { return }
+        var reply: OpaquePointer?
+        var rc = sd_bus_message_new_method_return(call.raw, &reply)
+        guard rc >= 0, let reply else { throw BusFailure("create a reply to \(call.member ?? "a call")", rc) }
+        defer { sd_bus_message_unref(reply) }
+        try BusMessage.append(arguments, to: reply)
+        rc = sd_bus_send(raw, reply, nil)
+        if rc < 0 { throw BusFailure("send a reply to \(call.member ?? "a call")", rc) }
+    }
+
+    /// Answers a method call later with a D-Bus error (see `reply(to:_:)`).
+    public func replyError(to call: BusMessage, _ error: DBusError) throws(BusFailure) {
+        guard call.expectsReply else { return }
+        var reply: OpaquePointer?
+        var failure = sd_bus_error(name: nil, message: nil, _need_free: 0)
+        defer { sd_bus_error_free(&failure) }
+        var rc = sd_bus_error_set(&failure, error.name, error.message)
+        guard rc < 0 else { throw BusFailure("make the error \(error.name)", -EINVAL) }
+        rc = sd_bus_message_new_method_error(call.raw, &reply, &failure)
+        guard rc >= 0, let reply else { throw BusFailure("create an error reply to \(call.member ?? "a call")", rc) }
+        defer { sd_bus_message_unref(reply) }
+        rc = sd_bus_send(raw, reply, nil)
+        if rc < 0 { throw BusFailure("send an error reply to \(call.member ?? "a call")", rc) }
     }
 
     /// Subscribes to signals matching a D-Bus match rule (sd_bus_add_match): the bus
@@ -187,6 +216,9 @@ public enum ObjectAnswer: Sendable {
     case error(DBusError)
     /// Consumed; the caller expected no answer (BlueZ's no-reply WriteValue).
     case handledWithoutReply
+    /// Consumed; the handler kept the message and answers it later with
+    /// `Bus.reply(to:)` or `Bus.replyError(to:)`.
+    case deferred
     /// Not ours: sd-bus answers UnknownMethod/UnknownObject.
     case notHandled
 }

@@ -765,6 +765,14 @@ async def pad_connection():
     return await connect(dev, adapter="hci2", min_services=0)
 
 
+async def pad_if_needed():
+    """pad_connection() when hci1 holds a link to hci0 (handle 42 there), else None: with
+    hci0 free of links, a padded hci2 link (handle 43) is dropped by hci0's kernel at once
+    and bleak sees "connected but only 0 services" (seen in the security phase)."""
+    hci1_link = (await device_props("hci0", CENTRAL)).get("Connected") is True
+    return await pad_connection() if hci1_link else None
+
+
 async def sc_two_clients(args):
     global _SESSION
     maxc = int(args.get("max", 2))
@@ -1137,7 +1145,7 @@ async def sc_stranger(args):
     """allowedClients names another address: hci2 reads the response characteristic, gets
     the not_allowed body, is disconnected by the daemon, and counted."""
     before = bt_status().get("clientsNotAllowed", 0)
-    pad = await pad_connection()
+    pad = await pad_if_needed()
     b = Session("hci2", "stranger")
     try:
         await b.open()
@@ -1156,8 +1164,9 @@ async def sc_stranger(args):
         TAP.ok(bool(n), f"status counts it (clientsNotAllowed {bt_status().get('clientsNotAllowed')})")
     finally:
         await b.close()
-        with contextlib.suppress(Exception):
-            await pad.disconnect()
+        if pad is not None:
+            with contextlib.suppress(Exception):
+                await pad.disconnect()
 
 
 async def sc_badflood(args):
@@ -1303,65 +1312,266 @@ async def forget_both(adapter):
     await forget(address, adapter="hci0")
 
 
-async def sc_encrypted(args):
-    """bluetooth.security encrypted: a central that never paired writes a request; BlueZ on
-    the central meets the Insufficient Encryption error, pairs by itself (LE Just Works; no
-    agent anywhere, so nobody bonds) and repeats the write; the daemon serves it."""
+async def sc_encrypted_refused(args):
+    """bluetooth.security encrypted and no agent anywhere (a headless host): a central that
+    never paired writes a request; BlueZ on the central meets Insufficient Encryption and
+    starts pairing, but Linux (since 5.8) asks user space to confirm every LE Secure
+    Connections Just Works pairing and bluetoothd 5.66 refuses without an agent: the write
+    fails, nothing reaches the daemon."""
     global _SESSION
     if _SESSION is not None:
         await _SESSION.close()
         _SESSION = None
-    await forget_both("hci1")
-    s = Session("hci1", "unpaired client")
+    adapter = args.get("adapter", "hci1")
+    await forget_both(adapter)
+    pad = await pad_if_needed() if adapter == "hci2" else None
+    s = Session(adapter, "unpaired client")
     try:
         await s.open()
-        before = await link_state("hci1")
-        TAP.ok(before["central.Paired"] is False, f"the central starts unpaired ({before})")
-        rid = new_id("encrypted-first-write")
-        body = json.dumps({"id": rid, "prompt": "the first write pairs", "maxTokens": 8}).encode()
-        t0 = time.monotonic()
+        before = await link_state(adapter)
+        TAP.ok(before["central.Paired"] is False, f"the central ({adapter}) starts unpaired ({before})")
+        rid = new_id("unpaired-write")
+        body = json.dumps({"id": rid, "prompt": "refused before the daemon sees it", "maxTokens": 8}).encode()
         err = None
         try:
             await s.write(body)
-        except Exception as e:  # bleak raises BleakError / DBusError on an ATT error
+        except Exception as e:  # bleak raises BleakGATTProtocolError / BleakDBusError
             err = e
-        took = time.monotonic() - t0
-        TAP.ok(err is None, f"its first write (with response, not subscribed) succeeds after BlueZ paired by itself "
-               f"({took:.1f}s{'; ' + type(err).__name__ + ': ' + str(err)[:200] if err else ''})")
-        after = await link_state("hci1")
-        TAP.ok(after["central.Paired"] is True and after["worker.Paired"] is True,
-               f"both ends are paired now ({after})")
-        TAP.ok(after["worker.Bonded"] is not True, f"nobody bonded: no agent and the worker's adapter is not pairable ({after})")
-        task = await wait_until(lambda: (lambda t: t if t and t.get("state") != "running" else None)(tasks_by_id().get(rid)), 120)
-        TAP.ok(bool(task) and task.get("state") == "done",
-               f"the daemon ran the request of the pairing write ({json.dumps({k: v for k, v in (task or {}).items() if k not in ('prompt', 'output')})[:300]})")
-        await s.subscribe()
-        rid = new_id("encrypted")
-        msg, _ = await s.ask(rid, "hello over an encrypted link", tokens=16, timeout=120)
-        TAP.ok(served_ok(msg, rid), f"a request on the encrypted link is served ({brief(msg)})")
-        raw = await s.client.read_gatt_char(STATUS)
-        TAP.ok(b"modelState" in bytes(raw), f"an encrypt-read characteristic reads fine once paired ({bytes(raw)[:60]!r})")
+        TAP.ok(err is not None, f"its write to an encrypt-write characteristic fails without pairing "
+               f"({type(err).__name__ if err else 'no error'}: {str(err)[:160]})")
+        after = await link_state(adapter)
+        TAP.ok(after["central.Paired"] is not True and after["worker.Paired"] is not True,
+               f"no pairing happened ({after})")
+        await asyncio.sleep(2)
+        TAP.ok(rid not in tasks_by_id(), "the daemon never saw the request (no task)")
     finally:
         await s.close()
+        if pad is not None:
+            with contextlib.suppress(Exception):
+                await pad.disconnect()
 
 
-async def sc_bond(args):
-    """hci1 pairs explicitly (Device1.Pair, as a desktop's Bluetooth settings do) while both
-    adapters are bondable: Bonded on both ends."""
-    await forget_both("hci1")
-    dev = await find(PERIPHERAL, adapter="hci1", timeout=120, kick="hci0")
-    if not TAP.ok(dev is not None, f"hci1 finds {PERIPHERAL} to bond with"):
-        return
-    client = await connect(dev, adapter="hci1", min_services=0)
-    try:
-        await client.pair()
-    except Exception as e:
-        TAP.ok(False, f"Device1.Pair from hci1 succeeds ({type(e).__name__}: {str(e)[:200]})")
-    finally:
+class CentralAgent:
+    """An org.bluez.Agent1 for the CENTRAL's end of a pairing, registered (not as the
+    default) on its own bus connection; Device1.Pair called from that connection makes
+    bluetoothd ask this agent for the central's end. (In this VM one bluetoothd serves
+    both ends; on a real client its own desktop agent or CoreBluetooth plays this part.)
+    Accepts everything and records what it was shown."""
+
+    def __init__(self, capability):
+        self.capability = capability
+        self.path = f"/test/central_agent_{os.getpid()}"
+        self.bus = None
+        self.shown = []   # ("confirm", passkey) / ("authorize", None) / ("display", passkey)
+
+    def _interface(self):
+        from dbus_fast.service import ServiceInterface, dbus_method
+        outer = self
+
+        class Agent(ServiceInterface):
+            def __init__(self):
+                super().__init__("org.bluez.Agent1")
+
+            @dbus_method()
+            def Release(self) -> None:
+                pass
+
+            @dbus_method()
+            def RequestConfirmation(self, device: "o", passkey: "u") -> None:  # noqa: F821
+                outer.shown.append(("confirm", passkey))
+
+            @dbus_method()
+            def RequestAuthorization(self, device: "o") -> None:  # noqa: F821
+                outer.shown.append(("authorize", None))
+
+            @dbus_method()
+            def DisplayPasskey(self, device: "o", passkey: "u", entered: "q") -> None:  # noqa: F821
+                outer.shown.append(("display", passkey))
+
+            @dbus_method()
+            def AuthorizeService(self, device: "o", uuid: "s") -> None:  # noqa: F821
+                pass
+
+            @dbus_method()
+            def Cancel(self) -> None:
+                outer.shown.append(("cancel", None))
+
+        return Agent()
+
+    async def __aenter__(self):
+        from dbus_fast import BusType
+        from dbus_fast.aio import MessageBus
+        self.bus = await MessageBus(bus_type=BusType.SYSTEM).connect()
+        self.bus.export(self.path, self._interface())
+        await self._call("/org/bluez", "org.bluez.AgentManager1", "RegisterAgent", "os", [self.path, self.capability])
+        return self
+
+    async def __aexit__(self, *exc):
         with contextlib.suppress(Exception):
-            await client.disconnect()
-    st = await link_state("hci1")
-    TAP.ok(st["central.Bonded"] is True and st["worker.Bonded"] is True, f"hci1 and hci0 are bonded ({st})")
+            await self._call("/org/bluez", "org.bluez.AgentManager1", "UnregisterAgent", "o", [self.path])
+        self.bus.disconnect()
+
+    async def _call(self, path, interface, member, signature="", body=None, timeout=None):
+        from dbus_fast import Message, MessageType
+        msg = Message(destination="org.bluez", path=path, interface=interface, member=member,
+                      signature=signature, body=body or [])
+        reply = await (asyncio.wait_for(self.bus.call(msg), timeout) if timeout else self.bus.call(msg))
+        if reply.message_type == MessageType.ERROR:
+            raise BleakError(f"{reply.error_name}: {(reply.body or [''])[0]}")
+        return reply.body
+
+    async def pair(self, adapter, timeout=120):
+        """Device1.Pair on ADAPTER's view of the worker, from this agent's connection."""
+        return await self._call(dev_path(adapter, PERIPHERAL), "org.bluez.Device1", "Pair", timeout=timeout)
+
+
+async def adapter_pairable(adapter="hci0"):
+    objects = await _bluez_objects()
+    props = objects.get(f"/org/bluez/{adapter}", {}).get("org.bluez.Adapter1") or {}
+    return props["Pairable"].value if "Pairable" in props else None
+
+
+async def sc_window_pair(args):
+    """The operator's pairing window (`edgecoder-worker bluetooth pair`) is opened on hci0;
+    a central (ADAPTER, its agent of CAPABILITY) pairs with Device1.Pair; the window asks
+    and this scenario answers ANSWER on its stdin. cap=KeyboardDisplay: numeric comparison,
+    so the window's passkey must equal the one the central's agent was shown (MITM
+    protection, what "authenticated" needs). cap=NoInputNoOutput: Just Works, the window
+    asks without a passkey. answer=y: paired and bonded on both ends, the window exits 0
+    by itself, unregisters its agent and makes hci0 non-pairable again. answer=n: the
+    pairing fails; the window is then ended with SIGINT and exits 1."""
+    global _SESSION
+    if _SESSION is not None:
+        await _SESSION.close()
+        _SESSION = None
+    adapter = args.get("adapter", "hci1")
+    cap = args.get("cap", "KeyboardDisplay")
+    answer = args.get("answer", "y")
+    await forget_both(adapter)
+    TAP.ok(await adapter_pairable() is False, "before the window, hci0 is not pairable (no agent)")
+    proc = await asyncio.create_subprocess_exec(
+        os.environ["WORKER_BIN"], "bluetooth", "pair", "--timeout", args.get("window", "90"), "--adapter", "hci0",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    out = []
+
+    async def next_line(timeout):
+        line = await asyncio.wait_for(proc.stdout.readline(), timeout)
+        text = line.decode(errors="replace").rstrip("\n")
+        if line:
+            out.append(text)
+            print(f"# window: {text}", flush=True)
+        return text if line else None
+
+    pad = None
+    pair_task = None
+    try:
+        first = await next_line(30)
+        if not TAP.ok(first is not None and first.startswith("Pairing window open on hci0"), f"the window opens ({first!r})"):
+            return
+        TAP.ok(await adapter_pairable() is True, "while the window is open, hci0 is pairable")
+        if adapter == "hci2":
+            pad = await pad_if_needed()
+        dev = await find(PERIPHERAL, adapter=adapter, timeout=120, kick="hci0")
+        if not TAP.ok(dev is not None, f"{adapter} finds {PERIPHERAL}"):
+            return
+        async with CentralAgent(cap) as agent:
+            t0 = time.monotonic()
+            pair_task = asyncio.create_task(agent.pair(adapter))
+            prompt = None
+            while prompt is None:
+                line = await next_line(60)
+                if line is None:
+                    break
+                if "[y/N]" in line or "passkey it shows" in line:
+                    prompt = line
+            TAP.ok(prompt is not None, f"the window asks the operator ({prompt!r})")
+            if prompt is None:
+                return
+            m = re.search(r"passkey (\d{6})\?", prompt)
+            if cap == "NoInputNoOutput":
+                TAP.ok(m is None and "Just Works" in prompt, "a Just Works pairing is asked without a passkey")
+            else:
+                await wait_until(lambda: any(k == "confirm" for k, _ in agent.shown), 10, 0.1)
+                central_keys = [f"{p:06d}" for k, p in agent.shown if k == "confirm"]
+                TAP.ok(m is not None and central_keys and m.group(1) == central_keys[0],
+                       f"numeric comparison: the window shows the passkey the central shows "
+                       f"(window {m.group(1) if m else None}, central {central_keys})")
+            proc.stdin.write((answer + "\n").encode())
+            await proc.stdin.drain()
+            err = None
+            try:
+                await pair_task
+            except Exception as e:
+                err = e
+            took = time.monotonic() - t0
+        st = await link_state(adapter)
+        if answer == "y":
+            TAP.ok(err is None, f"Device1.Pair succeeds once the operator says y ({took:.1f}s"
+                   f"{'; ' + str(err)[:200] if err else ''})")
+            TAP.ok(st["central.Bonded"] is True and st["worker.Bonded"] is True, f"both ends are bonded ({st})")
+            rc = await asyncio.wait_for(proc.wait(), 60)
+            rest = []
+            while (line := await next_line(5)) is not None:
+                rest.append(line)
+            TAP.ok(rc == 0 and any(f"Paired with {({'hci1': CENTRAL, 'hci2': CENTRAL2})[adapter]}" in l for l in rest),
+                   f"the window ends by itself after the pairing, exit 0 ({rc}; {rest[-1:] if rest else out[-1:]})")
+        else:
+            TAP.ok(err is not None, f"the operator's '{answer}' makes the pairing fail ({str(err)[:160]})")
+            TAP.ok(st["worker.Paired"] is not True, f"nothing paired ({st})")
+            proc.send_signal(2)
+            rc = await asyncio.wait_for(proc.wait(), 60)
+            rest = []
+            while (line := await next_line(5)) is not None:
+                rest.append(line)
+            TAP.ok(rc == 1 and any("interrupted" in l for l in rest), f"SIGINT ends the window, exit 1 ({rc}; {rest[-1:]})")
+        TAP.ok(await adapter_pairable() is False, "after the window, hci0 is not pairable again")
+    finally:
+        if pair_task is not None and not pair_task.done():
+            pair_task.cancel()
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        if pad is not None:
+            with contextlib.suppress(Exception):
+                await pad.disconnect()
+
+
+async def sc_auth_refused(args):
+    """bluetooth.security authenticated with the window closed: a central with its own
+    agent asks to pair; the worker's end has no agent, so the pairing fails; its write
+    then fails with the ATT error, and the daemon never sees the request."""
+    adapter = args.get("adapter", "hci2")
+    await forget_both(adapter)
+    pad = await pad_if_needed() if adapter == "hci2" else None
+    try:
+        dev = await find(PERIPHERAL, adapter=adapter, timeout=120, kick="hci0")
+        if not TAP.ok(dev is not None, f"{adapter} finds {PERIPHERAL}"):
+            return
+        err = None
+        async with CentralAgent("KeyboardDisplay") as agent:
+            try:
+                await agent.pair(adapter, timeout=60)
+            except Exception as e:
+                err = e
+        TAP.ok(err is not None, f"with the window closed, pairing fails ({str(err)[:160]})")
+        s = Session(adapter, "unpaired client")
+        try:
+            await s.open()
+            rid = new_id("auth-refused")
+            werr = None
+            try:
+                await s.write(json.dumps({"id": rid, "prompt": "no", "maxTokens": 8}).encode())
+            except Exception as e:
+                werr = e
+            TAP.ok(werr is not None, f"its write is refused with the ATT error ({type(werr).__name__ if werr else 'no error'}: {str(werr)[:160]})")
+            await asyncio.sleep(2)
+            TAP.ok(rid not in tasks_by_id(), "the daemon never saw the request (no task)")
+        finally:
+            await s.close()
+    finally:
+        if pad is not None:
+            with contextlib.suppress(Exception):
+                await pad.disconnect()
 
 
 async def sc_bonded_client(args):
@@ -1383,31 +1593,6 @@ async def sc_bonded_client(args):
     finally:
         await s.close()
 
-
-async def sc_bonding_refused(args):
-    """A central that asks to bond (CoreBluetooth always does; here hci2 made bondable) while
-    the worker's adapter is not pairable (no agent, AlwaysPairable false): the kernel answers
-    Pairing Not Supported, so the central cannot use an encrypt-* characteristic."""
-    await forget_both("hci2")
-    pad = await pad_connection()
-    s = Session("hci2", "bonding central")
-    try:
-        await s.open()
-        err = None
-        try:
-            await s.client.read_gatt_char(RESPONSE)
-        except Exception as e:
-            err = e
-        st = await link_state("hci2")
-        TAP.ok(err is not None and st["central.Paired"] is not True,
-               f"a central that asks to bond cannot pair with a non-pairable worker adapter, its read fails "
-               f"({type(err).__name__ if err else 'no error'}: {str(err)[:160]}; {st})")
-    finally:
-        await s.close()
-        with contextlib.suppress(Exception):
-            await pad.disconnect()
-
-
 SCENARIOS = {
     "discover": sc_discover, "subscribe": sc_subscribe, "proxy": sc_proxy,
     "request": sc_request, "long": sc_long, "wnr": sc_wnr, "bad-input": sc_bad_input,
@@ -1417,8 +1602,8 @@ SCENARIOS = {
     "stream": sc_stream, "chat": sc_chat, "cancel": sc_cancel, "stream-drop": sc_stream_drop,
     "bystander": sc_bystander, "neighbour-client": sc_neighbour_client, "stranger": sc_stranger,
     "badflood": sc_badflood, "idle": sc_idle, "leave-mid": sc_leave_mid,
-    "encrypted": sc_encrypted, "bond": sc_bond, "bonded-client": sc_bonded_client,
-    "bonding-refused": sc_bonding_refused,
+    "encrypted-refused": sc_encrypted_refused, "window-pair": sc_window_pair,
+    "bonded-client": sc_bonded_client, "auth-refused": sc_auth_refused,
 }
 
 
