@@ -247,9 +247,9 @@ if has_phase security; then
   central window-pair:cap=NoInputNoOutput,answer=y bonded-client
   central window-pair:adapter=hci2,cap=NoInputNoOutput,answer=n
   restart_with secauth
-  central window-pair:cap=KeyboardDisplay,answer=y bonded-client auth-refused
+  central bonded-client:expect=refused window-pair:cap=KeyboardDisplay,answer=y bonded-client auth-refused
   restart_with secbond
-  central bonded-client stranger
+  central forget:adapter=hci2 bonded-client stranger
   check "the daemon is still running" daemon_alive
   echo "# phase security took $((SECONDS - t_sec)) s"
 fi
