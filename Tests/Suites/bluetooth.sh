@@ -8,7 +8,7 @@
 #   Tests/Suites/bluetooth.sh            (EDGECODER_WORKER_BIN: the binary; not built here)
 #
 # Environment: EDGECODER_WORKER_BIN (default .build/debug/edgecoder-worker),
-# EDGECODER_BT_PHASES (subset of "main clients neighbours badflood idle leave-mid restart smallmtu off adapter
+# EDGECODER_BT_PHASES (subset of "main clients neighbours badflood idle leave-mid security restart smallmtu off adapter
 # stream proxy", or "bench", or "pacing" with EDGECODER_BT_PACING_{SET,MTUS,CHANNELS,REPS,WAIT}: see
 # Tests/BlueZ/worker-guest.sh),
 # EDGECODER_BT_PROXY_BENCH=1 (the proxy phase also prints its figures), EDGECODER_BT_KEEP=1
