@@ -98,6 +98,37 @@ func pump(_ buses: [Bus], until done: () -> Bool) throws {
         _ = slot
     }
 
+    /// The pairing agent holds bluetoothd's call while the operator reads the passkey:
+    /// `.deferred` answers nothing at once, `reply`/`replyError` answer later, each once.
+    @Test func deferredCallsAreAnsweredLaterWithAValueOrAnError() throws {
+        let daemon = try PrivateBus()
+        defer { daemon.stop() }
+        let server = try Bus.connect(address: daemon.address)
+        let client = try Bus.connect(address: daemon.address)
+        var held: [BusMessage] = []
+        let slot = try server.exportObjects(under: "/agent") { message in
+            held.append(message)
+            return .deferred
+        }
+        var confirmed: Result<[DBusValue], DBusError>?
+        var refused: Result<[DBusValue], DBusError>?
+        try client.call(destination: server.uniqueName!, path: "/agent", interface: "org.bluez.Agent1", member: "RequestPasskey",
+                        arguments: [.objectPath("/org/bluez/hci0/dev_00_AA_01_01_00_01")]) { confirmed = $0 }
+        try client.call(destination: server.uniqueName!, path: "/agent", interface: "org.bluez.Agent1", member: "RequestConfirmation",
+                        arguments: [.objectPath("/org/bluez/hci0/dev_00_AA_01_01_00_01"), .uint32(123_456)]) { refused = $0 }
+        try pump([server, client]) { held.count == 2 }
+        // Nothing answered yet: the calls wait for the operator.
+        for _ in 0..<50 { while try client.process() {}; while try server.process() {}; usleep(1_000) }
+        #expect(confirmed == nil && refused == nil)
+        try server.reply(to: held[0], [.uint32(42)])
+        try server.replyError(to: held[1], DBusError(name: "org.bluez.Error.Rejected", message: "the operator declined"))
+        try pump([server, client]) { confirmed != nil && refused != nil }
+        #expect(try confirmed?.get() == [.uint32(42)])
+        guard case .failure(let error)? = refused else { Issue.record("RequestConfirmation was not refused"); return }
+        #expect(error == DBusError(name: "org.bluez.Error.Rejected", message: "the operator declined"))
+        _ = slot
+    }
+
     @Test func signalsReachAMatchAndReleasedSlotsStop() throws {
         let daemon = try PrivateBus()
         defer { daemon.stop() }
