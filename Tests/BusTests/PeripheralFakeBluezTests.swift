@@ -19,6 +19,11 @@ final class FakeBluez: @unchecked Sendable {
         var notifications: [[UInt8]] = []
         var replies: [String: Result<[DBusValue], DBusError>] = [:]
         var owned = false
+        /// The pairing agent's side (bluetooth pair): Adapter1.Pairable of hci0 and the agent.
+        var pairable = false
+        var agent: (owner: String, path: String)?
+        var agentDefault = false
+        var agentUnregistered = false
     }
     let lock = NSLock()
     var log = Log()
@@ -95,6 +100,24 @@ final class FakeBluez: @unchecked Sendable {
             return .reply([])
         case ("/org/bluez/hci0", "UnregisterAdvertisement"), ("/org/bluez/hci0", "UnregisterApplication"):
             with { $0.unregistered += 1 }
+            return .reply([])
+        case ("/org/bluez", "RegisterAgent"):
+            let path = (try? message.arguments())?.first?.stringValue ?? ""
+            with { $0.agent = (message.sender ?? "", path) }
+            return .reply([])
+        case ("/org/bluez", "RequestDefaultAgent"):
+            with { $0.agentDefault = true }
+            return .reply([])
+        case ("/org/bluez", "UnregisterAgent"):
+            with { $0.agentUnregistered = true; $0.agentDefault = false }
+            return .reply([])
+        case ("/org/bluez/hci0", "Get") where message.interface == "org.freedesktop.DBus.Properties":
+            return .reply([.variant(.bool(with { $0.pairable }))])
+        case ("/org/bluez/hci0", "Set") where message.interface == "org.freedesktop.DBus.Properties":
+            guard let args = try? message.arguments(), args.count == 3, args[1].stringValue == "Pairable", let on = args[2].boolValue else {
+                return .error(DBusError(name: "org.freedesktop.DBus.Error.InvalidArgs", message: "not Pairable"))
+            }
+            with { $0.pairable = on }
             return .reply([])
         default:
             return .notHandled
