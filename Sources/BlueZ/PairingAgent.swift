@@ -106,8 +106,10 @@ public final class PairingAgent {
                 window = PairingWindow(adapter: adapter, nowMs: Self.nowMs(), durationMs: durationMs)
                 outcome = await loop(bus)
             }
-            // Restored whatever happened: a headless host goes back to non-pairable.
-            if wasPairable == false, case .failure(let error) = await setPairable(adapterPath, false) {
+            // Restored whatever happened: a headless host goes back to non-pairable. When
+            // the old value could not be read, non-pairable is the safe guess (bluetoothd
+            // turns a desktop's adapter pairable again with its agent).
+            if wasPairable != true, case .failure(let error) = await setPairable(adapterPath, false) {
                 say("warning: cannot make \(adapter) non-pairable again: \(error); check with bluetoothctl show")
             }
         }

@@ -249,7 +249,7 @@ if has_phase security; then
   restart_with secauth
   central bonded-client:expect=refused window-pair:cap=KeyboardDisplay,answer=y bonded-client auth-refused
   restart_with secbond
-  central forget:adapter=hci2 bonded-client stranger
+  central forget:adapter=hci2 bonded-client stranger forget:adapter=hci1 forget:adapter=hci2
   check "the daemon is still running" daemon_alive
   echo "# phase security took $((SECONDS - t_sec)) s"
 fi

@@ -1312,6 +1312,14 @@ async def forget_both(adapter):
     await forget(address, adapter="hci0")
 
 
+async def refused_write(s, body, timeout=45):
+    """A write expected to be refused: after a refused pairing, bluetoothd 5.66 usually
+    answers it with an ATT error at once, but once (after the main phase) left it
+    unanswered; either way it must not succeed, so a write with no answer in TIMEOUT s
+    counts as refused (TimeoutError)."""
+    await asyncio.wait_for(s.write(body), timeout)
+
+
 async def sc_forget(args):
     """Both ends forget the central on ADAPTER (keys included): a stranger again."""
     await forget_both(args.get("adapter", "hci2"))
@@ -1339,7 +1347,7 @@ async def sc_encrypted_refused(args):
         body = json.dumps({"id": rid, "prompt": "refused before the daemon sees it", "maxTokens": 8}).encode()
         err = None
         try:
-            await s.write(body)
+            await refused_write(s, body)
         except Exception as e:  # bleak raises BleakGATTProtocolError / BleakDBusError
             err = e
         TAP.ok(err is not None, f"its write to an encrypt-write characteristic fails without pairing "
@@ -1584,7 +1592,7 @@ async def sc_auth_refused(args):
                 rid = new_id("auth-refused")
                 werr = None
                 try:
-                    await s.write(json.dumps({"id": rid, "prompt": "no", "maxTokens": 8}).encode())
+                    await refused_write(s, json.dumps({"id": rid, "prompt": "no", "maxTokens": 8}).encode())
                 except Exception as e:
                     werr = e
                 TAP.ok(werr is not None, f"its write is refused with the ATT error ({type(werr).__name__ if werr else 'no error'}: {str(werr)[:160]})")
@@ -1616,7 +1624,7 @@ async def sc_bonded_client(args):
             rid = new_id("jw-bond")
             err = None
             try:
-                await s.write(json.dumps({"id": rid, "prompt": "no", "maxTokens": 8}).encode())
+                await refused_write(s, json.dumps({"id": rid, "prompt": "no", "maxTokens": 8}).encode())
             except Exception as e:
                 err = e
             TAP.ok(err is not None, f"a Just Works bond is refused by security authenticated "
