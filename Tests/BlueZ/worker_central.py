@@ -1312,7 +1312,7 @@ async def forget_both(adapter):
     await forget(address, adapter="hci0")
 
 
-async def refused_write(s, body, timeout=45):
+async def refused_write(s, body, timeout=20):
     """A write expected to be refused: after a refused pairing, bluetoothd 5.66 usually
     answers it with an ATT error at once, but once (after the main phase) left it
     unanswered; either way it must not succeed, so a write with no answer in TIMEOUT s
