@@ -6,14 +6,14 @@
 #
 # Environment (run-in-vm.sh --env): WORKER_BIN (the daemon binary, visible in the guest),
 # LLAMA_PORT (llama.cpp's server on the host, reached at $BLUEZ_VM_HOST_ADDR:LLAMA_PORT),
-# optional BT_PHASES (space-separated subset of: main clients neighbours badflood idle leave-mid restart
-# smallmtu off adapter stream proxy security; default all, in that order; or "bench": only the
+# optional BT_PHASES (space-separated subset of: main clients neighbours badflood idle leave-mid security
+# restart smallmtu off adapter stream proxy; default all, in that order; or "bench": only the
 # throughput of a 64 KiB answer at MTU 517; or "pacing": 64 KiB answers from an echo model
 # server in the guest at each of BT_PACING_MTUS (517 48) x BT_PACING_SET (chunkPacingMs,
 # 1 10; 0 is refused now) x BT_PACING_CHANNELS (bluetoothd's [GATT] Channels, 3), BT_PACING_REPS times (3),
 # each waited for BT_PACING_WAIT s (120): the measurement behind README's "Pacing"; not in
 # the default list).
-# Phases main, clients, neighbours, badflood, idle, leave-mid and security need the hci3 advertisement
+# Phases main, clients, neighbours, badflood, idle and leave-mid need the hci3 advertisement
 # started below (pad_connection), which a bluetoothd
 # restart (phases restart, smallmtu, off) takes away: keep them first.
 # Daemon stderr: $VM_RESULTS/daemon.log. Prints "ok - ..."/"not ok - ..." lines and
@@ -29,7 +29,7 @@ export WORKER_RUNDIR=$W/run
 STATE=$W/state
 export HCI3_ADDR=00:AA:01:03:00:03
 export LLAMA_URL="http://${BLUEZ_VM_HOST_ADDR:?no --host-port}:${LLAMA_PORT:?LLAMA_PORT not set}"
-PHASES="${BT_PHASES:-main clients neighbours badflood idle leave-mid restart smallmtu off adapter stream proxy security}"
+PHASES="${BT_PHASES:-main clients neighbours badflood idle leave-mid security restart smallmtu off adapter stream proxy}"
 mkdir -p "$W" "$STATE" "$WORKER_RUNDIR"
 DAEMON_PID=
 

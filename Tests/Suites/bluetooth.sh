@@ -8,8 +8,8 @@
 #   Tests/Suites/bluetooth.sh            (EDGECODER_WORKER_BIN: the binary; not built here)
 #
 # Environment: EDGECODER_WORKER_BIN (default .build/debug/edgecoder-worker),
-# EDGECODER_BT_PHASES (subset of "main clients neighbours badflood idle leave-mid restart smallmtu off adapter
-# stream proxy security", or "bench", or "pacing" with EDGECODER_BT_PACING_{SET,MTUS,CHANNELS,REPS,WAIT}: see
+# EDGECODER_BT_PHASES (subset of "main clients neighbours badflood idle leave-mid security restart smallmtu off
+# adapter stream proxy", or "bench", or "pacing" with EDGECODER_BT_PACING_{SET,MTUS,CHANNELS,REPS,WAIT}: see
 # Tests/BlueZ/worker-guest.sh),
 # EDGECODER_BT_PROXY_BENCH=1 (the proxy phase also prints its figures), EDGECODER_BT_KEEP=1
 # (keep the results folder after a pass), EDGECODER_BT_TIMEOUT (VM seconds, default 3000),
