@@ -68,14 +68,15 @@ _bvm_wait() { # _bvm_wait SECS DESC CMD... : poll CMD every 0.1 s
 }
 
 load_bt_modules() {
-  # ctr and drbg first: drbg provides "stdrng", the kernel's default RNG, which
+  # ctr, sha512_generic and drbg first (drbg's self-tests use ctr(aes) and hmac(sha512);
+  # without them the kernel logs a failed self-test for those variants): drbg provides "stdrng", the kernel's default RNG, which
   # SMP needs for its ECDH (P-256) key pair. The kernel cannot load them on demand here (its
   # request_module runs the initramfs's modprobe, which knows no module folder), so without
   # them ecdh-nist-p256's self-test fails ("test failed on vector 2, err=-14": -EFAULT from
   # ecc_gen_privkey when crypto_get_default_rng fails), bluetooth logs "Unable to create
   # ECDH crypto context" for every controller and no LE pairing can ever work.
   local m
-  for m in ctr drbg hci_vhci af_alg algif_hash algif_skcipher aes_generic ecb cmac; do
+  for m in ctr sha512_generic drbg hci_vhci af_alg algif_hash algif_skcipher aes_generic ecb cmac; do
     modprobe -d "$BLUEZ_VM_KDIR" "$m" || { bvm_log "modprobe $m failed"; return 1; }
   done
 }
