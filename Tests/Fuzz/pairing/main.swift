@@ -1,0 +1,44 @@
+// libFuzzer target: what `edgecoder-worker bluetooth pair` reads from outside — the
+// operator's terminal (TerminalLines, then isYes/passkey) and bluetoothd's device paths
+// (PairingWindow.address(ofDevice:), decide). Any bytes: no crash, a yes only for y/yes,
+// a passkey only in 0…999999, never a question about another adapter's device.
+import WorkerCore
+
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> Int32 {
+    var input = FuzzInput(data, size)
+    let sizes = Array(input.take(4))
+    let pathLength = Int(input.byte())
+    let path = String(decoding: input.take(pathLength), as: UTF8.self)
+    var window = PairingWindow(adapter: "hci0", nowMs: 0, durationMs: 60_000)
+    let request: PairingWindow.Request
+    switch input.byte() % 3 {
+    case 0: request = .confirmation(device: path, passkey: UInt32(input.byte()) << 12)
+    case 1: request = .authorization(device: path)
+    default: request = .passkey(device: path)
+    }
+    let decision = window.decide(request, nowMs: Int64(input.byte()))
+    let address = PairingWindow.address(ofDevice: path, under: "/org/bluez/hci0")
+    if let address {
+        check(address.utf8.count == 17 && path.hasPrefix("/org/bluez/hci0/dev_"), "address \(address) from \(path.debugDescription)")
+    }
+    if case .ask = decision {
+        check(address != nil, "asked about \(path.debugDescription)")
+    } else {
+        check(window.pending == nil, "a question pending without asking")
+    }
+    var lines = TerminalLines()
+    var all: [String] = []
+    for chunk in input.chunks(sizes: sizes) { all += lines.feed(chunk) }
+    if let last = lines.finish() { all.append(last) }
+    for line in all {
+        check(line.utf8.count <= TerminalLines.maxLineBytes * 3, "a line of \(line.utf8.count) bytes")
+        if PairingWindow.isYes(line) {
+            let word = line.filter { $0 != " " && $0 != "\t" && $0 != "\r" && $0 != "\n" }.lowercased()
+            check(word == "y" || word == "yes", "yes from \(line.debugDescription)")
+        }
+        if let passkey = PairingWindow.passkey(line) { check(passkey <= 999_999, "passkey \(passkey)") }
+        _ = window.answer(line)
+    }
+    return 0
+}
