@@ -56,4 +56,7 @@ printf '%s\n' "$out" | sed -n 's/^# rss before \([0-9]*\) KiB, after \([0-9]*\) 
 # Streaming (issue 14): the first piece through proxy and worker against the model server's
 # own first piece and against the whole answer, in the same run.
 printf '%s\n' "$out" | sed -n 's/^# model-first-piece-ms: /model server alone, first piece (ms): /p; s/^# proxy-first-piece-ms: /through proxy and worker, first piece (ms): /p'
+# The Bluetooth path alone (no model, no proxy): a central's read of the status
+# characteristic, there and back through both bluetoothds and the VM's virtual controllers.
+printf '%s\n' "$out" | sed -n 's/^# gatt-read-ms: /the Bluetooth path alone, a GATT read there and back (ms): /p'
 exit "$rc"

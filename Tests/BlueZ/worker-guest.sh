@@ -322,7 +322,7 @@ if has_phase bench; then
   write_config bench 1 65536 8
   ensure_daemon bench
   expect_advertising "the daemon advertises"
-  central long:tokens=15000,min=65536,throughput=1
+  central long:tokens=15000,min=65536,throughput=1 read-rtt:n=30
 fi
 
 # ------------------------------------------------------------------ pacing

@@ -19,6 +19,7 @@ comments) and exits 1 if any check failed (2 on a usage error). Scenarios and th
                       every chunk at most min(512, MTU-5) and full; paced (pacing=MS
                       by=chunks|bytes, the daemon's rule); prints "# throughput: N bytes/s"
                       with throughput=1 (label=TEXT added to that line)
+  read-rtt            n=N reads of the status characteristic; prints "# gatt-read-ms: ..."
   wnr                 a request written without response in min(MTU-3, 508)-byte writes
   bad-input           malformed JSON, missing prompt, invalid UTF-8, missing id, garbage,
                       oversized (max=maxRequestBytes), idle partial; then a good request
@@ -606,6 +607,25 @@ async def sc_long(args):
               f"{len(s.resp.chunks) - first} notifications{', ' + args['label'] if 'label' in args else ''})", flush=True)
         with open(os.path.join(RESULTS, "throughput.txt"), "a") as f:
             f.write(f"{rate} {len(raw)} {span:.3f} {s.mtu}\n")
+
+
+async def sc_read_rtt(args):
+    """The Bluetooth path alone, without a model: N reads of the status characteristic
+    (central -> bluetoothd -> btvirt -> bluetoothd -> the daemon's ReadValue and back): the
+    floor under any latency measured through the worker and the proxy (issue 14)."""
+    s = await session()
+    n = max(1, int(args.get("n", 20)))
+    times = []
+    for _ in range(n):
+        t0 = time.monotonic()
+        value = await s.client.read_gatt_char(STATUS)
+        times.append((time.monotonic() - t0) * 1000)
+    times.sort()
+    median, p90 = times[len(times) // 2], times[min(len(times) - 1, int(len(times) * 0.9))]
+    print(f"# gatt-read-ms: median {median:.0f}, p90 {p90:.0f}, min {times[0]:.0f} "
+          f"({n} reads of the status characteristic)", flush=True)
+    TAP.ok(b"modelState" in bytes(value), f"{n} reads of the status characteristic answered "
+           f"(median {median:.0f} ms; the last: {bytes(value)[:60]!r})")
 
 
 async def sc_wnr(args):
@@ -1291,7 +1311,7 @@ async def sc_leave_mid(args):
 
 SCENARIOS = {
     "discover": sc_discover, "subscribe": sc_subscribe, "proxy": sc_proxy,
-    "request": sc_request, "long": sc_long, "wnr": sc_wnr, "bad-input": sc_bad_input,
+    "request": sc_request, "long": sc_long, "read-rtt": sc_read_rtt, "wnr": sc_wnr, "bad-input": sc_bad_input,
     "flood": sc_flood, "status-change": sc_status_change, "disconnect-mid": sc_disconnect_mid,
     "two-clients": sc_two_clients, "tasks": sc_tasks, "gone": sc_gone,
     "no-service": sc_no_service, "periodic": sc_periodic,
