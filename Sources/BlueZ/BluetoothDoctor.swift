@@ -54,12 +54,12 @@ public enum BluetoothDoctor {
         }
 
         // EATT reorders notifications (README, "Pacing"): one ATT bearer keeps them in order.
-        let mainConf = "/etc/bluetooth/main.conf"
-        let confText = (try? readFile(mainConf, limit: BlueZMainConf.maxBytes)).map { String(decoding: $0, as: UTF8.self) }
+        let mainConf = BlueZConfigFile.path
+        let confText = BlueZConfigFile.text()
         let channels = BlueZMainConf.attChannels(in: confText ?? "")
         object["attBearers"] = .int(Int64(channels))
         if channels > 1 {
-            advice.append("bluetooth: bluetoothd may use \(channels) ATT bearers (EATT; [GATT] Channels in \(mainConf)\(confText == nil ? ", not readable here: its default" : "")): it can deliver notifications out of order, and a client then cannot read a long answer; set \"Channels = 1\" under [GATT] there and restart bluetooth")
+            advice.append("bluetooth: bluetoothd may use \(channels) ATT bearers (EATT; [GATT] Channels in \(mainConf)\(confText == nil ? ", not readable here: its default" : "")): it can deliver notifications out of order, so the worker pauses after every chunk, which is slow at small MTUs; set \"Channels = 1\" under [GATT] there and restart bluetooth, then notifications are paced by bytes")
         }
 
         let bus = probeBus()

@@ -25,6 +25,8 @@ public struct PeripheralSettings: Sendable {
     public var maxRequestBytes: Int
     public var maxQueuedRequests: Int
     public var chunkPacingMs: Int
+    /// `bluetooth.pacing`: by bytes or by chunks (`auto`: by bluetoothd's ATT bearers).
+    public var pacing = BluetoothPacingMode.auto
     public var maxClients: Int
     /// `bluetooth.maxTokens` (else `backend.maxTokens`): a request asking for more runs with this many.
     public var maxTokens = BluetoothRequest.maxTokensLimit
@@ -43,6 +45,7 @@ public struct PeripheralSettings: Sendable {
         maxRequestBytes = Int(config.maxRequestBytes)
         maxQueuedRequests = Int(config.maxQueuedRequests)
         chunkPacingMs = Int(config.chunkPacingMs)
+        pacing = config.pacing
         maxClients = Int(config.maxClients)
         security = config.security
         allowedClients = config.allowedClients
@@ -57,6 +60,7 @@ public struct PeripheralSettings: Sendable {
         settings.maxTokens = maxTokens
         settings.allowedClients = allowedClients
         settings.limits = limits
+        settings.pacing = pacing
         return settings
     }
 }
@@ -142,10 +146,15 @@ public actor GattPeripheral: BusDriving {
 
     private func execute(_ commands: [PeripheralMachine.Command]) -> PeripheralMachine.Reply? {
         var reply: PeripheralMachine.Reply?
+        // Events a command gives rise to, fed once this list is done (its order kept).
+        var afterwards: [PeripheralMachine.Event] = []
+        defer { for event in afterwards { feed(event) } }
         for command in commands {
             switch command {
             case .loadObjects:
                 if let bus { BlueZBus.loadObjects(bus) { self.feed(.bluez($0)) } }
+                // bluetoothd (re)appeared: its configuration as it read it at its start.
+                afterwards.append(.attBearers(BlueZConfigFile.attBearers()))
             case .register(let what, let adapterPath, let epoch):
                 register(what, adapterPath: adapterPath, epoch: epoch)
             case .unregister(let what, let adapterPath):

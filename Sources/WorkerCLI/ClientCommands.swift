@@ -219,6 +219,9 @@ struct StatusCommand: Command {
                 }
                 lines.append("          clients: \(clients.isEmpty ? "none" : clients.joined(separator: ", ")) of at most \(bluetooth["maxClients"]?.intValue ?? 1); refused \(bluetooth["clientsRefused"]?.intValue ?? 0)")
                 lines.append("          not allowed \(bluetooth["clientsNotAllowed"]?.intValue ?? 0), evicted idle \(bluetooth["clientsEvicted"]?.intValue ?? 0), cooled down \(bluetooth["clientsCooledDown"]?.intValue ?? 0), rejections dropped \(bluetooth["rejectionsDropped"]?.intValue ?? 0)")
+                if let pacing = bluetooth["pacing"]?.stringValue {
+                    lines.append("          notifications paced by \(pacing); bluetoothd's ATT bearers: " + ((bluetooth["attBearers"]?.intValue).map { "\($0)" + ($0 > 1 ? " (EATT: see doctor)" : "") } ?? "unknown"))
+                }
                 lines.append("          requests served \(bluetooth["requestsServed"]?.intValue ?? 0), failed \(bluetooth["requestsFailed"]?.intValue ?? 0), rejected as bad input \(bluetooth["requestsRejected"]?.intValue ?? 0), queued \(bluetooth["queued"]?.intValue ?? 0)")
             }
             if let backend = status["backend"] {

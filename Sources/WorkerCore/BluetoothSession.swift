@@ -70,6 +70,9 @@ public struct BluetoothStatus: Sendable, Equatable {
     public var rejectionsDropped: Int64 = 0
     public var queued = 0
     public var registrations: Int64 = 0
+    /// How notifications are paced (`bytes` or `chunks`) and the ATT bearers that decided it.
+    public var pacing = NotificationPacer.Rule.chunks.rawValue
+    public var attBearers: Int?
 
     public init() {}
 
@@ -96,6 +99,8 @@ public struct BluetoothStatus: Sendable, Equatable {
         object["rejectionsDropped"] = .int(rejectionsDropped)
         object["queued"] = .int(Int64(queued))
         object["registrations"] = .int(registrations)
+        object["pacing"] = .string(pacing)
+        object["attBearers"] = attBearers.map { .int(Int64($0)) } ?? .null
         return .object(object)
     }
 

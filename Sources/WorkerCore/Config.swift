@@ -69,6 +69,8 @@ public struct WorkerConfig: Sendable, Equatable {
         /// back-to-back notifications over its parallel ATT bearers (EATT) and clients
         /// get them out of order (README, "Pacing").
         public var chunkPacingMs: Int64 = 10
+        /// Whether `chunkPacingMs` is paid per chunk or per 512 bytes (README, "Pacing").
+        public var pacing: BluetoothPacingMode = .auto
         public var maxClients: Int64 = 1
         /// The most tokens a Bluetooth request may ask for; nil: `backend.maxTokens`.
         public var maxTokens: Int64?
@@ -278,6 +280,7 @@ extension WorkerConfig {
                         } else {
                             reader.int(value, path: path, 1...1_000).map { config.bluetooth.chunkPacingMs = $0 }
                         }
+                    case "pacing": reader.choice(value, path: path, BluetoothPacingMode.self).map { config.bluetooth.pacing = $0 }
                     case "maxClients": reader.int(value, path: path, 1...16).map { config.bluetooth.maxClients = $0 }
                     case "maxTokens": reader.int(value, path: path, 1...32_768).map { config.bluetooth.maxTokens = $0 }
                     case "security": reader.choice(value, path: path, BluetoothSecurity.self).map { config.bluetooth.security = $0 }

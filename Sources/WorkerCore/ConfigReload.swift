@@ -82,6 +82,7 @@ extension WorkerConfig {
             ("bluetooth.maxRequestBytes", "\(bluetooth.maxRequestBytes)"),
             ("bluetooth.maxQueuedRequests", "\(bluetooth.maxQueuedRequests)"),
             ("bluetooth.chunkPacingMs", "\(bluetooth.chunkPacingMs)"),
+            ("bluetooth.pacing", bluetooth.pacing.rawValue),
             ("bluetooth.maxClients", "\(bluetooth.maxClients)"),
             ("bluetooth.maxTokens", text(bluetooth.maxTokens.map { "\($0)" })),
             ("bluetooth.security", bluetooth.security.rawValue),

@@ -66,6 +66,8 @@ public struct PeripheralMachine: Sendable {
         public var allowedClients = BluetoothAllowedClients.any
         /// Idle eviction, bad-input cool-down, outbound bound (SPEC 6.2).
         public var limits = NeighbourLimits()
+        /// `bluetooth.pacing`: `auto` decides from bluetoothd's ATT bearers (`.attBearers`).
+        public var pacing = BluetoothPacingMode.auto
 
         public init(adapter: String?, localName: String, maxRequestBytes: Int, maxQueuedRequests: Int, chunkPacingMs: Int64, maxClients: Int) {
             self.adapter = adapter
@@ -124,6 +126,9 @@ public struct PeripheralMachine: Sendable {
         case served(ticket: Int, PeripheralOutcome)
         /// The answer to `.fetchStatusValues`.
         case statusValues(modelState: String, batteryPct: Int?, force: Bool)
+        /// bluetoothd's `[GATT] Channels` as its configuration says, read when it appeared
+        /// on the bus (nil: unreadable, taken as more than one bearer).
+        case attBearers(Int?)
         /// Nothing happened but time passed.
         case tick
         /// Take everything back from bluetoothd and disconnect the clients.
@@ -243,6 +248,7 @@ public struct PeripheralMachine: Sendable {
     var refusalsQueued: Set<String> = []
     var sending: Sending?
     var nextChunkAtMs: Int64 = 0
+    public private(set) var pacer: NotificationPacer
 
     var waiting: [Queued] = []
     var running: Queued?
@@ -254,6 +260,8 @@ public struct PeripheralMachine: Sendable {
     public init(settings: Settings) {
         self.settings = settings
         queuePolicy = RequestQueuePolicy(maxQueued: settings.maxQueuedRequests)
+        pacer = NotificationPacer(mode: settings.pacing, pauseMs: settings.chunkPacingMs)
+        status.pacing = pacer.rule.rawValue
         status.localName = settings.localName
         status.adapter = settings.adapter
         status.state = .waiting
@@ -311,6 +319,19 @@ public struct PeripheralMachine: Sendable {
             finished(ticket: ticket, outcome, &out)
         case .statusValues(let modelState, let batteryPct, let force):
             statusValues(modelState: modelState, batteryPct: batteryPct, force: force, now: now, &out)
+        case .attBearers(let bearers):
+            let before = pacer.rule
+            pacer.learn(attBearers: bearers)
+            status.attBearers = bearers
+            status.pacing = pacer.rule.rawValue
+            if pacer.rule != before || bearers != 1 {
+                // More than one bearer: no pause keeps the order for sure (README, "Pacing"),
+                // and the operator can fix it in one line.
+                let eatt = bearers != 1 && settings.pacing != .bytes
+                out.append(.log(eatt ? .warning : .info, "pacing notifications by \(pacer.rule == .bytes ? "bytes (\(pacer.pauseMs) ms per \(NotificationPacer.windowBytes) bytes)" : "chunks (\(pacer.pauseMs) ms after each)"): bluetoothd has "
+                                + (bearers.map { "\($0) ATT bearer(s)" } ?? "an unknown number of ATT bearers") + (settings.pacing == .auto ? "" : ", bluetooth.pacing is \(settings.pacing.rawValue)")
+                                + (eatt ? "; with EATT a client can get a long answer's chunks out of order: set \"Channels = 1\" under [GATT] in /etc/bluetooth/main.conf and restart bluetooth" : "")))
+            }
         case .tick:
             reconcile(now: now, &out)
         case .stop:
@@ -889,10 +910,9 @@ public struct PeripheralMachine: Sendable {
                 sending = nil
             }
             if sending == nil, let client = current.refusalOf { refusalsQueued.remove(client) }
-            // At least the pacing between two notifications, even after a late round: a
-            // burst that catches up with the schedule is what bluetoothd 5.66 loses (its
-            // notifications to BlueZ centrals are batched; seen in the VM under load).
-            nextChunkAtMs = settings.chunkPacingMs > 0 ? now + settings.chunkPacingMs : now
+            // The pause counts from now, even after a late round: catching up with a missed
+            // schedule in a burst is what reorders notifications over EATT (README, "Pacing").
+            nextChunkAtMs = now + pacer.pause(afterChunkOf: chunk.count)
         }
     }
 

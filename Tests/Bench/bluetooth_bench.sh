@@ -3,7 +3,8 @@
 # BlueZ test VM (btvirt, bluetoothd 5.66, MTU 517, chunkPacingMs 10): the bytes per second
 # of one 15000-token answer (over 64 KiB with the tiny model), from the first notification
 # to the last as a bleak central on hci1 receives them, against 51200 B/s (EdgeCoder's
-# phone: 512-byte chunks every 10 ms). Runs Tests/Suites/bluetooth.sh's "bench" phase.
+# phone: 512-byte chunks every 10 ms). Runs Tests/Suites/bluetooth.sh's "bench" phase, and
+# its "pacing" and "badflood" phases for the figures of issue 15 (below).
 #
 #   Tests/Bench/bluetooth_bench.sh [BINARY]     (default $EDGECODER_WORKER_BIN, else the
 #                          newer of .build/release/edgecoder-worker and .build/debug/...)
@@ -17,10 +18,16 @@ if [[ -z "$bin" ]]; then
     bin=.build/release/edgecoder-worker
 fi
 echo "# bluetooth bench: $bin" >&2
-out="$(EDGECODER_WORKER_BIN="$bin" EDGECODER_BT_PHASES="bench proxy" EDGECODER_BT_PROXY_BENCH=1 bash Tests/Suites/bluetooth.sh 2>&1)"
+# Pacing (issue 15): 64 KiB answers from an echo model server at MTU 517 and 48 with
+# bluetoothd on one ATT bearer, paced by bytes (the new rule) against the old fixed 10 ms
+# after every chunk, two of each; and the daemon's RSS after a one-minute flood of bad
+# writes (the flooder comes back after each cut-off) against before it.
+out="$(EDGECODER_WORKER_BIN="$bin" EDGECODER_BT_PHASES="badflood bench proxy pacing" EDGECODER_BT_PROXY_BENCH=1 \
+  EDGECODER_BT_FLOOD_SECS=60 EDGECODER_BT_PACING_CHANNELS=1 EDGECODER_BT_PACING_MTUS="517 48" \
+  EDGECODER_BT_PACING_SET="10/chunks 10/bytes" EDGECODER_BT_PACING_REPS=2 bash Tests/Suites/bluetooth.sh 2>&1)"
 rc=$?
-printf '%s\n' "$out" | grep -E '^(not ok|# throughput|# proxy-|# model-)' >&2
-rate="$(printf '%s\n' "$out" | sed -n 's/^# throughput: \([0-9]*\) bytes\/s.*/\1/p' | tail -n1)"
+printf '%s\n' "$out" | grep -E '^(not ok|# throughput|# proxy-|# model-|# rss)' >&2
+rate="$(printf '%s\n' "$out" | sed -n 's/^# throughput: \([0-9]*\) bytes\/s.*MTU 517, [0-9]* notifications)$/\1/p' | tail -n1)"
 if [[ -z "$rate" ]]; then
   printf '%s\n' "$out" | tail -n 20 >&2
   echo "bluetooth throughput: no figure (suite exit $rc)"
@@ -30,7 +37,26 @@ awk -v r="$rate" 'BEGIN { printf "bluetooth throughput: %d B/s (%.2f x 51200 B/s
 # The proxy's figures from the same VM run: a short request's time minus the worker's
 # model time (the link and both programs), and a long answer's bytes per second.
 printf '%s\n' "$out" | sed -n 's/^# proxy-latency-ms: /proxy latency, short request minus model time (ms): /p; s/^# proxy-throughput: /proxy throughput of a long answer: /p'
+# Pacing: the median of each rule's runs per MTU, and new against old.
+printf '%s\n' "$out" | awk '
+  /^# throughput: .*by-(bytes|chunks)-/ {
+    match($0, /by-(bytes|chunks)-[0-9]+ms-mtu[0-9]+-bearers[0-9]+/); label = substr($0, RSTART, RLENGTH)
+    split(label, f, "-"); key = f[2] " " f[4]; n[key]++; rate[key, n[key]] = $3 }
+  function median(key,   i, j, t, m) {
+    m = n[key]; for (i = 1; i <= m; i++) v[i] = rate[key, i]
+    for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+    return m % 2 ? v[(m + 1) / 2] : (v[m / 2] + v[m / 2 + 1]) / 2 }
+  END {
+    for (mtu = 0; mtu < 2; mtu++) {
+      m = mtu ? "mtu48" : "mtu517"
+      if (!n["bytes " m] || !n["chunks " m]) { printf "pacing at %s: no figure\n", m; continue }
+      b = median("bytes " m); c = median("chunks " m)
+      printf "pacing at %s, one ATT bearer: by bytes %d B/s, old 10 ms per chunk %d B/s (%.2f x; medians of %d and %d runs)\n", m, b, c, b / c, n["bytes " m], n["chunks " m] } }'
+printf '%s\n' "$out" | sed -n 's/^# rss before \([0-9]*\) KiB, after \([0-9]*\) KiB (\([0-9]*\) s of flood)/daemon RSS: \1 KiB idle before, \2 KiB after \3 s of flood/p'
 # Streaming (issue 14): the first piece through proxy and worker against the model server's
 # own first piece and against the whole answer, in the same run.
 printf '%s\n' "$out" | sed -n 's/^# model-first-piece-ms: /model server alone, first piece (ms): /p; s/^# proxy-first-piece-ms: /through proxy and worker, first piece (ms): /p'
+# The Bluetooth path alone (no model, no proxy): a central's read of the status
+# characteristic, there and back through both bluetoothds and the VM's virtual controllers.
+printf '%s\n' "$out" | sed -n 's/^# gatt-read-ms: /the Bluetooth path alone, a GATT read there and back (ms): /p'
 exit "$rc"

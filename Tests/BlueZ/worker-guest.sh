@@ -7,12 +7,12 @@
 # Environment (run-in-vm.sh --env): WORKER_BIN (the daemon binary, visible in the guest),
 # LLAMA_PORT (llama.cpp's server on the host, reached at $BLUEZ_VM_HOST_ADDR:LLAMA_PORT),
 # optional BT_PHASES (space-separated subset of: main clients neighbours badflood idle leave-mid security
-# restart smallmtu off adapter stream proxy; default all, in that order; or "bench": only the
-# throughput of a 64 KiB answer at MTU 517; or "pacing": 64 KiB answers from an echo model
-# server in the guest at each of BT_PACING_MTUS (517 48) x BT_PACING_SET (chunkPacingMs,
-# 1 10; 0 is refused now) x BT_PACING_CHANNELS (bluetoothd's [GATT] Channels, 3), BT_PACING_REPS times (3),
-# each waited for BT_PACING_WAIT s (120): the measurement behind README's "Pacing"; not in
-# the default list).
+# restart smallmtu off adapter stream proxy pacing; default all, in that order; or "bench": only the
+# throughput of a 64 KiB answer at MTU 517); "pacing": 64 KiB answers from an echo model
+# server in the guest at each of BT_PACING_CHANNELS (bluetoothd's [GATT] Channels, "1")
+# x BT_PACING_MTUS ("517 48") x BT_PACING_SET (MS/MODE items: chunkPacingMs/bluetooth.pacing,
+# "10/auto"), BT_PACING_REPS times (3), each waited for BT_PACING_WAIT s (120): the
+# measurement behind README's "Pacing" and `make bench`'s pacing figures).
 # Phases main, clients, neighbours, badflood, idle and leave-mid need the hci3 advertisement
 # started below (pad_connection), which a bluetoothd
 # restart (phases restart, smallmtu, off) takes away: keep them first.
@@ -29,7 +29,7 @@ export WORKER_RUNDIR=$W/run
 STATE=$W/state
 export HCI3_ADDR=00:AA:01:03:00:03
 export LLAMA_URL="http://${BLUEZ_VM_HOST_ADDR:?no --host-port}:${LLAMA_PORT:?LLAMA_PORT not set}"
-PHASES="${BT_PHASES:-main clients neighbours badflood idle leave-mid security restart smallmtu off adapter stream proxy}"
+PHASES="${BT_PHASES:-main clients neighbours badflood idle leave-mid security restart smallmtu off adapter stream proxy pacing}"
 mkdir -p "$W" "$STATE" "$WORKER_RUNDIR"
 DAEMON_PID=
 
@@ -209,8 +209,11 @@ fi
 if has_phase badflood; then
   phase badflood "200 writes of 254 {} from hci1: memory bounded, flooder cut off, hci2 still served"
   restart_with two
-  central badflood:n=200
+  central "badflood:n=200${BT_FLOOD_SECS:+,secs=$BT_FLOOD_SECS}"
   check "the daemon is still running" daemon_alive
+  # A long flood keeps hci1 cooling down (the daemon's memory of it): the phases after it
+  # use hci1 for their own clients (the proxy's central), so they start on a new daemon.
+  [[ -n ${BT_FLOOD_SECS:-} ]] && stop_daemon
 fi
 
 if has_phase idle; then
@@ -351,7 +354,7 @@ if has_phase bench; then
   write_config bench 1 65536 8
   ensure_daemon bench
   expect_advertising "the daemon advertises"
-  central long:tokens=15000,min=65536,throughput=1
+  central long:tokens=15000,min=65536,throughput=1 read-rtt:n=30
 fi
 
 # ------------------------------------------------------------------ pacing
@@ -363,27 +366,41 @@ if has_phase pacing; then
   ECHO_PID=$!
   wait_for 30 "the echo model server" grep -q listening "$VM_RESULTS/echo-model.out"
   ECHO_URL="$(sed -n 's/^ollama-fixture listening on //p' "$VM_RESULTS/echo-model.out")"
-  # BT_PACING_CHANNELS: bluetoothd's [GATT] Channels (ATT bearers; 1 disables EATT).
-  for channels in ${BT_PACING_CHANNELS:-3}; do
+  # BT_PACING_CHANNELS: bluetoothd's [GATT] Channels (ATT bearers; 1 disables EATT), put in
+  # /etc/bluetooth/main.conf itself (bind-mounted in the guest), where the daemon reads it.
+  for channels in ${BT_PACING_CHANNELS:-1}; do
   for mtu in ${BT_PACING_MTUS:-517 48}; do
     stop_daemon >/dev/null 2>&1
-    printf '[Policy]\nAutoEnable = true\n[GATT]\nExchangeMTU = %d\nChannels = %d\n' "$mtu" "$channels" >/tmp/mtu.conf
-    restart_bluetoothd -f /tmp/mtu.conf
+    printf '[Policy]\nAutoEnable = true\n[GATT]\nExchangeMTU = %d\nChannels = %d\n' "$mtu" "$channels" >/tmp/pacing-main.conf
+    mount --bind /tmp/pacing-main.conf /etc/bluetooth/main.conf
+    restart_bluetoothd
     _bvm_all_powered
-    for p in ${BT_PACING_SET:-1 10}; do
-      phase pacing "MTU $mtu, chunkPacingMs $p, ATT bearers $channels"
-      jq --arg url "$ECHO_URL" --argjson p "$p" '.backend = {"kind": "ollama", "url": $url, "model": "tiny", "timeoutMs": 60000, "maxTokens": 32768}
-         | .bluetooth.chunkPacingMs = $p' "$W/two.json" >"$W/pacing.json"
+    # BT_PACING_SET: MS/MODE items, bluetooth.chunkPacingMs and bluetooth.pacing (auto when
+    # only MS is given).
+    for setting in ${BT_PACING_SET:-10/auto}; do
+      p=${setting%%/*} mode=auto
+      [[ $setting == */* ]] && mode=${setting#*/}
+      by=$mode
+      [[ $mode == auto ]] && { by=chunks; ((channels == 1)) && by=bytes; }
+      phase pacing "MTU $mtu, chunkPacingMs $p, pacing $mode ($by), ATT bearers $channels"
+      jq --arg url "$ECHO_URL" --argjson p "$p" --arg mode "$mode" '.backend = {"kind": "ollama", "url": $url, "model": "tiny", "timeoutMs": 60000, "maxTokens": 32768}
+         | .bluetooth.chunkPacingMs = $p | .bluetooth.pacing = $mode' "$W/two.json" >"$W/pacing.json"
       stop_daemon >/dev/null 2>&1
-      check "the daemon starts (pacing $p)" start_daemon pacing
+      check "the daemon starts (pacing $p/$mode)" start_daemon pacing
       cli mode bluetooth >/dev/null 2>&1
-      expect_advertising "advertising (MTU $mtu, pacing $p)"
+      expect_advertising "advertising (MTU $mtu, pacing $p/$mode)"
+      check "status: bluetoothd's $channels ATT bearer(s) read from its main.conf, notifications paced by $by" \
+        test "$(btj '[.bluetooth.attBearers, .bluetooth.pacing]')" = "[$channels,\"$by\"]"
       for rep in $(seq "${BT_PACING_REPS:-3}"); do
-        central "long:tokens=15000,min=65536,throughput=1,pacing=$p,wait=${BT_PACING_WAIT:-120}"
+        central "long:tokens=15000,min=65536,throughput=1,pacing=$p,by=$by,wait=${BT_PACING_WAIT:-120},label=by-$by-${p}ms-mtu$mtu-bearers$channels"
       done
     done
+    stop_daemon >/dev/null 2>&1
+    umount /etc/bluetooth/main.conf
   done
   done
+  restart_bluetoothd
+  _bvm_all_powered
   kill "$ECHO_PID" 2>/dev/null
 fi
 

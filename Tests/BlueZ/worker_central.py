@@ -16,8 +16,10 @@ comments) and exits 1 if any check failed (2 on a usage error). Scenarios and th
                       appending until the JSON parses and has an id
   request             one plain request (tokens=N, default 32), served ok
   long                tokens=N min=BYTES mtu=MTU throughput=1: a long response arrives whole;
-                      every chunk at most min(512, MTU-5) and full; paced; prints
-                      "# throughput: N bytes/s" with throughput=1
+                      every chunk at most min(512, MTU-5) and full; paced (pacing=MS
+                      by=chunks|bytes, the daemon's rule); prints "# throughput: N bytes/s"
+                      with throughput=1 (label=TEXT added to that line)
+  read-rtt            n=N reads of the status characteristic; prints "# gatt-read-ms: ..."
   wnr                 a request written without response in min(MTU-3, 508)-byte writes
   bad-input           malformed JSON, missing prompt, invalid UTF-8, missing id, garbage,
                       oversized (max=maxRequestBytes), idle partial; then a good request
@@ -526,7 +528,7 @@ async def sc_request(args):
     return msg
 
 
-def chunk_checks(s, first_chunk, msg_len, mtu, pacing_ms, what, until=None):
+def chunk_checks(s, first_chunk, msg_len, mtu, pacing_ms, what, until=None, by="chunks"):
     """The chunks from FIRST_CHUNK up to the one that completed the message (its time,
     UNTIL): a notification that arrives after the message (bleak reports a read of the
     characteristic's value as one, and later messages follow) is not part of it."""
@@ -560,9 +562,12 @@ def chunk_checks(s, first_chunk, msg_len, mtu, pacing_ms, what, until=None):
     TAP.ok(sum(sizes) == msg_len,
            f"{what}: the chunks add up to the message ({sum(sizes)} of {msg_len} bytes)")
     span = chunks[-1][0] - chunks[0][0] if len(chunks) > 1 else 0.0
-    floor = (len(chunks) - 1) * pacing_ms / 1000.0 * 0.5
-    TAP.ok(span >= floor, f"{what}: notifications are paced ({span:.2f}s for {len(chunks)} chunks; "
-           f"at least half of {pacing_ms} ms between chunks: {floor:.2f}s)")
+    # BY: the daemon's pacing rule (status "pacing"): a pause after every chunk, or one per
+    # 512 bytes (one ATT bearer: README, "Pacing").
+    pauses = (len(chunks) - 1) if by == "chunks" else msg_len // 512 - 1
+    floor = max(0, pauses) * pacing_ms / 1000.0 * 0.5
+    TAP.ok(span >= floor, f"{what}: notifications are paced by {by} ({span:.2f}s for {len(chunks)} chunks; "
+           f"at least half of {pacing_ms} ms per {'chunk' if by == 'chunks' else '512 bytes'}: {floor:.2f}s)")
     return span
 
 
@@ -595,13 +600,32 @@ async def sc_long(args):
     if msg is None:
         return
     span = chunk_checks(s, first, len(raw), s.mtu, pacing, f"{len(raw)}-byte response at MTU {s.mtu}",
-                        until=s.resp.messages[i][0])
+                        until=s.resp.messages[i][0], by=args.get("by", "chunks"))
     if args.get("throughput") and span > 0:
         rate = int(len(raw) / span)
         print(f"# throughput: {rate} bytes/s ({len(raw)} bytes in {span:.2f}s at MTU {s.mtu}, "
-              f"{len(s.resp.chunks) - first} notifications)", flush=True)
+              f"{len(s.resp.chunks) - first} notifications{', ' + args['label'] if 'label' in args else ''})", flush=True)
         with open(os.path.join(RESULTS, "throughput.txt"), "a") as f:
             f.write(f"{rate} {len(raw)} {span:.3f} {s.mtu}\n")
+
+
+async def sc_read_rtt(args):
+    """The Bluetooth path alone, without a model: N reads of the status characteristic
+    (central -> bluetoothd -> btvirt -> bluetoothd -> the daemon's ReadValue and back): the
+    floor under any latency measured through the worker and the proxy (issue 14)."""
+    s = await session()
+    n = max(1, int(args.get("n", 20)))
+    times = []
+    for _ in range(n):
+        t0 = time.monotonic()
+        value = await s.client.read_gatt_char(STATUS)
+        times.append((time.monotonic() - t0) * 1000)
+    times.sort()
+    median, p90 = times[len(times) // 2], times[min(len(times) - 1, int(len(times) * 0.9))]
+    print(f"# gatt-read-ms: median {median:.0f}, p90 {p90:.0f}, min {times[0]:.0f} "
+          f"({n} reads of the status characteristic)", flush=True)
+    TAP.ok(b"modelState" in bytes(value), f"{n} reads of the status characteristic answered "
+           f"(median {median:.0f} ms; the last: {bytes(value)[:60]!r})")
 
 
 async def sc_wnr(args):
@@ -1185,23 +1209,33 @@ async def sc_badflood(args):
         rss0 = daemon_rss_kib()
         cooled0 = bt_status().get("clientsCooledDown", 0)
         blob = b"{}" * 254
-        sent, error = 0, None
+        sent, error, rounds = 0, None, 0
         t0 = time.monotonic()
-        for _ in range(n):
-            try:
-                await a.client.write_gatt_char(REQUEST, blob, response=False)
-                sent += 1
-            except Exception as e:  # the daemon cut the flooder off
-                error = e
+        # secs=S (the bench's one-minute flood): once cut off, the flooder comes back and
+        # floods again (refused while it cools down) until S seconds have passed.
+        secs = float(args.get("secs", 0))
+        while True:
+            rounds += 1
+            for _ in range(n):
+                try:
+                    await a.client.write_gatt_char(REQUEST, blob, response=False)
+                    sent += 1
+                except Exception as e:  # the daemon cut the flooder off
+                    error = e
+                    break
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(a.disconnected.wait(), 30)
+            if time.monotonic() - t0 >= secs:
                 break
-        TAP.note(f"flood: {sent} of {n} writes sent in {time.monotonic() - t0:.1f}s"
+            with contextlib.suppress(Exception):
+                await a.open(find_timeout=20)
+        TAP.note(f"flood: {sent} writes of up to {n} per connection in {rounds} connection(s), "
+                 f"{time.monotonic() - t0:.1f}s"
                  f"{'; then ' + type(error).__name__ + ': ' + str(error)[:100] if error else ''}")
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(a.disconnected.wait(), 30)
         TAP.ok(not a.connected, "the flooder is disconnected by the daemon")
         await asyncio.sleep(2)
         rss1 = daemon_rss_kib()
-        print(f"# rss before {rss0} KiB, after {rss1} KiB", flush=True)
+        print(f"# rss before {rss0} KiB, after {rss1} KiB ({time.monotonic() - t0:.0f} s of flood)", flush=True)
         TAP.ok(rss0 is not None and rss1 is not None and rss1 - rss0 < 4096,
                f"the daemon's RSS stays bounded under the flood (+{(rss1 or 0) - (rss0 or 0)} KiB)")
         bt = bt_status()
@@ -1643,7 +1677,7 @@ async def sc_bonded_client(args):
 
 SCENARIOS = {
     "discover": sc_discover, "subscribe": sc_subscribe, "proxy": sc_proxy,
-    "request": sc_request, "long": sc_long, "wnr": sc_wnr, "bad-input": sc_bad_input,
+    "request": sc_request, "long": sc_long, "read-rtt": sc_read_rtt, "wnr": sc_wnr, "bad-input": sc_bad_input,
     "flood": sc_flood, "status-change": sc_status_change, "disconnect-mid": sc_disconnect_mid,
     "two-clients": sc_two_clients, "tasks": sc_tasks, "gone": sc_gone,
     "no-service": sc_no_service, "periodic": sc_periodic,

@@ -325,6 +325,11 @@ if wait_for 120 "advertising" bash -c '[[ "$(edgecoder-worker status --json | jq
 else
   not_ok "the sandboxed daemon advertises: $(stj '.bluetooth | del(.clients)' | cut -c1-300)"
 fi
+# The sandbox (ProtectSystem=strict) still lets the daemon read bluetoothd's main.conf,
+# which decides its pacing (README, "Pacing"): the same count `doctor` reads as root.
+bearers="$(edgecoder-worker doctor --json 2>/dev/null | jq -c '.. | objects | .attBearers? // empty' | head -n1)"
+check "the sandboxed daemon read bluetoothd's ATT bearers ($bearers, as doctor says) and paces by $( ((bearers == 1)) && echo bytes || echo chunks)" \
+  test "$(stj '[.bluetooth.attBearers, .bluetooth.pacing]')" = "[${bearers:-x},\"$( ((bearers == 1)) && echo bytes || echo chunks)\"]"
 central request:tag=before-bluetooth-restart,what=a-request-from-hci1
 regs="$(stj '.bluetooth.registrations // 0')"
 systemctl restart bluetooth.service

@@ -15,9 +15,11 @@ struct PeripheralHarness {
     var now: Int64 = 10_000
     var all: [Command] = []
 
-    init(maxClients: Int = 1, maxQueued: Int = 8, pacingMs: Int64 = 10) {
-        machine = PeripheralMachine(settings: .init(adapter: nil, localName: "EdgeCoder-test", maxRequestBytes: 65_536,
-                                                    maxQueuedRequests: maxQueued, chunkPacingMs: pacingMs, maxClients: maxClients))
+    init(maxClients: Int = 1, maxQueued: Int = 8, pacingMs: Int64 = 10, pacing: BluetoothPacingMode = .auto) {
+        var settings = PeripheralMachine.Settings(adapter: nil, localName: "EdgeCoder-test", maxRequestBytes: 65_536,
+                                                  maxQueuedRequests: maxQueued, chunkPacingMs: pacingMs, maxClients: maxClients)
+        settings.pacing = pacing
+        machine = PeripheralMachine(settings: settings)
     }
 
     @discardableResult

@@ -78,6 +78,7 @@ enum DocumentedStatus {
         "requestsServed": .int, "requestsFailed": .int, "requestsRejected": .int, "clientsRefused": .int, "queued": .int,
         "clientsNotAllowed": .int, "clientsEvicted": .int, "clientsCooledDown": .int, "rejectionsDropped": .int,
         "registrations": .int, "configuredAdapter": .nullable(.string), "maxClients": .int,
+        "pacing": .string, "attBearers": .nullable(.int),
     ])
     static let configReload = Shape.object(required: [
         "at": .string, "outcome": .string, "problems": .array(of: .string), "applied": .array(of: .string), "needsRestart": .array(of: .string),
