@@ -1346,6 +1346,15 @@ async def forget_both(adapter):
     await forget(address, adapter="hci0")
 
 
+async def refusal_of(s, rid):
+    """The error a small request's refused write raises (None: it was not refused)."""
+    try:
+        await refused_write(s, json.dumps({"id": rid, "prompt": "no", "maxTokens": 8}).encode())
+    except Exception as e:
+        return e
+    return None
+
+
 async def refused_write(s, body, timeout=20):
     """A write expected to be refused: after a refused pairing, bluetoothd 5.66 usually
     answers it with an ATT error at once, but once (after the main phase) left it
@@ -1624,11 +1633,7 @@ async def sc_auth_refused(args):
             try:
                 await s.open()
                 rid = new_id("auth-refused")
-                werr = None
-                try:
-                    await refused_write(s, json.dumps({"id": rid, "prompt": "no", "maxTokens": 8}).encode())
-                except Exception as e:
-                    werr = e
+                werr = await refusal_of(s, rid)
                 TAP.ok(werr is not None, f"its write is refused with the ATT error ({type(werr).__name__ if werr else 'no error'}: {str(werr)[:160]})")
                 st = await link_state(adapter)
                 TAP.ok(st["worker.Paired"] is not True, f"nothing paired ({st})")
@@ -1656,11 +1661,7 @@ async def sc_bonded_client(args):
             # security authenticated and a Just Works bond: its key is not MITM-protected,
             # so BlueZ on the central tries to pair again, and nobody confirms.
             rid = new_id("jw-bond")
-            err = None
-            try:
-                await refused_write(s, json.dumps({"id": rid, "prompt": "no", "maxTokens": 8}).encode())
-            except Exception as e:
-                err = e
+            err = await refusal_of(s, rid)
             TAP.ok(err is not None, f"a Just Works bond is refused by security authenticated "
                    f"({type(err).__name__ if err else 'no error'}: {str(err)[:160]})")
             await asyncio.sleep(2)

@@ -23,18 +23,39 @@ import WorkerCore
 
     static let dev = "/org/bluez/hci0/dev_00_AA_01_01_00_01"
 
-    @Test func hostileCallsAreRefusedAnOperatorYesAcceptsAndTheWindowCleansUp() async throws {
-        let (daemon, bluez) = try await startFakeBluez()
-        defer { bluez.stop(); daemon.stop() }
-        var fds: [Int32] = [0, 0]
-        #expect(pipe(&fds) == 0)
-        defer { close(fds[0]); close(fds[1]) }
+    /// A pairing window on hci0 of a stand-in bluetoothd; its terminal is a pipe the test
+    /// types into (`typing`), what it shows goes to `lines`.
+    struct OpenWindow {
+        let daemon: PrivateBus, bluez: FakeBluez
+        let typing: Int32, reading: Int32
         let lines = Lines(), stop = PairingStop(), wake = WakeEvent()
-        let input = fds[0], address = daemon.address
-        let window = Task { () -> PairingAgent.Outcome in
-            let agent = PairingAgent(adapter: "hci0", durationMs: 30_000, input: input, busAddress: address, stop: stop, wake: wake) { lines.append($0) }
-            return await agent.run()
+        let task: Task<PairingAgent.Outcome, Never>
+
+        init() async throws {
+            (daemon, bluez) = try await startFakeBluez()
+            var fds: [Int32] = [0, 0]
+            #expect(pipe(&fds) == 0)
+            (reading, typing) = (fds[0], fds[1])
+            let (input, address, lines, stop, wake) = (reading, daemon.address, lines, stop, wake)
+            task = Task {
+                let agent = PairingAgent(adapter: "hci0", durationMs: 30_000, input: input, busAddress: address, stop: stop, wake: wake) { lines.append($0) }
+                return await agent.run()
+            }
         }
+
+        func close() {
+            bluez.stop()
+            daemon.stop()
+            Glibc.close(reading)
+            Glibc.close(typing)
+        }
+    }
+
+    @Test func hostileCallsAreRefusedAnOperatorYesAcceptsAndTheWindowCleansUp() async throws {
+        let open = try await OpenWindow()
+        defer { open.close() }
+        let (daemon, bluez, lines, window) = (open.daemon, open.bluez, open.lines, open.task)
+        let fds = [open.reading, open.typing]
         await eventually("the window to open") { lines.all.contains { $0.hasPrefix("Pairing window open on hci0") } }
         #expect(bluez.with { $0.pairable }, "the adapter is pairable while the window is open")
         #expect(bluez.with { $0.agentDefault })
@@ -95,17 +116,9 @@ import WorkerCore
     }
 
     @Test func aSignalClosesTheWindowAndRefusesTheHeldCall() async throws {
-        let (daemon, bluez) = try await startFakeBluez()
-        defer { bluez.stop(); daemon.stop() }
-        var fds: [Int32] = [0, 0]
-        #expect(pipe(&fds) == 0)
-        defer { close(fds[0]); close(fds[1]) }
-        let lines = Lines(), stop = PairingStop(), wake = WakeEvent()
-        let input = fds[0], address = daemon.address
-        let window = Task { () -> PairingAgent.Outcome in
-            let agent = PairingAgent(adapter: "hci0", durationMs: 30_000, input: input, busAddress: address, stop: stop, wake: wake) { lines.append($0) }
-            return await agent.run()
-        }
+        let open = try await OpenWindow()
+        defer { open.close() }
+        let (bluez, lines, stop, wake, window) = (open.bluez, open.lines, open.stop, open.wake, open.task)
         await eventually("the window to open") { lines.all.contains { $0.hasPrefix("Pairing window open") } }
         guard let agent = bluez.with({ $0.agent }) else { Issue.record("no agent registered"); return }
         bluez.call("held", to: agent.owner, path: agent.path, interface: "org.bluez.Agent1", member: "RequestPasskey", arguments: [.objectPath(Self.dev)])
