@@ -56,6 +56,21 @@ public struct NotificationPacer: Sendable, Equatable {
         owedBytes = 0
     }
 
+    /// bluetoothd may spread notifications over EATT bearers and the operator did not say
+    /// otherwise: no pause keeps the order for sure (README, "Pacing").
+    public var reordersAtSmallMTUs: Bool { attBearers != 1 && mode != .bytes }
+
+    /// The journal's line on the rule in force, with the one-line fix when it can reorder.
+    public var summary: String {
+        let how = rule == .bytes ? "bytes (\(pauseMs) ms per \(Self.windowBytes) bytes)" : "chunks (\(pauseMs) ms after each)"
+        let bearers = attBearers.map { "\($0) ATT bearer(s)" } ?? "an unknown number of ATT bearers"
+        let choice = mode == .auto ? "" : ", bluetooth.pacing is \(mode.rawValue)"
+        let fix = reordersAtSmallMTUs
+            ? "; with EATT a client can get a long answer's chunks out of order: set \"Channels = 1\" under [GATT] in /etc/bluetooth/main.conf and restart bluetooth"
+            : ""
+        return "pacing notifications by \(how): bluetoothd has \(bearers)\(choice)\(fix)"
+    }
+
     /// The pause to keep after notifying a chunk of `bytes` bytes.
     public mutating func pause(afterChunkOf bytes: Int) -> Int64 {
         switch rule {

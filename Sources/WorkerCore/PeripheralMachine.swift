@@ -325,12 +325,7 @@ public struct PeripheralMachine: Sendable {
             status.attBearers = bearers
             status.pacing = pacer.rule.rawValue
             if pacer.rule != before || bearers != 1 {
-                // More than one bearer: no pause keeps the order for sure (README, "Pacing"),
-                // and the operator can fix it in one line.
-                let eatt = bearers != 1 && settings.pacing != .bytes
-                out.append(.log(eatt ? .warning : .info, "pacing notifications by \(pacer.rule == .bytes ? "bytes (\(pacer.pauseMs) ms per \(NotificationPacer.windowBytes) bytes)" : "chunks (\(pacer.pauseMs) ms after each)"): bluetoothd has "
-                                + (bearers.map { "\($0) ATT bearer(s)" } ?? "an unknown number of ATT bearers") + (settings.pacing == .auto ? "" : ", bluetooth.pacing is \(settings.pacing.rawValue)")
-                                + (eatt ? "; with EATT a client can get a long answer's chunks out of order: set \"Channels = 1\" under [GATT] in /etc/bluetooth/main.conf and restart bluetooth" : "")))
+                out.append(.log(pacer.reordersAtSmallMTUs ? .warning : .info, pacer.summary))
             }
         case .tick:
             reconcile(now: now, &out)
