@@ -382,9 +382,14 @@ public actor GattPeripheral: BusDriving {
         }
     }
 
+    /// A piece of the running request's text. The bus loop is woken only when the piece
+    /// brings its next deadline forward (the first text of a partial starts the 100 ms
+    /// clock) or left output queued on the bus: waking it for every token of a fast model
+    /// would cost a second machine round and a poll per token.
     private func partial(_ ticket: Int, _ text: String) {
+        let deadline = machine.nextDeadlineMs
         feed(.partial(ticket: ticket, text))
-        kickBus()
+        if machine.nextDeadlineMs < deadline || (bus.map { $0.events & Int16(POLLOUT) != 0 } ?? false) { kickBus() }
     }
 
     private func served(_ ticket: Int, _ outcome: PeripheralOutcome) {

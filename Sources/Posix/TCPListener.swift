@@ -66,7 +66,15 @@ public final class LoopbackTCPListener: Sendable {
     /// Where it listens, as a URL's host and port (`127.0.0.1:11435`, `[::1]:11435`).
     public var authority: String { family == .ipv4 ? "127.0.0.1:\(port)" : "[::1]:\(port)" }
 
-    public func accept() async throws -> UnixConnection { try await acceptConnection(fd, detail: authority) }
+    /// The next connection, with Nagle's algorithm off: the proxy streams small pieces of
+    /// text, each of which must leave at once rather than wait for the peer's delayed ACK
+    /// of the one before (as Go's net/http, Ollama's server, does by default).
+    public func accept() async throws -> UnixConnection {
+        let connection = try await acceptConnection(fd, detail: authority)
+        var one: Int32 = 1
+        _ = setsockopt(connection.fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+        return connection
+    }
 
     public func close() { Glibc.close(fd) }
 }

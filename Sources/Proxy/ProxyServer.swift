@@ -473,7 +473,9 @@ actor Responder {
         }
         writing = true
         while !queue.isEmpty {
-            let bytes = queue.removeFirst()
+            // All that is queued in one send: a head and the first piece leave together.
+            let bytes = queue.count == 1 ? queue[0] : Array(queue.joined())
+            queue.removeAll()
             guard state != .broken else { continue }
             do { try await connection.write(bytes) } catch {
                 state = .broken

@@ -22,7 +22,7 @@ echo "# bluetooth bench: $bin" >&2
 # bluetoothd on one ATT bearer, paced by bytes (the new rule) against the old fixed 10 ms
 # after every chunk, two of each; and the daemon's RSS after a one-minute flood of bad
 # writes (the flooder comes back after each cut-off) against before it.
-out="$(EDGECODER_WORKER_BIN="$bin" EDGECODER_BT_PHASES="badflood bench proxy pacing" EDGECODER_BT_PROXY_BENCH=1 \
+out="$(EDGECODER_WORKER_BIN="$bin" EDGECODER_BT_PHASES="badflood bench proxy pacing" EDGECODER_BT_PROXY_BENCH=1 EDGECODER_BT_PIECE_REPS=5 \
   EDGECODER_BT_FLOOD_SECS=60 EDGECODER_BT_PACING_CHANNELS=1 EDGECODER_BT_PACING_MTUS="517 48" \
   EDGECODER_BT_PACING_SET="10/chunks 10/bytes" EDGECODER_BT_PACING_REPS=2 bash Tests/Suites/bluetooth.sh 2>&1)"
 rc=$?
@@ -56,6 +56,12 @@ printf '%s\n' "$out" | sed -n 's/^# rss before \([0-9]*\) KiB, after \([0-9]*\) 
 # Streaming (issue 14): the first piece through proxy and worker against the model server's
 # own first piece and against the whole answer, in the same run.
 printf '%s\n' "$out" | sed -n 's/^# model-first-piece-ms: /model server alone, first piece (ms): /p; s/^# proxy-first-piece-ms: /through proxy and worker, first piece (ms): /p'
+printf '%s\n' "$out" | sed -n 's/^# proxy-whole-ms: /through proxy and worker, whole answer without stream (ms): /p'
+printf '%s\n' "$out" | awk '
+  /^# model-first-piece-ms: / { model = $4 + 0 }
+  /^# proxy-first-piece-ms: / { first = $4 + 0 }
+  /^# proxy-whole-ms: / { whole = $3 + 0 }
+  END { if (first && whole) printf "first streamed piece: %d ms after the model alone gives its first (goal 150), %.1fx sooner than the whole answer without stream (goal 10x)\n", first - model, whole / first }'
 # The Bluetooth path alone (no model, no proxy): a central's read of the status
 # characteristic, there and back through both bluetoothds and the VM's virtual controllers.
 printf '%s\n' "$out" | sed -n 's/^# gatt-read-ms: /the Bluetooth path alone, a GATT read there and back (ms): /p'

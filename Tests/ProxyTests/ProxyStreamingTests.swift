@@ -36,6 +36,22 @@ import WorkerCore
         _ = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
     }
 
+    /// Nagle's algorithm off on every accepted connection: with it on, a piece written
+    /// while the one before is not yet acknowledged waits for the client's delayed ACK
+    /// (up to 200 ms on Linux), once per piece of a stream.
+    @Test func acceptedConnectionsSendSmallPiecesAtOnce() async throws {
+        let listener = try LoopbackTCPListener(port: 0)
+        defer { listener.close() }
+        let client = try ProxyServerTests.connectBlocking(listener.port)
+        defer { close(client) }
+        let connection = try await listener.accept()
+        defer { connection.close() }
+        var value: Int32 = 0
+        var length = socklen_t(MemoryLayout<Int32>.size)
+        #expect(getsockopt(connection.fd, Int32(IPPROTO_TCP), TCP_NODELAY, &value, &length) == 0)
+        #expect(value != 0, "TCP_NODELAY on the accepted connection")
+    }
+
     @Test func aStreamedAnswersFirstPieceArrivesLongBeforeItsEnd() async throws {
         let upstream = ScriptedUpstream(answer: .answered(ok: true, output: "", error: nil, workerDurationMs: 1), deltas: ["one ", "two ", "three"],
                                         delayMs: 300)

@@ -12,7 +12,10 @@
 # adapter stream proxy pacing", or "bench"; pacing takes EDGECODER_BT_PACING_{SET,MTUS,CHANNELS,REPS,WAIT}: see
 # Tests/BlueZ/worker-guest.sh), EDGECODER_BT_FLOOD_SECS (badflood floods this long, coming
 # back after each cut-off: the bench's one-minute flood),
-# EDGECODER_BT_PROXY_BENCH=1 (the proxy phase also prints its figures), EDGECODER_BT_KEEP=1
+# EDGECODER_BT_PROXY_BENCH=1 (the proxy phase also prints its figures), EDGECODER_BT_PIECE_REPS
+# (rounds of the proxy phase's first-piece measurement, medians printed; default 1),
+# EDGECODER_BT_STAMP_LOGS=1 (each line of daemon.log and proxy.log starts with the wall
+# clock it arrived at, as stamps.log: to follow one request through), EDGECODER_BT_KEEP=1
 # (keep the results folder after a pass), EDGECODER_BT_TIMEOUT (VM seconds, default 3000),
 # EDGECODER_LLAMA_CTX (default here 20000: answers of 15000 tokens, over 64 KiB), EDGECODER_BT_RESPONSE_CAP
 # (seconds: caps every wait for a response, for a quick look at a daemon that does not
@@ -143,6 +146,7 @@ BLUEZ_VM_MEM="${BLUEZ_VM_MEM:-1536}" Tests/BlueZ/vm/run-in-vm.sh \
   --env "BT_PACING_SET=${EDGECODER_BT_PACING_SET:-}" --env "BT_PACING_MTUS=${EDGECODER_BT_PACING_MTUS:-}" \
   --env "BT_PACING_REPS=${EDGECODER_BT_PACING_REPS:-}" --env "BT_PACING_CHANNELS=${EDGECODER_BT_PACING_CHANNELS:-}" \
   --env "BT_PACING_WAIT=${EDGECODER_BT_PACING_WAIT:-}" --env "BT_FLOOD_SECS=${EDGECODER_BT_FLOOD_SECS:-}" \
+  --env "BT_STAMP_LOGS=${EDGECODER_BT_STAMP_LOGS:-0}" --env "BT_PIECE_REPS=${EDGECODER_BT_PIECE_REPS:-1}" \
   --env "PROXY_CLIENTS_PY=$proxy_py" \
   Tests/BlueZ/worker-guest.sh
 rc=$?
