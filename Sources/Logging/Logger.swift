@@ -243,6 +243,11 @@ public struct RepeatLimiter: Sendable {
         var dropped: Int
     }
     private var windows: [Key: Window] = [:]
+    /// The latest time seen. Threads read the clock before they take the limiter's lock,
+    /// so a record can come in with a time older than a window opened by another thread
+    /// just before: it counts as this time, never as a negative age (a UInt64 underflow
+    /// that would stop the process).
+    private var latest: UInt64 = 0
 
     public init(burst: Int = 10, windowNanoseconds: UInt64 = 30_000_000_000, capacity: Int = 64) {
         self.burst = burst
@@ -267,7 +272,9 @@ public struct RepeatLimiter: Sendable {
     }
 
     /// `admit`, with the notes as records (the journal sends them as fields).
-    public mutating func admitNotes(level: LogLevel, label: String, message: String, now: UInt64) -> (notes: [Note], admitted: Bool) {
+    public mutating func admitNotes(level: LogLevel, label: String, message: String, now clock: UInt64) -> (notes: [Note], admitted: Bool) {
+        latest = max(latest, clock)
+        let now = latest
         var notes: [Note] = []
         for (key, window) in windows where now - window.startedAt >= windowNanoseconds {
             if let note = Self.note(key, window, now: now) { notes.append(note) }

@@ -13,6 +13,22 @@ import Testing
         #expect(admitted.prefix(3).allSatisfy { $0 })
     }
 
+    /// Found in the VM: two threads logging at once read the clock before the lock, so
+    /// the later reader can come in with the older time. That crashed the proxy with an
+    /// arithmetic overflow (a window's age went negative); it must count as "now".
+    @Test func aRecordWithAnOlderTimeThanAnOpenWindowIsAdmittedWithoutCrashing() {
+        var limiter = RepeatLimiter(burst: 2, windowNanoseconds: 10 * Self.second, capacity: 2)
+        #expect(limiter.admit(level: .notice, label: "central", message: "woke", now: 5 * Self.second).admitted)
+        #expect(limiter.admit(level: .notice, label: "central", message: "woke", now: 3 * Self.second).admitted)
+        #expect(!limiter.admit(level: .notice, label: "central", message: "woke", now: 2 * Self.second).admitted)
+        #expect(limiter.admit(level: .notice, label: "proxy", message: "piece", now: 6 * Self.second).admitted)
+        // Past capacity, with an old time: the oldest window is closed and its count kept,
+        // its age counted to the latest time seen (6 s), not to this record's 1 s.
+        let other = limiter.admit(level: .info, label: "other", message: "x", now: 1 * Self.second)
+        #expect(other.admitted)
+        #expect(other.notes.count == 1 && other.notes[0].contains("repeated 1 more times in 1 s"), "\(other.notes)")
+    }
+
     @Test func theNextLineAfterTheWindowCarriesTheCountOfWhatWasDropped() {
         var limiter = RepeatLimiter(burst: 2, windowNanoseconds: 10 * Self.second)
         for i in 0..<12 { _ = limiter.admit(level: .notice, label: "bt", message: "starting", now: UInt64(i)) }
