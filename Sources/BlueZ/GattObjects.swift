@@ -11,6 +11,9 @@ enum GattObjects {
     static let response = GattLayout.characteristic(.response).path
     static let status = GattLayout.characteristic(.status).path
     static let advertisement = GattLayout.advertisementPath
+    /// The Just Works pairing agent (org.bluez.Agent1), under the root so one fallback
+    /// handler serves it; it is no GATT object, so GetManagedObjects leaves it out.
+    static let agent = GattLayout.root + "/pairing_agent"
 
     static let serviceInterface = "org.bluez.GattService1"
     static let characteristicInterface = "org.bluez.GattCharacteristic1"

@@ -90,7 +90,7 @@ public final class PairingAgent {
         }
         defer { slots.forEach { $0.cancel() }; slots.removeAll() }
 
-        let manager = ("org.bluez", "/org/bluez", "org.bluez.AgentManager1")
+        let manager = Agent1Calls.manager
         if case .failure(let error) = await call(manager.0, manager.1, manager.2, "RegisterAgent", [.objectPath(Self.objectPath), .string(Self.capability)]) {
             return .failed("bluetoothd refused to register the pairing agent: \(error)\(error.name.hasSuffix("AccessDenied") ? " (run as root or a member of group bluetooth)" : "")")
         }
@@ -206,50 +206,30 @@ public final class PairingAgent {
     // MARK: - Agent1
 
     private func handle(_ message: BusMessage) -> ObjectAnswer {
-        guard message.path == Self.objectPath, message.interface == "org.bluez.Agent1", let member = message.member else { return .notHandled }
+        guard message.path == Self.objectPath, message.interface == Agent1Calls.interface, let member = message.member else { return .notHandled }
         // Only bluetoothd may drive the agent: another peer could otherwise make the
         // operator confirm a pairing it invented.
         guard message.sender != nil, message.sender == bluez else {
             return .error(DBusError(name: "org.freedesktop.DBus.Error.AccessDenied", message: "only bluetoothd calls this agent"))
         }
-        let args = (try? message.arguments()) ?? []
-        func device() -> String? { args.first?.stringValue }
-        func number(_ i: Int) -> Int64? { i < args.count ? args[i].integerValue : nil }
         let request: PairingWindow.Request
-        switch member {
-        case "Release":
+        switch Agent1Calls.decode(member: member, (try? message.arguments()) ?? []) {
+        case nil:
+            return .notHandled
+        case .release:
             close("bluetoothd released the agent")
             return .reply([])
-        case "Cancel":
+        case .cancel:
             if window?.cancelPending() != nil, let call = held {
                 held = nil
                 say("bluetoothd cancelled the request (the client gave up or took too long)")
                 try? bus?.replyError(to: call, DBusError(name: "org.bluez.Error.Canceled", message: "cancelled"))
             }
             return .reply([])
-        case "RequestConfirmation":
-            guard let d = device(), let p = number(1), let passkey = UInt32(exactly: p) else { return invalid(member) }
-            request = .confirmation(device: d, passkey: passkey)
-        case "RequestAuthorization":
-            guard let d = device() else { return invalid(member) }
-            request = .authorization(device: d)
-        case "RequestPasskey":
-            guard let d = device() else { return invalid(member) }
-            request = .passkey(device: d)
-        case "DisplayPasskey":
-            guard let d = device(), let p = number(1), let passkey = UInt32(exactly: p), let e = number(2), let entered = UInt16(exactly: e) else { return invalid(member) }
-            request = .displayPasskey(device: d, passkey: passkey, entered: entered)
-        case "RequestPinCode":
-            guard let d = device() else { return invalid(member) }
-            request = .pinCode(device: d)
-        case "DisplayPinCode":
-            guard let d = device(), args.count > 1, let pin = args[1].stringValue else { return invalid(member) }
-            request = .displayPinCode(device: d, pinCode: pin)
-        case "AuthorizeService":
-            guard let d = device(), args.count > 1, let uuid = args[1].stringValue else { return invalid(member) }
-            request = .authorizeService(device: d, uuid: uuid)
-        default:
-            return .notHandled
+        case .malformed(let member):
+            return .error(DBusError(name: "org.freedesktop.DBus.Error.InvalidArgs", message: "unexpected arguments for \(member)"))
+        case .request(let decoded):
+            request = decoded
         }
         guard var window else { return .error(DBusError(name: "org.bluez.Error.Rejected", message: "the pairing window is not open")) }
         let decision = window.decide(request, nowMs: Self.nowMs())
@@ -269,10 +249,6 @@ public final class PairingAgent {
             if inputEnded, let reply = self.window?.answer("") { send(reply) }
             return .deferred
         }
-    }
-
-    private func invalid(_ member: String) -> ObjectAnswer {
-        .error(DBusError(name: "org.freedesktop.DBus.Error.InvalidArgs", message: "unexpected arguments for \(member)"))
     }
 
     private func propertiesChanged(_ message: BusMessage) {

@@ -35,6 +35,9 @@ public struct PeripheralSettings: Sendable {
     /// `bluetooth.security`: the characteristics' flags.
     public var security = BluetoothSecurity.open
     public var allowedClients = BluetoothAllowedClients.any
+    /// Whether the session registers the Just Works agent (`bluetooth.pairingAgent`, decided
+    /// with the host's boot target by the daemon).
+    public var pairingAgent = PairingAgentChoice(answerer: .host, reason: "security is open: no pairing is needed")
     public var limits = NeighbourLimits()
     /// The bus bluetoothd is on: the system bus unless a D-Bus address is given (tests).
     public var busAddress: String?
@@ -61,6 +64,7 @@ public struct PeripheralSettings: Sendable {
         settings.allowedClients = allowedClients
         settings.limits = limits
         settings.pacing = pacing
+        settings.pairingAgent = pairingAgent
         return settings
     }
 }
@@ -129,6 +133,8 @@ public actor GattPeripheral: BusDriving {
         var idle = BluetoothStatus()
         idle.localName = settings.localName
         idle.adapter = settings.adapter
+        idle.pairingAgent = settings.pairingAgent.answerer.rawValue
+        idle.pairingAgentReason = settings.pairingAgent.reason
         unpublished = nil
         await host.report(idle)
     }
@@ -158,11 +164,13 @@ public actor GattPeripheral: BusDriving {
             case .register(let what, let adapterPath, let epoch):
                 register(what, adapterPath: adapterPath, epoch: epoch)
             case .unregister(let what, let adapterPath):
-                let (interface, member, object) = what == .application
-                    ? ("org.bluez.GattManager1", "UnregisterApplication", GattObjects.root)
-                    : ("org.bluez.LEAdvertisingManager1", "UnregisterAdvertisement", GattObjects.advertisement)
+                let (path, interface, member, object) = switch what {
+                case .application: (adapterPath, "org.bluez.GattManager1", "UnregisterApplication", GattObjects.root)
+                case .advertisement: (adapterPath, "org.bluez.LEAdvertisingManager1", "UnregisterAdvertisement", GattObjects.advertisement)
+                case .agent: (Agent1Calls.manager.path, Agent1Calls.manager.interface, "UnregisterAgent", GattObjects.agent)
+                }
                 do {
-                    try bus?.call(destination: "org.bluez", path: adapterPath, interface: interface, member: member,
+                    try bus?.call(destination: "org.bluez", path: path, interface: interface, member: member,
                                   arguments: [.objectPath(object)], timeoutUsec: stopTimeoutUsec) { _ in self.feed(.unregistered(what)) }
                 } catch {
                     _ = machine.on(.unregistered(what), now: monotonicMs())
@@ -205,6 +213,7 @@ public actor GattPeripheral: BusDriving {
     }
 
     private func register(_ what: PeripheralMachine.Registered, adapterPath: String, epoch: Int) {
+        if what == .agent { return registerAgent(epoch: epoch) }
         let (interface, member, object) = what == .application
             ? ("org.bluez.GattManager1", "RegisterApplication", GattObjects.root)
             : ("org.bluez.LEAdvertisingManager1", "RegisterAdvertisement", GattObjects.advertisement)
@@ -216,6 +225,37 @@ public actor GattPeripheral: BusDriving {
             }
         } catch {
             feed(.registration(what, epoch: epoch, .refused("\(error)")))
+        }
+    }
+
+    /// RegisterAgent, then RequestDefaultAgent: only the default agent hears about pairings
+    /// the worker's side did not start. bluetoothd keeps earlier default agents in a queue,
+    /// so an operator's pairing window (or a desktop's agent registered later) takes over
+    /// while it runs, and ours is the default again when it leaves.
+    private func registerAgent(epoch: Int) {
+        let manager = Agent1Calls.manager
+        do {
+            guard let bus else { throw BusFailure("register the pairing agent: no bus", -ENOTCONN) }
+            try bus.call(destination: manager.destination, path: manager.path, interface: manager.interface, member: "RegisterAgent",
+                         arguments: [.objectPath(GattObjects.agent), .string(JustWorksAgent.capability)]) { result in
+                if case .failure(let error) = result, error.name != "org.bluez.Error.AlreadyExists" {
+                    self.feed(.registration(.agent, epoch: epoch, .refused("RegisterAgent: \(error)")))
+                    return
+                }
+                do {
+                    try self.bus?.call(destination: manager.destination, path: manager.path, interface: manager.interface, member: "RequestDefaultAgent",
+                                       arguments: [.objectPath(GattObjects.agent)]) { result in
+                        switch result {
+                        case .success: self.feed(.registration(.agent, epoch: epoch, .accepted))
+                        case .failure(let error): self.feed(.registration(.agent, epoch: epoch, .refused("RequestDefaultAgent: \(error)")))
+                        }
+                    }
+                } catch {
+                    self.feed(.registration(.agent, epoch: epoch, .refused("RequestDefaultAgent: \(error)")))
+                }
+            }
+        } catch {
+            feed(.registration(.agent, epoch: epoch, .refused("\(error)")))
         }
     }
 
@@ -317,6 +357,9 @@ public actor GattPeripheral: BusDriving {
         case (GattObjects.characteristicInterface, _):
             guard let characteristic = GattLayout.characteristic(path: path) else { return .notHandled }
             return answer(feed(.call(sender: message.sender, Self.call(member, on: characteristic, path: path, args: args, expectsReply: message.expectsReply))))
+        case (Agent1Calls.interface, let member) where path == GattObjects.agent:
+            guard let call = Agent1Calls.decode(member: member, args) else { return .notHandled }
+            return answer(feed(.call(sender: message.sender, .agent(call))))
         case (GattObjects.advertisementInterface, "Release") where path == GattObjects.advertisement:
             return answer(feed(.call(sender: message.sender, .releaseAdvertisement)))
         default:

@@ -72,6 +72,9 @@ public actor WorkerDaemon {
     private(set) var modelSwitch: ModelSwitchStatus?
     private var tasks: TaskHistory
     /// Per mode, whether its runtime should run now; each `ModeRuntime` waits on its own.
+    /// Set by a reload that changed a key of `ConfigReloadPlan.restartingBluetooth`: the
+    /// Bluetooth runtime stops its session and starts one with the new config.
+    public nonisolated let bluetoothRestart = StateSignal(false)
     private nonisolated let runtimeSignals: [Mode: StateSignal] = Dictionary(uniqueKeysWithValues: Mode.allCases.map { ($0, StateSignal(false)) })
     /// Whether a working mode (on, bluetooth) is selected; the model probe wakes on changes.
     public nonisolated let workingModeSelected = StateSignal(false)
@@ -479,6 +482,7 @@ public actor WorkerDaemon {
         record(EventDraft(kind: .configReloaded, reason: status.line))
         logger.notice(status.line, [("event", EventKind.configReloaded.rawValue)] + (plan.restartKeys.isEmpty ? [] : [("needs_restart", plan.restartKeys.joined(separator: ","))]))
         if let reading { updateReading(reading, monotonicMs: max(readingAtMonotonicMs, Int64(monotonicNanoseconds() / 1_000_000))) }
+        if plan.restartsBluetooth { bluetoothRestart.set(true) }
         updateServiceStatus()
         return status
     }

@@ -222,6 +222,10 @@ struct StatusCommand: Command {
                 if let pacing = bluetooth["pacing"]?.stringValue {
                     lines.append("          notifications paced by \(pacing); bluetoothd's ATT bearers: " + ((bluetooth["attBearers"]?.intValue).map { "\($0)" + ($0 > 1 ? " (EATT: see doctor)" : "") } ?? "unknown"))
                 }
+                if let answerer = bluetooth["pairingAgent"]?.stringValue {
+                    let registered = bluetooth["pairingAgentRegistered"] == true ? "registered, " : ""
+                    lines.append("          pairings answered by the \(answerer) (\(registered)accepted \(bluetooth["pairingsAccepted"]?.intValue ?? 0), refused \(bluetooth["pairingsRefused"]?.intValue ?? 0)): \(bluetooth["pairingAgentReason"]?.stringValue ?? "")")
+                }
                 lines.append("          requests served \(bluetooth["requestsServed"]?.intValue ?? 0), failed \(bluetooth["requestsFailed"]?.intValue ?? 0), rejected as bad input \(bluetooth["requestsRejected"]?.intValue ?? 0), queued \(bluetooth["queued"]?.intValue ?? 0)")
             }
             if let backend = status["backend"] {

@@ -1,4 +1,5 @@
 import BlueZ
+import Daemon
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -225,6 +226,21 @@ struct DoctorCommand: Command {
         runtimeDirectory = try WorkerCLI.runtimeDirectory(&arguments)
     }
 
+    /// Who answers pairings with the config file's bluetooth keys on this host (what the
+    /// daemon decides when its Bluetooth session starts), and advice when nobody would.
+    func pairingAgentReport() -> (json: JSONValue, advice: String?) {
+        let boot = SystemdBootTarget.read()
+        var object = JSONObject([("defaultTarget", .optional(boot.defaultTarget)), ("displayManager", .bool(boot.displayManager))])
+        guard case .success(let config) = loadConfig(path: configPath, explicit: false) else { return (.object(object), nil) }
+        let bluetooth = config.bluetooth
+        let choice = PairingAgentChoice.decide(security: bluetooth.security, allowedClients: bluetooth.allowedClients,
+                                               setting: bluetooth.pairingAgent, boot: boot)
+        object["answerer"] = .string(choice.answerer.rawValue)
+        object["reason"] = .string(choice.reason)
+        guard bluetooth.security == .encrypted, bluetooth.pairingAgent == .host, !boot.isGraphicalDesktop else { return (.object(object), nil) }
+        return (.object(object), "bluetooth: security is encrypted and bluetooth.pairingAgent is host, but this host has no desktop (\(boot.description)) whose agent could answer: a client that never paired is refused until it pairs in edgecoder-worker bluetooth pair; set bluetooth.pairingAgent to auto to let the worker accept Just Works pairings")
+    }
+
     func run() async -> Int32 {
         var advice: [String] = []
         var backendURL: String?
@@ -296,6 +312,9 @@ struct DoctorCommand: Command {
         report["stateDirectory"] = state.json
         var bluetoothReport = bluetooth.json.objectValue ?? JSONObject()
         if let service = daemonStatus["bluetooth"] { bluetoothReport["service"] = service }
+        let pairing = pairingAgentReport()
+        bluetoothReport["pairingAgent"] = pairing.json
+        if let problem = pairing.advice { advice.append(problem) }
         report["bluetooth"] = .object(bluetoothReport)
         report["model"] = model.json
         report["advice"] = .array(advice.map { .string($0) })

@@ -73,6 +73,14 @@ public struct BluetoothStatus: Sendable, Equatable {
     /// How notifications are paced (`bytes` or `chunks`) and the ATT bearers that decided it.
     public var pacing = NotificationPacer.Rule.chunks.rawValue
     public var attBearers: Int?
+    /// Who answers pairings of the adapter (`worker`: the daemon's Just Works agent, or
+    /// `host`), whether the daemon's agent is registered now, and why (PairingAgentChoice).
+    public var pairingAgent = PairingAgentChoice.Answerer.host.rawValue
+    public var pairingAgentRegistered = false
+    public var pairingAgentReason = ""
+    /// Pairings the worker's agent accepted and refused in this session.
+    public var pairingsAccepted: Int64 = 0
+    public var pairingsRefused: Int64 = 0
 
     public init() {}
 
@@ -101,6 +109,11 @@ public struct BluetoothStatus: Sendable, Equatable {
         object["registrations"] = .int(registrations)
         object["pacing"] = .string(pacing)
         object["attBearers"] = attBearers.map { .int(Int64($0)) } ?? .null
+        object["pairingAgent"] = .string(pairingAgent)
+        object["pairingAgentRegistered"] = .bool(pairingAgentRegistered)
+        object["pairingAgentReason"] = .string(pairingAgentReason)
+        object["pairingsAccepted"] = .int(pairingsAccepted)
+        object["pairingsRefused"] = .int(pairingsRefused)
         return .object(object)
     }
 

@@ -76,6 +76,8 @@ public struct WorkerConfig: Sendable, Equatable {
         public var maxTokens: Int64?
         /// What link the characteristics require (SPEC 6.2).
         public var security: BluetoothSecurity = .open
+        /// Who answers Just Works pairings while `security` is `encrypted` (PairingAgentChoice).
+        public var pairingAgent: BluetoothPairingAgentSetting = .auto
         /// Which devices may become clients (SPEC 6.2).
         public var allowedClients: BluetoothAllowedClients = .any
         /// A client this long without a request loses its slot to a device that wants it.
@@ -284,6 +286,7 @@ extension WorkerConfig {
                     case "maxClients": reader.int(value, path: path, 1...16).map { config.bluetooth.maxClients = $0 }
                     case "maxTokens": reader.int(value, path: path, 1...32_768).map { config.bluetooth.maxTokens = $0 }
                     case "security": reader.choice(value, path: path, BluetoothSecurity.self).map { config.bluetooth.security = $0 }
+                    case "pairingAgent": reader.choice(value, path: path, BluetoothPairingAgentSetting.self).map { config.bluetooth.pairingAgent = $0 }
                     case "allowedClients": reader.allowedClients(value, path: path).map { config.bluetooth.allowedClients = $0 }
                     case "clientIdleSec": reader.int(value, path: path, 5...86_400).map { config.bluetooth.clientIdleSec = $0 }
                     default: reader.unknown(path)

@@ -6,15 +6,23 @@ public struct ConfigReloadPlan: Sendable, Equatable {
     public var applied: WorkerConfig
     /// Keys whose new value applies now.
     public var appliedKeys: [String]
+    /// Whether the Bluetooth session must start again to apply them.
+    public var restartsBluetooth: Bool { appliedKeys.contains(where: Self.restartingBluetooth.contains) }
     /// Keys whose value in the file differs from the running one and needs a restart.
     public var restartKeys: [String]
 
     /// Keys (dotted paths) taken at once; a key under `policy.` is live too. Everything
     /// else is read once, when the part that uses it starts.
-    public static let liveKeys: Set<String> = [
+    public static let liveKeys = Set([
         "coordinator.heartbeatIntervalMs", "coordinator.pullIntervalMs",
         "backend.allowRemoteModelSwitch", "network.onMetered", "log.level",
-    ]
+    ]).union(restartingBluetooth)
+
+    /// Live keys that start the Bluetooth session again (its clients are disconnected):
+    /// bluetoothd reads the characteristics' flags only when the application registers, and
+    /// a client admitted at the old level must not keep a link the new one refuses; the
+    /// pairing agent follows the level (PairingAgentChoice).
+    public static let restartingBluetooth: Set<String> = ["bluetooth.security", "bluetooth.pairingAgent"]
 
     public static func isLive(_ key: String) -> Bool { liveKeys.contains(key) || key.hasPrefix("policy.") }
 
@@ -28,6 +36,8 @@ public struct ConfigReloadPlan: Sendable, Equatable {
         applied.coordinator.pullIntervalMs = file.coordinator.pullIntervalMs
         applied.network.onMetered = file.network.onMetered
         applied.log.level = file.log.level
+        applied.bluetooth.security = file.bluetooth.security
+        applied.bluetooth.pairingAgent = file.bluetooth.pairingAgent
         let changedNow = changedKeys(running, applied)
         let waiting = changedKeys(applied, file)
         return ConfigReloadPlan(applied: applied, appliedKeys: changedNow, restartKeys: waiting)
@@ -86,6 +96,7 @@ extension WorkerConfig {
             ("bluetooth.maxClients", "\(bluetooth.maxClients)"),
             ("bluetooth.maxTokens", text(bluetooth.maxTokens.map { "\($0)" })),
             ("bluetooth.security", bluetooth.security.rawValue),
+            ("bluetooth.pairingAgent", bluetooth.pairingAgent.rawValue),
             ("bluetooth.allowedClients", bluetooth.allowedClients.description),
             ("bluetooth.clientIdleSec", "\(bluetooth.clientIdleSec)"),
             ("hooks.networkRestored", text(hooks.networkRestored)),

@@ -86,13 +86,13 @@ public struct PairingWindow: Sendable {
         // A host may have several adapters, and in a desktop session other requests reach
         // the default agent too: this window answers for the worker's adapter only.
         guard let address = Self.address(ofDevice: device, under: adapterPath) else {
-            return .reject("\(printableDevice(device)) is not a device of \(adapterPath); this window pairs that adapter only")
+            return .reject("\(Self.printable(device)) is not a device of \(adapterPath); this window pairs that adapter only")
         }
         switch request {
         case .pinCode, .displayPinCode:
             return .reject("\(address) asks for Bluetooth Classic PIN pairing; the worker is an LE peripheral and offers none")
         case .authorizeService(_, let uuid):
-            return .reject("\(address) asks to use service \(printableDevice(uuid)); this window only pairs")
+            return .reject("\(address) asks to use service \(Self.printable(uuid)); this window only pairs")
         case .displayPasskey(_, let passkey, let entered):
             return .show(entered == 0 ? "Type the passkey \(Self.sixDigits(passkey)) on \(address)." : "\(address): \(entered) digit(s) typed")
         case .confirmation, .authorization, .passkey:
@@ -204,7 +204,7 @@ public struct PairingWindow: Sendable {
     }
 
     /// Device paths come from the bus: shown escaped and cut, never raw.
-    private func printableDevice(_ text: String) -> String {
+    static func printable(_ text: String) -> String {
         let cut = text.unicodeScalars.prefix(80).map { $0.isASCII && $0.value >= 0x20 && $0.value < 0x7F ? String($0) : "?" }.joined()
         return cut + (text.unicodeScalars.count > 80 ? "…" : "")
     }

@@ -68,6 +68,8 @@ public struct PeripheralMachine: Sendable {
         public var limits = NeighbourLimits()
         /// `bluetooth.pacing`: `auto` decides from bluetoothd's ATT bearers (`.attBearers`).
         public var pacing = BluetoothPacingMode.auto
+        /// Whether the worker's Just Works agent runs (`bluetooth.pairingAgent`), and why.
+        public var pairingAgent = PairingAgentChoice(answerer: .host, reason: "security is open: no pairing is needed")
 
         public init(adapter: String?, localName: String, maxRequestBytes: Int, maxQueuedRequests: Int, chunkPacingMs: Int64, maxClients: Int) {
             self.adapter = adapter
@@ -83,6 +85,8 @@ public struct PeripheralMachine: Sendable {
     public enum Registered: String, Sendable, Equatable {
         case application = "GATT application"
         case advertisement
+        /// The Just Works agent (AgentManager1, not per adapter).
+        case agent = "pairing agent"
     }
     public enum RegistrationAnswer: Sendable, Equatable {
         case accepted
@@ -101,6 +105,8 @@ public struct PeripheralMachine: Sendable {
         case stopNotify(GattLayout.Role)
         /// LEAdvertisement1.Release: bluetoothd dropped the advertisement.
         case releaseAdvertisement
+        /// An Agent1 call to the worker's pairing agent.
+        case agent(JustWorksAgent.Call)
         /// A member the characteristic does not support.
         case unsupported(member: String, path: String)
     }
@@ -211,6 +217,10 @@ public struct PeripheralMachine: Sendable {
     public private(set) var adapterPath: String?
     public private(set) var application = Registration.none
     public private(set) var advertisement = Registration.none
+    /// The pairing agent: registered while `settings.pairingAgent` says so, bluetoothd is
+    /// there and the adapter is usable.
+    public private(set) var agent = Registration.none
+    var agentRetryAtMs: Int64 = 0
     /// Bumped whenever bluetoothd's side is lost: answers to older calls are ignored.
     public private(set) var epoch = 0
     var retryAtMs: Int64 = 0
@@ -262,6 +272,8 @@ public struct PeripheralMachine: Sendable {
         queuePolicy = RequestQueuePolicy(maxQueued: settings.maxQueuedRequests)
         pacer = NotificationPacer(mode: settings.pacing, pauseMs: settings.chunkPacingMs)
         status.pacing = pacer.rule.rawValue
+        status.pairingAgent = settings.pairingAgent.answerer.rawValue
+        status.pairingAgentReason = settings.pairingAgent.reason
         status.localName = settings.localName
         status.adapter = settings.adapter
         status.state = .waiting
@@ -273,7 +285,7 @@ public struct PeripheralMachine: Sendable {
     /// Requests waiting or running.
     public var queued: Int { waiting.count + (running == nil ? 0 : 1) }
     /// True once `.stop` was handled and bluetoothd holds nothing of ours any more.
-    public var stopped: Bool { stopping && application == .none && advertisement == .none }
+    public var stopped: Bool { stopping && application == .none && advertisement == .none && agent == .none }
 
     /// When the interpreter must feed `.tick` next (monotonic ms). Every time-based rule
     /// runs in every `on`, so only deadlines after the last event's time count: one that
@@ -286,6 +298,7 @@ public struct PeripheralMachine: Sendable {
         if let forced = statusForcedAtMs { consider(forced) }
         for pending in pendingDisconnects.values { consider(pending.atMs) }
         if application == .none || advertisement == .none { consider(retryAtMs) }
+        if settings.pairingAgent.registersAgent && agent == .none { consider(agentRetryAtMs) }
         return max(deadline, lastNowMs + 1)
     }
 
@@ -332,7 +345,13 @@ public struct PeripheralMachine: Sendable {
         case .stop:
             stop(&out)
         case .unregistered(let what):
-            if what == .application { application = .none } else { advertisement = .none }
+            switch what {
+            case .application: application = .none
+            case .advertisement: advertisement = .none
+            case .agent:
+                agent = .none
+                out.append(.log(.notice, "pairing agent unregistered: bluetoothd's previous default agent, if any, answers pairings again"))
+            }
         }
         housekeeping(now: now, &out)
         startWork(&out)
@@ -404,7 +423,10 @@ public struct PeripheralMachine: Sendable {
             out.append(.log(.warning, "bluetoothd left the bus: the application and advertisement are gone; registering again when it is back"))
         }
         registrationsLost(&out)
+        // bluetoothd forgets an agent whose process or bluetoothd itself left the bus.
+        agent = .none
         retryAtMs = 0
+        agentRetryAtMs = 0
     }
 
     /// The adapter went away or off, or bluetoothd did: what was registered is gone, and
@@ -412,6 +434,9 @@ public struct PeripheralMachine: Sendable {
     mutating func registrationsLost(_ out: inout [Command]) {
         application = .none
         advertisement = .none
+        // A registered agent outlives the adapter (AgentManager1 is bluetoothd's); one being
+        // registered loses its answer with the epoch, so it is registered again.
+        if agent == .pending { agent = .none }
         adapterPath = nil
         epoch += 1
         for device in sessions.keys.sorted() { clientGone(sessions[device]!.address, &out) }
@@ -436,6 +461,11 @@ public struct PeripheralMachine: Sendable {
             registrationsLost(&out)
             adapterPath = path
         }
+        // The agent first: it must answer the first client's pairing.
+        if settings.pairingAgent.registersAgent && agent == .none && now >= agentRetryAtMs {
+            agent = .pending
+            out.append(.register(.agent, adapterPath: path, epoch: epoch))
+        }
         guard now >= retryAtMs else { return }
         if application == .none {
             application = .pending
@@ -456,6 +486,7 @@ public struct PeripheralMachine: Sendable {
 
     mutating func registered(_ what: Registered, epoch: Int, answer: RegistrationAnswer, now: Int64, _ out: inout [Command]) {
         guard epoch == self.epoch, !stopping else { return }
+        if what == .agent { return agentRegistered(answer, now: now, &out) }
         var accepted = false
         switch answer {
         case .accepted:
@@ -484,8 +515,64 @@ public struct PeripheralMachine: Sendable {
         reconcile(now: now, &out)
     }
 
+    // MARK: The pairing agent (bluetooth.pairingAgent)
+
+    mutating func agentRegistered(_ answer: RegistrationAnswer, now: Int64, _ out: inout [Command]) {
+        switch answer {
+        case .accepted, .alreadyExists:
+            agent = .done
+            status.pairingAgentReason = settings.pairingAgent.reason
+            out.append(.log(.notice, "pairing agent registered (\(JustWorksAgent.capability), bluetoothd's default agent): Just Works pairings of \(status.adapter ?? "the adapter")'s devices are accepted; \(settings.pairingAgent.reason)"))
+        case .refused(let error):
+            agent = .none
+            agentRetryAtMs = now + settings.retryMs
+            status.pairingAgentReason = "bluetoothd refused the pairing agent: \(error); retrying every \(settings.retryMs / 1000) s"
+            out.append(.log(.warning, status.pairingAgentReason + ". Until it is registered, clients that never paired are refused (security encrypted)"))
+        }
+    }
+
+    /// An Agent1 call (bluetoothd's, `handle` checked): Just Works for the worker's adapter
+    /// only, decided by `JustWorksAgent`; nothing is ever held.
+    mutating func agentCall(_ call: JustWorksAgent.Call, now: Int64, _ out: inout [Command]) {
+        switch call {
+        case .release:
+            // bluetoothd dropped it on its own (it is going away, or another process
+            // unregistered it): registered again after the retry delay while it should run.
+            if agent != .none && !stopping {
+                out.append(.log(.warning, "bluetoothd released the pairing agent; registering it again in \(settings.retryMs / 1000) s"))
+                agentRetryAtMs = now + settings.retryMs
+            }
+            agent = .none
+            out.append(.reply(.empty))
+        case .cancel:
+            out.append(.reply(.empty))
+        case .malformed(let member):
+            out.append(.reply(.error(name: "org.freedesktop.DBus.Error.InvalidArgs", message: "unexpected arguments for \(member)")))
+        case .request(let request):
+            guard settings.pairingAgent.registersAgent, agent != .none, !stopping else {
+                out.append(.reply(.error(name: "org.bluez.Error.Rejected", message: "the worker's pairing agent is not registered")))
+                return
+            }
+            switch JustWorksAgent.answer(request, adapterPath: adapterPath) {
+            case .accept(let address):
+                status.pairingsAccepted += 1
+                out.append(.log(.notice, "accepted a Just Works pairing from \(address) (the worker's pairing agent)"))
+                out.append(.reply(.empty))
+            case .reject(let why):
+                status.pairingsRefused += 1
+                out.append(.log(.info, "refused a pairing request: \(why)"))
+                out.append(.reply(.error(name: "org.bluez.Error.Rejected", message: why)))
+            }
+        }
+    }
+
     mutating func stop(_ out: inout [Command]) {
         stopping = true
+        if agent != .none && busOpen && follower.present {
+            out.append(.unregister(.agent, adapterPath: "/org/bluez"))
+        } else {
+            agent = .none
+        }
         guard busOpen, follower.present, let adapterPath else {
             application = .none
             advertisement = .none
@@ -574,6 +661,8 @@ public struct PeripheralMachine: Sendable {
         case .stopNotify(let role):
             notifying.remove(role)
             out.append(.reply(.empty))
+        case .agent(let call):
+            agentCall(call, now: now, &out)
         case .releaseAdvertisement:
             out.append(.log(.warning, "bluetoothd released the advertisement"))
             advertisement = .none
@@ -952,6 +1041,7 @@ public struct PeripheralMachine: Sendable {
     mutating func publish(_ out: inout [Command]) {
         status.clients = sessions.values.map { BluetoothStatus.Client(address: $0.address, mtu: $0.mtu) }.sorted { $0.address < $1.address }
         status.applicationRegistered = application == .done
+        status.pairingAgentRegistered = agent == .done
         status.advertising = advertisement == .done
         status.queued = queued
         guard status != lastPublished else { return }

@@ -1505,7 +1505,10 @@ async def sc_window_pair(args):
     protection, what "authenticated" needs). cap=NoInputNoOutput: Just Works, the window
     asks without a passkey. answer=y: paired and bonded on both ends, the window exits 0
     by itself, unregisters its agent and makes hci0 non-pairable again. answer=n: the
-    pairing fails; the window is then ended with SIGINT and exits 1."""
+    pairing fails; the window is then ended with SIGINT and exits 1. agent=worker: the
+    worker's own Just Works agent is registered (hci0 pairable before and after); the window
+    takes over as bluetoothd's default agent while it is open (the worker's agent answers
+    nothing meanwhile) and gives the place back when it closes."""
     global _SESSION
     if _SESSION is not None:
         await _SESSION.close()
@@ -1513,8 +1516,13 @@ async def sc_window_pair(args):
     adapter = args.get("adapter", "hci1")
     cap = args.get("cap", "KeyboardDisplay")
     answer = args.get("answer", "y")
+    worker_agent = args.get("agent") == "worker"
     await forget_both(adapter)
-    TAP.ok(await adapter_pairable() is False, "before the window, hci0 is not pairable (no agent)")
+    accepted0 = bt_status().get("pairingsAccepted", 0)
+    if worker_agent:
+        TAP.ok(await adapter_pairable() is True, "before the window, hci0 is pairable (the worker's agent is registered)")
+    else:
+        TAP.ok(await adapter_pairable() is False, "before the window, hci0 is not pairable (no agent)")
     proc = await asyncio.create_subprocess_exec(
         os.environ["WORKER_BIN"], "bluetooth", "pair", "--timeout", args.get("window", "90"), "--adapter", "hci0",
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
@@ -1590,7 +1598,12 @@ async def sc_window_pair(args):
             while (line := await next_line(5)) is not None:
                 rest.append(line)
             TAP.ok(rc == 1 and any("interrupted" in l for l in rest), f"SIGINT ends the window, exit 1 ({rc}; {rest[-1:]})")
-        TAP.ok(await adapter_pairable() is False, "after the window, hci0 is not pairable again")
+        if worker_agent:
+            TAP.ok(await adapter_pairable() is True, "after the window, hci0 is still pairable (the worker's agent)")
+            TAP.ok(bt_status().get("pairingsAccepted", 0) == accepted0,
+                   "the window answered, not the worker's agent: it was the default while open")
+        else:
+            TAP.ok(await adapter_pairable() is False, "after the window, hci0 is not pairable again")
     finally:
         if pair_task is not None and not pair_task.done():
             pair_task.cancel()
@@ -1676,6 +1689,90 @@ async def sc_bonded_client(args):
     finally:
         await s.close()
 
+
+def daemon_log_lines(needle):
+    """Lines of the daemon's log ($VM_RESULTS/daemon.log) containing NEEDLE."""
+    try:
+        with open(os.path.join(os.environ["VM_RESULTS"], "daemon.log"), errors="replace") as f:
+            return [line.rstrip("\n") for line in f if needle in line]
+    except OSError:
+        return []
+
+
+async def sc_agent_pair(args):
+    """bluetooth.security encrypted and the worker's own Just Works agent registered
+    (pairingAgent auto: this guest's default.target is Debian's stock graphical.target and no
+    display manager is enabled): an unpaired central (hci1) pairs with no pairing window and
+    no operator answer, and is served.
+
+    Linux asks user space to confirm a Just Works pairing at BOTH ends (bluetoothd -d:
+    "user_confirm_request_callback() hci0 ... confirm_hint 1", then the same for hci1: the
+    responder, the worker, first). One bluetoothd serves both ends here, with one default
+    agent, the worker's. HOW=write (what a client does by itself): a plain write meets
+    Insufficient Encryption and BlueZ's GATT client pairs; the worker's end goes to the
+    worker's agent (RequestAuthorization), and bluetoothd confirms the central's end itself,
+    because that agent is already asked about the same two adapters (src/agent.c,
+    agent_has_request: -EINPROGRESS) -- on a real client its own host answers that end.
+    HOW=pair: Device1.Pair from the central's own, non-default agent's connection; bluetoothd
+    accepts the initiator's end by itself (src/device.c: a bonding it started), the worker's
+    end again goes to the worker's agent."""
+    global _SESSION
+    if _SESSION is not None:
+        await _SESSION.close()
+        _SESSION = None
+    how = args.get("how", "write")
+    adapter = "hci1"
+    await forget_both(adapter)
+    st = bt_status()
+    TAP.ok(st.get("pairingAgent") == "worker" and st.get("pairingAgentRegistered") is True,
+           f"status: the worker answers pairings, its agent registered ({st.get('pairingAgent')}, "
+           f"{st.get('pairingAgentRegistered')}: {st.get('pairingAgentReason')})")
+    accepted0 = st.get("pairingsAccepted", 0)
+    journal0 = len(daemon_log_lines("accepted a Just Works pairing from " + CENTRAL))
+    rid = new_id(f"agent-{how}")
+    t0 = time.monotonic()
+    if how == "pair":
+        dev = await find(PERIPHERAL, adapter=adapter, timeout=120, kick="hci0")
+        if not TAP.ok(dev is not None, f"{adapter} finds {PERIPHERAL}"):
+            return
+        err = None
+        async with CentralAgent("NoInputNoOutput") as agent:
+            try:
+                await agent.pair(adapter, timeout=60)
+            except Exception as e:
+                err = e
+        TAP.ok(err is None, f"Device1.Pair succeeds with no window and no operator ({time.monotonic() - t0:.1f}s"
+               f"{'; ' + str(err)[:160] if err else ''}; the central's own agent was asked: {agent.shown})")
+    s = Session(adapter, "unpaired client" if how == "write" else "paired client")
+    try:
+        await s.open()
+        await s.subscribe()
+        msg, _ = await s.ask(rid, "paired by the worker's agent", tokens=8, timeout=120)
+        TAP.ok(served_ok(msg, rid), f"{'its first write pairs by itself and ' if how == 'write' else ''}the client is served "
+               f"with no window and no operator ({time.monotonic() - t0:.1f}s; {brief(msg)})")
+    finally:
+        await s.close()
+    links = await link_state(adapter)
+    TAP.ok(links["central.Bonded"] is True and links["worker.Bonded"] is True, f"both ends are bonded ({links})")
+    st = bt_status()
+    TAP.ok(st.get("pairingsAccepted", 0) == accepted0 + 1,
+           f"the worker's end was answered by the worker's agent (pairingsAccepted {accepted0} -> {st.get('pairingsAccepted')})")
+    TAP.ok(len(daemon_log_lines("accepted a Just Works pairing from " + CENTRAL)) == journal0 + 1,
+           "the journal says the worker's agent accepted it")
+
+
+async def sc_agent_gone(args):
+    """After a reload to security authenticated: the worker's agent is unregistered (status
+    says the host answers), and the session is up again with the new flags."""
+    st = await wait_until(lambda: (lambda s: s if s.get("pairingAgent") == "host" and s.get("pairingAgentRegistered") is False
+                                   and s.get("advertising") is True else None)(bt_status()), 60)
+    st = st or bt_status()
+    TAP.ok(st.get("pairingAgent") == "host" and st.get("pairingAgentRegistered") is False,
+           f"after the reload the worker's agent is gone ({st.get('pairingAgent')}, {st.get('pairingAgentRegistered')}: "
+           f"{st.get('pairingAgentReason')})")
+    TAP.ok(bool(daemon_log_lines("pairing agent unregistered")), "the journal says the agent was unregistered")
+
+
 SCENARIOS = {
     "discover": sc_discover, "subscribe": sc_subscribe, "proxy": sc_proxy,
     "request": sc_request, "long": sc_long, "read-rtt": sc_read_rtt, "wnr": sc_wnr, "bad-input": sc_bad_input,
@@ -1687,6 +1784,7 @@ SCENARIOS = {
     "badflood": sc_badflood, "idle": sc_idle, "leave-mid": sc_leave_mid,
     "encrypted-refused": sc_encrypted_refused, "window-pair": sc_window_pair,
     "bonded-client": sc_bonded_client, "auth-refused": sc_auth_refused, "forget": sc_forget,
+    "agent-pair": sc_agent_pair, "agent-gone": sc_agent_gone,
 }
 
 

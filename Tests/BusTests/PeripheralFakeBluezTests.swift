@@ -24,6 +24,8 @@ final class FakeBluez: @unchecked Sendable {
         var agent: (owner: String, path: String)?
         var agentDefault = false
         var agentUnregistered = false
+        var agentCapability: String?
+        var agentRegistrations = 0
     }
     let lock = NSLock()
     var log = Log()
@@ -102,8 +104,13 @@ final class FakeBluez: @unchecked Sendable {
             with { $0.unregistered += 1 }
             return .reply([])
         case ("/org/bluez", "RegisterAgent"):
-            let path = (try? message.arguments())?.first?.stringValue ?? ""
-            with { $0.agent = (message.sender ?? "", path) }
+            let args = (try? message.arguments()) ?? []
+            with {
+                $0.agent = (message.sender ?? "", args.first?.stringValue ?? "")
+                $0.agentCapability = args.count > 1 ? args[1].stringValue : nil
+                $0.agentRegistrations += 1
+                $0.agentUnregistered = false
+            }
             return .reply([])
         case ("/org/bluez", "RequestDefaultAgent"):
             with { $0.agentDefault = true }

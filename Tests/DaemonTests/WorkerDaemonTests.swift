@@ -121,3 +121,29 @@ import WorkerCore
         #expect(logs.records.contains { $0.level == .error && $0.message.contains("cannot write the state directory") })
     }
 }
+
+/// A reload that changes bluetooth.security or bluetooth.pairingAgent asks the Bluetooth
+/// runtime to start its session again (with the new level and agent); other keys do not.
+@Suite struct BluetoothReload {
+    let dir = NSTemporaryDirectory() + "ecw-daemon-" + UUID().uuidString
+
+    @Test func aNewSecurityLevelRestartsTheBluetoothSessionAndIsTheRunningConfig() async throws {
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
+        var running = WorkerConfig()
+        running.bluetooth.security = .encrypted
+        let daemon = WorkerDaemon(config: running, paths: paths, directory: try StateDirectory(path: dir),
+                                  logger: Logger(label: "test", handler: MemoryLogHandler()), clock: { 1_000 })
+        var file = running
+        file.log.level = .debug
+        await daemon.reload(file: file)
+        #expect(!daemon.bluetoothRestart.value, "a log level leaves the session alone")
+        file.bluetooth.security = .authenticated
+        file.bluetooth.maxClients = 3
+        let status = await daemon.reload(file: file)
+        #expect(status.appliedKeys == ["bluetooth.security"])
+        #expect(status.restartKeys == ["bluetooth.maxClients"])
+        #expect(daemon.bluetoothRestart.value)
+        #expect(await daemon.config.bluetooth.security == .authenticated)
+    }
+}

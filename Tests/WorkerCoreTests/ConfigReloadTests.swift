@@ -83,3 +83,29 @@ import Testing
         }
     }
 }
+
+/// bluetooth.security and bluetooth.pairingAgent apply at a reload by starting the Bluetooth
+/// session again (its flags and its pairing agent follow the level).
+@Suite struct ConfigReloadBluetoothSecurityTests {
+    func config(_ text: String) throws -> WorkerConfig { try WorkerConfig.parse(Array(text.utf8)) }
+
+    @Test func securityAndPairingAgentApplyLiveAndRestartTheBluetoothSession() throws {
+        let running = try config(#"{"bluetooth": {"security": "encrypted"}}"#)
+        let file = try config(#"{"bluetooth": {"security": "authenticated", "pairingAgent": "host", "maxClients": 2}}"#)
+        let plan = ConfigReloadPlan.plan(running: running, file: file)
+        #expect(plan.appliedKeys == ["bluetooth.security", "bluetooth.pairingAgent"])
+        #expect(plan.restartKeys == ["bluetooth.maxClients"])
+        #expect(plan.applied.bluetooth.security == .authenticated)
+        #expect(plan.applied.bluetooth.pairingAgent == .host)
+        let status = ConfigReloadStatus(atMs: 0, outcome: .applied, appliedKeys: plan.appliedKeys, restartKeys: plan.restartKeys)
+        #expect(status.line == "config reloaded: applied bluetooth.security, bluetooth.pairingAgent; needs a restart to apply: bluetooth.maxClients")
+    }
+
+    @Test func otherLiveKeysLeaveTheBluetoothSessionAlone() throws {
+        let running = try config("{}")
+        let plan = ConfigReloadPlan.plan(running: running, file: try config(#"{"log": {"level": "debug"}, "bluetooth": {"maxClients": 2}}"#))
+        #expect(!plan.restartsBluetooth)
+        #expect(ConfigReloadPlan.plan(running: running, file: try config(#"{"bluetooth": {"pairingAgent": "worker"}}"#)).restartsBluetooth)
+        #expect(!ConfigReloadPlan.plan(running: running, file: running).restartsBluetooth)
+    }
+}

@@ -171,6 +171,18 @@ import Testing
         #expect(try WorkerConfig.parse(Array("{}".utf8)).bluetooth.chunkPacingMs == 10)
     }
 
+    @Test func pairingAgentTakesAutoWorkerOrHostAndNamesTheChoicesOtherwise() throws {
+        #expect(try WorkerConfig.parse(Array("{}".utf8)).bluetooth.pairingAgent == .auto)
+        for setting in BluetoothPairingAgentSetting.allCases {
+            #expect(try WorkerConfig.parse(Array(#"{"bluetooth": {"pairingAgent": "\#(setting.rawValue)"}}"#.utf8)).bluetooth.pairingAgent == setting)
+        }
+        for bad in [#""desktop""#, #""Worker""#, #""""#, "true", "1", "null", #"["worker"]"#] {
+            let found = problems(#"{"bluetooth": {"pairingAgent": \#(bad)}}"#)
+            #expect(found.map(\.path) == ["bluetooth.pairingAgent"], "\(bad)")
+        }
+        #expect(problems(#"{"bluetooth": {"pairingAgent": "desktop"}}"#).first?.message == #"must be one of "auto", "worker", "host", got "desktop""#)
+    }
+
     @Test func reportsEveryProblemAtOnce() {
         let found = problems(#"{"x": 1, "coordinator": {"url": "gopher://a", "pullIntervalMs": true}, "policy": {"minBatteryPct": -5}}"#)
         #expect(found.map(\.path) == ["x", "coordinator.url", "coordinator.pullIntervalMs", "policy.minBatteryPct"])

@@ -15,10 +15,12 @@ struct PeripheralHarness {
     var now: Int64 = 10_000
     var all: [Command] = []
 
-    init(maxClients: Int = 1, maxQueued: Int = 8, pacingMs: Int64 = 10, pacing: BluetoothPacingMode = .auto) {
+    init(maxClients: Int = 1, maxQueued: Int = 8, pacingMs: Int64 = 10, pacing: BluetoothPacingMode = .auto,
+         pairingAgent: PairingAgentChoice? = nil) {
         var settings = PeripheralMachine.Settings(adapter: nil, localName: "EdgeCoder-test", maxRequestBytes: 65_536,
                                                   maxQueuedRequests: maxQueued, chunkPacingMs: pacingMs, maxClients: maxClients)
         settings.pacing = pacing
+        if let pairingAgent { settings.pairingAgent = pairingAgent }
         machine = PeripheralMachine(settings: settings)
     }
 

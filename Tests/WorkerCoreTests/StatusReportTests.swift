@@ -78,7 +78,8 @@ enum DocumentedStatus {
         "requestsServed": .int, "requestsFailed": .int, "requestsRejected": .int, "clientsRefused": .int, "queued": .int,
         "clientsNotAllowed": .int, "clientsEvicted": .int, "clientsCooledDown": .int, "rejectionsDropped": .int,
         "registrations": .int, "configuredAdapter": .nullable(.string), "maxClients": .int,
-        "pacing": .string, "attBearers": .nullable(.int),
+        "pacing": .string, "attBearers": .nullable(.int), "pairingAgent": .string, "pairingAgentRegistered": .bool,
+        "pairingAgentReason": .string, "pairingsAccepted": .int, "pairingsRefused": .int,
     ])
     static let configReload = Shape.object(required: [
         "at": .string, "outcome": .string, "problems": .array(of: .string), "applied": .array(of: .string), "needsRestart": .array(of: .string),

@@ -1,7 +1,8 @@
 // libFuzzer target: what `edgecoder-worker bluetooth pair` reads from outside — the
 // operator's terminal (TerminalLines, then isYes/passkey) and bluetoothd's device paths
-// (PairingWindow.address(ofDevice:), decide). Any bytes: no crash, a yes only for y/yes,
-// a passkey only in 0…999999, never a question about another adapter's device.
+// (PairingWindow.address(ofDevice:), decide; the daemon's JustWorksAgent.answer). Any bytes:
+// no crash, a yes only for y/yes, a passkey only in 0…999999, never a question about (nor an
+// acceptance of) another adapter's device.
 import WorkerCore
 
 @_cdecl("LLVMFuzzerTestOneInput")
@@ -19,6 +20,10 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> Int32 {
     }
     let decision = window.decide(request, nowMs: Int64(input.byte()))
     let address = PairingWindow.address(ofDevice: path, under: "/org/bluez/hci0")
+    // The daemon's Just Works agent: accepts only Just Works, only for hci0's devices.
+    if case .accept(let accepted) = JustWorksAgent.answer(request, adapterPath: "/org/bluez/hci0") {
+        check(accepted == address && request == .authorization(device: path), "the agent accepted \(request)")
+    }
     if let address {
         check(address.utf8.count == 17 && path.hasPrefix("/org/bluez/hci0/dev_"), "address \(address) from \(path.debugDescription)")
     }
