@@ -85,10 +85,11 @@ struct PeripheralBridge: PeripheralHost {
         let backend = self.backend.using(model: await daemon.activeModel)
         do throws(ModelError) {
             if request.stream {
-                // Pieces go to the client as they come; the iteration ends at `.done`.
+                // Pieces go to the client as they come (those read together, joined); the
+                // iteration ends at `.done`.
                 var iterator = backend.stream(modelRequest).makeAsyncIterator()
                 var output: ModelOutput?
-                while output == nil, let event = try await iterator.nextPiece() {
+                while output == nil, let event = try await iterator.nextJoinedPiece() {
                     switch event {
                     case .text(let text): await onPartial(text)
                     case .done(let whole): output = whole

@@ -331,5 +331,17 @@ public struct ModelStream: AsyncSequence, Sendable {
             }
             return pending.isEmpty ? nil : pending.removeFirst()
         }
+
+        /// `nextPiece`, with the pieces already decoded behind a text joined to it: a body
+        /// read that brought several of the model's events (the reader fell behind) costs
+        /// its consumer one hand-over, not one per token. Never waits for more text.
+        public mutating func nextJoinedPiece() async throws(ModelError) -> ModelStreamEvent? {
+            guard let event = try await nextPiece() else { return nil }
+            guard case .text(var text) = event else { return event }
+            let behind = pending.prefix { if case .text = $0 { true } else { false } }
+            for case .text(let more) in behind { text += more }
+            pending.removeFirst(behind.count)
+            return .text(text)
+        }
     }
 }

@@ -328,6 +328,11 @@ public struct PeripheralMachine: Sendable {
             handle(call, sender: sender, now: now, &out)
         case .partial(let ticket, let text):
             if let item = running, item.ticket == ticket, runningStop == nil { coalescer?.add(text, nowMs: now) }
+            // Text comes once per token of the model: it changes nothing of the status and
+            // no other rule (housekeeping runs on the loop's own deadlines), so only the pump
+            // runs, not the whole round, which matters on a slow CPU.
+            pump(now: now, &out)
+            return out
         case .served(let ticket, let outcome):
             finished(ticket: ticket, outcome, &out)
         case .statusValues(let modelState, let batteryPct, let force):

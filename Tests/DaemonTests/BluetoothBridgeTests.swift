@@ -46,7 +46,8 @@ import StateStore
         let pieces = Pieces()
         let outcome = await bridge.serve(Self.chat(), client: "AA:BB", cancellation: ServeCancellation()) { await pieces.add($0) }
         #expect(outcome.ok && outcome.output == "Hello", "\(outcome)")
-        #expect(await pieces.all == ["Hel", "lo"])
+        // Both pieces came in one read of the body: they reach the peripheral as one, in order.
+        #expect(await pieces.all == ["Hello"])
         #expect(outcome.evalCount == 2)
         let body = try #require(transport.calls(to: "/v1/chat/completions").first?.body)
         #expect(body["messages"] == [["role": "system", "content": "be brief"], ["role": "user", "content": "hi"],
