@@ -29,7 +29,7 @@ public struct BluetoothService: Service {
             // cancelled service started and stopped the runtime in a tight loop, for ever
             // (issue 12 §6: 129 million times after two quick SIGTERMs).
             if shutdown.isTriggered || Task.isCancelled { return }
-            let host = PeripheralBridge(daemon: daemon, backend: backend, timeoutMs: config.backend.timeoutMs)
+            let host = PeripheralBridge(daemon: daemon, backend: backend, timeoutMs: config.backend.timeoutMs, logger: logger)
             // A restart asked before this start is this start: the config is read now.
             daemon.bluetoothRestart.set(false)
             // bluetooth.security and bluetooth.pairingAgent are live (a reload restarts the
@@ -66,6 +66,7 @@ struct PeripheralBridge: PeripheralHost {
     let daemon: WorkerDaemon
     let backend: ModelBackend
     let timeoutMs: Int64
+    var logger = Logger(label: "bluetooth", level: .error)
 
     func serve(_ request: BluetoothRequest, client: String, cancellation: ServeCancellation,
                onPartial: @escaping @Sendable (String) async -> Void) async -> PeripheralOutcome {
@@ -89,9 +90,15 @@ struct PeripheralBridge: PeripheralHost {
                 // iteration ends at `.done`.
                 var iterator = backend.stream(modelRequest).makeAsyncIterator()
                 var output: ModelOutput?
+                var first = true
                 while output == nil, let event = try await iterator.nextJoinedPiece() {
                     switch event {
-                    case .text(let text): await onPartial(text)
+                    case .text(let text):
+                        if first {
+                            first = false
+                            logger.debug("request \(request.id): the model's first text after \(wallClockMilliseconds() - started) ms")
+                        }
+                        await onPartial(text)
                     case .done(let whole): output = whole
                     }
                 }

@@ -176,21 +176,45 @@ public func formatLogLine(level: LogLevel, label: String, message: String, metad
 public struct StderrLogHandler: LogHandler {
     private let limiter: SharedRepeatLimiter?
     private let prefixed: Bool
+    private let clock: Bool
 
     /// `repeats: nil` writes every record (the command-line tools' one-shot output).
     /// `prefixed`: the `<N>` priority prefixes, which journald and syslog read and a
     /// person at a terminal does not need (default: unless stderr is a terminal).
-    public init(repeats: RepeatLimiter? = RepeatLimiter(), prefixed: Bool = LogSink.current() != .terminal) {
+    public init(repeats: RepeatLimiter? = RepeatLimiter(), prefixed: Bool = LogSink.current() != .terminal,
+                clock: Bool = StderrLogHandler.clockFromEnvironment) {
         limiter = repeats.map(SharedRepeatLimiter.init)
         self.prefixed = prefixed
+        self.clock = clock
     }
 
+    /// `EDGECODER_LOG_CLOCK=1`: every line carries the wall clock it was logged at, in
+    /// seconds with microseconds (`[1796301365.817901]` after the priority), to follow one
+    /// request through the daemon and the proxy (the BlueZ VM suite's stamped logs). The
+    /// journal stamps its records itself; this is for stderr going anywhere else.
+    public static let clockFromEnvironment = getenv("EDGECODER_LOG_CLOCK").map { String(cString: $0) == "1" } ?? false
+
     public func log(level: LogLevel, label: String, message: String, metadata: [(String, String)]) {
-        let line = formatLogLine(level: level, label: label, message: message, metadata: metadata, prefixed: prefixed)
+        var line = formatLogLine(level: level, label: label, message: message, metadata: metadata, prefixed: prefixed)
+        if clock {
+            var now = timespec()
+            clock_gettime(CLOCK_REALTIME, &now)
+            line = Self.stamped(line, prefixed: prefixed, seconds: Int(now.tv_sec), nanoseconds: Int(now.tv_nsec))
+        }
         guard let limiter else { return Self.write(line) }
         let (notes, admitted) = limiter.admit(level: level, label: label, message: message, now: monotonicNow())
         for note in notes { Self.write(prefixed ? note.line : note.plainLine) }
         if admitted { Self.write(line) }
+    }
+
+    /// `line` with `[seconds.micros] ` after its `<N>` priority (syslog and journald read
+    /// the priority only at the very start), or first when it has none.
+    public static func stamped(_ line: String, prefixed: Bool, seconds: Int, nanoseconds: Int) -> String {
+        let stamp = "[\(seconds).\(String(nanoseconds / 1_000 + 1_000_000).dropFirst())] "
+        var line = line
+        let cut = prefixed ? line.firstIndex(of: ">").map(line.index(after:)) ?? line.startIndex : line.startIndex
+        line.insert(contentsOf: stamp, at: cut)
+        return line
     }
 
     /// Writes one line to fd 2 in one write(2).

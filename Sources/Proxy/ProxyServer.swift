@@ -297,7 +297,9 @@ public struct ProxyServer: Sendable {
         var early: [UInt8] = []
         await withTaskGroup(of: Outcome.self) { group in
             group.addTask {
-                .result(await upstream.generate(call.ask, timeoutMs: timeoutMs, onDelta: { text in await responder.piece(text) }))
+                .result(await upstream.generate(call.ask, timeoutMs: timeoutMs, onDelta: { [logger, id] text in
+                    if await responder.piece(text) { logger.debug("\(id): the first piece of text went to the HTTP client") }
+                }))
             }
             group.addTask { await Self.watch(connection) }
             group.addTask {
@@ -390,12 +392,16 @@ actor Responder {
     var usable: Bool { state == .finished && keepAlive }
 
     /// A piece of the worker's text, out at once.
-    func piece(_ text: String) async {
-        guard !text.isEmpty, state == .pending || state == .open else { return }
+    /// Writes a piece of the answer's text; true for the answer's first.
+    @discardableResult
+    func piece(_ text: String) async -> Bool {
+        guard !text.isEmpty, state == .pending || state == .open else { return false }
         openHead()
+        let first = streamed.isEmpty
         streamed += text
         enqueue(HTTPServerResponse.chunk(ProxyAnswer.piece(call, text, nowMs: wallClockMilliseconds(), id: id)))
         await flush()
+        return first
     }
 
     /// After `ms` without the answer, the head goes out; a whole answer then gets a space

@@ -22,7 +22,8 @@ PROXY_STATE="$VM_RESULTS/proxy-state"
 start_proxy() { # no --device: the first worker found is remembered in $PROXY_STATE
   ip link set lo up 2>/dev/null
   echo "=== $(date -u +%T) proxy ===" >>"$VM_RESULTS/proxy.log"
-  run_logged "$VM_RESULTS/proxy.log" "$WORKER_BIN" proxy --port "$PROXY_PORT" --adapter hci1 --state-dir "$PROXY_STATE" --log-level debug --timeout-ms 900000
+  EDGECODER_LOG_CLOCK="${BT_STAMP_LOGS:-0}" "$WORKER_BIN" proxy --port "$PROXY_PORT" --adapter hci1 --state-dir "$PROXY_STATE" --log-level debug \
+    --timeout-ms 900000 </dev/null >>"$VM_RESULTS/proxy.log" 2>&1 &
   PROXY_PID=$!
   wait_for 30 "the proxy's HTTP port" curl -sf "$PROXY_URL/status"
 }

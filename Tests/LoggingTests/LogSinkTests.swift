@@ -9,6 +9,16 @@ import Testing
 /// Where the daemon's records go (SPEC 11): journald when stderr is its stream, plain
 /// lines on a terminal, prefixed lines elsewhere.
 @Suite struct LogSinkChoice {
+    /// EDGECODER_LOG_CLOCK=1: the wall clock goes after the priority, which must stay the
+    /// line's first bytes for journald and syslog; microseconds keep their leading zeros.
+    @Test func aClockStampGoesAfterThePriorityWithMicroseconds() {
+        let line = formatLogLine(level: .debug, label: "bluetooth", message: "write of 113 bytes", metadata: [])
+        #expect(StderrLogHandler.stamped(line, prefixed: true, seconds: 1_796_301_365, nanoseconds: 17_901_999)
+                == "<7>[1796301365.017901] bluetooth: write of 113 bytes\n")
+        let plain = formatLogLine(level: .info, label: "proxy", message: "up", metadata: [], prefixed: false)
+        #expect(StderrLogHandler.stamped(plain, prefixed: false, seconds: 5, nanoseconds: 0) == "[5.000000] proxy: up\n")
+    }
+
     @Test func stderrThatIsJournaldsStreamGetsTheJournal() {
         #expect(LogSink.choose(journalStream: "64769:123456", stderr: (64769, 123456), stderrIsTerminal: false) == .journal)
     }

@@ -14,8 +14,8 @@
 # back after each cut-off: the bench's one-minute flood),
 # EDGECODER_BT_PROXY_BENCH=1 (the proxy phase also prints its figures), EDGECODER_BT_PIECE_REPS
 # (rounds of the proxy phase's first-piece measurement, medians printed; default 1),
-# EDGECODER_BT_STAMP_LOGS=1 (each line of daemon.log and proxy.log starts with the wall
-# clock it arrived at, as stamps.log: to follow one request through), EDGECODER_BT_KEEP=1
+# EDGECODER_BT_STAMP_LOGS=1 (each line of daemon.log and proxy.log carries the wall clock
+# it was logged at, as stamps.log: to follow one request through), EDGECODER_BT_KEEP=1
 # (keep the results folder after a pass), EDGECODER_BT_TIMEOUT (VM seconds, default 3000),
 # EDGECODER_LLAMA_CTX (default here 20000: answers of 15000 tokens, over 64 KiB), EDGECODER_BT_RESPONSE_CAP
 # (seconds: caps every wait for a response, for a quick look at a daemon that does not
