@@ -45,7 +45,9 @@ fi
 : >"$LOG"
 # Started in the background with its output in the log, so that a caller reading our
 # stdout through a pipe (a Swift Process) sees EOF when this script exits.
-"$MS_PY" -m llama_cpp.server \
+# EDGECODER_LLAMA_NICE: the server's nice value (the BlueZ VM suite: 19, see there); every
+# thread it starts inherits it.
+nice -n "${EDGECODER_LLAMA_NICE:-0}" "$MS_PY" -m llama_cpp.server \
     --model "$MODEL" --model_alias "$ALIAS" \
     --host 127.0.0.1 --port "$PORT" \
     --n_ctx "$CTX" --n_threads "$THREADS" --n_threads_batch "$THREADS" \
