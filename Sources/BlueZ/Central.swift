@@ -56,6 +56,8 @@ public actor GattCentral: BusDriving, ProxyUpstream {
         case result(GenerateResult)
     }
     private var waiters: [String: AsyncStream<Delivery>.Continuation] = [:]
+    /// Reads the acquired notification socket (AcquireNotify) until it closes or is released.
+    private var notifyReader: Task<Void, Never>?
 
     public init(settings: CentralSettings, logger: Logger) {
         self.settings = settings
@@ -74,6 +76,7 @@ public actor GattCentral: BusDriving, ProxyUpstream {
     public func run() async {
         await busLoop()
         feed(.stop)
+        notifyReader?.cancel()
     }
 
     /// Sends one request and waits for its response (or the timeout, or the link's loss),
@@ -142,6 +145,11 @@ public actor GattCentral: BusDriving, ProxyUpstream {
                           let decoded = BlueZBus.decode([BlueZInterfaceName.device.rawValue: properties]).device else { return }
                     self.feed(.deviceProperties(device: device, decoded))
                 }
+            case .acquireNotify(let path):
+                acquireNotify(path)
+            case .releaseNotify:
+                notifyReader?.cancel()
+                notifyReader = nil
             case .startNotify(let path):
                 try? bus?.call(destination: "org.bluez", path: path, interface: GattObjects.characteristicInterface, member: "StartNotify") { result in
                     self.feed(.subscribeAnswered(path: path, error: Self.failure(result)))
@@ -179,6 +187,63 @@ public actor GattCentral: BusDriving, ProxyUpstream {
                 logger.notice("the worker \(address) is remembered: the proxy connects only to it from now on (--any or --forget to change)")
                 settings.onPinned?(address)
             }
+        }
+    }
+
+    /// AcquireNotify on the response characteristic: bluetoothd writes each notification's
+    /// value to a socket of ours (SOCK_SEQPACKET, one value per read), so a piece of an
+    /// answer skips bluetoothd's D-Bus signal, dbus-daemon and our decoding of it.
+    private func acquireNotify(_ path: String) {
+        notifyReader?.cancel()
+        notifyReader = nil
+        do {
+            guard let bus else { throw BusFailure("AcquireNotify: no bus", -ENOTCONN) }
+            try bus.call(destination: "org.bluez", path: path, interface: GattObjects.characteristicInterface, member: "AcquireNotify",
+                         arguments: [.properties([])]) { result in
+                switch result {
+                case .success(let args):
+                    // The message owns its descriptor: keep a duplicate of our own.
+                    guard case .unixFD(let received)? = args.first else {
+                        return self.feed(.notifyAcquired(path: path, error: "AcquireNotify answered without a file descriptor"))
+                    }
+                    let fd = fcntl(received, F_DUPFD_CLOEXEC, 3)
+                    guard fd >= 0 else { return self.feed(.notifyAcquired(path: path, error: "dup: \(String(cString: strerror(errno)))")) }
+                    _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+                    self.notifyReader = Task { await self.readNotifications(fd: fd, path: path) }
+                    self.feed(.notifyAcquired(path: path, error: nil))
+                case .failure(let error):
+                    self.feed(.notifyAcquired(path: path, error: "\(error)"))
+                }
+            }
+        } catch {
+            feed(.notifyAcquired(path: path, error: "\(error)"))
+        }
+    }
+
+    /// Feeds each value read from the acquired socket until bluetoothd closes it (the link
+    /// went down) or the reader is cancelled (released); closes it either way.
+    private func readNotifications(fd: Int32, path: String) async {
+        defer { close(fd) }
+        var buffer = [UInt8](repeating: 0, count: 1_024)
+        while !Task.isCancelled {
+            do { try await Reactor.shared.waitReadable(fd) } catch { return }
+            if Task.isCancelled { return }
+            while true {
+                let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+                if n > 0 {
+                    feed(.notification(path: path, Array(buffer[0..<n])))
+                    continue
+                }
+                if n < 0 && (errno == EAGAIN || errno == EINTR) { break }
+                // 0: closed by bluetoothd; any other error: the socket is unusable. A
+                // released reader (cancelled) says nothing: a new one may be in its place.
+                if Task.isCancelled { return }
+                notifyReader = nil
+                feed(.notifySocketClosed(path: path))
+                kickBus()
+                return
+            }
+            kickBus()
         }
     }
 

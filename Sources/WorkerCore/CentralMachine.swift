@@ -38,6 +38,13 @@ public struct CentralMachine: Sendable {
         /// The answer to `.refreshDevice`.
         case deviceProperties(device: String, BlueZInterfaces.Device)
         case subscribeAnswered(path: String, error: String?)
+        /// The answer to `.acquireNotify`: nil when the socket is ours (notifications then
+        /// come as `.notification`), else the error (StartNotify is used instead).
+        case notifyAcquired(path: String, error: String?)
+        /// One notification's value, read from the acquired socket.
+        case notification(path: String, [UInt8])
+        /// bluetoothd closed the acquired socket (the link went down, or it released it).
+        case notifySocketClosed(path: String)
         case mtuRead(Int)
         case statusRead([UInt8])
         case writeAnswered(id: String, error: String?)
@@ -61,6 +68,12 @@ public struct CentralMachine: Sendable {
         /// Re-read the device's properties (bluetoothd 5.66 can drop the Connected signal).
         case refreshDevice(String)
         case startNotify(path: String)
+        /// AcquireNotify: the response characteristic's notifications on a socket of their
+        /// own, straight from bluetoothd, instead of a D-Bus signal each (two processes and
+        /// two encodings fewer for every piece of an answer). Answered `.notifyAcquired`.
+        case acquireNotify(path: String)
+        /// Close the acquired socket, if there is one (the link is gone or the proxy stops).
+        case releaseNotify
         case readMTU(path: String)
         case readStatus(path: String)
         /// A write with response of one chunk; answer with `.writeAnswered`.
@@ -193,8 +206,25 @@ public struct CentralMachine: Sendable {
         case .subscribeAnswered(let path, let error):
             guard phase == .subscribing else { break }
             if let error { fail("cannot subscribe to \(path): \(error)", now: now, &out); break }
-            subscribed.insert(path)
-            if subscribed.count == GattLayout.notified.count { connected(now: now, &out) }
+            markSubscribed(path, now: now, &out)
+        case .notifyAcquired(let path, let error):
+            guard phase == .subscribing, path == characteristics[.response] else { break }
+            if let error {
+                // Another program on this host subscribed first, or an older bluetoothd:
+                // the signal path works everywhere.
+                out.append(.log(.info, "AcquireNotify refused (\(error)): notifications by D-Bus signal instead"))
+                out.append(.startNotify(path: path))
+                break
+            }
+            out.append(.log(.info, "the worker's answers come on an acquired socket (AcquireNotify)"))
+            markSubscribed(path, now: now, &out)
+        case .notification(let path, let bytes):
+            guard phase == .subscribing || phase == .connected else { break }
+            if path == characteristics[.response] { responseChunk(bytes, now: now, &out) }
+            else if path == characteristics[.status] { statusChunk(bytes, now: now) }
+        case .notifySocketClosed(let path):
+            guard phase == .subscribing || phase == .connected, path == characteristics[.response] else { break }
+            fail("bluetoothd closed the worker's notification socket", now: now, &out)
         case .mtuRead(let mtu):
             if (23...517).contains(mtu) { status.mtu = mtu }
         case .statusRead(let bytes):
@@ -213,6 +243,7 @@ public struct CentralMachine: Sendable {
         case .tick:
             break
         case .stop:
+            out.append(.releaseNotify)
             for id in pending.keys.sorted() { out.append(.resolve(id: id, .notConnected("the proxy is stopping"))) }
             pending.removeAll()
             writeQueue.removeAll()
@@ -350,8 +381,14 @@ public struct CentralMachine: Sendable {
         statusFramer.reset()
         subscribed = []
         for characteristic in GattLayout.notified {
-            if let path = found.paths[characteristic.role] { out.append(.startNotify(path: path)) }
+            guard let path = found.paths[characteristic.role] else { continue }
+            out.append(characteristic.role == .response ? .acquireNotify(path: path) : .startNotify(path: path))
         }
+    }
+
+    mutating func markSubscribed(_ path: String, now: Int64, _ out: inout [Command]) {
+        subscribed.insert(path)
+        if subscribed.count == GattLayout.notified.count { connected(now: now, &out) }
     }
 
     mutating func connected(now: Int64, _ out: inout [Command]) {
@@ -390,6 +427,7 @@ public struct CentralMachine: Sendable {
         target = nil
         characteristics = [:]
         subscribed = []
+        out.append(.releaseNotify)
         status.connected = false
         status.problem = reason
         if wasConnected {

@@ -78,9 +78,10 @@ struct CentralHarness {
         on(.connectAnswered(device: Self.worker(1), error: nil))
         on(.bluez(.managedObjects(Self.workerTree(1, mtu: mtu))))
         on(.deviceProperties(device: Self.worker(1), .init(connected: true, servicesResolved: true)))
-        for characteristic in GattLayout.notified {
-            on(.subscribeAnswered(path: Self.characteristic(1, characteristic.role), error: nil))
-        }
+        // The response characteristic's notifications come on an acquired socket, the
+        // status characteristic's by StartNotify.
+        on(.notifyAcquired(path: Self.characteristic(1, .response), error: nil))
+        on(.subscribeAnswered(path: Self.characteristic(1, .status), error: nil))
     }
 
     static func resolved(_ commands: [Command]) -> [String: GenerateResult] {
@@ -141,17 +142,58 @@ struct CentralHarness {
         #expect(answered.contains(.refreshDevice(H.worker(1))))
         #expect(h.machine.phase == .resolving)
         let tree = h.on(.bluez(.managedObjects(H.workerTree(1, mtu: 247))))
-        let subscriptions = tree.compactMap { if case .startNotify(let path) = $0 { path } else { nil } }
-        #expect(subscriptions.count == GattLayout.notified.count)
-        for (index, path) in subscriptions.enumerated() {
-            let out = h.on(.subscribeAnswered(path: path, error: nil))
-            #expect(h.machine.phase == (index == subscriptions.count - 1 ? .connected : .subscribing))
-            if index == subscriptions.count - 1 {
-                #expect(out.contains(.readMTU(path: H.characteristic(1, .request))))
-                #expect(out.contains(.readStatus(path: H.characteristic(1, .status))))
-            }
-        }
+        #expect(tree.contains(.acquireNotify(path: H.characteristic(1, .response))))
+        #expect(tree.contains(.startNotify(path: H.characteristic(1, .status))))
+        #expect(!tree.contains(.startNotify(path: H.characteristic(1, .response))))
+        h.on(.notifyAcquired(path: H.characteristic(1, .response), error: nil))
+        #expect(h.machine.phase == .subscribing)
+        let out = h.on(.subscribeAnswered(path: H.characteristic(1, .status), error: nil))
+        #expect(h.machine.phase == .connected)
+        #expect(out.contains(.readMTU(path: H.characteristic(1, .request))))
+        #expect(out.contains(.readStatus(path: H.characteristic(1, .status))))
         #expect(h.machine.status.connected && h.machine.status.mtu == 247)
+    }
+
+    /// AcquireNotify refused (another program on the proxy's host subscribed first, an
+    /// older bluetoothd): the response characteristic is subscribed by StartNotify instead.
+    @Test func aRefusedAcquireNotifyFallsBackToStartNotify() {
+        var h = H()
+        h.start()
+        h.on(.bluez(.interfacesAdded(path: H.worker(1), H.advertising(1, rssi: -50))))
+        h.advance(3_000)
+        h.on(.connectAnswered(device: H.worker(1), error: nil))
+        h.on(.bluez(.managedObjects(H.workerTree(1, mtu: 247))))
+        h.on(.subscribeAnswered(path: H.characteristic(1, .status), error: nil))
+        let refused = h.on(.notifyAcquired(path: H.characteristic(1, .response), error: "org.bluez.Error.NotPermitted: Notify acquired"))
+        #expect(refused.contains(.startNotify(path: H.characteristic(1, .response))))
+        #expect(h.machine.phase == .subscribing)
+        h.on(.subscribeAnswered(path: H.characteristic(1, .response), error: nil))
+        #expect(h.machine.phase == .connected)
+    }
+
+    /// Values read from the acquired socket are the response's chunks; the socket closing
+    /// under a connected link (bluetoothd dropped it) is the link's loss: requests fail,
+    /// the worker is disconnected and connected again after the backoff.
+    @Test func notificationsFromTheAcquiredSocketAnswerAndItsClosingLosesTheLink() {
+        var h = H()
+        h.connect()
+        h.on(.request(id: "r", bytes: Array(#"{"id":"r","prompt":"hi"}"#.utf8), timeoutMs: 60_000))
+        _ = h.acceptWrites(of: "r")
+        let answered = h.on(.notification(path: H.characteristic(1, .response), Array(#"{"id":"r","ok":true,"output":"hello"}"#.utf8)))
+        #expect(H.resolved(answered)["r"] == .answered(ok: true, output: "hello", error: nil, workerDurationMs: 0))
+        h.on(.request(id: "s", bytes: Array(#"{"id":"s","prompt":"hi"}"#.utf8), timeoutMs: 60_000))
+        _ = h.acceptWrites(of: "s")
+        let closed = h.on(.notifySocketClosed(path: H.characteristic(1, .response)))
+        guard case .answered(false, _, let error?, _)? = H.resolved(closed)["s"] else {
+            Issue.record("the waiting request fails with the link: \(closed)")
+            return
+        }
+        #expect(error.hasPrefix("link_lost: "))
+        #expect(closed.contains(.disconnect(device: H.worker(1))))
+        #expect(closed.contains(.releaseNotify))
+        #expect(h.machine.phase == .idle && !h.machine.status.connected)
+        // A socket closing after the link is already gone changes nothing.
+        #expect(h.on(.notifySocketClosed(path: H.characteristic(1, .response))).isEmpty)
     }
 
     @Test func aRequestIsWrittenInChunksOfMTUMinus3CappedAt508OneAtATime() throws {
