@@ -209,6 +209,8 @@ public actor GattCentral: BusDriving, ProxyUpstream {
                     let fd = fcntl(received, F_DUPFD_CLOEXEC, 3)
                     guard fd >= 0 else { return self.feed(.notifyAcquired(path: path, error: "dup: \(String(cString: strerror(errno)))")) }
                     _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+                    // One socket read at a time: an older reader (a late answer) goes.
+                    self.notifyReader?.cancel()
                     self.notifyReader = Task { await self.readNotifications(fd: fd, path: path) }
                     self.feed(.notifyAcquired(path: path, error: nil))
                 case .failure(let error):

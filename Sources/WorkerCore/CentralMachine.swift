@@ -208,7 +208,11 @@ public struct CentralMachine: Sendable {
             if let error { fail("cannot subscribe to \(path): \(error)", now: now, &out); break }
             markSubscribed(path, now: now, &out)
         case .notifyAcquired(let path, let error):
-            guard phase == .subscribing, path == characteristics[.response] else { break }
+            guard phase == .subscribing, path == characteristics[.response] else {
+                // A late answer (the link went meanwhile): its socket is not wanted.
+                if error == nil { out.append(.releaseNotify) }
+                break
+            }
             if let error {
                 // Another program on this host subscribed first, or an older bluetoothd:
                 // the signal path works everywhere.

@@ -194,6 +194,10 @@ struct CentralHarness {
         #expect(h.machine.phase == .idle && !h.machine.status.connected)
         // A socket closing after the link is already gone changes nothing.
         #expect(h.on(.notifySocketClosed(path: H.characteristic(1, .response))).isEmpty)
+        // A socket acquired too late (the link went while AcquireNotify was answered) is
+        // released at once; a late refusal needs nothing.
+        #expect(h.on(.notifyAcquired(path: H.characteristic(1, .response), error: nil)) == [.releaseNotify])
+        #expect(h.on(.notifyAcquired(path: H.characteristic(1, .response), error: "late")).isEmpty)
     }
 
     @Test func aRequestIsWrittenInChunksOfMTUMinus3CappedAt508OneAtATime() throws {
