@@ -97,6 +97,23 @@ actor CoordinatorLink {
                 registrationWaiters = []
                 for waiter in waiters { waiter.resume() }
             }
+            // The coordinator's monitor counts registrations (a storm bans) and evaluates the
+            // agent at each one (so during a gap hold, one may be the last it can afford).
+            let now = clock.wallMs()
+            let conduct = await daemon.conduct
+            let allowedAt = conduct.registrationAllowedAtMs(nowMs: now)
+            if allowedAt > now || !conduct.mayBeEvaluated(nowMs: now) {
+                let until = allowedAt > now ? allowedAt : (conduct.pullHold(nowMs: now)?.untilMs ?? now + 60_000)
+                let why = allowedAt > now
+                    ? "\(CoordinatorConduct.maxRegistrationsPerHour) registrations in the last hour already (the coordinator's monitor flags a storm at 10)"
+                    : "a heartbeat gap is in the coordinator's window and this worker was evaluated since"
+                status.lastError = "registration held until \(formatUTC(milliseconds: until)): \(why)"
+                logger.warning("registration held until \(formatUTC(milliseconds: until)): \(why)")
+                await publish()
+                try await clock.sleep(milliseconds: max(1_000, min(until - now, 60_000)))
+                continue
+            }
+            await daemon.updateConduct { $0.registering(atMs: now) }
             let telemetry = await daemon.powerTelemetryJSON()
             let body = CoordinatorWire.register(agentID: agentID, version: workerVersion, registrationToken: await registrationToken(),
                                                 provider: config.backend.kind, telemetry: telemetry)
@@ -171,6 +188,26 @@ actor CoordinatorLink {
     func clearRejection() async {
         status.rejection = nil
         status.retryAtMs = nil
+        await publish()
+    }
+
+    /// The local reason pulls wait for now, recorded as an event when it changes.
+    private var workHold: LocalHoldReason?
+
+    func noteWorkHold(_ reason: LocalHoldReason?, detail: String) async {
+        if let reason { status.deferredReason = "held: \(reason.rawValue): \(detail)" }
+        guard reason != workHold else {
+            if reason != nil { await publish() }
+            return
+        }
+        let previous = workHold
+        workHold = reason
+        if let reason {
+            await daemon.recordWorkHold(reason, detail: detail)
+        } else if let previous {
+            await daemon.recordWorkHold(nil, detail: "\(previous.rawValue) cleared")
+            if status.deferredReason?.hasPrefix("held: ") == true { status.deferredReason = nil }
+        }
         await publish()
     }
 
@@ -304,6 +341,9 @@ public struct CoordinatorService: Service {
                 // A heartbeat's success says nothing about pulls and results: their
                 // failure count (and backoff) is reset only by their own successes.
                 await link.update { $0.heartbeatFailures = 0 }
+                if let gap = await daemon.conductHeartbeat(atMs: clock.wallMs()) {
+                    logger.warning("heartbeats stopped for \(gap.gapMs / 1_000) s while this worker had claimed work in the last hour: the coordinator's monitor now sees that gap; pulls wait until \(formatUTC(milliseconds: gap.clearsAtMs)) (coordinator.gapGuard)")
+                }
             case .unauthorized(let reason):
                 await link.forgetRegistration(reason)
                 continue
@@ -335,11 +375,11 @@ public struct CoordinatorService: Service {
             case .rerun(let entry):
                 logger.notice("running subtask \(entry.subtask.id) again: it was running when the worker stopped", [("subtask", entry.subtask.id)])
                 try await runAndPost(entry, link: link, journal: journal, stop: stop)
-            case .reportRestarted(let result):
-                logger.notice("reporting subtask \(result.subtaskID) as worker_restarted: its timeout passed while the worker was down", [("subtask", result.subtaskID)])
-                let stored = try await journal.complete(result)
-                await recordResult(stored, prompt: "", started: clock.wallMs() - stored.durationMs)
-                try await post(stored, link: link, journal: journal, stop: stop)
+            case .release(let entry):
+                logger.notice("releasing subtask \(entry.subtask.id): it was claimed \((clock.wallMs() - entry.pulledAtMs) / 1_000) s ago, so the coordinator has given it (or will give it) to another agent", [("subtask", entry.subtask.id)])
+                try await journal.release(entry.subtask.id)
+                await daemon.updateConduct { $0.releasedWithoutFault() }
+                await recordReleased(entry.subtask, started: entry.pulledAtMs, why: "released: the claim expired while the worker was down")
             }
         }
 
@@ -360,6 +400,13 @@ public struct CoordinatorService: Service {
                 try await pause(await link.failed("held until the state directory takes writes: \(problem)"), stop: stop)
                 continue
             }
+            if let (reason, detail) = await localHold() {
+                await daemon.countHold(reason)
+                await link.noteWorkHold(reason, detail: detail)
+                try await pause(await pullIntervalMs(), stop: stop)
+                continue
+            }
+            await link.noteWorkHold(nil, detail: "")
             guard try await stop.cancelling({ try await link.ensureRegistered() }) != nil else { return }
             // A pull cut short by the stop is re-queued by the coordinator; nothing runs half-claimed.
             guard let answer = try await stop.cancelling({ try await link.call(.pull, CoordinatorWire.pull(agentID: daemon.agentID)) }) else { return }
@@ -369,6 +416,7 @@ public struct CoordinatorService: Service {
                 try await pause(await pullIntervalMs(), stop: stop)
             case .work(let subtask):
                 await link.update { $0.deferredReason = nil }
+                await daemon.updateConduct { $0.claimed(atMs: clock.wallMs()) }
                 let entry = RecoveryPlan.JournalEntry(subtask: subtask, pulledAtMs: clock.wallMs())
                 if found.journal.contains(where: { $0.subtask.id == subtask.id }) {
                     // Handled at recovery; pulling again at once would spin on a coordinator that repeats it.
@@ -378,12 +426,13 @@ public struct CoordinatorService: Service {
                 do {
                     try await journal.record(entry)
                 } catch {
-                    // Unjournaled, a crash could lose it: not run, answered, and the loop
-                    // backs off (and holds new work while the directory refuses writes).
-                    let reason = "worker_journal_failed: \(printable(String(describing: error), limit: 300))"
-                    logger.error("subtask \(subtask.id) could not be journaled (\(error)); answering it ok: false", [("subtask", subtask.id)])
-                    await answerUnstored(SubtaskResult(subtaskID: subtask.id, taskID: subtask.taskID, ok: false, output: "", error: reason, durationMs: 0),
-                                         prompt: subtask.input, link: link)
+                    // Unjournaled, a crash could lose it: not run and not answered (the
+                    // fault is our disk's, not the subtask's): the coordinator gives it to
+                    // another agent, and the loop backs off and holds new work while the
+                    // directory refuses writes.
+                    logger.error("subtask \(subtask.id) could not be journaled (\(error)); released for another agent", [("subtask", subtask.id)])
+                    await daemon.updateConduct { $0.releasedWithoutFault() }
+                    await recordReleased(subtask, started: entry.pulledAtMs, why: "released: the journal could not be written: \(printable(String(describing: error), limit: 300))")
                     try await pause(await link.failed("journal \(subtask.id): \(error)"), stop: stop)
                     continue
                 }
@@ -391,7 +440,13 @@ public struct CoordinatorService: Service {
                 try await runAndPost(entry, link: link, journal: journal, stop: stop)
                 // At once after a result: no pause.
             case .unrunnable(let id, let taskID, let reason):
-                let result = SubtaskResult(subtaskID: id, taskID: taskID, ok: false, output: "", error: reason, durationMs: 0)
+                await daemon.updateConduct { $0.claimed(atMs: clock.wallMs()) }
+                let result = SubtaskResult.unrunnable(subtaskID: id, taskID: taskID, reason: reason)
+                if let rules = await monitorWouldFlag(result) {
+                    logger.warning("subtask \(id) cannot be run (\(reason)) but its answer is not posted: the coordinator's monitor would count it (\(rules)); released", [("subtask", id)])
+                    await daemon.updateConduct { $0.releasedWithoutFault() }
+                    continue
+                }
                 let stored: SubtaskResult
                 do {
                     stored = try await journal.complete(result)
@@ -402,6 +457,10 @@ public struct CoordinatorService: Service {
                     continue
                 }
                 try await post(stored, link: link, journal: journal, stop: stop)
+            case .sandboxRequired(let reason):
+                await daemon.countHold(.sandboxRequired)
+                await link.noteWorkHold(.sandboxRequired, detail: "coordinator: \(reason)")
+                try await pause(await pullIntervalMs(), stop: stop)
             case .deferred(let reason, let deferMs):
                 await link.update { $0.deferredReason = "coordinator: \(reason)" }
                 try await pause(deferMs != nil ? deferMs! : await pullIntervalMs(), stop: stop)
@@ -460,8 +519,10 @@ public struct CoordinatorService: Service {
         await daemon.upsertTask(record)
         logger.info("running subtask \(subtask.id) of task \(subtask.taskID)", [("subtask", subtask.id), ("task", subtask.taskID)])
         await link.update { $0.running = subtask.id }
-        let remaining = max(1_000, entry.pulledAtMs + subtask.timeoutMs - started)
-        let request = ModelRequest(prompt: subtask.input, maxTokens: Int(config.backend.maxTokens), timeoutMs: min(remaining, config.backend.timeoutMs))
+        // The subtask's timeoutMs is advisory: the coordinator takes a late result, and an
+        // answer cut at it would be a failure the swarm gains nothing from. The operator's
+        // backend.timeoutMs bounds it.
+        let request = ModelRequest(prompt: subtask.input, maxTokens: Int(config.backend.maxTokens), timeoutMs: config.backend.timeoutMs)
         let backend = self.backend.using(model: await daemon.activeModel)
         let clock = self.clock
         let grace = config.coordinator.stopGraceMs
@@ -487,11 +548,24 @@ public struct CoordinatorService: Service {
         }
         let ended = clock.wallMs()
         let result: SubtaskResult
-        switch outcome {
-        case .success(let output):
-            result = SubtaskResult(subtaskID: subtask.id, taskID: subtask.taskID, ok: true, output: output.text, durationMs: ended - started)
-        case .failure(let error):
-            result = SubtaskResult(subtaskID: subtask.id, taskID: subtask.taskID, ok: false, output: "", error: error.wireText, durationMs: ended - started)
+        switch SubtaskFault.classify(outcome) {
+        case .none(let text):
+            await daemon.updateConduct { $0.localSuccess() }
+            result = SubtaskResult(subtaskID: subtask.id, taskID: subtask.taskID, ok: true, output: text, durationMs: ended - started)
+            if let rules = await monitorWouldFlag(result) {
+                // Honest and posted as it is: padding or delaying it to look human would be the lie.
+                logger.warning("subtask \(subtask.id) answered in \(result.durationMs) ms with \(text.utf16.count) characters; the coordinator's monitor may count it (\(rules))", [("subtask", subtask.id)])
+            }
+        case .subtask(let reason):
+            result = SubtaskResult.unrunnable(subtaskID: subtask.id, taskID: subtask.taskID, reason: reason, durationMs: ended - started)
+            if let rules = await monitorWouldFlag(result) {
+                logger.warning("subtask \(subtask.id) failed (\(reason)) but the failure is not posted: the coordinator's monitor would count it (\(rules)); released", [("subtask", subtask.id)])
+                try await release(subtask, journal: journal, record: &record, why: reason, fault: true)
+                return
+            }
+        case .host(let reason):
+            try await release(subtask, journal: journal, record: &record, why: reason, fault: true)
+            return
         }
         let stored: SubtaskResult
         do {
@@ -528,6 +602,49 @@ public struct CoordinatorService: Service {
         await daemon.upsertTask(record)
     }
 
+    /// Gives a claimed subtask back unanswered: its journal entry goes, nothing is posted,
+    /// and the coordinator hands it to another agent once the claim expires (30 s). A
+    /// result would complete it for the whole swarm; the fault was this host's.
+    func release(_ subtask: Subtask, journal: WorkJournal, record: inout TaskRecord, why: String, fault: Bool) async throws {
+        try await journal.release(subtask.id)
+        let now = clock.wallMs()
+        let failures = await daemon.updateConduct { conduct -> Int in
+            if fault { conduct.localFailure(atMs: now) } else { conduct.releasedWithoutFault() }
+            return conduct.consecutiveLocalFailures
+        }
+        record.finish(ok: false, output: "", error: why, atMs: now, state: .released)
+        await daemon.upsertTask(record)
+        logger.warning("subtask \(subtask.id) released for another agent (\(why)); local failures in a row: \(failures)", [("subtask", subtask.id)])
+    }
+
+    /// Records a subtask released before it ran.
+    func recordReleased(_ subtask: Subtask, started: Int64, why: String) async {
+        var record = TaskRecord(id: subtask.id, source: .coordinator, origin: subtask.taskID, prompt: subtask.input, startedAtMs: started)
+        record.finish(ok: false, output: "", error: why, atMs: clock.wallMs(), state: .released)
+        await daemon.upsertTask(record)
+    }
+
+    /// The monitor's rules that posting `result` now would newly trip, named; nil when none.
+    func monitorWouldFlag(_ result: SubtaskResult) async -> String? {
+        let now = clock.wallMs()
+        let conduct = await daemon.conduct
+        let before = Set(conduct.findings(nowMs: now))
+        let candidate = CoordinatorConduct.Posted(atMs: now, ok: result.ok, output: result.output, durationMs: result.durationMs)
+        let new = conduct.findings(nowMs: now, adding: candidate).filter { !before.contains($0) }
+        return new.isEmpty ? nil : new.map(\.rawValue).joined(separator: ", ")
+    }
+
+    /// Why pulling must wait for a reason of the worker's own: a hold its conduct record
+    /// keeps (a heartbeat gap, the circuit breaker), or a model backend that is not ready.
+    func localHold() async -> (LocalHoldReason, String)? {
+        let now = clock.wallMs()
+        if let hold = await daemon.conduct.pullHold(nowMs: now) {
+            return (hold.reason, "until \(formatUTC(milliseconds: hold.untilMs)): \(hold.reason.explanation)")
+        }
+        if let why = await daemon.modelNotReady { return (.modelUnavailable, why) }
+        return nil
+    }
+
     /// Posts an outbox result until a 2xx (backing off on failures), then removes it.
     /// Exactly once: it leaves the outbox only after the coordinator took it.
     /// On stop, a result that cannot be delivered stays in the outbox for the next start.
@@ -535,11 +652,27 @@ public struct CoordinatorService: Service {
         await link.update { $0.outboxDepth = journal.outboxDepth }
         // While stopping, one attempt is still made (the subtask finished within the
         // grace); if it fails, the result waits in the outbox for the next start.
+        var counted = false
         while true {
             if stop.isTriggered {
                 guard await link.registered else { throw CancellationError() }
             } else {
                 guard try await stop.cancelling({ try await link.ensureRegistered() }) != nil else { throw CancellationError() }
+            }
+            // Each result is an evaluation by the coordinator's monitor: after a heartbeat
+            // gap, one more may be the one that bans. It waits in the outbox instead.
+            let now = clock.wallMs()
+            let conduct = await daemon.conduct
+            if !conduct.mayBeEvaluated(nowMs: now) {
+                if stop.isTriggered { throw CancellationError() }
+                let until = conduct.pullHold(nowMs: now)?.untilMs ?? now + 60_000
+                await link.update { $0.deferredReason = "held: \(LocalHoldReason.heartbeatGap.rawValue): the result of \(result.subtaskID) waits in the outbox until \(formatUTC(milliseconds: until))" }
+                try await pause(max(1_000, min(until - now, 60_000)), stop: stop)
+                continue
+            }
+            if !counted {
+                counted = true
+                await daemon.updateConduct { $0.posting(CoordinatorConduct.Posted(atMs: now, ok: result.ok, output: result.output, durationMs: result.durationMs)) }
             }
             switch try await link.call(.result, CoordinatorWire.result(result, agentID: daemon.agentID)) {
             case .accepted:

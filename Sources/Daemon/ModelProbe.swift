@@ -51,6 +51,9 @@ public struct ModelProbeService: Service {
         defer { loads.task.withLock { $0?.cancel() } }
         _ = try await shutdown.cancelling {
             var last: ModelState?
+            // Probes in a row that found the backend not ready: while mode on waits for it
+            // (no pulls until it is ready), it is asked again after 2, 4, 8, 16 s, then every interval.
+            var notReady = 0
             let working = daemon.workingModeSelected
             while true {
                 let selected = working.value
@@ -68,6 +71,12 @@ public struct ModelProbeService: Service {
                         readiness = load(readiness, backend: current, loads: loads)
                         if readiness.state == .loading { interval = min(interval, loadPollNanoseconds) }
                     }
+                    if readiness.state == .ready {
+                        notReady = 0
+                    } else {
+                        notReady += 1
+                        interval = min(interval, UInt64(1_000_000_000) << UInt64(min(notReady, 5)))
+                    }
                     if readiness.state != last {
                         if readiness.state == .ready { logger.info("model backend ready: \(readiness.detail)") } else { logger.warning("model backend \(readiness.state.rawValue): \(readiness.detail)") }
                         last = readiness.state
@@ -76,6 +85,7 @@ public struct ModelProbeService: Service {
                 } else {
                     await daemon.updateModel(state: "idle", detail: "mode off: the backend is not in use")
                     last = nil
+                    notReady = 0
                 }
                 // Sleep the interval, or less when a working mode is selected or left, or
                 // when a load ends (then the model is in /api/ps: ready at once).

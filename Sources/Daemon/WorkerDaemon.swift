@@ -65,6 +65,12 @@ public actor WorkerDaemon {
     private var gateBlocked = false
     private var gateEvaluated = false
     private var coordinator: CoordinatorStatus?
+    /// What the coordinator's behaviour monitor has seen of this worker in the last hour:
+    /// kept across sessions and restarts, so a restart never forgets a gap or a storm.
+    private(set) var conduct = CoordinatorConduct()
+    /// When a heartbeat last made the conduct record durable (heartbeats come every 15 s;
+    /// the record is written at most once a minute for them).
+    private var conductHeartbeatPersistedAtMs: Int64 = 0
     private var model: (state: String, detail: String, atMs: Int64)?
     /// A coordinator's model switch that still applies (SPEC 7); nil: the config's model.
     private(set) var switchedModel: ActiveModel?
@@ -141,6 +147,18 @@ public actor WorkerDaemon {
         case .loaded(let loaded): persistedModel = loaded
         case .recovered(let file): recovered.append(file)
         }
+        var conduct = CoordinatorConduct()
+        switch files.loadJSON(WorkerStateFiles.conductFile, nowMs: now, decode: { CoordinatorConduct.from(json: $0) }) {
+        case .absent: break
+        case .loaded(let loaded): conduct = loaded
+        case .recovered(let file): recovered.append(file)
+        }
+        // For the suites only: the coordinator's one-hour windows shrunk by this factor, as
+        // the dev coordinator's are, so an hour of monitored behaviour fits in a minute.
+        if let scale = environment("EDGECODER_WORKER_TEST_MONITOR_SCALE").flatMap({ Int64($0) }), scale > 1 {
+            conduct.limits = CoordinatorConduct.Limits().scaled(by: scale)
+        }
+
         let switchedModel = ActiveModel.resolve(config: config.backend, persisted: persistedModel).switched
         if let persistedModel, switchedModel == nil {
             logger.notice("the coordinator's switch to model \(persistedModel.model) no longer applies (backend.model is now \(config.backend.model), was \(persistedModel.switchedFrom)); running \(config.backend.model)")
@@ -169,6 +187,7 @@ public actor WorkerDaemon {
         self.modeState = mode
         self.policyOverrides = overrides
         self.switchedModel = switchedModel
+        self.conduct = conduct
         self.tasks = tasks
         self.eventLog = log
         self.agentID = agentID
@@ -533,6 +552,53 @@ public actor WorkerDaemon {
         reading?.telemetry.heartbeatJSON ?? .object(JSONObject())
     }
 
+    // MARK: Conduct towards the coordinator's monitor
+
+    /// Changes the conduct record and writes it behind (a coalesced, atomic write).
+    public func updateConduct<T: Sendable>(_ change: (inout CoordinatorConduct) -> T) -> T {
+        let value = change(&conduct)
+        submitConduct()
+        return value
+    }
+
+    /// A heartbeat the coordinator took. Written at most once a minute for heartbeats, and
+    /// only while the hour holds claims (only then can a gap matter after a restart).
+    /// Returns the gap hold when this heartbeat began one.
+    public func conductHeartbeat(atMs now: Int64) -> CoordinatorConduct.GapHold? {
+        let before = conduct.gap
+        conduct.heartbeatAccepted(atMs: now, guardGaps: config.coordinator.gapGuard)
+        let began = conduct.gap != nil && conduct.gap != before ? conduct.gap : nil
+        if began != nil || (!conduct.claims.isEmpty && now - conductHeartbeatPersistedAtMs >= 60_000) {
+            conductHeartbeatPersistedAtMs = now
+            submitConduct()
+        }
+        return began
+    }
+
+    private func submitConduct() {
+        writer.submit(WorkerStateFiles.conductFile) { [conduct] in WorkerStateFiles.conductBytes(conduct) }
+    }
+
+    /// Counts a pull held for a local reason (the assignment drop reasons).
+    public func countHold(_ reason: LocalHoldReason) { holdCounters.record(reason) }
+
+    /// The model backend's readiness as the probe last saw it: nil when ready, else why not.
+    public var modelNotReady: String? {
+        guard let model else { return "not probed yet" }
+        return model.state == "ready" ? nil : "\(model.state): \(model.detail)"
+    }
+
+    /// Records that pulls are held, or resumed (nil), with the reason.
+    public func recordWorkHold(_ reason: LocalHoldReason?, detail: String) {
+        if let reason {
+            record(EventDraft(kind: .workHeld, to: .on, reason: "new work held: \(reason.rawValue): \(detail)"))
+            logger.notice("new work held: \(reason.rawValue): \(detail)", [("event", EventKind.workHeld.rawValue), ("hold_reason", reason.rawValue)])
+        } else {
+            record(EventDraft(kind: .workResumed, to: .on, reason: "new work resumed: \(detail)"))
+            logger.notice("new work resumed: \(detail)", [("event", EventKind.workResumed.rawValue)])
+        }
+    }
+
     public func upsertTask(_ record: TaskRecord) {
         tasks.upsert(record)
         submitTasks()
@@ -621,7 +687,7 @@ public actor WorkerDaemon {
             power: StatusSnapshot.Power(telemetry: reading?.telemetry, ageMs: monotonicNow - readingAtMonotonicMs, decision: powerDecision,
                                         monotonicNowMs: monotonicNow, chargeGateBlocked: gateBlocked, held: holdCounters),
             policy: policy, policySources: sources,
-            coordinatorURL: config.coordinator.url, coordinator: coordinator,
+            coordinatorURL: config.coordinator.url, coordinator: coordinator, conduct: conduct,
             bluetooth: bluetooth, bluetoothConfiguredAdapter: config.bluetooth.adapter, bluetoothMaxClients: config.bluetooth.maxClients,
             backend: StatusSnapshot.Backend(kind: config.backend.kind.rawValue, url: config.backend.url, model: activeModel,
                                             modelState: model?.state, detail: model?.detail, checkedAtMs: model?.atMs,

@@ -27,6 +27,8 @@ public struct WorkerStateFiles: Sendable {
     public static let meshTokenFile = "mesh-token"
     /// The model a coordinator switched this worker to (SPEC 7).
     public static let activeModelFile = "active-model.json"
+    /// What the coordinator's behaviour monitor has seen of this worker in the last hour.
+    public static let conductFile = "conduct.json"
 
     /// No state file of ours is legitimately larger (the journal and outbox have limits
     /// of their own); a bigger one is corrupt.
@@ -102,6 +104,11 @@ public struct WorkerStateFiles: Sendable {
     /// The content of the active model's file.
     public static func activeModelBytes(_ active: ActiveModel) -> [UInt8] {
         Array((active.json.serialized + "\n").utf8)
+    }
+
+    /// The content of the conduct record's file.
+    public static func conductBytes(_ conduct: CoordinatorConduct) -> [UInt8] {
+        Array((conduct.json.serialized + "\n").utf8)
     }
 
     /// The content of the task history's file.
@@ -260,6 +267,12 @@ public struct WorkJournal: Sendable {
         try await writer.write(name, bytes)
         try await remove(prefix: WorkJournal.journalPrefix, id: bounded.subtaskID)
         return bounded
+    }
+
+    /// A claim given back unanswered: its journal entry goes and nothing is posted, so the
+    /// coordinator re-queues the subtask for another agent.
+    public func release(_ subtaskID: String) async throws {
+        try await remove(prefix: WorkJournal.journalPrefix, id: subtaskID)
     }
 
     /// After a 2xx: the result is delivered. The journal entry goes too: a kill between

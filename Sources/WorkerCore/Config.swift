@@ -16,6 +16,10 @@ public struct WorkerConfig: Sendable, Equatable {
         /// Allows an `http://` url to a host that is not loopback: the registration and
         /// mesh tokens then cross the network in clear text.
         public var allowInsecureHttp = false
+        /// Holds pulls after a heartbeat gap while the last hour holds claims, so that the
+        /// coordinator's behaviour monitor sees the gap at most once; off for a
+        /// coordinator that does not monitor.
+        public var gapGuard = true
         public init() {}
     }
     public var coordinator = Coordinator()
@@ -206,6 +210,7 @@ extension WorkerConfig {
                     case "requestTimeoutMs": reader.int(value, path: path, 100...600_000).map { config[keyPath: c].requestTimeoutMs = $0 }
                     case "maxResponseBytes": reader.int(value, path: path, 1_024...67_108_864).map { config[keyPath: c].maxResponseBytes = $0 }
                     case "allowInsecureHttp": reader.bool(value, path: path).map { config.coordinator.allowInsecureHttp = $0 }
+                    case "gapGuard": reader.bool(value, path: path).map { config.coordinator.gapGuard = $0 }
                     default: reader.unknown(path)
                     }
                 }

@@ -14,7 +14,7 @@ public struct ConfigReloadPlan: Sendable, Equatable {
     /// Keys (dotted paths) taken at once; a key under `policy.` is live too. Everything
     /// else is read once, when the part that uses it starts.
     public static let liveKeys = Set([
-        "coordinator.heartbeatIntervalMs", "coordinator.pullIntervalMs",
+        "coordinator.heartbeatIntervalMs", "coordinator.pullIntervalMs", "coordinator.gapGuard",
         "backend.allowRemoteModelSwitch", "network.onMetered", "log.level",
     ]).union(restartingBluetooth)
 
@@ -34,6 +34,7 @@ public struct ConfigReloadPlan: Sendable, Equatable {
         applied.backend.allowRemoteModelSwitch = file.backend.allowRemoteModelSwitch
         applied.coordinator.heartbeatIntervalMs = file.coordinator.heartbeatIntervalMs
         applied.coordinator.pullIntervalMs = file.coordinator.pullIntervalMs
+        applied.coordinator.gapGuard = file.coordinator.gapGuard
         applied.network.onMetered = file.network.onMetered
         applied.log.level = file.log.level
         applied.bluetooth.security = file.bluetooth.security
@@ -67,6 +68,7 @@ extension WorkerConfig {
             ("coordinator.requestTimeoutMs", "\(coordinator.requestTimeoutMs)"),
             ("coordinator.maxResponseBytes", "\(coordinator.maxResponseBytes)"),
             ("coordinator.allowInsecureHttp", "\(coordinator.allowInsecureHttp)"),
+            ("coordinator.gapGuard", "\(coordinator.gapGuard)"),
             ("backend.kind", backend.kind.rawValue),
             ("backend.url", backend.url),
             ("backend.model", backend.model),

@@ -117,6 +117,14 @@ public struct SubtaskResult: Sendable, Equatable {
         self.durationMs = durationMs
     }
 
+    /// The answer to a subtask that is itself at fault (malformed, over the limits): never
+    /// an empty output, and never the same text for two subtasks (the coordinator bans an
+    /// agent whose outputs repeat or are empty), so it names the subtask and the reason.
+    public static func unrunnable(subtaskID: String, taskID: String, reason: String, durationMs: Int64 = 0) -> SubtaskResult {
+        SubtaskResult(subtaskID: subtaskID, taskID: taskID, ok: false,
+                      output: "subtask \(subtaskID) of task \(taskID) was not run: \(reason)", error: reason, durationMs: durationMs)
+    }
+
     /// An error text is a reason, not a payload: longer ones are cut to this (UTF-8 bytes).
     public static let maxErrorBytes = 4_096
 
@@ -164,6 +172,8 @@ public enum CoordinatorAnswer: Sendable, Equatable {
     /// A subtask we can identify but not run: answer it with a failed result.
     case unrunnable(id: String, taskID: String, reason: String)
     case deferred(reason: String, deferMs: Int64?)
+    /// No work for this agent: what is queued needs an agent that runs code in a sandbox.
+    case sandboxRequired(reason: String)
     /// 401 mesh_unauthorized: forget the mesh token and register again.
     case unauthorized(reason: String?)
     /// 403, blacklisted or blocked: stop and retry no faster than every 5 minutes.
@@ -208,6 +218,9 @@ public enum CoordinatorAnswer: Sendable, Equatable {
                 return .deferred(reason: reason ?? "power_deferred", deferMs: defer_)
             }
             guard let subtask = value["subtask"] else { return .failure("pull answered without a subtask key") }
+            if subtask == .null && value["sandboxRequired"]?.boolValue == true {
+                return .sandboxRequired(reason: reason ?? "sandbox_required")
+            }
             if subtask == .null { return .noWork }
             switch Subtask.parse(subtask) {
             case .success(let parsed): return .work(parsed)
@@ -280,23 +293,25 @@ public enum RecoveryPlan {
     public enum Action: Sendable, Equatable {
         /// Its result is in the outbox: post it (first, before anything else).
         case post(SubtaskResult)
-        /// Still within its timeout since the pull: run it again.
+        /// Claimed so recently that the coordinator still waits for this worker: run it again.
         case rerun(JournalEntry)
-        /// Too late to run: report it failed.
-        case reportRestarted(SubtaskResult)
+        /// The coordinator has given its claim back to the queue (or will before a rerun
+        /// could answer): drop it. Reporting it failed would complete it for the whole swarm.
+        case release(JournalEntry)
     }
 
-    /// Outbox first; then each journal entry without an outbox result, rerun or reported.
+    /// How long the coordinator waits for a claimed subtask's result before it gives the
+    /// subtask to another agent (its queue re-queues stale claims after 30 s).
+    public static let claimLifetimeMs: Int64 = 30_000
+
+    /// Outbox first; then each journal entry without an outbox result, rerun while its
+    /// claim is alive, released otherwise.
     public static func plan(journal: [JournalEntry], outbox: [SubtaskResult], nowMs: Int64) -> [Action] {
         var actions = outbox.map(Action.post)
         let posted = Set(outbox.map(\.subtaskID))
         for entry in journal.sorted(by: { $0.pulledAtMs < $1.pulledAtMs }) where !posted.contains(entry.subtask.id) {
-            if nowMs - entry.pulledAtMs < entry.subtask.timeoutMs {
-                actions.append(.rerun(entry))
-            } else {
-                actions.append(.reportRestarted(SubtaskResult(subtaskID: entry.subtask.id, taskID: entry.subtask.taskID, ok: false,
-                                                              output: "", error: "worker_restarted", durationMs: max(0, nowMs - entry.pulledAtMs))))
-            }
+            let age = nowMs - entry.pulledAtMs
+            actions.append(age >= 0 && age < claimLifetimeMs ? .rerun(entry) : .release(entry))
         }
         return actions
     }

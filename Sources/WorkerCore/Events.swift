@@ -18,6 +18,11 @@ public enum EventKind: String, Sendable, CaseIterable {
     case configReloaded = "config-reloaded"
     /// A reload refused an invalid config file; the running one is kept.
     case configRefused = "config-refused"
+    /// Pulls in mode on stopped for a local reason of the worker's own (the model backend
+    /// not ready, the circuit breaker, a heartbeat gap, the coordinator's sandboxRequired).
+    case workHeld = "work-held"
+    /// Pulls in mode on resumed after such a hold.
+    case workResumed = "work-resumed"
 }
 
 /// An event before the log numbers and times it.

@@ -219,6 +219,16 @@ public enum LocalHoldReason: String, Sendable, CaseIterable {
     case metered
     /// The host is about to suspend (logind's PrepareForSleep): nothing new until it resumes.
     case hostSleeping = "host-sleeping"
+    /// The model backend is not ready (down, model missing, loading, pulling): a claimed
+    /// subtask could only fail, and fast failures get an agent banned.
+    case modelUnavailable = "model-unavailable"
+    /// Three or more local failures in a row (the circuit breaker): pulls wait, longer each time.
+    case localFailures = "local-failures"
+    /// A heartbeat gap over the monitor's threshold while the last hour holds claims:
+    /// pulls wait until the gap leaves the coordinator's window.
+    case heartbeatGap = "heartbeat-gap"
+    /// The coordinator keeps the work it has for agents with a sandbox (`sandboxRequired`).
+    case sandboxRequired = "sandbox-required"
 
     /// What it means and what clears it, for `status` and `doctor`.
     public var explanation: String {
@@ -229,6 +239,14 @@ public enum LocalHoldReason: String, Sendable, CaseIterable {
             return "NetworkManager says the primary connection is metered and network.onMetered is hold; set it to allow to pull anyway"
         case .hostSleeping:
             return "the host is suspending; work resumes after the resume"
+        case .modelUnavailable:
+            return "the model backend is not ready (see backend in status, or doctor); pulls resume by themselves once it is"
+        case .localFailures:
+            return "the model failed three or more subtasks in a row (each was released for another agent); pulls wait, longer after each failure, and resume after a success"
+        case .heartbeatGap:
+            return "heartbeats stopped for over 4 minutes while this worker had claimed work in the last hour (suspend, mode off, lost path); the coordinator's monitor counts that gap at each registration and result until it leaves its one-hour window, so pulls wait until then (coordinator.gapGuard false turns this off)"
+        case .sandboxRequired:
+            return "the coordinator answered sandboxRequired: its queued work needs an agent that runs code in a sandbox"
         }
     }
 }

@@ -145,6 +145,8 @@ public struct StatusSnapshot: Sendable, Equatable {
     public var coordinatorURL: String?
     /// nil while mode `on`'s runtime is not running.
     public var coordinator: CoordinatorStatus?
+    /// What the coordinator's behaviour monitor has seen of this worker, and the holds it implies.
+    public var conduct: CoordinatorConduct
     /// The peripheral's latest report (`inactive` outside mode bluetooth).
     public var bluetooth: BluetoothStatus
     /// `bluetooth.adapter` and `bluetooth.maxClients` from the config.
@@ -161,7 +163,7 @@ public struct StatusSnapshot: Sendable, Equatable {
 
     public init(nowMs: Int64, agentID: String, daemon: Daemon, mode: ModeState, runtime: RuntimeState, network: Network? = nil,
                 lastHook: Hook? = nil, host: HostServices? = nil, hostHold: LocalHoldReason? = nil, power: Power, policy: PowerPolicy, policySources: [String: PolicySource] = [:],
-                coordinatorURL: String? = nil, coordinator: CoordinatorStatus? = nil, bluetooth: BluetoothStatus = BluetoothStatus(),
+                coordinatorURL: String? = nil, coordinator: CoordinatorStatus? = nil, conduct: CoordinatorConduct = CoordinatorConduct(), bluetooth: BluetoothStatus = BluetoothStatus(),
                 bluetoothConfiguredAdapter: String? = nil, bluetoothMaxClients: Int64, backend: Backend,
                 activeRuntimes: Set<Mode> = [], recovered: [RecoveredFile] = [], eventCount: Int = 0, lastEventSeq: Int64 = 0) {
         self.nowMs = nowMs
@@ -178,6 +180,7 @@ public struct StatusSnapshot: Sendable, Equatable {
         self.policySources = policySources
         self.coordinatorURL = coordinatorURL
         self.coordinator = coordinator
+        self.conduct = conduct
         self.bluetooth = bluetooth
         self.bluetoothConfiguredAdapter = bluetoothConfiguredAdapter
         self.bluetoothMaxClients = bluetoothMaxClients
@@ -296,6 +299,7 @@ public struct StatusReport: Sendable {
         var object = snapshot.coordinator?.json.objectValue ?? JSONObject([("state", "not running")])
         object["url"] = .optional(snapshot.coordinatorURL)
         object["active"] = .bool(snapshot.activeRuntimes.contains(.on))
+        object["conduct"] = snapshot.conduct.statusJSON(nowMs: snapshot.nowMs)
         return .object(object)
     }
 

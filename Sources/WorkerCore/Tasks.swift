@@ -2,7 +2,11 @@
 public struct TaskRecord: Sendable, Equatable {
     public enum Source: String, Sendable { case coordinator, bluetooth }
     /// `cancelled`: stopped at its Bluetooth client's request, or because the client left (SPEC 6.1).
-    public enum State: String, Sendable { case running, posting, done, failed, interrupted, cancelled }
+    public enum State: String, Sendable { case running, posting, done, failed, interrupted, cancelled
+        /// A coordinator subtask given back unanswered (the failure was the host's): the
+        /// coordinator hands it to another agent.
+        case released
+    }
 
     public var id: String
     public var source: Source

@@ -1,0 +1,32 @@
+import ModelBackend
+
+/// Whose fault a subtask's failure is, which decides what the coordinator hears of it. A
+/// result, ok or not, completes the subtask for the whole swarm, so a failure of this host
+/// (its model server gone, a model error, an answer with no text) is not posted: the
+/// subtask goes back to the queue for another agent. Only a failure the subtask itself
+/// causes on any agent (the model refusing its input as too long or malformed) is answered.
+enum SubtaskFault: Equatable {
+    /// No fault: the model's text, posted as `ok: true`.
+    case none(String)
+    /// The subtask's own: answered `ok: false` with this reason.
+    case subtask(String)
+    /// The host's: released, counted towards the circuit breaker.
+    case host(String)
+
+    /// Statuses with which a model server refuses the request itself (llama.cpp and
+    /// Ollama answer 400 for a prompt over the context; 413 and 422 are the same refusal).
+    static let inputRefusals: Set<Int> = [400, 413, 422]
+
+    static func classify(_ outcome: Result<ModelOutput, ModelError>) -> SubtaskFault {
+        switch outcome {
+        case .success(let output):
+            if output.text.allSatisfy(\.isWhitespace) {
+                return .host("model_empty_answer: the model answered with no text")
+            }
+            return .none(output.text)
+        case .failure(let error):
+            if case .rejected(let status) = error.kind, inputRefusals.contains(status) { return .subtask(error.wireText) }
+            return .host(error.wireText)
+        }
+    }
+}
