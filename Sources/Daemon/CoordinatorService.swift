@@ -37,6 +37,9 @@ actor CoordinatorLink {
     /// Results the coordinator took whose outbox file could not be removed yet: never
     /// posted again by this session, only removed again.
     private(set) var deliveredNotRemoved: Set<String> = []
+    /// Set once the session's first heartbeat was answered (or failed): until then the
+    /// work loop neither pulls nor posts, so a gap the heartbeat reveals holds work first.
+    nonisolated let firstHeartbeat = StateSignal(false)
     /// A rejection (403, blacklisted) stops work; retried no faster than this.
     static let rejectionRetryMs: Int64 = 5 * 60 * 1000
 
@@ -68,7 +71,22 @@ actor CoordinatorLink {
         do {
             let started = clock.monotonicMs()
             logger.debug("POST /\(call.rawValue)")
-            let response = try await transport.perform(request)
+            let response: HTTPResponse
+            do {
+                response = try await transport.perform(request)
+            } catch let error as HTTPError {
+                // A registration that may have reached the coordinator counts towards its
+                // storm rule; one that never left this host does not.
+                if call == .register && ![.couldNotResolve, .couldNotConnect, .tls, .badURL].contains(error.kind) {
+                    let now = clock.wallMs()
+                    await daemon.updateConduct { $0.registering(atMs: now) }
+                }
+                throw error
+            }
+            if call == .register {
+                let now = clock.wallMs()
+                await daemon.updateConduct { $0.registering(atMs: now) }
+            }
             logger.debug("/\(call.rawValue) answered \(response.status) in \(clock.monotonicMs() - started) ms")
             let answer = CoordinatorAnswer.classify(call, status: response.status, body: response.body)
             if call == .heartbeat, case .accepted = answer {
@@ -113,7 +131,6 @@ actor CoordinatorLink {
                 try await clock.sleep(milliseconds: max(1_000, min(until - now, 60_000)))
                 continue
             }
-            await daemon.updateConduct { $0.registering(atMs: now) }
             let telemetry = await daemon.powerTelemetryJSON()
             let body = CoordinatorWire.register(agentID: agentID, version: workerVersion, registrationToken: await registrationToken(),
                                                 provider: config.backend.kind, telemetry: telemetry)
@@ -315,6 +332,7 @@ public struct CoordinatorService: Service {
         try await withThrowingDiscardingTaskGroup { group in
             while true {
                 try await heartbeat(link)
+                link.firstHeartbeat.set(true)
                 // A heartbeat asked for (before a suspend, after a resume) is sent.
                 let requested = daemon.heartbeatRequested
                 if requested.value { requested.set(false) }
@@ -359,6 +377,9 @@ public struct CoordinatorService: Service {
 
     /// Recovery first (outbox, then journal), then pull / run / post until stopped.
     func work(_ link: CoordinatorLink, journal: WorkJournal, stop: GracefulShutdown) async throws {
+        // The first heartbeat tells whether the coordinator now sees a gap (mode off, a
+        // suspend): a result or a pull before it could be one evaluation too many.
+        guard try await stop.cancelling({ await link.firstHeartbeat.wait(for: true) }) != nil else { return }
         let found = journal.load(nowMs: clock.wallMs())
         for file in found.recovered { logger.error("journal file \(file.file) \(file.problem); kept as \(file.movedTo)") }
         for action in RecoveryPlan.plan(journal: found.journal, outbox: found.outbox, nowMs: clock.wallMs()) {

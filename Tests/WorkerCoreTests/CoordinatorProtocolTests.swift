@@ -112,18 +112,40 @@ import Testing
         RecoveryPlan.JournalEntry(subtask: try! Subtask.parse(["id": .string(id), "taskId": "t", "input": "p", "timeoutMs": .int(timeout)]).get(), pulledAtMs: pulledAt)
     }
 
-    @Test func outboxIsDeliveredFirstThenJournalRerunOrReported() {
+    @Test func outboxIsDeliveredFirstThenAJournalEntryRerunWhileItsClaimLivesElseReleased() {
         let posted = SubtaskResult(subtaskID: "done", taskID: "t", ok: true, output: "o", durationMs: 1)
-        let plan = RecoveryPlan.plan(journal: [entry("late", pulledAt: 0, timeout: 1_000), entry("fresh", pulledAt: 9_500, timeout: 1_000), entry("done", pulledAt: 0, timeout: 99_999)],
-                                     outbox: [posted], nowMs: 10_000)
-        #expect(plan.count == 3)
+        // The claim's age decides, not the subtask's advisory timeoutMs: the coordinator
+        // re-queues a claim without result after 30 s whatever the timeout says.
+        let now: Int64 = 100_000
+        let plan = RecoveryPlan.plan(journal: [entry("expired", pulledAt: now - 30_000, timeout: 600_000),
+                                               entry("fresh", pulledAt: now - 29_999, timeout: 1_000),
+                                               entry("done", pulledAt: 0, timeout: 99_999),
+                                               entry("future", pulledAt: now + 5_000, timeout: 1_000)],
+                                     outbox: [posted], nowMs: now)
+        #expect(plan.count == 4)
         #expect(plan[0] == .post(posted))
-        guard case .reportRestarted(let late) = plan[1], case .rerun(let fresh) = plan[2] else {
+        guard case .release(let expired) = plan[1], case .rerun(let fresh) = plan[2], case .release(let future) = plan[3] else {
             Issue.record("\(plan)")
             return
         }
-        #expect(late.subtaskID == "late" && late.ok == false && late.error == "worker_restarted")
+        #expect(expired.subtask.id == "expired")
         #expect(fresh.subtask.id == "fresh")
+        // A clock that went backwards cannot tell the claim's age: released, never run twice.
+        #expect(future.subtask.id == "future")
+    }
+
+    @Test func aPullAnsweredSandboxRequiredIsItsOwnAnswerNotNoWork() {
+        let body = Array(#"{"subtask":null,"sandboxRequired":true,"reason":"agent_lacks_sandbox_capability"}"#.utf8)
+        #expect(CoordinatorAnswer.classify(.pull, status: 200, body: body) == .sandboxRequired(reason: "agent_lacks_sandbox_capability"))
+        #expect(CoordinatorAnswer.classify(.pull, status: 200, body: Array(#"{"subtask":null,"sandboxRequired":true}"#.utf8)) == .sandboxRequired(reason: "sandbox_required"))
+        #expect(CoordinatorAnswer.classify(.pull, status: 200, body: Array(#"{"subtask":null,"sandboxRequired":"yes"}"#.utf8)) == .noWork)
+    }
+
+    @Test func anUnrunnableSubtasksAnswerNamesItAndIsNeverEmptyNorTheSameForTwo() {
+        let a = SubtaskResult.unrunnable(subtaskID: "s1", taskID: "t", reason: "malformed_subtask: no input string")
+        let b = SubtaskResult.unrunnable(subtaskID: "s2", taskID: "t", reason: "malformed_subtask: no input string")
+        #expect(!a.output.isEmpty && a.output.contains("s1") && a.output.contains("malformed_subtask"))
+        #expect(a.output != b.output && a.ok == false && a.error == "malformed_subtask: no input string")
     }
 
     @Test func journalEntriesRoundTrip() throws {
