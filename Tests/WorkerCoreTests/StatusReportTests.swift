@@ -52,15 +52,19 @@ enum DocumentedStatus {
         required: ["telemetry": .nullable(.map(of: .any)), "chargeGate": .string, "held": .map(of: .int)],
         optional: ["ageMs": .int, "decision": decision])
     static let policy = Shape.map(of: .object(required: ["value": .any, "source": .string]))
+    /// What the coordinator's behaviour monitor has seen of this worker: always there.
+    static let conduct = Shape.object(required: [
+        "hold": .nullable(.string), "holdUntil": .nullable(.string), "consecutiveLocalFailures": .int, "released": .int,
+        "registrationsLastHour": .int, "resultsLastHour": .int, "monitorFindings": .array(of: .string)])
     static let coordinator = Shape.object(
-        required: ["url": .nullable(.string), "active": .bool],
+        required: ["url": .nullable(.string), "active": .bool, "conduct": conduct],
         optional: ["state": .string, "registered": .bool, "lastHeartbeat": .nullable(.string), "lastHeartbeatLatencyMs": .nullable(.int),
                    "consecutiveFailures": .int, "heartbeatFailures": .int, "backoffMs": .nullable(.int), "lastError": .nullable(.string),
                    "rejection": .nullable(.string), "retryAt": .nullable(.string), "deferredReason": .nullable(.string),
                    "subtasksDone": .int, "subtasksFailed": .int, "outboxDepth": .int, "running": .nullable(.string)])
     /// While the coordinator session runs, every key of its status is there.
     static let coordinatorRunning = Shape.object(
-        required: ["url": .nullable(.string), "active": .bool, "registered": .bool, "lastHeartbeat": .nullable(.string),
+        required: ["url": .nullable(.string), "active": .bool, "conduct": conduct, "registered": .bool, "lastHeartbeat": .nullable(.string),
                    "lastHeartbeatLatencyMs": .nullable(.int), "consecutiveFailures": .int, "heartbeatFailures": .int,
                    "backoffMs": .nullable(.int), "lastError": .nullable(.string), "rejection": .nullable(.string),
                    "retryAt": .nullable(.string), "deferredReason": .nullable(.string), "subtasksDone": .int,
@@ -258,7 +262,9 @@ enum DocumentedStatus {
         #expect(json["power"]?["ageMs"] == nil && json["power"]?["decision"] == nil)
         #expect(json["power"]?["chargeGate"] == "open")
         #expect(json["power"]?["held"]?.objectValue?.keys == HoldReason.allCases.map(\.rawValue) + LocalHoldReason.allCases.map(\.rawValue))
-        #expect(json["coordinator"] == ["state": "not running", "url": .null, "active": false])
+        #expect(json["coordinator"] == ["state": "not running", "url": .null, "active": false, "conduct": [
+            "hold": .null, "holdUntil": .null, "consecutiveLocalFailures": 0, "released": 0, "registrationsLastHour": 0,
+            "resultsLastHour": 0, "monitorFindings": []]])
         #expect(json["bluetooth"]?["active"] == false)
         #expect(json["bluetooth"]?["state"] == "inactive")
         #expect(json["backend"]?["modelState"] == "idle")
