@@ -16,6 +16,7 @@ public struct ConfigReloadPlan: Sendable, Equatable {
     public static let liveKeys = Set([
         "coordinator.heartbeatIntervalMs", "coordinator.pullIntervalMs",
         "backend.allowRemoteModelSwitch", "network.onMetered", "log.level",
+        "telemetry.deviceType",
     ]).union(restartingBluetooth)
 
     /// Live keys that start the Bluetooth session again (its clients are disconnected):
@@ -36,6 +37,7 @@ public struct ConfigReloadPlan: Sendable, Equatable {
         applied.coordinator.pullIntervalMs = file.coordinator.pullIntervalMs
         applied.network.onMetered = file.network.onMetered
         applied.log.level = file.log.level
+        applied.telemetry.deviceType = file.telemetry.deviceType
         applied.bluetooth.security = file.bluetooth.security
         applied.bluetooth.pairingAgent = file.bluetooth.pairingAgent
         let changedNow = changedKeys(running, applied)
@@ -88,6 +90,7 @@ extension WorkerConfig {
         out += [
             ("network.pathLossGraceMs", "\(network.pathLossGraceMs)"),
             ("network.onMetered", network.onMetered.rawValue),
+            ("telemetry.deviceType", text(telemetry.deviceType?.rawValue)),
             ("bluetooth.adapter", text(bluetooth.adapter)),
             ("bluetooth.maxRequestBytes", "\(bluetooth.maxRequestBytes)"),
             ("bluetooth.maxQueuedRequests", "\(bluetooth.maxQueuedRequests)"),
