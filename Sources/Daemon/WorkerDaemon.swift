@@ -299,6 +299,7 @@ public actor WorkerDaemon {
         rawReading = raw
         var new = raw
         new.telemetry.lowPowerMode = HostServices.lowPowerMode(platformProfile: raw.telemetry.lowPowerMode, activeProfile: host.activeProfile)
+        new.telemetry.overrideDeviceType(config.telemetry.deviceType?.deviceType)
         reading = new
         readingAtMonotonicMs = monotonicMs
         let policy = effectivePolicy.policy
@@ -481,7 +482,8 @@ public actor WorkerDaemon {
         configReload = status
         record(EventDraft(kind: .configReloaded, reason: status.line))
         logger.notice(status.line, [("event", EventKind.configReloaded.rawValue)] + (plan.restartKeys.isEmpty ? [] : [("needs_restart", plan.restartKeys.joined(separator: ","))]))
-        if let reading { updateReading(reading, monotonicMs: max(readingAtMonotonicMs, Int64(monotonicNanoseconds() / 1_000_000))) }
+        // From the raw reading, so a telemetry.deviceType taken out of the file is undone.
+        if let base = rawReading ?? reading { updateReading(base, monotonicMs: max(readingAtMonotonicMs, Int64(monotonicNanoseconds() / 1_000_000))) }
         if plan.restartsBluetooth { bluetoothRestart.set(true) }
         updateServiceStatus()
         return status
