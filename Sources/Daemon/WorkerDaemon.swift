@@ -460,6 +460,21 @@ public actor WorkerDaemon {
         model = (state, detail, clock())
     }
 
+    /// The model's size as the backend's probe last gave it, for the model it was given for.
+    private var modelParameterSize: (model: String, billions: Double)?
+
+    public func updateModelParameterSize(_ billions: Double, model name: String) {
+        modelParameterSize = (name, billions)
+    }
+
+    /// The heartbeat's `activeModelParamSize`: the active model's size in billions of
+    /// parameters, when the backend said (cached from its readiness probe, so heartbeats
+    /// cost the server nothing); nil after a switch until the new model is probed.
+    public var activeModelParamSize: Double? {
+        guard let size = modelParameterSize, size.model == activeModel else { return nil }
+        return size.billions
+    }
+
     /// Whether a task is running on the model now. llama.cpp's server does not answer
     /// its readiness probe while it generates, so the probe waits instead of reporting
     /// `unavailable` to the very clients being served.
