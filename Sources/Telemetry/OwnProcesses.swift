@@ -96,7 +96,7 @@ public struct OwnProcesses: Sendable {
             } else if let pid = owner(of: inodes, candidates: table.keys) {
                 if let path = unitCgroup(ofProcesses: [pid]), let measured = cgroupUsage(path) {
                     usage = measured
-                    server = .cgroup(path: path, via: "from pid \(pid)'s /proc/\(pid)/cgroup", port: port)
+                    server = .cgroup(path: path, via: "from its /proc/\(pid)/cgroup (pid \(pid) listens on port \(port))", port: port)
                 } else {
                     roots.insert(pid)
                     server = .process(pid: pid, port: port)
