@@ -353,7 +353,7 @@ public struct CoordinatorService: Service {
             try await link.ensureRegistered()
             let swapping = await daemon.modelSwitch?.inProgress ?? false
             let body = CoordinatorWire.heartbeat(agentID: daemon.agentID, telemetry: await daemon.powerTelemetryJSON(),
-                                                 activeModel: await daemon.activeModel, modelSwapInProgress: swapping)
+                                                 activeModel: await daemon.activeModel, activeModelParamSize: await daemon.activeModelParamSize, modelSwapInProgress: swapping)
             switch try await link.call(.heartbeat, body) {
             case .accepted:
                 // A heartbeat's success says nothing about pulls and results: their

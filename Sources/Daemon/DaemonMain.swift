@@ -58,7 +58,8 @@ public enum DaemonMain {
         let daemon = WorkerDaemon(config: config, paths: paths, directory: directory, logger: logger)
         // The first reading before READY, so the charge gate and status are decided from the start.
         var reader = TelemetryReader(root: paths.sysfsRoot, own: OwnProcesses(root: paths.sysfsRoot, serverPort: LoopbackServer.port(of: config.backend.url),
-                                                                             workerPID: getpid()))
+                                                                             workerPID: getpid(),
+                                                                             derivedUnits: OwnProcesses.derivedUnits(backendKind: config.backend.kind.rawValue)))
         await daemon.updateReading(reader.read(), monotonicMs: Int64(monotonicNanoseconds() / 1_000_000))
 
         let readGroupGID = groupID(named: config.control.readGroup)

@@ -82,6 +82,7 @@ public struct ModelProbeService: Service {
                         last = readiness.state
                     }
                     await daemon.updateModel(state: readiness.state.rawValue, detail: readiness.detail)
+                    if let size = readiness.parameterSizeBillions { await daemon.updateModelParameterSize(size, model: current.config.model) }
                 } else {
                     await daemon.updateModel(state: "idle", detail: "mode off: the backend is not in use")
                     last = nil

@@ -318,6 +318,7 @@ public actor WorkerDaemon {
         rawReading = raw
         var new = raw
         new.telemetry.lowPowerMode = HostServices.lowPowerMode(platformProfile: raw.telemetry.lowPowerMode, activeProfile: host.activeProfile)
+        new.telemetry.overrideDeviceType(config.telemetry.deviceType?.deviceType)
         reading = new
         readingAtMonotonicMs = monotonicMs
         let policy = effectivePolicy.policy
@@ -478,6 +479,21 @@ public actor WorkerDaemon {
         model = (state, detail, clock())
     }
 
+    /// The model's size as the backend's probe last gave it, for the model it was given for.
+    private var modelParameterSize: (model: String, billions: Double)?
+
+    public func updateModelParameterSize(_ billions: Double, model name: String) {
+        modelParameterSize = (name, billions)
+    }
+
+    /// The heartbeat's `activeModelParamSize`: the active model's size in billions of
+    /// parameters, when the backend said (cached from its readiness probe, so heartbeats
+    /// cost the server nothing); nil after a switch until the new model is probed.
+    public var activeModelParamSize: Double? {
+        guard let size = modelParameterSize, size.model == activeModel else { return nil }
+        return size.billions
+    }
+
     /// Whether a task is running on the model now. llama.cpp's server does not answer
     /// its readiness probe while it generates, so the probe waits instead of reporting
     /// `unavailable` to the very clients being served.
@@ -500,7 +516,8 @@ public actor WorkerDaemon {
         configReload = status
         record(EventDraft(kind: .configReloaded, reason: status.line))
         logger.notice(status.line, [("event", EventKind.configReloaded.rawValue)] + (plan.restartKeys.isEmpty ? [] : [("needs_restart", plan.restartKeys.joined(separator: ","))]))
-        if let reading { updateReading(reading, monotonicMs: max(readingAtMonotonicMs, Int64(monotonicNanoseconds() / 1_000_000))) }
+        // From the raw reading, so a telemetry.deviceType taken out of the file is undone.
+        if let base = rawReading ?? reading { updateReading(base, monotonicMs: max(readingAtMonotonicMs, Int64(monotonicNanoseconds() / 1_000_000))) }
         if plan.restartsBluetooth { bluetoothRestart.set(true) }
         updateServiceStatus()
         return status

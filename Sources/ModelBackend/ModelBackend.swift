@@ -148,9 +148,16 @@ public struct ModelBackend: Sendable {
             }
             let listed = wire.decodeProbe(status: tags.status, body: tags.body)
             guard listed.state == .ready else { return ModelReadiness(listed.state, listed.detail) }
+            let size = wire.ollamaParameterSize(tagsBody: tags.body)
             switch await get("/api/ps") {
-            case .success(let answer): return wire.decodeRunning(status: answer.status, body: answer.body)
-            case .failure(let failure): return failure.readiness
+            case .success(let answer):
+                var readiness = wire.decodeRunning(status: answer.status, body: answer.body)
+                readiness.parameterSizeBillions = size
+                return readiness
+            case .failure(let failure):
+                var readiness = failure.readiness
+                readiness.parameterSizeBillions = size
+                return readiness
             }
         case .openai:
             switch await get("/health") {

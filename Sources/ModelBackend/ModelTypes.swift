@@ -176,10 +176,14 @@ public struct ModelReadiness: Sendable, Equatable {
     public var state: ModelState
     public var detail: String
     public var needsLoad: Bool
+    /// The model's size in billions of parameters when the server said (Ollama's
+    /// `details.parameter_size` in `/api/tags`); the heartbeat's `activeModelParamSize`.
+    public var parameterSizeBillions: Double?
 
-    public init(_ state: ModelState, _ detail: String, needsLoad: Bool = false) {
+    public init(_ state: ModelState, _ detail: String, needsLoad: Bool = false, parameterSizeBillions: Double? = nil) {
         self.state = state
         self.detail = detail
         self.needsLoad = needsLoad
+        self.parameterSizeBillions = parameterSizeBillions
     }
 }

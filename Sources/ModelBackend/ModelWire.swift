@@ -366,6 +366,17 @@ public struct ModelWire: Sendable {
         }
     }
 
+    /// The configured model's size in billions of parameters from Ollama's `/api/tags`
+    /// answer (`details.parameter_size` of its entry); nil when absent or unusable.
+    public func ollamaParameterSize(tagsBody body: [UInt8]) -> Double? {
+        guard case .success(let object) = ModelWire.parseObject(body), case .array(let models)? = object["models"] else { return nil }
+        let wanted = ModelWire.ollamaName(config.model)
+        for entry in models where ["name", "model"].contains(where: { entry[$0]?.stringValue.map(ModelWire.ollamaName) == wanted }) {
+            return entry["details"]?["parameter_size"]?.stringValue.flatMap(ModelParameterSize.billions)
+        }
+        return nil
+    }
+
     /// The readiness for a refused key, naming the path that refused it.
     func unauthorizedDetail(status: Int, body: [UInt8], path: String) -> String {
         let saying = ModelText.serverError(in: body).map { ": \($0)" } ?? ""

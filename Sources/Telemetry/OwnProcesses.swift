@@ -4,11 +4,16 @@ import Glibc
 import Posix
 import WorkerCore
 
-/// Finds the worker's own processes in procfs below a root (SPEC 3.2: the worker and its
-/// model server with the server's children are not "other load"): the worker's pid,
-/// and on loopback the process owning the backend's listening socket
-/// (`proc/net/tcp{,6}` inode → `proc/*/fd`). When the server runs as another user its
-/// fds cannot be read; then the processes of the socket's owner uid count (never root's).
+/// Finds the worker's own load below a root (the worker and its model server with the
+/// server's children are not "other load"): the worker's process tree, and on loopback
+/// the model server owning the backend's listening socket (`proc/net/tcp{,6}` inode →
+/// `proc/*/fd`). The server is measured by its systemd unit's cgroup (`cpu.stat`
+/// `usage_usec`, its children included) when it runs in one, else by its process tree.
+/// When it runs as another user its fds cannot be read: then its processes' unit cgroup
+/// counts, or all the socket owner's processes (never root's). Under the unit's
+/// `ProtectProc=invisible` those processes are hidden too: then the unit is derived
+/// (`<socket owner's user name>.service`, `derivedUnits` such as `ollama.service`) and
+/// counts when its cgroup holds processes.
 public struct OwnProcesses: Sendable {
     /// Processes looked at per scan: a host with more is not scanned past this.
     public static let maxProcesses = 8_192
@@ -19,15 +24,33 @@ public struct OwnProcesses: Sendable {
     /// The model server's TCP port on this host; nil when it is elsewhere.
     public let serverPort: UInt16?
     public let workerPID: Int32
+    /// Units tried for a server whose processes are hidden, after the socket owner's
+    /// `<user>.service` (`ollama.service` for an Ollama backend).
+    public let derivedUnits: [String]
     /// The server's pid found last time, checked first (a full scan is the slow path).
     private var cachedServer: Int32?
+    private let nameOfUser: @Sendable (UInt32) -> String?
 
-    public init(root: String = "/", serverPort: UInt16?, workerPID: Int32) {
+    public init(root: String = "/", serverPort: UInt16?, workerPID: Int32, derivedUnits: [String] = [],
+                nameOfUser: @escaping @Sendable (UInt32) -> String? = OwnProcesses.systemUserName) {
         var prefix = root
         while prefix.hasSuffix("/") { prefix.removeLast() }
         self.prefix = prefix
         self.serverPort = serverPort
         self.workerPID = workerPID
+        self.derivedUnits = derivedUnits.compactMap(Cgroup.serviceName)
+        self.nameOfUser = nameOfUser
+    }
+
+    /// The units worth trying for a backend kind: Ollama's installer makes `ollama.service`.
+    public static func derivedUnits(backendKind: String) -> [String] {
+        backendKind == "ollama" ? ["ollama.service"] : []
+    }
+
+    /// The user database's name for a uid; nil when it has none.
+    @Sendable public static func systemUserName(_ uid: UInt32) -> String? {
+        let name = userName(uid: uid)
+        return name.hasPrefix("uid ") ? nil : name
     }
 
     /// How the model server was found, for `doctor`.
@@ -36,6 +59,10 @@ public struct OwnProcesses: Sendable {
         case notListening(port: UInt16)
         case process(pid: Int32, port: UInt16)
         case user(uid: UInt32, port: UInt16)
+        /// Measured by the unit's cgroup, found `via` (a pid's cgroup, a derived name).
+        case cgroup(path: String, via: String, port: UInt16)
+        /// Its processes are not visible and no unit cgroup was found: counted as other.
+        case hidden(uid: UInt32, port: UInt16, tried: [String])
         case unreadable(port: UInt16)
 
         public var description: String {
@@ -44,34 +71,88 @@ public struct OwnProcesses: Sendable {
             case .notListening(let port): return "nothing listens on port \(port)"
             case .process(let pid, let port): return "pid \(pid) listens on port \(port)"
             case .user(let uid, let port): return "the socket on port \(port) belongs to uid \(uid), whose processes count (their descriptors are not readable)"
+            case .cgroup(let path, let via, let port): return "the model server on port \(port) is measured by its cgroup \(path) (cpu.stat usage_usec, its children included), found \(via)"
+            case .hidden(let uid, let port, let tried):
+                let units = tried.isEmpty ? "no unit to try" : "no running unit among \(tried.joined(separator: ", "))"
+                return "the socket on port \(port) belongs to uid \(uid), whose processes are not visible (ProtectProc=invisible) and \(units): the model server's load counts as other load"
             case .unreadable(let port): return "the socket on port \(port) belongs to root or cannot be traced to a process"
             }
         }
     }
 
-    /// The own processes now: the worker's tree and the server's.
-    public mutating func sample() -> (processes: [ProcessSample], server: Server) {
+    /// The own processes now (the worker's tree, and the server's when it is not
+    /// measured by its cgroup), the server's cgroup usage when it is, and how it was found.
+    public mutating func sample() -> (processes: [ProcessSample], server: Server, serverCgroup: CgroupUsage?) {
         let table = processTable()
         var roots: Set<Int32> = workerPID > 1 ? [workerPID] : []
         var server = Server.remote
         var uidProcesses: Set<Int32> = []
+        var usage: CgroupUsage?
         if let port = serverPort {
             let listeners = ProcNetTCP.listeners(read("proc/net/tcp"), port: port) + ProcNetTCP.listeners(read("proc/net/tcp6"), port: port)
             let inodes = Set(listeners.map(\.inode))
             if listeners.isEmpty {
                 server = .notListening(port: port)
             } else if let pid = owner(of: inodes, candidates: table.keys) {
-                roots.insert(pid)
-                server = .process(pid: pid, port: port)
-            } else if let uid = listeners.first?.uid, uid != 0, uid != getuid() {
-                uidProcesses = Set(table.keys.filter { ProcessSample.uid(status: read("proc/\($0)/status")) == uid })
-                server = .user(uid: uid, port: port)
+                if let path = unitCgroup(ofProcesses: [pid]), let measured = cgroupUsage(path) {
+                    usage = measured
+                    server = .cgroup(path: path, via: "from its /proc/\(pid)/cgroup (pid \(pid) listens on port \(port))", port: port)
+                } else {
+                    roots.insert(pid)
+                    server = .process(pid: pid, port: port)
+                }
+            } else if let uid = listeners.first?.uid, uid != getuid() {
+                let owned = uid == 0 ? [] : table.keys.filter { ProcessSample.uid(status: read("proc/\($0)/status")) == uid }
+                if !owned.isEmpty, let path = unitCgroup(ofProcesses: owned), let measured = cgroupUsage(path) {
+                    usage = measured
+                    server = .cgroup(path: path, via: "from the cgroup of uid \(uid)'s processes", port: port)
+                } else if !owned.isEmpty {
+                    uidProcesses = Set(owned)
+                    server = .user(uid: uid, port: port)
+                } else {
+                    let candidates = (uid == 0 ? [] : [nameOfUser(uid).map { $0 + ".service" }].compactMap { $0 }.compactMap(Cgroup.serviceName)) + derivedUnits
+                    var found = false
+                    for unit in candidates where !found {
+                        let path = "/system.slice/" + unit
+                        guard Cgroup.hasProcesses(cgroupProcs: cgroupFile(path, "cgroup.procs")), let measured = cgroupUsage(path) else { continue }
+                        usage = measured
+                        server = .cgroup(path: path, via: "by its unit name \(unit) (the socket's owner, uid \(uid), has no visible process)", port: port)
+                        found = true
+                    }
+                    if !found { server = uid == 0 ? .unreadable(port: port) : .hidden(uid: uid, port: port, tried: candidates) }
+                }
             } else {
                 server = .unreadable(port: port)
             }
         }
         let own = ProcessTree.descendants(of: roots, parents: table.mapValues(\.parent)).union(uidProcesses)
-        return (own.compactMap { table[$0] }, server)
+        return (own.compactMap { table[$0] }, server, usage)
+    }
+
+    /// The one unit cgroup all of `pids` run in, when it is not the worker's own; nil when
+    /// they are in none or in several.
+    func unitCgroup(ofProcesses pids: [Int32]) -> String? {
+        var units: Set<String> = []
+        for pid in pids.prefix(64) {
+            guard let path = Cgroup.unifiedPath(procCgroup: read("proc/\(pid)/cgroup")).flatMap(Cgroup.unitPath(of:)) else { return nil }
+            units.insert(path)
+        }
+        guard units.count == 1, let unit = units.first else { return nil }
+        let mine = Cgroup.unifiedPath(procCgroup: read("proc/self/cgroup")).flatMap(Cgroup.unitPath(of:))
+        return unit == mine ? nil : unit
+    }
+
+    /// A cgroup's `usage_usec` on the unified hierarchy (`sys/fs/cgroup`, or
+    /// `sys/fs/cgroup/unified` on a v1/v2 hybrid host).
+    func cgroupUsage(_ path: String) -> CgroupUsage? {
+        Cgroup.usageMicroseconds(cpuStat: cgroupFile(path, "cpu.stat")).map { CgroupUsage(path: path, usageMicroseconds: $0) }
+    }
+
+    func cgroupFile(_ path: String, _ file: String) -> [UInt8]? {
+        for mount in ["sys/fs/cgroup", "sys/fs/cgroup/unified"] {
+            if let bytes = try? readFile("\(prefix)/\(mount)\(path)/\(file)", limit: Cgroup.maxStatBytes * 16) { return bytes }
+        }
+        return nil
     }
 
     /// Every process's stat line, by pid.

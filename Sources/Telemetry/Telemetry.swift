@@ -28,6 +28,10 @@ public struct TelemetryReader: Sendable {
     /// of the figure the policy compares; nil: the host's figure only.
     private var own: OwnProcesses?
     private var previousOwn: [ProcessSample]?
+    private var previousServerCgroup: CgroupUsage?
+    private var previousThrottle: UInt64?
+    /// Read once: a host does not become a virtual machine while it runs.
+    private var virtualization: Virtualization?
 
     public init(root: String = "/", own: OwnProcesses? = nil) {
         self.root = root
@@ -48,14 +52,27 @@ public struct TelemetryReader: Sendable {
         var share: CPUShare?
         var server: OwnProcesses.Server?
         if var own, sample != nil {
-            let (processes, found) = own.sample()
+            let (processes, found, cgroup) = own.sample()
             self.own = own
             server = found
             if let sample, let previousCPU, let previousOwn {
-                share = CPUShare.between(host: previousCPU, sample, own: previousOwn, processes)
+                share = CPUShare.between(host: previousCPU, sample, own: previousOwn, processes,
+                                         server: previousServerCgroup, cgroup, ticksPerSecond: TelemetryReader.ticksPerSecond)
             }
             previousOwn = processes
+            previousServerCgroup = cgroup
         }
+        let virtualization = self.virtualization ?? readVirtualization()
+        self.virtualization = virtualization
+        let (throttleTotal, throttleFiles) = readThrottleCounts()
+        let throttled = CPUThrottle.throttled(previous: previousThrottle, current: throttleTotal)
+        let throttleText: String
+        if let throttleTotal {
+            throttleText = "\(throttleFiles) thermal_throttle counters, total \(throttleTotal)" + (previousThrottle == nil ? " (first reading)" : throttled ? ", rose since the last reading: the CPU is throttled" : ", unchanged since the last reading")
+        } else {
+            throttleText = "no thermal_throttle counters in sys/devices/system/cpu (not an Intel CPU, or a virtual one)"
+        }
+        if throttleTotal != nil { previousThrottle = throttleTotal }
         // A sample that fails leaves the previous one, so the next success still has a base.
         if let sample { previousCPU = sample }
         var reading = PowerReading.assemble(
@@ -65,7 +82,8 @@ public struct TelemetryReader: Sendable {
             chassisType: TelemetryReader.readAttribute(path("sys/class/dmi/id/chassis_type")),
             cpuUsagePct: cpuUsage, cpuSampled: sample != nil, cpuHadPreviousSample: hadPrevious,
             meminfo: TelemetryReader.readAttribute(path("proc/meminfo")).bytes,
-            nowMs: nowMs)
+            nowMs: nowMs, virtualization: virtualization, throttled: throttled)
+        reading.throttle = throttleText
         reading.telemetry.otherCpuUsagePct = share?.otherPct
         reading.cpuShare = share
         reading.ownProcesses = server.map { found in ((own?.workerPID ?? 0) > 1 ? "worker pid \(own?.workerPID ?? 0); " : "no worker process; ") + found.description }
@@ -73,6 +91,35 @@ public struct TelemetryReader: Sendable {
     }
 
     func path(_ relative: String) -> String { prefix + "/" + relative }
+
+    /// Clock ticks per second, the unit of `proc/stat`.
+    static let ticksPerSecond: Double = {
+        let ticks = sysconf(Int32(_SC_CLK_TCK))
+        return ticks > 0 ? Double(ticks) : 100
+    }()
+
+    func readVirtualization() -> Virtualization {
+        var dmi: [String: [UInt8]] = [:]
+        for file in Virtualization.dmiFiles {
+            if let bytes = TelemetryReader.readAttribute(path("sys/class/dmi/id/\(file)")).bytes { dmi[file] = bytes }
+        }
+        return Virtualization.detect(dmi: dmi, cpuinfo: TelemetryReader.readHead(path("proc/cpuinfo"), limit: 65_536),
+                                     systemdContainer: TelemetryReader.readAttribute(path("run/systemd/container")).bytes,
+                                     dockerenv: fileExists(path(".dockerenv")), containerenv: fileExists(path("run/.containerenv")))
+    }
+
+    /// The sum of every CPU's thermal_throttle counters, and how many files gave one.
+    func readThrottleCounts() -> (UInt64?, Int) {
+        let directory = path("sys/devices/system/cpu")
+        var counts: [[UInt8]?] = []
+        for cpu in (listDirectory(directory, maxEntries: 4_096) ?? []) where CPUThrottle.isCPUDirectory(cpu) {
+            for counter in ["core_throttle_count", "package_throttle_count"] {
+                if let bytes = TelemetryReader.readAttribute("\(directory)/\(cpu)/thermal_throttle/\(counter)").bytes { counts.append(bytes) }
+            }
+            if counts.count >= 2 * 1_024 { break }
+        }
+        return (CPUThrottle.total(counts: counts), counts.count)
+    }
 
     func readSupplies() -> [PowerSupply] {
         let directory = path("sys/class/power_supply")

@@ -8,12 +8,26 @@ import Posix
 import Telemetry
 import WorkerCore
 
-/// One telemetry reading with a CPU figure: /proc/stat needs two samples.
-func readTelemetryOnce(root: String, own: OwnProcesses? = nil) -> PowerReading {
+/// One telemetry reading with a CPU figure: /proc/stat needs two samples. The config's
+/// `telemetry.deviceType` replaces what the host says, as in the daemon.
+func readTelemetryOnce(root: String, own: OwnProcesses? = nil, deviceType: DeviceType? = nil) -> PowerReading {
     var reader = TelemetryReader(root: root, own: own)
     _ = reader.read()
     usleep(250_000)
-    return reader.read()
+    var reading = reader.read()
+    reading.telemetry.overrideDeviceType(deviceType)
+    return reading
+}
+
+/// The worker's own load as the daemon counts it, seen from a command: the daemon's pid
+/// when it answers (0 without a daemon: then only the model server is the worker's own)
+/// and the backend of the daemon, else of the config.
+func commandOwnProcesses(root: String, daemonStatus: JSONValue, config: WorkerConfig?) -> OwnProcesses {
+    let url = daemonStatus["backend"]?["url"]?.stringValue ?? config?.backend.url
+    let kind = daemonStatus["backend"]?["kind"]?.stringValue ?? config?.backend.kind.rawValue ?? ""
+    let daemonPID = daemonStatus["daemon"]?["pid"]?.intValue.map { Int32(truncatingIfNeeded: $0) } ?? 0
+    return OwnProcesses(root: root, serverPort: url.flatMap(LoopbackServer.port(of:)), workerPID: daemonPID,
+                        derivedUnits: OwnProcesses.derivedUnits(backendKind: kind))
 }
 
 /// Renders JSON as an indented outline for people (doctor, policy show).
@@ -60,27 +74,41 @@ struct TelemetryCommand: Command {
     static let name = "telemetry"
     static let summary = "print one power telemetry reading (no daemon needed)"
     static let usage = """
-        Usage: edgecoder-worker telemetry [--json] [--sysfs-root D]
+        Usage: edgecoder-worker telemetry [--json] [--sysfs-root D] [--config F] [--runtime-dir D]
 
         Reads power supplies, battery, platform profile, thermal sensors, CPU (two
-        /proc/stat samples 250 ms apart), memory and the chassis type, as the daemon
-        does. --json prints exactly the heartbeat's powerTelemetry keys, unknown values
-        omitted.
+        /proc/stat samples 250 ms apart), memory, the chassis type and virtualization,
+        as the daemon does. --json prints exactly the heartbeat's powerTelemetry keys
+        with the values the heartbeat sends (cpuUsagePct without the worker's and its
+        model server's load; thermalState as the coordinator should read it), unknown
+        values omitted.
         """
     let json: Bool
     let root: String
+    let configPath: String
+    let runtimeDirectory: String
     init(_ arguments: inout Arguments) throws(UsageError) {
         json = arguments.flag("--json")
         root = try arguments.option("--sysfs-root") ?? "/"
+        configPath = try arguments.option("--config") ?? environment("EDGECODER_WORKER_CONFIG") ?? Defaults.config
+        runtimeDirectory = try WorkerCLI.runtimeDirectory(&arguments)
     }
 
     func run() async -> Int32 {
-        let telemetry = readTelemetryOnce(root: root).telemetry
+        let config = try? loadConfig(path: configPath, explicit: false).get()
+        var daemonStatus: JSONValue = .null
+        if var client = try? ControlClient(runtimeDirectory: runtimeDirectory), let status = try? client.call(.status) { daemonStatus = status }
+        let own = commandOwnProcesses(root: root, daemonStatus: daemonStatus, config: config)
+        let reading = readTelemetryOnce(root: root, own: own, deviceType: config?.telemetry.deviceType?.deviceType)
+        let telemetry = reading.telemetry
         if json {
             print(telemetry.heartbeatJSON.serialized)
             return ExitCode.ok
         }
-        print(TelemetryCommand.describe(telemetry).joined(separator: "\n"))
+        print((TelemetryCommand.describe(telemetry) + [
+            "CPU, own load:  \(reading.ownProcesses ?? "not measured")",
+            "thermal, sent:  \(telemetry.heartbeatThermalState?.rawValue ?? "unknown") (CPU throttling: \(reading.throttle ?? "not read"))",
+        ]).joined(separator: "\n"))
         return ExitCode.ok
     }
 
@@ -93,9 +121,10 @@ struct TelemetryCommand: Command {
             "battery:        \(battery)",
             "low-power mode: \(yesNo(t.lowPowerMode))",
             "thermal state:  \(t.thermalState?.rawValue ?? "unknown (no sensor)")",
-            "CPU usage:      \(t.cpuUsagePct.map { "\(($0 * 10).rounded() / 10) %" } ?? "unknown")",
+            "CPU usage:      \(t.cpuUsagePct.map { "\(($0 * 10).rounded() / 10) %" } ?? "unknown")"
+                + (t.otherCpuUsagePct.map { ", other load \(($0 * 10).rounded() / 10) % (sent)" } ?? ""),
             "memory usage:   \(t.memoryUsagePct.map { "\(($0 * 10).rounded() / 10) %" } ?? "unknown")",
-            "device type:    \(t.deviceType?.rawValue ?? "unknown")",
+            "device type:    \(t.deviceType?.rawValue ?? "unknown")" + (t.deviceTypeSource.map { " (\($0.description))" } ?? ""),
         ]
     }
 }
@@ -243,7 +272,6 @@ struct DoctorCommand: Command {
 
     func run() async -> Int32 {
         var advice: [String] = []
-        var backendURL: String?
         // The policy in force: the daemon's (with this host's overrides) when it answers.
         var policy = PowerPolicy()
         var policySource = "built-in defaults"
@@ -262,7 +290,6 @@ struct DoctorCommand: Command {
             switch loadConfig(path: configPath, explicit: false) {
             case .success(let config):
                 policy = config.policy
-                backendURL = config.backend.url
                 configuredAdapter = config.bluetooth.adapter
                 configuredBackend = config.backend
                 policySource = "\(configPath) (the daemon is not running: this host's overrides are not shown)"
@@ -271,12 +298,10 @@ struct DoctorCommand: Command {
             }
             if case .unavailable(let message) = error { advice.append(message) }
         }
-        // The daemon's own load and its model server's are not "other load" (SPEC 3.2).
-        if let url = daemonStatus["backend"]?["url"]?.stringValue { backendURL = url }
-        let daemonPID = daemonStatus["daemon"]?["pid"]?.intValue.map { Int32(truncatingIfNeeded: $0) } ?? 0
-        // Without a daemon (pid 0) only the model server counts as the worker's own.
-        let own = OwnProcesses(root: root, serverPort: backendURL.flatMap(LoopbackServer.port(of:)), workerPID: daemonPID)
-        let reading = readTelemetryOnce(root: root, own: own)
+        // The daemon's own load and its model server's are not "other load".
+        let fileConfig = try? loadConfig(path: configPath, explicit: false).get()
+        let own = commandOwnProcesses(root: root, daemonStatus: daemonStatus, config: fileConfig)
+        let reading = readTelemetryOnce(root: root, own: own, deviceType: fileConfig?.telemetry.deviceType?.deviceType)
         let decision = PowerDecision.decide(reading.telemetry, policy: policy, previous: nil, nowMs: 0)
         let checks = PowerDecision.checks(reading.telemetry, policy: policy, batteryLatched: decision.batteryLatched)
         for check in checks where check.holds { advice.append("\(check.reason.rawValue): \(check.reason.explanation) (\(check.detail))") }

@@ -97,6 +97,25 @@ public struct WorkerConfig: Sendable, Equatable {
     }
     public var hooks = Hooks()
 
+    /// The device types an operator may name in `telemetry.deviceType`.
+    public enum ConfiguredDeviceType: String, Sendable, CaseIterable {
+        case desktop, laptop, server
+        public var deviceType: DeviceType {
+            switch self {
+            case .desktop: return .desktop
+            case .laptop: return .laptop
+            case .server: return .server
+            }
+        }
+    }
+    public struct Telemetry: Sendable, Equatable {
+        /// Replaces the `deviceType` the host's chassis and virtualization give (the
+        /// coordinator never limits a `server`); nil: what the host says.
+        public var deviceType: ConfiguredDeviceType?
+        public init() {}
+    }
+    public var telemetry = Telemetry()
+
     public struct Control: Sendable, Equatable {
         /// Members of this group may read status and events over the control socket.
         public var readGroup: String = "edgecoder"
@@ -303,6 +322,14 @@ extension WorkerConfig {
                     switch key {
                     case "networkRestored": reader.string(value, path: path, maxLength: 4096, nonEmpty: true).map { config.hooks.networkRestored = $0 }
                     case "timeoutMs": reader.int(value, path: path, 100...600_000).map { config.hooks.timeoutMs = $0 }
+                    default: reader.unknown(path)
+                    }
+                }
+            case "telemetry":
+                guard let object = reader.object(value, path: path) else { return }
+                reader.members(of: object, path: path) { reader, key, value, path in
+                    switch key {
+                    case "deviceType": reader.choice(value, path: path, ConfiguredDeviceType.self).map { config.telemetry.deviceType = $0 }
                     default: reader.unknown(path)
                     }
                 }

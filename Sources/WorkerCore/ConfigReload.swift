@@ -16,6 +16,7 @@ public struct ConfigReloadPlan: Sendable, Equatable {
     public static let liveKeys = Set([
         "coordinator.heartbeatIntervalMs", "coordinator.pullIntervalMs", "coordinator.gapGuard",
         "backend.allowRemoteModelSwitch", "network.onMetered", "log.level",
+        "telemetry.deviceType",
     ]).union(restartingBluetooth)
 
     /// Live keys that start the Bluetooth session again (its clients are disconnected):
@@ -37,6 +38,7 @@ public struct ConfigReloadPlan: Sendable, Equatable {
         applied.coordinator.gapGuard = file.coordinator.gapGuard
         applied.network.onMetered = file.network.onMetered
         applied.log.level = file.log.level
+        applied.telemetry.deviceType = file.telemetry.deviceType
         applied.bluetooth.security = file.bluetooth.security
         applied.bluetooth.pairingAgent = file.bluetooth.pairingAgent
         let changedNow = changedKeys(running, applied)
@@ -90,6 +92,7 @@ extension WorkerConfig {
         out += [
             ("network.pathLossGraceMs", "\(network.pathLossGraceMs)"),
             ("network.onMetered", network.onMetered.rawValue),
+            ("telemetry.deviceType", text(telemetry.deviceType?.rawValue)),
             ("bluetooth.adapter", text(bluetooth.adapter)),
             ("bluetooth.maxRequestBytes", "\(bluetooth.maxRequestBytes)"),
             ("bluetooth.maxQueuedRequests", "\(bluetooth.maxQueuedRequests)"),

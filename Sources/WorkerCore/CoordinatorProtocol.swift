@@ -20,9 +20,15 @@ public enum CoordinatorWire {
         return .object(body)
     }
 
-    public static func heartbeat(agentID: String, telemetry: JSONValue, activeModel: String?, modelSwapInProgress: Bool = false) -> JSONValue {
+    /// `activeModelParamSize` (billions of parameters, a number in the coordinator's
+    /// schema) goes only with `activeModel`, and only when known, positive and finite.
+    public static func heartbeat(agentID: String, telemetry: JSONValue, activeModel: String?, activeModelParamSize: Double? = nil,
+                                 modelSwapInProgress: Bool = false) -> JSONValue {
         var body = JSONObject([("agentId", .string(agentID)), ("powerTelemetry", telemetry)])
-        if let activeModel { body["activeModel"] = .string(activeModel) }
+        if let activeModel {
+            body["activeModel"] = .string(activeModel)
+            if let size = activeModelParamSize, size.isFinite, size > 0 { body["activeModelParamSize"] = .double(size) }
+        }
         body["modelSwapInProgress"] = .bool(modelSwapInProgress)
         return .object(body)
     }

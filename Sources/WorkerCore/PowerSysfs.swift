@@ -262,3 +262,114 @@ public enum DeviceType: String, Sendable, CaseIterable {
         DeviceType(chassisType: contents) ?? (hasSystemBattery ? .laptop : .desktop)
     }
 }
+
+/// Whether the host is a virtual machine or a container, from what `systemd-detect-virt`
+/// reads: the DMI strings a hypervisor's firmware sets, the CPU's `hypervisor` flag,
+/// and the markers container managers leave (`/run/systemd/container`, `/.dockerenv`,
+/// `/run/.containerenv`). Pure: the files' bytes in.
+public struct Virtualization: Sendable, Equatable {
+    /// What says it is a virtual machine ("DMI sys_vendor QEMU", "CPU flag hypervisor").
+    public var machine: String?
+    /// The container manager ("docker", "podman", what `/run/systemd/container` names).
+    public var container: String?
+
+    public init(machine: String? = nil, container: String? = nil) {
+        self.machine = machine
+        self.container = container
+    }
+
+    /// The DMI files read, in the order they are looked at.
+    public static let dmiFiles = ["sys_vendor", "product_name", "board_vendor", "bios_vendor"]
+
+    /// Vendor and product names that only a hypervisor's firmware uses (a prefix match,
+    /// as systemd does).
+    static let hypervisorNames = [
+        "KVM", "OpenStack", "KubeVirt", "Amazon EC2", "QEMU", "VMware", "VMW", "innotek GmbH", "VirtualBox",
+        "Xen", "Bochs", "Parallels", "BHYVE", "Hyper-V", "Apple Virtualization", "Google Compute Engine",
+    ]
+
+    /// - Parameters:
+    ///   - dmi: `sys/class/dmi/id/<file>` by file name (see `dmiFiles`).
+    ///   - cpuinfo: the head of `proc/cpuinfo` (its first `flags` line is enough).
+    ///   - systemdContainer: `run/systemd/container`.
+    public static func detect(dmi: [String: [UInt8]], cpuinfo: [UInt8]?, systemdContainer: [UInt8]?,
+                              dockerenv: Bool, containerenv: Bool) -> Virtualization {
+        var found = Virtualization()
+        for file in dmiFiles {
+            guard let text = SysfsText.value(dmi[file]) else { continue }
+            if let name = hypervisorNames.first(where: { text.hasPrefix($0) }) {
+                found.machine = "DMI \(file) \(name)"
+                break
+            }
+        }
+        if found.machine == nil, SysfsText.value(dmi["sys_vendor"]) == "Microsoft Corporation",
+           SysfsText.value(dmi["product_name"]) == "Virtual Machine" {
+            found.machine = "DMI Microsoft Corporation Virtual Machine"
+        }
+        if found.machine == nil, hasHypervisorFlag(cpuinfo: cpuinfo) { found.machine = "CPU flag hypervisor" }
+        if let name = SysfsText.value(systemdContainer), name.utf8.count <= 64, name.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" }) {
+            found.container = name
+        } else if dockerenv {
+            found.container = "docker"
+        } else if containerenv {
+            found.container = "podman"
+        }
+        return found
+    }
+
+    /// Whether the first `flags` line of `/proc/cpuinfo` has `hypervisor` (x86: the CPU
+    /// runs under a hypervisor). At most 1 MiB is looked at.
+    public static func hasHypervisorFlag(cpuinfo: [UInt8]?) -> Bool {
+        guard let cpuinfo else { return false }
+        for line in cpuinfo.prefix(1 << 20).split(separator: UInt8(ascii: "\n")) where line.starts(with: "flags".utf8) {
+            guard let colon = line.firstIndex(of: UInt8(ascii: ":")) else { return false }
+            return line[(colon + 1)...].split(whereSeparator: { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") })
+                .contains { $0.elementsEqual("hypervisor".utf8) }
+        }
+        return false
+    }
+}
+
+/// Where `deviceType` came from, for `telemetry` and `doctor`.
+public enum DeviceTypeSource: Sendable, Equatable {
+    /// `telemetry.deviceType` in the config.
+    case config
+    /// `sys/class/dmi/id/chassis_type`, with its code.
+    case chassis(Int64)
+    /// A virtual machine, and what showed it.
+    case virtualMachine(String)
+    /// A container on a host that is not a laptop or tablet.
+    case container(String)
+    /// No usable chassis type: laptop with a system battery, desktop without.
+    case fallback(hasSystemBattery: Bool)
+
+    public var description: String {
+        switch self {
+        case .config: return "config telemetry.deviceType"
+        case .chassis(let code): return "chassis_type \(code)"
+        case .virtualMachine(let why): return "virtual machine (\(why))"
+        case .container(let manager): return "container (\(manager)) on a host that is not a laptop or tablet"
+        case .fallback(let battery): return battery ? "fallback: has a system battery" : "fallback: no system battery"
+        }
+    }
+}
+
+extension DeviceType {
+    /// What the heartbeat says: `server` for server chassis and virtual machines (the
+    /// coordinator never limits a server), and for containers unless the chassis or a
+    /// system battery says laptop or tablet (a container on a laptop is still on
+    /// battery); else the chassis type; else `laptop` with a system battery, `desktop`
+    /// without.
+    public static func resolve(chassisType contents: [UInt8]?, hasSystemBattery: Bool,
+                               virtualization: Virtualization) -> (DeviceType, DeviceTypeSource) {
+        let code = SysfsText.integer(contents, in: 0...127)
+        let chassis = code.flatMap(DeviceType.init(chassisCode:))
+        if chassis == .server, let code { return (.server, .chassis(code)) }
+        if let machine = virtualization.machine { return (.server, .virtualMachine(machine)) }
+        if let container = virtualization.container, chassis != .laptop, chassis != .tablet, !hasSystemBattery {
+            return (.server, .container(container))
+        }
+        if let chassis, let code { return (chassis, .chassis(code)) }
+        return (hasSystemBattery ? .laptop : .desktop, .fallback(hasSystemBattery: hasSystemBattery))
+    }
+}

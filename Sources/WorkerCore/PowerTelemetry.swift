@@ -7,16 +7,25 @@ public struct PowerTelemetry: Sendable, Equatable {
     public var batteryPct: Int?
     /// `platform_profile` is `low-power`.
     public var lowPowerMode: Bool?
+    /// The worst state over every sensor: what `maxThermalState` compares.
     public var thermalState: ThermalState?
+    /// What the heartbeat sends as `thermalState`: past `fair` only for a CPU/SoC zone
+    /// past its passive trip point, or a throttled CPU (`ThermalSensor.heartbeatState`).
+    public var heartbeatThermalState: ThermalState?
+    /// The CPU's throttle counters rose since the previous reading.
+    public var throttled: Bool = false
     /// 0–100, between the last two samples of `/proc/stat`.
     public var cpuUsagePct: Double?
-    /// `cpuUsagePct` without the worker's own processes and its model server's (SPEC 3.2):
-    /// what `maxCpuUsagePct` compares. nil when they could not be told apart; then the
-    /// host's figure is compared. Not in the heartbeat, which reports the whole host.
+    /// `cpuUsagePct` without the worker's own processes and its model server's: what
+    /// `maxCpuUsagePct` compares and what the heartbeat sends as `cpuUsagePct` (the
+    /// coordinator defers pulls above 85 %, and the worker's own work must not make it
+    /// look busy). nil when they could not be told apart; then the host's figure is used.
     public var otherCpuUsagePct: Double?
     /// 0–100.
     public var memoryUsagePct: Double?
     public var deviceType: DeviceType?
+    /// Where `deviceType` came from.
+    public var deviceTypeSource: DeviceTypeSource?
     /// A system battery discharges while a non-battery supply is online.
     public var draining: Bool
     public var hasSystemBattery: Bool
@@ -31,6 +40,7 @@ public struct PowerTelemetry: Sendable, Equatable {
         self.batteryPct = batteryPct
         self.lowPowerMode = lowPowerMode
         self.thermalState = thermalState
+        heartbeatThermalState = thermalState
         self.cpuUsagePct = cpuUsagePct
         self.memoryUsagePct = memoryUsagePct
         self.deviceType = deviceType
@@ -39,11 +49,12 @@ public struct PowerTelemetry: Sendable, Equatable {
         self.updatedAtMs = updatedAtMs
     }
 
-    /// The heartbeat's `powerTelemetry` (SPEC 3.3) in both vocabularies the coordinator
-    /// accepts, and the JSON of `edgecoder-worker telemetry --json`. A key whose value is
-    /// unknown is left out (never -1 or null). The coordinator's schema takes every
-    /// percentage as a number in 0–100: the battery goes as a whole percent, CPU and
-    /// memory with one decimal, each clamped to 0–100.
+    /// The heartbeat's `powerTelemetry` in both vocabularies the coordinator accepts, and
+    /// the JSON of `edgecoder-worker telemetry --json`. A key whose value is unknown is
+    /// left out (never -1 or null). The coordinator's schema takes every percentage as a
+    /// number in 0–100: the battery goes as a whole percent, CPU and memory with one
+    /// decimal, each clamped to 0–100. `thermalState` and `cpuUsagePct` are the figures
+    /// meant for the coordinator's power policy (`heartbeatThermalState`, the other load).
     public var heartbeatJSON: JSONValue {
         var object = JSONObject()
         let battery = batteryPct.map { JSONValue.int(min(100, max(0, $0))) }
@@ -52,12 +63,19 @@ public struct PowerTelemetry: Sendable, Equatable {
         object["lowPowerMode"] = lowPowerMode.map(JSONValue.bool)
         object["onACPower"] = onExternalPower.map(JSONValue.bool)
         object["batteryPct"] = battery
-        object["thermalState"] = thermalState.map { .string($0.rawValue) }
-        object["cpuUsagePct"] = PowerTelemetry.percentJSON(cpuUsagePct)
+        object["thermalState"] = heartbeatThermalState.map { .string($0.rawValue) }
+        object["cpuUsagePct"] = PowerTelemetry.percentJSON(otherCpuUsagePct ?? cpuUsagePct)
         object["memoryUsagePct"] = PowerTelemetry.percentJSON(memoryUsagePct)
         object["deviceType"] = deviceType.map { .string($0.rawValue) }
         object["updatedAtMs"] = .int(updatedAtMs)
         return .object(object)
+    }
+
+    /// The config's `telemetry.deviceType`, when set, replaces what the host says.
+    public mutating func overrideDeviceType(_ configured: DeviceType?) {
+        guard let configured else { return }
+        deviceType = configured
+        deviceTypeSource = .config
     }
 
     static func percentJSON(_ value: Double?) -> JSONValue? {
@@ -84,6 +102,10 @@ public struct PowerReading: Sendable, Equatable {
     public var cpuShare: CPUShare?
     /// How the model server's processes were found (for `doctor`).
     public var ownProcesses: String?
+    /// What showed a virtual machine or a container.
+    public var virtualization = Virtualization()
+    /// How the CPU's throttling was read, for `doctor`.
+    public var throttle: String?
 
     public init(telemetry: PowerTelemetry, supplies: [PowerSupply], sensors: [ThermalSensor],
                 platformProfile: SysfsAttributes.Read?, chassisType: SysfsAttributes.Read?,
@@ -103,24 +125,32 @@ public struct PowerReading: Sendable, Equatable {
     public static func assemble(supplies: [PowerSupply], sensors: [ThermalSensor],
                                 platformProfile: SysfsAttributes.Read?, chassisType: SysfsAttributes.Read?,
                                 cpuUsagePct: Double?, cpuSampled: Bool, cpuHadPreviousSample: Bool,
-                                meminfo: [UInt8]?, nowMs: Int64) -> PowerReading {
+                                meminfo: [UInt8]?, nowMs: Int64, virtualization: Virtualization = Virtualization(),
+                                throttled: Bool = false) -> PowerReading {
         let sensors = ThermalSensor.markingMirrors(sensors)
         let hasBattery = supplies.contains { $0.role == .systemBattery }
         let memory = MemoryInfo.usagePct(meminfo: meminfo)
-        let telemetry = PowerTelemetry(
+        let (deviceType, deviceTypeSource) = DeviceType.resolve(chassisType: chassisType.bytes, hasSystemBattery: hasBattery,
+                                                                virtualization: virtualization)
+        var telemetry = PowerTelemetry(
             onExternalPower: PowerSupply.externalPower(supplies),
             batteryPct: PowerSupply.combinedBatteryPct(supplies),
             lowPowerMode: PlatformProfile.lowPowerMode(platformProfile.bytes),
             thermalState: ThermalSensor.worstState(sensors),
             cpuUsagePct: cpuUsagePct,
             memoryUsagePct: memory,
-            deviceType: DeviceType.resolve(chassisType: chassisType.bytes, hasSystemBattery: hasBattery),
+            deviceType: deviceType,
             draining: PowerSupply.draining(supplies),
             hasSystemBattery: hasBattery,
             updatedAtMs: nowMs)
-        return PowerReading(telemetry: telemetry, supplies: supplies, sensors: sensors, platformProfile: platformProfile,
+        telemetry.deviceTypeSource = deviceTypeSource
+        telemetry.throttled = throttled
+        telemetry.heartbeatThermalState = ThermalSensor.heartbeatState(sensors, throttled: throttled)
+        var reading = PowerReading(telemetry: telemetry, supplies: supplies, sensors: sensors, platformProfile: platformProfile,
                             chassisType: chassisType, cpuSampled: cpuSampled, cpuHadPreviousSample: cpuHadPreviousSample,
                             memoryRead: memory != nil)
+        reading.virtualization = virtualization
+        return reading
     }
 
     /// Everything `doctor` shows about power: the telemetry, each supply and sensor with
@@ -141,8 +171,13 @@ public struct PowerReading: Sendable, Equatable {
         object["thermalSensors"] = .array(sensors.map(\.json))
         object["platformProfile"] = raw(platformProfile)
         object["chassisType"] = raw(chassisType)
-        object["deviceTypeFrom"] = .string(DeviceType(chassisType: chassisType.bytes) != nil
-            ? "chassis_type" : (telemetry.hasSystemBattery ? "fallback: has a system battery" : "fallback: no system battery"))
+        object["deviceTypeFrom"] = .string((telemetry.deviceTypeSource ?? .fallback(hasSystemBattery: telemetry.hasSystemBattery)).description)
+        object["virtualization"] = ["machine": .optional(virtualization.machine), "container": .optional(virtualization.container)]
+        object["thermal"] = [
+            "policy": .string("thermalState \(telemetry.thermalState?.rawValue ?? "unknown"): the worst over every sensor, compared with maxThermalState"),
+            "heartbeat": .string("thermalState \(telemetry.heartbeatThermalState?.rawValue ?? "unknown (omitted)"): past fair only for a CPU/SoC thermal zone past its passive trip point or a throttled CPU; other sensors cap at fair"),
+            "throttle": .string(throttle ?? "not read"),
+        ]
         object["cpu"] = .string(cpuSampled ? (cpuHadPreviousSample ? "two samples of proc/stat" : "first sample of proc/stat; usage needs a second")
             : "proc/stat unreadable")
         object["memory"] = .string(memoryRead ? "proc/meminfo" : "proc/meminfo unreadable or without MemAvailable")
@@ -150,7 +185,7 @@ public struct PowerReading: Sendable, Equatable {
             object["cpuShare"] = ["hostPct": PowerTelemetry.percentJSON(share.hostPct) ?? .null,
                                   "ownPct": PowerTelemetry.percentJSON(share.ownPct) ?? .null,
                                   "otherPct": PowerTelemetry.percentJSON(share.otherPct) ?? .null,
-                                  "compared": "otherPct (the worker and its model server do not count against maxCpuUsagePct)"]
+                                  "compared": "otherPct (the worker and its model server do not count against maxCpuUsagePct; the heartbeat sends it as cpuUsagePct)"]
         }
         object["ownProcesses"] = .optional(ownProcesses)
         return .object(object)

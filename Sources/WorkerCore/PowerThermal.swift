@@ -163,6 +163,94 @@ public struct ThermalSensor: Sendable, Equatable {
         ]
         if let mirrorOf { object["ignored"] = .string("mirrors thermal zone type \(mirrorOf)") }
         object["state"] = state.map { .string($0.rawValue) } ?? .null
+        object["kind"] = .string(kind.rawValue)
+        object["heartbeatState"] = heartbeatState.map { .string($0.rawValue) } ?? .null
         return .object(object)
+    }
+}
+
+/// What a sensor measures, from a thermal zone's `type` or an hwmon's `name`.
+public enum ThermalSensorKind: String, Sendable, Equatable {
+    case cpu, drive, gpu, other
+
+    /// Thermal zone types of CPU packages and SoCs: `x86_pkg_temp`, `cpu-thermal`,
+    /// `cpu0-thermal`, `soc_thermal`, `soc_dts0`, `acpitz` (the ACPI zone the firmware
+    /// cools the CPU by), Intel's processor zones `TCPU`/`B0D4`, Rockchip's
+    /// `bigcore0-thermal`. A GPU zone (`gpu-thermal`) is not one.
+    public static func ofZone(type: String?) -> ThermalSensorKind {
+        guard let type else { return .other }
+        let lower = type.lowercased()
+        if lower.contains("gpu") { return .gpu }
+        if ["acpitz", "tcpu", "tcpu_pci", "b0d4", "x86_pkg_temp"].contains(lower) { return .cpu }
+        if lower.contains("cpu") || lower.contains("soc") || lower.contains("core") || lower.contains("pkg") || lower.contains("package") { return .cpu }
+        if lower.contains("nvme") || lower.contains("disk") || lower.contains("drive") { return .drive }
+        return .other
+    }
+
+    /// hwmon names: `coretemp`, `k10temp`, `zenpower`, `cpu_thermal` are CPUs; `nvme`,
+    /// `drivetemp` drives; `amdgpu`, `nouveau`, `radeon`, `i915`, `xe` GPUs.
+    public static func ofHwmon(name: String?) -> ThermalSensorKind {
+        guard let name else { return .other }
+        let lower = name.lowercased()
+        if ["coretemp", "k10temp", "k8temp", "zenpower", "fam15h_power", "via_cputemp"].contains(lower) || lower.contains("cpu") { return .cpu }
+        if lower == "nvme" || lower == "drivetemp" || lower.hasPrefix("nvme") { return .drive }
+        if ["amdgpu", "nouveau", "radeon", "i915", "xe", "nvidia"].contains(lower) || lower.contains("gpu") { return .gpu }
+        return .other
+    }
+}
+
+extension ThermalSensor {
+    public var kind: ThermalSensorKind {
+        source == .thermalZone ? ThermalSensorKind.ofZone(type: label) : ThermalSensorKind.ofHwmon(name: label)
+    }
+
+    /// The state this sensor may give the heartbeat's `thermalState`, which the
+    /// coordinator reads as "refuse all work" from `serious` on: only a CPU/SoC thermal
+    /// zone with a passive trip point speaks past `fair` (a zone with only a critical trip
+    /// speaks `critical` past it); every other sensor (a drive, a GPU, an hwmon sensor,
+    /// a zone without trip points) caps at `fair`. nil as for `state`.
+    public var heartbeatState: ThermalState? {
+        guard let state else { return nil }
+        guard source == .thermalZone, kind == .cpu else { return min(state, .fair) }
+        if trips.contains(where: { $0.kind == .passive }) { return state }
+        if state == .critical, trips.contains(where: { $0.kind == .critical || $0.kind == .hot }) { return .critical }
+        return min(state, .fair)
+    }
+
+    /// The heartbeat's `thermalState`: the worst `heartbeatState`, `serious` at least
+    /// while the CPU is throttled; nil when no sensor gives one and it is not throttled.
+    public static func heartbeatState(_ sensors: [ThermalSensor], throttled: Bool) -> ThermalState? {
+        let worst = sensors.compactMap(\.heartbeatState).max()
+        guard throttled else { return worst }
+        return max(worst ?? .serious, .serious)
+    }
+}
+
+/// CPU thermal throttling from `/sys/devices/system/cpu/cpu*/thermal_throttle/
+/// {core,package}_throttle_count` (x86): counters of throttling events since boot.
+public enum CPUThrottle {
+    /// The sum of the counters that parse; nil when none does.
+    public static func total(counts: [[UInt8]?]) -> UInt64? {
+        var sum: UInt64?
+        for count in counts {
+            guard let text = SysfsText.value(count), let value = decimal(text.utf8) else { continue }
+            let (next, overflow) = (sum ?? 0).addingReportingOverflow(value)
+            if overflow { return nil }
+            sum = next
+        }
+        return sum
+    }
+
+    /// Throttled now: the counters rose since the previous reading. A first reading, or
+    /// counters that fell (a CPU went offline), say nothing.
+    public static func throttled(previous: UInt64?, current: UInt64?) -> Bool {
+        guard let previous, let current else { return false }
+        return current > previous
+    }
+
+    /// Whether a `cpu*` directory name is a CPU (`cpu12`), not `cpufreq` or `cpuidle`.
+    public static func isCPUDirectory(_ name: String) -> Bool {
+        guard name.hasPrefix("cpu"), name.count > 3, name.count <= 9 else { return false }
+        return name.dropFirst(3).allSatisfy { $0 >= "0" && $0 <= "9" }
     }
 }

@@ -486,6 +486,11 @@ def ollama_backend(model):
         # Ready means loaded: the worker loads the model when mode on starts (/api/ps lists it then).
         check(wait_for(lambda: w.status()["backend"]["modelState"] == "ready", timeout=10),
               "the ollama readiness probe (/api/tags, then /api/ps once loaded) says ready", w.status()["backend"])
+        # The fixture's /api/tags says parameter_size "0.15M": 0.00015 billion, a number.
+        sized = wait_for(lambda: [h["body"] for h in c.state()["heartbeats"] if "activeModelParamSize" in h["body"]], timeout=40)
+        check(sized and sized[-1]["activeModelParamSize"] == 0.00015 and sized[-1]["activeModel"] == "tiny",
+              "heartbeats carry activeModelParamSize (billions, from /api/tags) with activeModel", sized[-1:] if sized else c.state()["heartbeats"][-1:])
+        check(c.state()["unknownKeys"] == [], "no heartbeat field the coordinator would drop", c.state()["unknownKeys"])
     finally:
         w.cleanup(); c.stop(); fixture.stop()
 

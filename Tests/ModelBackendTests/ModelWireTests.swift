@@ -509,3 +509,23 @@ extension Result {
         return nil
     }
 }
+
+@Suite struct OllamaParameterSizeTests {
+    static let tags = #"{"models":[{"name":"qwen2.5-coder:1.5b","details":{"parameter_size":"1.5B"}},{"name":"big:7b","details":{"parameter_size":"7.6B"}},{"name":"odd:1b","details":{"parameter_size":17}},{"name":"none:1b"}]}"#
+
+    @Test func readsTheConfiguredModelsParameterSizeFromTags() {
+        #expect(wire(.ollama, model: "qwen2.5-coder:1.5b").ollamaParameterSize(tagsBody: bytes(Self.tags)) == 1.5)
+        #expect(wire(.ollama, model: "big:7b").ollamaParameterSize(tagsBody: bytes(Self.tags)) == 7.6)
+    }
+
+    @Test(arguments: ["odd:1b", "none:1b", "missing:1b"])
+    func aModelWithoutAUsableSizeHasNone(model: String) {
+        #expect(wire(.ollama, model: model).ollamaParameterSize(tagsBody: bytes(Self.tags)) == nil)
+    }
+
+    @Test(arguments: ["", "{", "[]", #"{"models":5}"#, #"{"models":[{"name":"qwen2.5-coder:1.5b","details":"1.5B"}]}"#,
+                      #"{"models":[{"name":"qwen2.5-coder:1.5b","details":{"parameter_size":"-1.5B"}}]}"#])
+    func hostileTagsGiveNoSize(body: String) {
+        #expect(wire(.ollama, model: "qwen2.5-coder:1.5b").ollamaParameterSize(tagsBody: bytes(body)) == nil)
+    }
+}
