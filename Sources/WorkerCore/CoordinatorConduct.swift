@@ -111,14 +111,14 @@ public struct CoordinatorConduct: Sendable, Equatable {
 
     // MARK: Events
 
-    /// The coordinator took a heartbeat at `nowMs`. A gap since the last one while the
-    /// window holds claims starts a gap hold (the coordinator now sees BHV006 at every
-    /// evaluation until the gap or the claims leave its window).
+    /// The coordinator took a heartbeat at `nowMs`. A gap since the last one starts a gap
+    /// hold until the gap's earlier heartbeat leaves the coordinator's window: while the
+    /// gap is in the window, any claim in the window (one made before the gap, or the next
+    /// pull's) makes the coordinator find BHV006 at every registration and result.
     public mutating func heartbeatAccepted(atMs nowMs: Int64, guardGaps: Bool = true) {
         forgetOld(nowMs)
-        if guardGaps, let last = lastHeartbeatAtMs, nowMs - last > limits.gapGuardMs, let lastClaim = claims.last {
-            // The gap is seen while its earlier heartbeat is in the window and claims are too.
-            let clears = min(last, lastClaim) + limits.windowMs + limits.clockMarginMs
+        if guardGaps, let last = lastHeartbeatAtMs, nowMs - last > limits.gapGuardMs {
+            let clears = last + limits.windowMs + limits.clockMarginMs
             if clears > nowMs {
                 let evaluations = gap.map { $0.clearsAtMs > nowMs ? $0.evaluationsLeft : 1 } ?? 1
                 gap = GapHold(clearsAtMs: max(clears, gap?.clearsAtMs ?? 0), evaluationsLeft: evaluations, gapMs: nowMs - last)
@@ -176,11 +176,16 @@ public struct CoordinatorConduct: Sendable, Equatable {
         return nil
     }
 
-    /// Whether a registration or a result may be sent now: during a gap hold, the
-    /// coordinator would count the gap again at each one.
+    /// Whether a registration or a result may be sent now: during a gap hold with claims
+    /// in the window, the coordinator would count the gap again at each one.
     public func mayBeEvaluated(nowMs: Int64) -> Bool {
-        guard let gap, gap.clearsAtMs > nowMs else { return true }
+        guard let gap, gap.clearsAtMs > nowMs, claimsInWindow(nowMs) else { return true }
         return gap.evaluationsLeft > 0
+    }
+
+    /// Whether the coordinator may still hold a claim of ours in its window.
+    func claimsInWindow(_ nowMs: Int64) -> Bool {
+        claims.contains { $0 >= nowMs - limits.windowMs - limits.clockMarginMs }
     }
 
     /// When the next registration may be sent: now, or once the oldest of the hour's
@@ -199,12 +204,12 @@ public struct CoordinatorConduct: Sendable, Equatable {
         if let extra { posted.append(extra) }
         var found = MonitorRule.findings(posted)
         if registrations.filter({ $0 >= cutoff }).count >= 10 { found.append(.registrationStorm) }
-        if let gap, gap.clearsAtMs > nowMs { found.append(.heartbeatGap) }
+        if let gap, gap.clearsAtMs > nowMs, claimsInWindow(nowMs) { found.append(.heartbeatGap) }
         return found
     }
 
     private mutating func spendEvaluation(_ nowMs: Int64) {
-        guard var hold = gap, hold.clearsAtMs > nowMs else { return }
+        guard var hold = gap, hold.clearsAtMs > nowMs, claimsInWindow(nowMs) else { return }
         hold.evaluationsLeft = max(0, hold.evaluationsLeft - 1)
         gap = hold
     }

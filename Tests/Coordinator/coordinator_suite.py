@@ -104,11 +104,12 @@ class ModelServer:
 
 
 class OllamaFixture:
-    def __init__(self, upstream, *args):
-        self.process = subprocess.Popen([sys.executable, os.path.join(ROOT, "Tests/ModelServer/ollama_fixture.py"), "--port", "0",
+    def __init__(self, upstream, *args, port=0):
+        self.process = subprocess.Popen([sys.executable, os.path.join(ROOT, "Tests/ModelServer/ollama_fixture.py"), "--port", str(port),
                                          "--upstream", upstream + "/v1/completions", "--model", "tiny", *args],
                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.url = self.process.stdout.readline().strip().split(" ")[-1]
+        self.port = int(self.url.rsplit(":", 1)[-1])
 
     def stop(self):
         self.process.terminate()
@@ -761,12 +762,159 @@ def largest_values_across_kill(model):
         w.cleanup(); c.stop(); slow.terminate(); slow.wait(timeout=5)
 
 
+# --- A citizen of a monitored network -------------------------------------------------
+# The dev coordinator enforces the EdgeCoder coordinator's behaviour monitor (a CRITICAL
+# finding or three strikes in an hour ban for good). Each scenario below ends by checking
+# that the worker was never banned and no rule found it.
+
+def standing(c, agent=None):
+    """The monitor's verdicts on the (only) agent: (banned, findings)."""
+    state = c.state()
+    banned = state.get("blacklisted") or {}
+    findings = [v for v in state.get("violations", []) if agent is None or v.get("agentId") == agent]
+    return banned, findings
+
+
+def never_banned(c, what):
+    banned, findings = standing(c)
+    check(not banned and not findings, f"{what}: never banned, no monitor finding", (banned, findings))
+
+
+def answered_once_ok(c, ids):
+    results = [r for r in c.results()["results"] if r["subtaskId"] in ids]
+    counts = c.results()["counts"]
+    return all(counts.get(i) == 1 for i in ids) and all(r["ok"] for r in results)
+
+
+@scenario("model-down")
+def model_server_down_then_back(model):
+    """The model server down 20 s with 6 subtasks queued: none claimed, none failed; back
+    up, all 6 answered ok exactly once."""
+    fixture = OllamaFixture(model.url, "--loaded")
+    port = fixture.port
+    c = Coordinator()
+    w = Worker(c.url, {"kind": "ollama", "url": fixture.url, "model": "tiny"})
+    try:
+        w.start(); w.cli("mode", "on")
+        check(wait_for(lambda: w.status()["backend"]["modelState"] == "ready", timeout=20), "the model is ready first")
+        fixture.stop()
+        check(wait_for(lambda: w.status()["coordinator"].get("deferredReason", "") and "model-unavailable" in w.status()["coordinator"]["deferredReason"], timeout=40),
+              "with the model server gone, pulls are held (model-unavailable)", w.status()["coordinator"])
+        ids = c.submit(*[f"queued while the model is down {i}" for i in range(6)])
+        pulls = c.state()["pulls"]
+        time.sleep(20)
+        subtasks = c.dev("GET", "/_dev/subtasks")
+        claimed = [s for s in subtasks.get("subtasks", subtasks) if s.get("id") in ids and s.get("handOuts", 0) > 0]
+        check(claimed == [] and c.results()["total"] == 0 and c.state()["pulls"] == pulls,
+              "20 s down: none claimed, none failed, no pull", (claimed, c.results()["total"], c.state()["pulls"] - pulls))
+        held = w.status()["power"]["held"]
+        check(held.get("model-unavailable", 0) > 0, "each held pull is counted under model-unavailable", held)
+        events = json.loads(w.cli("events", "--json").stdout)
+        check(any(e["kind"] == "work-held" and "model-unavailable" in e["reason"] for e in events.get("events", events)),
+              "an event says why work is held", events)
+        fixture = OllamaFixture(model.url, "--loaded", port=port)
+        check(wait_for(lambda: answered_once_ok(c, ids), timeout=90), "back up: all 6 answered ok exactly once", c.results()["counts"])
+        never_banned(c, "model server down 20 s")
+    finally:
+        w.cleanup(); c.stop(); fixture.stop()
+
+
+@scenario("model-missing")
+def model_missing(model):
+    """The configured model is not on the server: nothing is claimed, nothing fails."""
+    fixture = OllamaFixture(model.url, "--loaded")
+    c = Coordinator()
+    w = Worker(c.url, {"kind": "ollama", "url": fixture.url, "model": "not-pulled:7b"})
+    try:
+        w.start(); w.cli("mode", "on")
+        ids = c.submit("for a model this host does not have", "and another")
+        check(wait_for(lambda: "model-unavailable" in (w.status()["coordinator"].get("deferredReason") or ""), timeout=20),
+              "pulls are held: model-unavailable", w.status()["coordinator"])
+        time.sleep(8)
+        check(c.state()["pulls"] == 0 and c.results()["total"] == 0, "none claimed, none failed", (c.state()["pulls"], c.results()["total"]))
+        doctor = w.cli("doctor")
+        check("not-pulled:7b" in doctor.stdout, "doctor names the missing model", doctor.stdout[-800:])
+        never_banned(c, "model missing")
+    finally:
+        w.cleanup(); c.stop(); fixture.stop()
+
+
+@scenario("slow-model")
+def slow_model_short_timeout(model):
+    """A 4 s model and subtasks whose timeoutMs is 1500: answered, none failed."""
+    slow = OllamaFixture(model.url, "--loaded", "--delay-ms", "4000")
+    c = Coordinator()
+    w = Worker(c.url, {"kind": "ollama", "url": slow.url, "model": "tiny"})
+    try:
+        w.start(); w.cli("mode", "on")
+        ids = c.submit("slow one", "slow two", "slow three", timeout_ms=1500)
+        check(wait_for(lambda: answered_once_ok(c, ids), timeout=60), "answered ok past their timeoutMs, each once", c.results())
+        durations = [r["durationMs"] for r in c.results()["results"]]
+        check(all(d >= 4000 for d in durations), "with their true durations", durations)
+        never_banned(c, "a 4 s model, timeoutMs 1500")
+    finally:
+        w.cleanup(); c.stop(); slow.stop()
+
+
+@scenario("failing-model")
+def failing_model_is_released(model):
+    """A model server that fails every generation: each subtask is released (no result),
+    the breaker holds pulls after three, and the coordinator gives the work to others."""
+    failing = OllamaFixture(model.url, "--loaded", "--fail-status", "500", "--fault-path", "/api/generate")
+    c = Coordinator("--requeue-stale-ms", "2000")
+    w = Worker(c.url, {"kind": "ollama", "url": failing.url, "model": "tiny"})
+    try:
+        w.start(); w.cli("mode", "on")
+        ids = c.submit(*[f"the model fails {i}" for i in range(5)])
+        check(wait_for(lambda: (w.status()["coordinator"]["conduct"]["hold"] == "local-failures"), timeout=30),
+              "three local failures in a row open the breaker", w.status()["coordinator"])
+        conduct = w.status()["coordinator"]["conduct"]
+        check(conduct["released"] >= 3 and c.results()["total"] == 0, "each was released, none posted", (conduct, c.results()["total"]))
+        pulls = c.state()["pulls"]
+        time.sleep(5)
+        check(c.state()["pulls"] == pulls, "no pull while the breaker holds", c.state()["pulls"] - pulls)
+        tasks = json.loads(w.cli("tasks", "--json").stdout)["tasks"]
+        check([t["state"] for t in tasks][:3] == ["released"] * 3 and all("model_rejected_500" in (t.get("error") or "") for t in tasks[:3]),
+              "tasks shows them released with the model's error", tasks[:3])
+        never_banned(c, "a failing model server")
+    finally:
+        w.cleanup(); c.stop(); failing.stop()
+
+
+@scenario("gap")
+def heartbeat_gap_after_mode_off(model):
+    """Work, then mode off longer than the monitor's heartbeat gap, then work: the gap is
+    seen by at most one evaluation, and the worker is never banned. The monitor's windows
+    are shrunk 60 times on both sides (an hour is a minute, 5 minutes 5 s)."""
+    c = Coordinator("--monitor-window-ms", "60000", "--heartbeat-gap-ms", "5000")
+    w = Worker(c.url, {"kind": "openai", "url": model.url, "model": "tiny"})
+    try:
+        w.start(env={"EDGECODER_WORKER_TEST_MONITOR_SCALE": "60"}); w.cli("mode", "on")
+        first = c.submit("before the gap")
+        check(wait_for(lambda: answered_once_ok(c, first), timeout=30), "work before the gap")
+        w.cli("mode", "off")
+        time.sleep(7)
+        w.cli("mode", "on")
+        check(wait_for(lambda: w.status()["coordinator"]["conduct"]["hold"] == "heartbeat-gap", timeout=15),
+              "after the gap pulls wait (heartbeat-gap)", w.status()["coordinator"])
+        after = c.submit("after the gap", "and more")
+        time.sleep(5)
+        check(c.results()["total"] == 1, "nothing claimed while the gap is in the window", c.results()["counts"])
+        check(wait_for(lambda: answered_once_ok(c, after), timeout=90), "work resumes once the gap left the window", c.results()["counts"])
+        banned, findings = standing(c)
+        gaps = [f for f in findings if "BHV006" in str(f.get("rule", f))]
+        check(not banned and len(gaps) <= 1, "not banned; the gap was seen by at most one evaluation", (banned, findings))
+    finally:
+        w.cleanup(); c.stop()
+
+
 def main():
     model = ModelServer()
     try:
         scenarios = [the_whole_loop, token_lifecycle, forbidden_and_blacklisted, malformed_oversized_hanging_and_gone,
                      power_deferred, held_policy, crash_safety, sigterm_grace, stop_extends_systemds_timeout, ollama_backend, backend_key, model_error,
-                     hostile_id, full_disk, largest_values_across_kill, model_switch, own_load]
+                     hostile_id, full_disk, largest_values_across_kill, model_switch, own_load,
+                     model_server_down_then_back, model_missing, slow_model_short_timeout, failing_model_is_released, heartbeat_gap_after_mode_off]
         for run in scenarios:
             if ONLY and run.scenario != ONLY:
                 continue

@@ -103,7 +103,7 @@ import WorkerCore
         #expect(bed.transport.calls(to: "/pull").isEmpty)
         let conduct = await bed.daemon.statusJSON()["coordinator"]?["conduct"]
         #expect(conduct?["hold"] == "heartbeat-gap")
-        #expect(conduct?["holdUntil"]?.stringValue == formatUTC(milliseconds: now - 600_000 + 3_600_000 + 60_000))
+        #expect(conduct?["holdUntil"]?.stringValue == formatUTC(milliseconds: now - 360_000 + 3_600_000 + 60_000))
         #expect(conduct?["monitorFindings"] == ["BHV006-heartbeat-gap"])
         #expect(await bed.status["deferredReason"]?.stringValue?.hasPrefix("held: heartbeat-gap: until ") == true)
         await bed.finish()

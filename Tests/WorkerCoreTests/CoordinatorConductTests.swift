@@ -82,7 +82,7 @@ struct CoordinatorConductTests {
 
     // MARK: Heartbeat gaps
 
-    @Test func aGapWhileTheHourHoldsClaimsHoldsPullsUntilTheClaimsLeaveTheWindow() {
+    @Test func aGapHoldsPullsUntilItsEarlierHeartbeatLeavesTheWindow() {
         var conduct = CoordinatorConduct()
         conduct.heartbeatAccepted(atMs: 0)
         conduct.claimed(atMs: 10_000)
@@ -91,19 +91,34 @@ struct CoordinatorConductTests {
         // Mode off (or a suspend) for five minutes, then the next heartbeat.
         let back: Int64 = 15_000 + 5 * Self.minute
         conduct.heartbeatAccepted(atMs: back)
-        let clears = 10_000 + Self.hour + Self.minute
+        // Not when the old claims leave: the next pull's claim would arm the rule again.
+        let clears = 15_000 + Self.hour + Self.minute
         #expect(conduct.pullHold(nowMs: back) == .heartbeatGap(untilMs: clears))
         #expect(conduct.pullHold(nowMs: clears - 1)?.reason == .heartbeatGap)
         #expect(conduct.pullHold(nowMs: clears) == nil)
         #expect(conduct.findings(nowMs: back).contains(.heartbeatGap))
     }
 
-    @Test func aGapWithoutClaimsInTheHourHoldsNothing() {
+    @Test func aGapWithoutClaimsHoldsPullsButLetsEveryEvaluationThrough() {
         var conduct = CoordinatorConduct()
         conduct.claimed(atMs: 0)
         conduct.heartbeatAccepted(atMs: Self.hour + 2 * Self.minute)
-        conduct.heartbeatAccepted(atMs: Self.hour + 20 * Self.minute)
-        #expect(conduct.pullHold(nowMs: Self.hour + 20 * Self.minute) == nil)
+        let back = Self.hour + 20 * Self.minute
+        conduct.heartbeatAccepted(atMs: back)
+        #expect(conduct.pullHold(nowMs: back) == .heartbeatGap(untilMs: 2 * Self.hour + 3 * Self.minute))
+        // No claim in the window: the coordinator's rule cannot fire, whatever is evaluated.
+        #expect(conduct.findings(nowMs: back).isEmpty)
+        conduct.registering(atMs: back)
+        conduct.posting(posted(back))
+        #expect(conduct.mayBeEvaluated(nowMs: back + 1))
+    }
+
+    @Test func aGapWhoseEarlierHeartbeatLeftTheWindowHoldsNothing() {
+        var conduct = CoordinatorConduct()
+        conduct.claimed(atMs: 0)
+        conduct.heartbeatAccepted(atMs: 1_000)
+        conduct.heartbeatAccepted(atMs: 3 * Self.hour)
+        #expect(conduct.pullHold(nowMs: 3 * Self.hour) == nil)
     }
 
     @Test func aGapUnderFourMinutesOrWithTheGuardOffHoldsNothing() {
@@ -131,7 +146,7 @@ struct CoordinatorConductTests {
         // A heartbeat gap later in the same hold does not grant another.
         conduct.heartbeatAccepted(atMs: now + 6 * Self.minute)
         #expect(!conduct.mayBeEvaluated(nowMs: now + 6 * Self.minute))
-        #expect(conduct.mayBeEvaluated(nowMs: Self.hour + 2 * Self.minute))
+        #expect(conduct.mayBeEvaluated(nowMs: 1_000 + Self.hour + Self.minute))
     }
 
     // MARK: Registrations and the circuit breaker
