@@ -130,6 +130,10 @@ install-files:
 	install -D -m0644 $(GEN)/edgecoder-worker.1 $(DESTDIR)$(MAN1_DIR)/edgecoder-worker.1
 	install -D -m0644 $(GEN)/edgecoder-worker.bash $(DESTDIR)$(COMPLETION_DIR)/edgecoder-worker
 	install -D -m0644 README.md $(DESTDIR)$(PREFIX)/share/doc/edgecoder-worker/README.md
+	install -D -m0644 CHANGELOG.md $(DESTDIR)$(PREFIX)/share/doc/edgecoder-worker/CHANGELOG.md
+	for f in $$(cd docs && find . -name '*.md' | sort); do \
+	  install -D -m0644 docs/$$f $(DESTDIR)$(PREFIX)/share/doc/edgecoder-worker/docs/$$f || exit 1; \
+	done
 	install -D -m0644 Config/edgecoder-worker.json $(DESTDIR)$(PREFIX)/share/doc/edgecoder-worker/config.example.json
 	@echo "next: systemd-sysusers edgecoder-worker.conf && systemd-tmpfiles --create edgecoder-worker.conf"
 	@echo "      copy $(PREFIX)/share/doc/edgecoder-worker/config.example.json to /etc/edgecoder-worker/config.json and edit it"
