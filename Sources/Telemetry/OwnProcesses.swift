@@ -4,7 +4,7 @@ import Glibc
 import Posix
 import WorkerCore
 
-/// Finds the worker's own processes in procfs below a root (SPEC 3.2: the worker and its
+/// Finds the worker's own processes in procfs below a root (modes-and-power §3.2: the worker and its
 /// model server with the server's children are not "other load"): the worker's pid,
 /// and on loopback the process owning the backend's listening socket
 /// (`proc/net/tcp{,6}` inode → `proc/*/fd`). When the server runs as another user its

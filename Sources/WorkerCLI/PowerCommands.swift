@@ -110,7 +110,7 @@ struct PolicyCommand: Command {
                edgecoder-worker policy set KEY VALUE [--runtime-dir D]
                edgecoder-worker policy unset KEY [--runtime-dir D]
 
-        The host power policy (SPEC 3.2). `show` prints each key's value and where it
+        The host power policy (modes-and-power §3.2). `show` prints each key's value and where it
         came from (default, config, host). `set` changes one key on this host, persists
         it and takes effect at once (root or the daemon's user); `unset` returns it to
         the config's value. A bad key or value is refused with exit 2.
@@ -271,7 +271,7 @@ struct DoctorCommand: Command {
             }
             if case .unavailable(let message) = error { advice.append(message) }
         }
-        // The daemon's own load and its model server's are not "other load" (SPEC 3.2).
+        // The daemon's own load and its model server's are not "other load" (modes-and-power §3.2).
         if let url = daemonStatus["backend"]?["url"]?.stringValue { backendURL = url }
         let daemonPID = daemonStatus["daemon"]?["pid"]?.intValue.map { Int32(truncatingIfNeeded: $0) } ?? 0
         // Without a daemon (pid 0) only the model server counts as the worker's own.

@@ -6,12 +6,12 @@ public enum BluetoothPacingMode: String, Sendable, CaseIterable {
     /// `chunkPacingMs` per 512 bytes notified, however many chunks that takes: fast at small
     /// MTUs, and safe only on an in-order link (one ATT bearer).
     case bytes
-    /// `chunkPacingMs` after every chunk (SPEC 6's rule): the only pacing that keeps the odds
+    /// `chunkPacingMs` after every chunk (protocol-bluetooth §1's rule): the only pacing that keeps the odds
     /// of reordering low while bluetoothd may spread notifications over EATT bearers.
     case chunks
 }
 
-/// The pause after each notification chunk (SPEC 6: chunks are paced). Pure.
+/// The pause after each notification chunk (protocol-bluetooth §1: chunks are paced). Pure.
 ///
 /// Why two rules: bluetoothd 5.66 with more than one ATT bearer (EATT, its default) hands
 /// each notification to whichever bearer can write, and two in flight at once reach the

@@ -1,4 +1,4 @@
-/// One reading of the host's power state (SPEC 3.1). nil means unknown: it is never
+/// One reading of the host's power state (modes-and-power §3.1). nil means unknown: it is never
 /// sent, and it never holds work.
 public struct PowerTelemetry: Sendable, Equatable {
     /// onExternalPower / onACPower.
@@ -10,7 +10,7 @@ public struct PowerTelemetry: Sendable, Equatable {
     public var thermalState: ThermalState?
     /// 0–100, between the last two samples of `/proc/stat`.
     public var cpuUsagePct: Double?
-    /// `cpuUsagePct` without the worker's own processes and its model server's (SPEC 3.2):
+    /// `cpuUsagePct` without the worker's own processes and its model server's (modes-and-power §3.2):
     /// what `maxCpuUsagePct` compares. nil when they could not be told apart; then the
     /// host's figure is compared. Not in the heartbeat, which reports the whole host.
     public var otherCpuUsagePct: Double?
@@ -39,7 +39,7 @@ public struct PowerTelemetry: Sendable, Equatable {
         self.updatedAtMs = updatedAtMs
     }
 
-    /// The heartbeat's `powerTelemetry` (SPEC 3.3) in both vocabularies the coordinator
+    /// The heartbeat's `powerTelemetry` (modes-and-power §3.3) in both vocabularies the coordinator
     /// accepts, and the JSON of `edgecoder-worker telemetry --json`. A key whose value is
     /// unknown is left out (never -1 or null). The coordinator's schema takes every
     /// percentage as a number in 0–100: the battery goes as a whole percent, CPU and
@@ -98,7 +98,7 @@ public struct PowerReading: Sendable, Equatable {
         self.memoryRead = memoryRead
     }
 
-    /// Applies the rules of SPEC 3.1 to what was read. `supplies` are already classified;
+    /// Applies the rules of modes-and-power §3.1 to what was read. `supplies` are already classified;
     /// hwmon sensors that mirror a thermal zone are marked here.
     public static func assemble(supplies: [PowerSupply], sensors: [ThermalSensor],
                                 platformProfile: SysfsAttributes.Read?, chassisType: SysfsAttributes.Read?,
