@@ -5,9 +5,9 @@ Prints TAP-like lines ("ok - …", "not ok - …"). Run from the repository's ro
   python3 Tests/Docs/check_docs.py
 
 - Every citation `page §N` / `page §N.N` in a tracked file names a numbered heading
-  ("## N. …" / "### N.N …") of docs/reference/page.md; `docs/…md#anchor` paths exist.
+  ("## N. …" / "### N.N …") of docs/reference/<page>.md; `docs/…md#anchor` paths exist.
 - No citation of the old contract (the word SPEC before a section number, its file name)
-  and no path outside the repository (../shared) anywhere.
+  and no path outside the repository (the folder beside the clone) anywhere.
 - Every Markdown link of README.md, CHANGELOG.md and docs/ resolves (file and anchor);
   every docs page is linked from README.md; README.md is at most 10 KB; pages are 2-14 KB.
 """
