@@ -145,7 +145,7 @@ install-files:
 deb: deps
 	@$(MAKE) --no-print-directory deps APT_PACKAGES="$(DEB_TOOLS)"
 	dpkg-checkbuilddeps
-	@v=$$(sed -n 's/^public let workerVersion = "\(.*\)"$$/\1/p' Sources/Daemon/WorkerDaemon.swift); \
+	@v=$$(sed -n 's/^public let workerVersion = "\(.*\)"$$/\1/p' Sources/WorkerCore/Version.swift); \
 	  test "$$(dpkg-parsechangelog -S Version)" = "$$v" || \
 	  { echo "debian/changelog's version is not workerVersion ($$v): add a changelog entry (dch -v $$v)"; exit 1; }
 	rm -rf .build/deb

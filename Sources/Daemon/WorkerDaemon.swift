@@ -21,9 +21,6 @@ public struct DaemonPaths: Sendable {
     public var controlSocket: String { runtimeDirectory + "/control.sock" }
 }
 
-/// The version reported by `version`, `status` and (later) registration.
-public let workerVersion = "0.1.0"
-
 /// The daemon's shared state: the selected mode, the event log, the agent id. Every
 /// change goes through here and is recorded; a mode or policy change is durable before
 /// it is answered, events and task history are written behind (service §1.3 promises no more).

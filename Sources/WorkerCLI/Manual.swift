@@ -1,4 +1,5 @@
 import Daemon
+import WorkerCore
 
 // The man page and the bash completion are printed from the command table (`commands`)
 // and each command's usage text, the same text `--help` prints, so that neither can
