@@ -26,7 +26,7 @@ APT_PACKAGES := pkg-config libcurl4-openssl-dev libbluetooth-dev libsystemd-dev 
 # What `make deb` needs on top (the systemd-deb suite runs `make deb` itself).
 DEB_TOOLS    := debhelper dpkg-dev lintian
 
-.PHONY: all build release run test unit suites bench fuzz demo install install-files generated deb deps clean
+.PHONY: all build release run test unit suites bench fuzz demo docs install install-files generated deb deps clean
 
 all: build
 
@@ -108,6 +108,11 @@ fuzz:
 # A whole coordinator round trip on loopback: dev coordinator, worker, llama.cpp.
 demo: build
 	bash Tests/Coordinator/demo.sh
+
+# The generated page of docs/: the configuration reference, printed from the config's key
+# table (Sources/WorkerCore/ConfigKeys.swift); Tests/Suites/docs.sh fails when it is stale.
+docs: build
+	$(BIN) internal config-reference > docs/reference/configuration.md
 
 install: release
 	@$(MAKE) --no-print-directory generated install-files

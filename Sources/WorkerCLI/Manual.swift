@@ -339,25 +339,30 @@ enum Manual {
 
 // MARK: - internal
 
-/// `edgecoder-worker internal man|completion bash`: build-time output, not in `--help`.
+/// `edgecoder-worker internal man|completion bash|config-reference`: build-time output,
+/// not in `--help`.
 struct InternalCommand: Command {
     static let name = "internal"
-    static let summary = "build-time output: the man page and the bash completion"
+    static let summary = "build-time output: the man page, the bash completion, the configuration reference"
     static let usage = """
         Usage: edgecoder-worker internal man
                edgecoder-worker internal completion bash
+               edgecoder-worker internal config-reference
 
-        Prints edgecoder-worker(1) in roff, or the bash completion script, both generated
-        from the command table. Used by `make install` and `make deb`.
+        Prints edgecoder-worker(1) in roff or the bash completion script, both generated
+        from the command table (used by `make install` and `make deb`), or
+        docs/reference/configuration.md, generated from the config's key table
+        (`edgecoder-worker internal config-reference > docs/reference/configuration.md`).
         """
-    enum Output { case man, bash }
+    enum Output { case man, bash, configReference }
     let output: Output
 
     init(_ arguments: inout Arguments) throws(UsageError) {
         switch arguments.positionals() {
         case ["man"]: output = .man
         case ["completion", "bash"]: output = .bash
-        default: throw UsageError("expected 'man' or 'completion bash'")
+        case ["config-reference"]: output = .configReference
+        default: throw UsageError("expected 'man', 'completion bash' or 'config-reference'")
         }
     }
 
@@ -365,6 +370,7 @@ struct InternalCommand: Command {
         switch output {
         case .man: print(Manual.manPage(), terminator: "")
         case .bash: print(Manual.bashCompletion(), terminator: "")
+        case .configReference: print(ConfigReference.markdown(), terminator: "")
         }
         return ExitCode.ok
     }

@@ -67,9 +67,9 @@ public struct WorkerConfig: Sendable, Equatable {
         public var maxQueuedRequests: Int64 = 8
         /// The pause between two notifications. Not 0 (refused): bluetoothd 5.66 spreads
         /// back-to-back notifications over its parallel ATT bearers (EATT) and clients
-        /// get them out of order (README, "Pacing").
+        /// get them out of order (docs/operating/bluetooth.md, "Pacing").
         public var chunkPacingMs: Int64 = 10
-        /// Whether `chunkPacingMs` is paid per chunk or per 512 bytes (README, "Pacing").
+        /// Whether `chunkPacingMs` is paid per chunk or per 512 bytes (docs/operating/bluetooth.md, "Pacing").
         public var pacing: BluetoothPacingMode = .auto
         public var maxClients: Int64 = 1
         /// The most tokens a Bluetooth request may ask for; nil: `backend.maxTokens`.
@@ -374,7 +374,7 @@ struct ConfigReader {
     }
 
     mutating func unknown(_ path: String) {
-        problem(path, "unknown key (see the README's configuration table for the keys)")
+        problem(path, "unknown key (the keys: docs/reference/configuration.md, or man edgecoder-worker)")
     }
 
     mutating func object(_ value: JSONValue, path: String) -> JSONObject? {

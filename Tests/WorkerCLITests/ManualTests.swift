@@ -90,12 +90,14 @@ private func completionBranch(_ script: String, _ name: String) -> String {
         #expect(completionBranch(Manual.bashCompletion(), "internal").isEmpty)
     }
 
-    @Test func theInternalCommandAcceptsOnlyManAndBashCompletion() {
+    @Test func theInternalCommandAcceptsOnlyManBashCompletionAndConfigReference() {
         var man = Arguments(["man"])
         #expect((try? InternalCommand(&man))?.output == .man)
         var bash = Arguments(["completion", "bash"])
         #expect((try? InternalCommand(&bash))?.output == .bash)
-        for words in [[], ["completion"], ["completion", "zsh"], ["man", "extra"]] {
+        var reference = Arguments(["config-reference"])
+        #expect((try? InternalCommand(&reference))?.output == .configReference)
+        for words in [[], ["completion"], ["completion", "zsh"], ["man", "extra"], ["config-reference", "extra"]] {
             var arguments = Arguments(words)
             #expect(throws: UsageError.self) { try InternalCommand(&arguments) }
         }
