@@ -115,5 +115,11 @@ private func completionBranch(_ script: String, _ name: String) -> String {
         #expect(Manual.optionText("--port", in: usage) == "TCP port on 127.0.0.1")
         #expect(Manual.optionText("--json", in: usage) == "a flag")
         #expect(Manual.optionText("--missing", in: usage) == "see the synopsis above")
+        #expect(Manual.optionText("--limit", in: usage, command: "tasks").hasPrefix("show at most the newest N tasks"))
+        #expect(Manual.optionText("--limit", in: usage, command: "other") == "show at most the newest N entries")
+    }
+
+    @Test func everyOptionOfTheManPageHasALineOfItsOwn() {
+        #expect(!Manual.manPage().contains("see the synopsis above"))
     }
 }
