@@ -1000,7 +1000,7 @@ public struct PeripheralMachine: Sendable {
             }
             if sending == nil, let client = current.refusalOf { refusalsQueued.remove(client) }
             // The pause counts from now, even after a late round: catching up with a missed
-            // schedule in a burst is what reorders notifications over EATT (README, "Pacing").
+            // schedule in a burst is what reorders notifications over EATT (docs/operating/bluetooth.md, "Pacing").
             nextChunkAtMs = now + pacer.pause(afterChunkOf: chunk.count)
         }
     }

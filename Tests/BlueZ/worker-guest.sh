@@ -12,7 +12,7 @@
 # server in the guest at each of BT_PACING_CHANNELS (bluetoothd's [GATT] Channels, "1")
 # x BT_PACING_MTUS ("517 48") x BT_PACING_SET (MS/MODE items: chunkPacingMs/bluetooth.pacing,
 # "10/auto"), BT_PACING_REPS times (3), each waited for BT_PACING_WAIT s (120): the
-# measurement behind README's "Pacing" and `make bench`'s pacing figures).
+# measurement behind docs/operating/bluetooth.md's "Pacing" and `make bench`'s pacing figures).
 # Phases main, clients, neighbours, badflood, idle and leave-mid need the hci3 advertisement
 # started below (pad_connection), which a bluetoothd
 # restart (phases restart, smallmtu, off) takes away: keep them first.

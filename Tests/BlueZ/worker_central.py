@@ -563,7 +563,7 @@ def chunk_checks(s, first_chunk, msg_len, mtu, pacing_ms, what, until=None, by="
            f"{what}: the chunks add up to the message ({sum(sizes)} of {msg_len} bytes)")
     span = chunks[-1][0] - chunks[0][0] if len(chunks) > 1 else 0.0
     # BY: the daemon's pacing rule (status "pacing"): a pause after every chunk, or one per
-    # 512 bytes (one ATT bearer: README, "Pacing").
+    # 512 bytes (one ATT bearer: docs/operating/bluetooth.md, "Pacing").
     pauses = (len(chunks) - 1) if by == "chunks" else msg_len // 512 - 1
     floor = max(0, pauses) * pacing_ms / 1000.0 * 0.5
     TAP.ok(span >= floor, f"{what}: notifications are paced by {by} ({span:.2f}s for {len(chunks)} chunks; "
