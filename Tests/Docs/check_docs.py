@@ -10,6 +10,7 @@ Prints TAP-like lines ("ok - …", "not ok - …"). Run from the repository's ro
   and no path outside the repository (the folder beside the clone) anywhere.
 - Every Markdown link of README.md, CHANGELOG.md and docs/ resolves (file and anchor);
   every docs page is linked from README.md; README.md is at most 10 KB; pages are 2-14 KB.
+- Every message quoted in a troubleshooting symptom is still in Sources/.
 """
 import os
 import re
@@ -134,5 +135,25 @@ size = len(readme.encode())
 (ok if size <= 10240 else not_ok)(f"README.md is {size} bytes (at most 10240)")
 odd = [f"{p} ({os.path.getsize(p)} B)" for p in pages if p != "docs/README.md" and not 2048 <= os.path.getsize(p) <= 14336]
 (not_ok if odd else ok)("docs pages between 2 and 14 KB" + (": " + ", ".join(odd) if odd else ""))
+
+# 3. Troubleshooting: every message an entry quotes (`…` in its bold symptom) is one a
+# source still emits; each piece between "…" is looked for in Sources/.
+sources = "".join(text for path, text in tracked_text_files() if path.startswith("Sources/"))
+missing = []
+trouble = open("docs/operating/troubleshooting.md", encoding="utf-8").read()
+quoted = 0
+for symptom in re.findall(r"^- \*\*(.+?)\*\*", trouble, re.M | re.S):
+    for message in re.findall(r"`([^`]+)`", symptom):
+        for piece in message.split("…"):
+            piece = piece.strip(" .():")
+            if len(piece) < 6:
+                continue
+            quoted += 1
+            if piece not in sources:
+                missing.append(piece)
+if missing:
+    not_ok("docs/operating/troubleshooting.md quotes messages no source emits: " + "; ".join(missing))
+else:
+    ok(f"the {quoted} message pieces quoted in troubleshooting.md are all in Sources/")
 
 sys.exit(1 if failed else 0)
