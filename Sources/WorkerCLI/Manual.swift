@@ -313,7 +313,7 @@ enum Manual {
         "events --json": "print {\"events\": [...]}; with --follow, one event object per line (docs/reference/json-output.md)",
         "events --limit": "show at most the newest N events (1-100000)",
         "tasks --limit": "show at most the newest N tasks (1-1000; the daemon keeps 50)",
-        "doctor --config": "the config file read for the policy when the daemon is not running (default \(Defaults.config))",
+        "doctor --config": "the config file read for the policy when the daemon is not running (default \(Defaults.config), or $EDGECODER_WORKER_CONFIG)",
         "doctor --runtime-dir": "where to ask the daemon for its policy and state (default \(Defaults.runtimeDirectory), or $EDGECODER_WORKER_RUNTIME_DIR)",
     ]
 
