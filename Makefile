@@ -26,7 +26,7 @@ APT_PACKAGES := pkg-config libcurl4-openssl-dev libbluetooth-dev libsystemd-dev 
 # What `make deb` needs on top (the systemd-deb suite runs `make deb` itself).
 DEB_TOOLS    := debhelper dpkg-dev lintian
 
-.PHONY: all build release run test unit suites bench fuzz demo install install-files generated deb deps clean
+.PHONY: all build release run test unit suites bench fuzz demo docs install install-files generated deb deps clean
 
 all: build
 
@@ -109,6 +109,11 @@ fuzz:
 demo: build
 	bash Tests/Coordinator/demo.sh
 
+# The generated page of docs/: the configuration reference, printed from the config's key
+# table (Sources/WorkerCore/ConfigKeys.swift); Tests/Suites/docs.sh fails when it is stale.
+docs: build
+	$(BIN) internal config-reference > docs/reference/configuration.md
+
 install: release
 	@$(MAKE) --no-print-directory generated install-files
 
@@ -130,6 +135,10 @@ install-files:
 	install -D -m0644 $(GEN)/edgecoder-worker.1 $(DESTDIR)$(MAN1_DIR)/edgecoder-worker.1
 	install -D -m0644 $(GEN)/edgecoder-worker.bash $(DESTDIR)$(COMPLETION_DIR)/edgecoder-worker
 	install -D -m0644 README.md $(DESTDIR)$(PREFIX)/share/doc/edgecoder-worker/README.md
+	install -D -m0644 CHANGELOG.md $(DESTDIR)$(PREFIX)/share/doc/edgecoder-worker/CHANGELOG.md
+	for f in $$(cd docs && find . -name '*.md' | sort); do \
+	  install -D -m0644 docs/$$f $(DESTDIR)$(PREFIX)/share/doc/edgecoder-worker/docs/$$f || exit 1; \
+	done
 	install -D -m0644 Config/edgecoder-worker.json $(DESTDIR)$(PREFIX)/share/doc/edgecoder-worker/config.example.json
 	@echo "next: systemd-sysusers edgecoder-worker.conf && systemd-tmpfiles --create edgecoder-worker.conf"
 	@echo "      copy $(PREFIX)/share/doc/edgecoder-worker/config.example.json to /etc/edgecoder-worker/config.json and edit it"
@@ -141,7 +150,7 @@ install-files:
 deb: deps
 	@$(MAKE) --no-print-directory deps APT_PACKAGES="$(DEB_TOOLS)"
 	dpkg-checkbuilddeps
-	@v=$$(sed -n 's/^public let workerVersion = "\(.*\)"$$/\1/p' Sources/Daemon/WorkerDaemon.swift); \
+	@v=$$(sed -n 's/^public let workerVersion = "\(.*\)"$$/\1/p' Sources/WorkerCore/Version.swift); \
 	  test "$$(dpkg-parsechangelog -S Version)" = "$$v" || \
 	  { echo "debian/changelog's version is not workerVersion ($$v): add a changelog entry (dch -v $$v)"; exit 1; }
 	rm -rf .build/deb

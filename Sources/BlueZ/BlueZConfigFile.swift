@@ -2,7 +2,7 @@ import Posix
 import WorkerCore
 
 /// bluetoothd's own configuration file, as far as the worker needs it: the number of ATT
-/// bearers, which decides whether notifications can arrive out of order (README, "Pacing").
+/// bearers, which decides whether notifications can arrive out of order (docs/operating/bluetooth.md, "Pacing").
 /// Read by `doctor` and each time bluetoothd appears on the bus (it reads the file only at
 /// its own start, so a restarted bluetoothd is the moment a change takes effect).
 enum BlueZConfigFile {

@@ -53,7 +53,7 @@ public enum BluetoothDoctor {
             advice.append("bluetooth: bluetoothd is not installed (no bluetoothd binary found): apt-get install bluez")
         }
 
-        // EATT reorders notifications (README, "Pacing"): one ATT bearer keeps them in order.
+        // EATT reorders notifications (docs/operating/bluetooth.md, "Pacing"): one ATT bearer keeps them in order.
         let mainConf = BlueZConfigFile.path
         let confText = BlueZConfigFile.text()
         let channels = BlueZMainConf.attChannels(in: confText ?? "")

@@ -38,7 +38,7 @@ public struct CentralSettings: Sendable {
     }
 }
 
-/// A BlueZ central for the worker's service (SPEC 6): the interpreter of `CentralMachine`,
+/// A BlueZ central for the worker's service (protocol-bluetooth §1): the interpreter of `CentralMachine`,
 /// which decides how to scan, connect, subscribe, write requests in chunks of at most
 /// min(MTU − 3, 508) bytes, match responses by id and reconnect with backoff. One actor
 /// owns the bus, as in `GattPeripheral`.

@@ -69,7 +69,7 @@ public struct PeripheralSettings: Sendable {
     }
 }
 
-/// The GATT peripheral of SPEC 6 over BlueZ's D-Bus API: the interpreter of
+/// The GATT peripheral of protocol-bluetooth §1 over BlueZ's D-Bus API: the interpreter of
 /// `PeripheralMachine`. It reads the bus (signals, bluetoothd's calls), feeds the machine,
 /// and executes its commands; every decision is the machine's. One actor owns the bus
 /// connection: every sd-bus call, and every handler (they run inside `process()`), is on
@@ -444,7 +444,7 @@ public actor GattPeripheral: BusDriving {
 
 func monotonicMs() -> Int64 { Int64(monotonicNanoseconds() / 1_000_000) }
 
-/// The client's cancel of one request (SPEC 6.1), set by the peripheral and awaited by its
+/// The client's cancel of one request (protocol-bluetooth §2), set by the peripheral and awaited by its
 /// work loop; the host reads `reason` to record why its task stopped.
 public final class ServeCancellation: Sendable {
     private let why = Mutex<String?>(nil)

@@ -4,7 +4,7 @@ import ModelBackend
 import Posix
 import WorkerCore
 
-/// Mode `bluetooth`'s runtime (SPEC 6): while it should run, a GATT peripheral session;
+/// Mode `bluetooth`'s runtime (protocol-bluetooth §1): while it should run, a GATT peripheral session;
 /// when it should not (another mode, the charge gate, shutdown), the session takes its
 /// application and advertisement back from bluetoothd and closes the bus.
 public struct BluetoothService: Service {

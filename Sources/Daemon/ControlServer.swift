@@ -4,7 +4,7 @@ import Synchronization
 import WorkerCore
 
 /// The control socket: newline-delimited JSON requests from `edgecoder-worker`
-/// clients, with the peer-credential rule of SPEC 8 applied to every request. Anyone may
+/// clients, with the peer-credential rule of service §1 applied to every request. Anyone may
 /// connect, so no one may crowd the operator out (issue 12 §3): places are counted per
 /// user at accept time (`ControlQuota`, root and the daemon's user in a pool of their
 /// own), a peer that sends no whole request within the idle time is closed, and a

@@ -26,7 +26,7 @@ actor CoordinatorLink {
     private var registering = false
     var status = CoordinatorStatus()
     let backoff = Backoff()
-    /// The model switch the last heartbeat answer asked for (SPEC 7), not yet taken.
+    /// The model switch the last heartbeat answer asked for (protocol-coordinator §7), not yet taken.
     var pendingSwitch: ModelSwitchRequest?
     /// The key of the switch being carried out; one at a time.
     var runningSwitch: String?
@@ -239,7 +239,7 @@ actor CoordinatorLink {
 }
 
 /// Mode `on`: registers, heartbeats, pulls, runs subtasks on the model backend and
-/// posts results, with the journal and outbox of SPEC 4. Runs only while the daemon's
+/// posts results, with the journal and outbox of docs/reference/protocol-coordinator.md. Runs only while the daemon's
 /// `on` runtime is active; the session ends gracefully when it is not.
 public struct CoordinatorService: Service {
     public let name = "coordinator"

@@ -15,7 +15,7 @@ public enum DaemonMain {
     public static let secondSignalBoundSeconds: UInt32 = 3
 
     /// The daemon's logger: structured records to journald when stderr is its stream,
-    /// plain lines on a terminal, `<N>`-prefixed lines anywhere else (SPEC 11).
+    /// plain lines on a terminal, `<N>`-prefixed lines anywhere else (service §2).
     public static func makeLogger(label: String = "edgecoder-worker") -> Logger {
         Logger(label: label, handler: LogSink.current().handler())
     }

@@ -6,7 +6,7 @@ import Logging
 import Posix
 import WorkerCore
 
-/// What the host's services said, decoded from the bus (SPEC 11).
+/// What the host's services said, decoded from the bus (service §2).
 enum HostBusEvent: Sendable {
     case connected
     case busUnavailable(String)

@@ -4,7 +4,7 @@ import Posix
 import Synchronization
 import WorkerCore
 
-/// Asks the model backend whether it is ready (SPEC 7: `modelState`), at start and every
+/// Asks the model backend whether it is ready (model-backends §4: `modelState`), at start and every
 /// `interval` while a working mode is selected; in `off` it does not bother the server.
 /// When the model is pulled but not loaded (Ollama), it loads it, so that no subtask pays
 /// the load inside its own time; `loading` until the load is done.
@@ -64,7 +64,7 @@ public struct ModelProbeService: Service {
                     // one that is not yet ready is looked at again soon after it ends.
                     if last != .ready { interval = min(interval, loadPollNanoseconds) }
                 } else if selected {
-                    // The coordinator's switch may have changed the model (SPEC 7).
+                    // The coordinator's switch may have changed the model (protocol-coordinator §7).
                     let current = backend.using(model: await daemon.activeModel)
                     var readiness = await current.probe()
                     if readiness.needsLoad {

@@ -4,7 +4,7 @@ import ModelBackend
 import Posix
 import WorkerCore
 
-/// The coordinator's model switch (SPEC 7): a heartbeat answer asks for a model; the
+/// The coordinator's model switch (protocol-coordinator §7): a heartbeat answer asks for a model; the
 /// worker pulls it through Ollama's `/api/pull` (forwarding progress to
 /// `/orchestration/agents/:agentId/status`, rate-limited), switches, persists the choice
 /// and acknowledges on `/orchestration/agents/:agentId/ack`; or acknowledges `ok: false`

@@ -21,12 +21,9 @@ public struct DaemonPaths: Sendable {
     public var controlSocket: String { runtimeDirectory + "/control.sock" }
 }
 
-/// The version reported by `version`, `status` and (later) registration.
-public let workerVersion = "0.1.0"
-
 /// The daemon's shared state: the selected mode, the event log, the agent id. Every
 /// change goes through here and is recorded; a mode or policy change is durable before
-/// it is answered, events and task history are written behind (SPEC promises no more).
+/// it is answered, events and task history are written behind (service §1.3 promises no more).
 public actor WorkerDaemon {
     /// The config in force: the one read at start, with the live keys of later reloads.
     public private(set) var config: WorkerConfig
@@ -51,7 +48,7 @@ public actor WorkerDaemon {
     private var reading: PowerReading?
     /// The latest reading as sysfs gave it.
     private var rawReading: PowerReading?
-    /// What logind, NetworkManager and power-profiles-daemon said (SPEC 11).
+    /// What logind, NetworkManager and power-profiles-daemon said (service §2).
     private(set) var host = HostServices()
     /// Set by the host service, cleared by the part that did it: a heartbeat now, a new
     /// power reading, a new dump of the network path (after a resume).
@@ -61,7 +58,7 @@ public actor WorkerDaemon {
     private var readingAtMonotonicMs: Int64 = 0
     private(set) var powerDecision: PowerDecision?
     private(set) var holdCounters = HoldCounters()
-    /// Rule 2.2 at start: the persisted mode stays selected but idle until power returns.
+    /// modes-and-power §2.2 at start: the persisted mode stays selected but idle until power returns.
     private var gateBlocked = false
     private var gateEvaluated = false
     private var coordinator: CoordinatorStatus?
@@ -72,7 +69,7 @@ public actor WorkerDaemon {
     /// the record is written at most once a minute for them).
     private var conductHeartbeatPersistedAtMs: Int64 = 0
     private var model: (state: String, detail: String, atMs: Int64)?
-    /// A coordinator's model switch that still applies (SPEC 7); nil: the config's model.
+    /// A coordinator's model switch that still applies (protocol-coordinator §7); nil: the config's model.
     private(set) var switchedModel: ActiveModel?
     /// The switch in progress, or the last one's outcome.
     private(set) var modelSwitch: ModelSwitchStatus?
@@ -350,7 +347,7 @@ public actor WorkerDaemon {
         updateServiceStatus()
     }
 
-    /// Whether new work may be taken now (SPEC 3.2 "hold new work"): the one question the
+    /// Whether new work may be taken now (modes-and-power §3.2 "hold new work"): the one question the
     /// coordinator loop and the Bluetooth service ask before taking work. A held answer
     /// is counted under its reason (the assignment drop reasons).
     public func admitNewWork() -> HoldReason? {
@@ -649,7 +646,7 @@ public actor WorkerDaemon {
         updateServiceStatus()
     }
 
-    /// The status characteristic's values (SPEC 6): `modelState` and `batteryPct`.
+    /// The status characteristic's values (protocol-bluetooth §1): `modelState` and `batteryPct`.
     public func bluetoothStatusValues() -> (modelState: String, batteryPct: Int?) {
         (model?.state ?? "idle", reading?.telemetry.batteryPct)
     }

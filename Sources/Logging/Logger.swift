@@ -77,7 +77,7 @@ public struct Logger: Sendable {
     @inlinable public func error(_ message: @autoclosure () -> String, _ metadata: [(String, String)] = []) { log(.error, message(), metadata) }
 }
 
-/// Where the process's log records go, decided once at start (SPEC 11).
+/// Where the process's log records go, decided once at start (service §2).
 public enum LogSink: Sendable, Equatable {
     /// stderr is journald's stream: structured records through sd_journal_sendv.
     case journal

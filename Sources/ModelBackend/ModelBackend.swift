@@ -1,4 +1,4 @@
-// The model backends of SPEC 7 (ollama, openai) over the HTTP client: the thin shell
+// The model backends of docs/reference/model-backends.md (ollama, openai) over the HTTP client: the thin shell
 // around ModelWire, which holds the wire format as pure functions.
 
 import HTTP

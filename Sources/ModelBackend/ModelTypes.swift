@@ -1,10 +1,10 @@
 import WorkerCore
 
-// The values the model backends of SPEC 7 take and give: requests, outputs, errors and
+// The values the model backends of docs/reference/model-backends.md take and give: requests, outputs, errors and
 // the readiness shown as `modelState`.
 
 /// One message of a chat (`role` is `system`, `user` or `assistant`): the same value that
-/// a Bluetooth client sends (SPEC 6.1), passed through unchanged.
+/// a Bluetooth client sends (protocol-bluetooth §2), passed through unchanged.
 public typealias ModelMessage = ChatTurn
 
 /// One generation: a prompt or a chat, its bounds and its sampling options.
@@ -154,7 +154,7 @@ public struct ModelError: Error, Sendable, Equatable, CustomStringConvertible {
     public var wireText: String { "\(code): \(message)" }
 }
 
-/// The backend's readiness, shown as `modelState` (SPEC 6 status, `status`, `doctor`).
+/// The backend's readiness, shown as `modelState` (protocol-bluetooth §1 status, `status`, `doctor`).
 public enum ModelState: String, Sendable, Equatable, CaseIterable {
     /// A generation would succeed now: the server answers, accepts the key, and has the
     /// model loaded (Ollama: in `/api/ps`).

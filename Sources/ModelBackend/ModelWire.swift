@@ -1,4 +1,4 @@
-// The wire format of the model backends (SPEC 7), as pure functions: URLs, request
+// The wire format of the model backends (docs/reference/model-backends.md), as pure functions: URLs, request
 // bodies, the response cap, and how a status and body decode into an output, an error
 // or a readiness. No I/O here, so every hostile answer is tested without a server.
 

@@ -5,7 +5,7 @@ import Logging
 import Posix
 import WorkerCore
 
-/// The local HTTP API of `edgecoder-worker proxy` (SPEC 10) on 127.0.0.1 and [::1]: a
+/// The local HTTP API of `edgecoder-worker proxy` (docs/reference/proxy-api.md) on 127.0.0.1 and [::1]: a
 /// nearby worker as a local Ollama and OpenAI-compatible server. HTTP/1.1 with keep-alive
 /// (a bounded number of requests per connection, an idle limit between them); answers
 /// streamed as the worker's text arrives; the client going away cancels its request on

@@ -4,7 +4,7 @@ import Glibc
 import Posix
 import WorkerCore
 
-/// A state file that could not be used and was moved aside (SPEC: never refuse to
+/// A state file that could not be used and was moved aside (service §1.3: never refuse to
 /// start over it, never drop it silently).
 public struct RecoveredStateFile: Sendable, Equatable {
     public var file: String
@@ -25,7 +25,7 @@ public struct WorkerStateFiles: Sendable {
     public static let policyFile = "policy.json"
     public static let tasksFile = "tasks.json"
     public static let meshTokenFile = "mesh-token"
-    /// The model a coordinator switched this worker to (SPEC 7).
+    /// The model a coordinator switched this worker to (protocol-coordinator §7).
     public static let activeModelFile = "active-model.json"
     /// What the coordinator's behaviour monitor has seen of this worker in the last hour.
     public static let conductFile = "conduct.json"
@@ -187,7 +187,7 @@ public struct StateFileProblem: Error, Sendable {
     public init(_ message: String) { self.message = message }
 }
 
-/// The coordinator's journal and outbox (SPEC 4, "Nothing is lost"): one file per subtask,
+/// The coordinator's journal and outbox (protocol-coordinator §5, "Nothing is lost"): one file per subtask,
 /// `journal-sha256.<hash of the id>.json` written before it runs,
 /// `outbox-sha256.<hash of the id>.json` before its result is posted; each removed only
 /// once its successor exists or the post got a 2xx. The id is inside the file; the name

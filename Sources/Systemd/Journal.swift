@@ -26,7 +26,7 @@ public enum Journal {
     }
 }
 
-/// Log records as structured journal entries (SPEC 11): `journalctl EDGECODER_EVENT=…`
+/// Log records as structured journal entries (service §2): `journalctl EDGECODER_EVENT=…`
 /// finds them. Repeats are limited as on stderr. When journald does not take an entry
 /// (its socket gone, a full buffer), the record goes to stderr as a prefixed line, and
 /// the first such failure says so once.

@@ -1,4 +1,4 @@
-// Power telemetry from sysfs and procfs (SPEC 3.1). Filled in by the power issue.
+// Power telemetry from sysfs and procfs (modes-and-power §3.1). Filled in by the power issue.
 
 #if canImport(Glibc)
 import Glibc
@@ -6,7 +6,7 @@ import Glibc
 import Posix
 import WorkerCore
 
-/// Reads the host's power telemetry from sysfs and procfs below `root` (SPEC 3.1). Every
+/// Reads the host's power telemetry from sysfs and procfs below `root` (modes-and-power §3.1). Every
 /// file is small and read whole, with a size limit; a file that is missing or cannot be
 /// read is "unknown", never an error. CPU usage needs two samples of `proc/stat`, so the
 /// reader keeps the previous one: the first reading has no `cpuUsagePct`, and a one-shot

@@ -6,7 +6,7 @@ struct UsageError: Error {
     init(_ message: String) { self.message = message }
 }
 
-/// Exit codes, documented in the README.
+/// Exit codes, documented in docs/reference/command-line.md (Exit codes).
 enum ExitCode {
     static let ok: Int32 = 0
     static let failure: Int32 = 1

@@ -22,9 +22,9 @@ struct BluetoothCommand: Command {
         again) and the adapter's Pairable setting is restored. Needed once per client
         for bluetooth.security "authenticated", for allowedClients "bonded", and for
         "encrypted" where neither the worker (bluetooth.pairingAgent) nor a desktop
-        answers (see the README). Run it as root or a member of group bluetooth; the
-        daemon keeps running meanwhile, and its own Just Works agent, when it has one,
-        is the default again once the window closes.
+        answers (see docs/operating/bluetooth-pairing.md). Run it as root or a member
+        of group bluetooth; the daemon keeps running meanwhile, and its own Just Works
+        agent, when it has one, is the default again once the window closes.
 
           --timeout SEC     how long the window stays open (default 120; 10 to 3600)
           --adapter NAME    the adapter to pair on, like hci0 (default: the first powered one)

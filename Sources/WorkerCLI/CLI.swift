@@ -6,7 +6,7 @@ import Logging
 import Posix
 import WorkerCore
 
-/// Default locations (SPEC 8) and the environment variables that override them.
+/// Default locations (service §1) and the environment variables that override them.
 enum Defaults {
     static let config = "/etc/edgecoder-worker/config.json"
     static let stateDirectory = "/var/lib/edgecoder-worker"

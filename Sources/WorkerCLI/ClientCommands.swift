@@ -153,7 +153,7 @@ struct StatusCommand: Command {
         Usage: edgecoder-worker status [--json] [--runtime-dir D]
 
         Shows the mode and why, the state of its runtime, the daemon, and any state
-        file that had to be moved aside. --json prints one object (keys in the README).
+        file that had to be moved aside. --json prints one object (keys in docs/reference/json-output.md).
         """
     let json: Bool
     let runtimeDirectory: String

@@ -1,4 +1,5 @@
 import Daemon
+import WorkerCore
 
 // The man page and the bash completion are printed from the command table (`commands`)
 // and each command's usage text, the same text `--help` prints, so that neither can
@@ -163,7 +164,7 @@ enum Manual {
                 for option in synopsis.options {
                     out.append(".TP")
                     out.append(".B \(roff(option.name))" + (option.value.map { " \\fI\(roff($0))\\fR" } ?? ""))
-                    out.append(roff(optionText(option.name, in: synopsis.usage)))
+                    out.append(roff(optionText(option.name, in: synopsis.usage, command: synopsis.name)))
                 }
             }
         }
@@ -223,7 +224,7 @@ enum Manual {
             ".BR systemctl (1),",
             ".BR journalctl (1),",
             ".BR systemd.exec (5);",
-            "the README in",
+            "the README, CHANGELOG.md and docs/ in",
             ".IR /usr/share/doc/edgecoder\\-worker/ .",
         ]
         return out.joined(separator: "\n") + "\n"
@@ -300,8 +301,25 @@ enum Manual {
         return out
     }
 
-    /// The text after an option on its description line, else a pointer to the synopsis.
-    static func optionText(_ name: String, in usage: String) -> String {
+    /// Lines for the options that usage texts name only in their synopsis: such an option
+    /// means the same in every command, so one line serves all of them. A key
+    /// "COMMAND --option" is that command's own line.
+    static let sharedOptionText: [String: String] = [
+        "--json": "print one JSON object instead of text; its keys are stable (docs/reference/json-output.md)",
+        "--runtime-dir": "the daemon's runtime directory, where its control socket control.sock is (default \(Defaults.runtimeDirectory), or $EDGECODER_WORKER_RUNTIME_DIR)",
+        "--sysfs-root": "read sysfs and procfs below D instead of / (tests point it at fake trees)",
+        "--config": "the config file (default \(Defaults.config), or $EDGECODER_WORKER_CONFIG)",
+        "--limit": "show at most the newest N entries",
+        "events --json": "print {\"events\": [...]}; with --follow, one event object per line (docs/reference/json-output.md)",
+        "events --limit": "show at most the newest N events (1-100000)",
+        "tasks --limit": "show at most the newest N tasks (1-1000; the daemon keeps 50)",
+        "doctor --config": "the config file read for the policy when the daemon is not running (default \(Defaults.config), or $EDGECODER_WORKER_CONFIG)",
+        "doctor --runtime-dir": "where to ask the daemon for its policy and state (default \(Defaults.runtimeDirectory), or $EDGECODER_WORKER_RUNTIME_DIR)",
+    ]
+
+    /// The text after an option on its description line, else the shared line for it, else
+    /// a pointer to the synopsis.
+    static func optionText(_ name: String, in usage: String, command: String = "") -> String {
         for line in usage.split(separator: "\n") {
             let trimmed = line.drop { $0 == " " }
             guard trimmed.hasPrefix(name + " ") || trimmed == name[...] else { continue }
@@ -313,6 +331,7 @@ enum Manual {
             let text = rest.drop { $0 == " " }
             if !text.isEmpty { return String(text) }
         }
+        if let text = sharedOptionText["\(command) \(name)"] ?? sharedOptionText[name] { return text }
         return "see the synopsis above"
     }
 
@@ -338,25 +357,30 @@ enum Manual {
 
 // MARK: - internal
 
-/// `edgecoder-worker internal man|completion bash`: build-time output, not in `--help`.
+/// `edgecoder-worker internal man|completion bash|config-reference`: build-time output,
+/// not in `--help`.
 struct InternalCommand: Command {
     static let name = "internal"
-    static let summary = "build-time output: the man page and the bash completion"
+    static let summary = "build-time output: the man page, the bash completion, the configuration reference"
     static let usage = """
         Usage: edgecoder-worker internal man
                edgecoder-worker internal completion bash
+               edgecoder-worker internal config-reference
 
-        Prints edgecoder-worker(1) in roff, or the bash completion script, both generated
-        from the command table. Used by `make install` and `make deb`.
+        Prints edgecoder-worker(1) in roff or the bash completion script, both generated
+        from the command table (used by `make install` and `make deb`), or
+        docs/reference/configuration.md, generated from the config's key table
+        (`edgecoder-worker internal config-reference > docs/reference/configuration.md`).
         """
-    enum Output { case man, bash }
+    enum Output { case man, bash, configReference }
     let output: Output
 
     init(_ arguments: inout Arguments) throws(UsageError) {
         switch arguments.positionals() {
         case ["man"]: output = .man
         case ["completion", "bash"]: output = .bash
-        default: throw UsageError("expected 'man' or 'completion bash'")
+        case ["config-reference"]: output = .configReference
+        default: throw UsageError("expected 'man', 'completion bash' or 'config-reference'")
         }
     }
 
@@ -364,6 +388,7 @@ struct InternalCommand: Command {
         switch output {
         case .man: print(Manual.manPage(), terminator: "")
         case .bash: print(Manual.bashCompletion(), terminator: "")
+        case .configReference: print(ConfigReference.markdown(), terminator: "")
         }
         return ExitCode.ok
     }

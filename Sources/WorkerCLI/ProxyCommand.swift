@@ -18,11 +18,11 @@ struct ProxyCommand: Command {
         Usage: edgecoder-worker proxy [--port 11435] [--adapter hciN] [--device ADDRESS | --any] [--forget]
                                       [--state-dir DIR] [--allow-origin ORIGIN]... [--timeout-ms N] [--log-level L]
 
-        A BlueZ central: scans for a worker in mode bluetooth (SPEC 6's service), connects
+        A BlueZ central: scans for a worker in mode bluetooth (protocol-bluetooth §1's service), connects
         to it, subscribes to its answers and status, and reconnects with backoff when the
         link drops. The first worker it connects to is remembered (DIR/proxy.json) and is
         the only one used afterwards, unless --device or --any. Serves on 127.0.0.1 and
-        [::1] as a local Ollama and OpenAI-compatible server (SPEC 10):
+        [::1] as a local Ollama and OpenAI-compatible server (docs/reference/proxy-api.md):
 
           GET|HEAD /                      "Ollama is running"
           GET  /status                    connected, deviceName, deviceId, rssi, modelState,

@@ -1,7 +1,7 @@
 /// What `doctor` reads from bluetoothd's own configuration (`/etc/bluetooth/main.conf`, a
 /// GLib key file): the number of ATT bearers, `[GATT] Channels`. Above 1, BlueZ peers open
 /// Enhanced ATT bearers and bluetoothd 5.66 sends notifications over whichever bearer can
-/// write, so two in flight at once reach the client out of order (README, "Pacing").
+/// write, so two in flight at once reach the client out of order (docs/operating/bluetooth.md, "Pacing").
 public enum BlueZMainConf {
     /// bluetoothd's default when the key is absent or unreadable (src/main.c).
     public static let defaultATTChannels = 3

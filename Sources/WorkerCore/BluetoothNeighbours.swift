@@ -1,4 +1,4 @@
-/// SPEC 6.2, the pure parts: what link the service's characteristics require, which
+/// protocol-bluetooth §3, the pure parts: what link the service's characteristics require, which
 /// devices may become clients, and the limits that keep one device from holding or
 /// flooding the service.
 
@@ -66,7 +66,7 @@ public enum BluetoothAllowedClients: Sendable, Equatable, CustomStringConvertibl
     }
 }
 
-/// The limits of SPEC 6.2's fairness and bounds.
+/// The limits of protocol-bluetooth §3's fairness and bounds.
 public struct NeighbourLimits: Sendable, Equatable {
     /// A client with no request for this long loses its slot to a device that wants it.
     public var clientIdleMs: Int64 = 120_000

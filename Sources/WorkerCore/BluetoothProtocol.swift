@@ -1,13 +1,13 @@
-/// The chunked JSON protocol of SPEC 6, pure: bytes in, requests and errors out; messages
+/// The chunked JSON protocol of protocol-bluetooth §1, pure: bytes in, requests and errors out; messages
 /// in, notification chunks out. No D-Bus here (the GATT adapter feeds it).
 
-/// A well-formed request from a Bluetooth client: SPEC 6's keys and 6.1's extension.
+/// A well-formed request from a Bluetooth client: protocol-bluetooth §1's keys and protocol-bluetooth §2's extension.
 public struct BluetoothRequest: Sendable, Equatable {
     public var id: String
     /// Empty when `messages` is set.
     public var prompt: String
     public var maxTokens: Int
-    /// Partial messages as the model produces text (SPEC 6.1).
+    /// Partial messages as the model produces text (protocol-bluetooth §2).
     public var stream = false
     /// A chat, run on the backend's chat API.
     public var messages: [ChatTurn]?
@@ -30,7 +30,7 @@ public struct BluetoothRequest: Sendable, Equatable {
     public var summaryText: String { messages?.last?.content ?? prompt }
 }
 
-/// One turn of a chat (SPEC 6.1 `messages`): `role` is `system`, `user` or `assistant`.
+/// One turn of a chat (protocol-bluetooth §2 `messages`): `role` is `system`, `user` or `assistant`.
 public struct ChatTurn: Sendable, Equatable {
     public var role: String
     public var content: String
@@ -40,7 +40,7 @@ public struct ChatTurn: Sendable, Equatable {
     }
 }
 
-/// The generation options a client may pass to the worker's backend (SPEC 6.1 `options`);
+/// The generation options a client may pass to the worker's backend (protocol-bluetooth §2 `options`);
 /// nil (or empty `stop`) leaves the backend's own default.
 public struct GenerationOptions: Sendable, Equatable {
     public var temperature: Double?
@@ -56,7 +56,7 @@ public struct GenerationOptions: Sendable, Equatable {
 /// What the assembler makes of a client's bytes.
 public enum AssemblerEvent: Sendable, Equatable {
     case request(BluetoothRequest)
-    /// `{"id", "cancel": true}` (SPEC 6.1): stop the client's queued or running request `id`.
+    /// `{"id", "cancel": true}` (protocol-bluetooth §2): stop the client's queued or running request `id`.
     case cancel(id: String)
     /// Answered with `ok: false`; `id` when it could be read.
     case rejected(id: String?, error: String)
@@ -215,7 +215,7 @@ public struct RequestAssembler: Sendable {
         }
         let id = value["id"]?.stringValue.flatMap { Subtask.isSafeID($0) ? $0 : nil }
         guard let id else { return .rejected(id: nil, error: "missing_id: the request needs an \"id\" string") }
-        // JSON null stands for an absent key among 6.1's (clients serialise nil that way).
+        // JSON null stands for an absent key among protocol-bluetooth §2's (clients serialise nil that way).
         func given(_ key: String) -> JSONValue? {
             // Not `flatMap { … ? nil : $0 }`: JSONValue takes `nil` as a literal for `.null`.
             guard let found = value[key], found != .null else { return Optional.none }
@@ -369,22 +369,22 @@ public enum BluetoothMessage {
         return JSONValue.object(object).serializedBytes
     }
 
-    /// A rejection (SPEC 6 bad input): `ok: false` with the reason, the id when known.
+    /// A rejection (protocol-bluetooth §1 bad input): `ok: false` with the reason, the id when known.
     public static func rejection(id: String?, error: String) -> [UInt8] {
         response(id: id ?? "", output: "", ok: false, durationMs: 0, error: error)
     }
 
-    /// A client's cancel of its request `id` (SPEC 6.1): `{"id", "cancel": true}`.
+    /// A client's cancel of its request `id` (protocol-bluetooth §2): `{"id", "cancel": true}`.
     public static func cancel(id: String) -> [UInt8] {
         JSONValue.object(JSONObject([("id", .string(id)), ("cancel", .bool(true))])).serializedBytes
     }
 
-    /// A streamed request's partial message (SPEC 6.1): `{"id", "delta", "done": false}`.
+    /// A streamed request's partial message (protocol-bluetooth §2): `{"id", "delta", "done": false}`.
     public static func partial(id: String, delta: String) -> [UInt8] {
         JSONValue.object(JSONObject([("id", .string(id)), ("delta", .string(delta)), ("done", .bool(false))])).serializedBytes
     }
 
-    /// A streamed request's last message (SPEC 6.1), without `output`: `{"id", "ok": true,
+    /// A streamed request's last message (protocol-bluetooth §2), without `output`: `{"id", "ok": true,
     /// "done": true, "durationMs", "evalCount"?}`, or `{"id", "ok": false, "done": true, "error"}`.
     public static func final(id: String, ok: Bool, durationMs: Int64, evalCount: Int? = nil, error: String? = nil) -> [UInt8] {
         var object = JSONObject([("id", .string(id)), ("ok", .bool(ok)), ("done", .bool(true))])
@@ -406,8 +406,8 @@ public enum BluetoothMessage {
         return size * ((overhead + 1 + size - 1) / size)
     }
 
-    /// `batteryPct` -1 when the host has no battery (SPEC 6).
-    /// `name` (SPEC 6 lets more keys follow) tells a client which worker it reached even
+    /// `batteryPct` -1 when the host has no battery (protocol-bluetooth §1).
+    /// `name` (protocol-bluetooth §1 lets more keys follow) tells a client which worker it reached even
     /// when bluetoothd shows the host's GAP name instead of the advertised one.
     public static func status(modelState: String, batteryPct: Int?, name: String? = nil) -> [UInt8] {
         var object = JSONObject([("modelState", .string(modelState)), ("batteryPct", .int(Int64(batteryPct ?? -1)))])
@@ -415,7 +415,7 @@ public enum BluetoothMessage {
         return JSONValue.object(object).serializedBytes
     }
 
-    /// The chunk size for an ATT MTU: min(512, MTU − 5), within SPEC 6's "at most
+    /// The chunk size for an ATT MTU: min(512, MTU − 5), within protocol-bluetooth §1's "at most
     /// min(512, MTU − 3)". Why 5: when the client is BlueZ (which enables Multiple Handle
     /// Value Notifications), bluetoothd 5.66 sends each notification inside an
     /// ATT_HANDLE_VALUE_MULT_NFY PDU whose entries carry a 2-byte length as well as the
@@ -431,7 +431,7 @@ public enum BluetoothMessage {
     }
 }
 
-/// Gathers the text a streamed request produces into partial messages (SPEC 6.1): one is
+/// Gathers the text a streamed request produces into partial messages (protocol-bluetooth §2): one is
 /// due once its text would fill the partial's budget (whole notifications, see
 /// `BluetoothMessage.partialBudget`) or `delayMs` after its first byte, whichever comes first.
 /// Pure: the peripheral asks for a due partial whenever its link is free, so a link slower

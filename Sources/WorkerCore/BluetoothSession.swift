@@ -1,18 +1,18 @@
 /// Pure pieces of the Bluetooth service around the protocol engine: the identifiers, the
 /// request queue's admission, and what `status` shows (who is a client: PeripheralMachine).
 
-/// The GATT identifiers of SPEC 6.
+/// The GATT identifiers of protocol-bluetooth §1.
 public enum BluetoothUUID {
     public static let service = "ec0d0001-ec0d-ec0d-ec0d-ec0d0001ec0d"
     public static let request = "ec0d0002-ec0d-ec0d-ec0d-ec0d0002ec0d"
     public static let response = "ec0d0003-ec0d-ec0d-ec0d-ec0d0003ec0d"
     public static let status = "ec0d0004-ec0d-ec0d-ec0d-ec0d0004ec0d"
 
-    /// `EdgeCoder-<first 16 characters of agentId>` (SPEC 6).
+    /// `EdgeCoder-<first 16 characters of agentId>` (protocol-bluetooth §1).
     public static func localName(agentID: String) -> String { "EdgeCoder-" + String(agentID.prefix(16)) }
 }
 
-/// The bounded queue of SPEC 6: requests wait for the model backend; one beyond
+/// The bounded queue of protocol-bluetooth §1: requests wait for the model backend; one beyond
 /// `maxQueued` (counting the one running) is answered `busy` at once.
 public struct RequestQueuePolicy: Sendable, Equatable {
     public let maxQueued: Int
@@ -23,7 +23,7 @@ public struct RequestQueuePolicy: Sendable, Equatable {
     public static let busyError = "busy: the worker's request queue is full (bluetooth.maxQueuedRequests); try again shortly"
 }
 
-/// The Bluetooth side of `status` (SPEC 8).
+/// The Bluetooth side of `status` (service §1).
 public struct BluetoothStatus: Sendable, Equatable {
     public enum State: String, Sendable {
         /// Mode bluetooth is not running.
@@ -57,10 +57,10 @@ public struct BluetoothStatus: Sendable, Equatable {
     public var clients: [Client] = []
     public var requestsServed: Int64 = 0
     public var requestsFailed: Int64 = 0
-    /// Bad input answered with `ok: false` before reaching the model (SPEC 6).
+    /// Bad input answered with `ok: false` before reaching the model (protocol-bluetooth §1).
     public var requestsRejected: Int64 = 0
     public var clientsRefused: Int64 = 0
-    /// Devices refused by `bluetooth.allowedClients` (SPEC 6.2).
+    /// Devices refused by `bluetooth.allowedClients` (protocol-bluetooth §3).
     public var clientsNotAllowed: Int64 = 0
     /// Idle clients disconnected for a device that wanted their slot.
     public var clientsEvicted: Int64 = 0

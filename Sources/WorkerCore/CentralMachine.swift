@@ -1,4 +1,4 @@
-/// The proxy's link to a worker (SPEC 6, the central's side) as a state machine: scan,
+/// The proxy's link to a worker (protocol-bluetooth §1, the central's side) as a state machine: scan,
 /// connect to the named or strongest worker, subscribe to its notified characteristics,
 /// write requests in chunks, match responses by id, reconnect with backoff. Events in,
 /// commands out; `GattCentral` reads the bus and executes the commands. Every request's
@@ -51,7 +51,7 @@ public struct CentralMachine: Sendable {
         /// A request from the HTTP side: its id, its JSON bytes, how long it may take.
         case request(id: String, bytes: [UInt8], timeoutMs: Int64)
         /// The HTTP side no longer waits for it (its task was cancelled): it resolves now as
-        /// `notConnected(abandonedReason)`, and the worker is told to stop it (SPEC 6.1's cancel) once the request
+        /// `notConnected(abandonedReason)`, and the worker is told to stop it (protocol-bluetooth §2's cancel) once the request
         /// has reached it; a request still waiting to be written is simply dropped.
         case abandon(id: String)
         case tick
@@ -78,7 +78,7 @@ public struct CentralMachine: Sendable {
         case readStatus(path: String)
         /// A write with response of one chunk; answer with `.writeAnswered`.
         case write(id: String, path: String, chunk: [UInt8])
-        /// A partial message's text (SPEC 6.1), for the HTTP side, in the order received.
+        /// A partial message's text (protocol-bluetooth §2), for the HTTP side, in the order received.
         case partial(id: String, String)
         /// The request's result, for the HTTP side.
         case resolve(id: String, GenerateResult)
@@ -505,7 +505,7 @@ public struct CentralMachine: Sendable {
         for event in responseFramer.feed(bytes, nowMs: now) {
             guard case .object(let object) = event, let json = try? JSON.parse(object), let id = json["id"]?.stringValue,
                   pending[id] != nil else { continue }
-            // A partial (SPEC 6.1) carries text; the final (`done: true`) or SPEC 6's
+            // A partial (protocol-bluetooth §2) carries text; the final (`done: true`) or protocol-bluetooth §1's
             // response (with `output`) ends the request.
             if json["done"] == .bool(false) {
                 if let delta = json["delta"]?.stringValue, !delta.isEmpty {

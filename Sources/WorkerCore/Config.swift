@@ -1,4 +1,4 @@
-/// The daemon's configuration: SPEC section 9. Every key has a default, so an
+/// The daemon's configuration: configuration §1. Every key has a default, so an
 /// absent or empty file is a valid config; every key is validated, and an unknown
 /// key is an error (a typo must never be silently ignored).
 public struct WorkerConfig: Sendable, Equatable {
@@ -44,7 +44,7 @@ public struct WorkerConfig: Sendable, Equatable {
         /// Sent as `Authorization: Bearer`; else the systemd credential `backend-api-key`.
         /// Never logged, never in status.
         public var apiKey: String?
-        /// Whether the coordinator may make this worker pull and switch models (SPEC 7);
+        /// Whether the coordinator may make this worker pull and switch models (protocol-coordinator §7);
         /// the default of the per-host policy key `allowRemoteModelSwitch`.
         public var allowRemoteModelSwitch = false
         public init() {}
@@ -55,7 +55,7 @@ public struct WorkerConfig: Sendable, Equatable {
     /// The policy keys the config file sets (for `policy show`'s sources).
     public var policyKeysInFile: Set<String> = []
 
-    /// What to do on a metered connection (NetworkManager's `Metered`, SPEC 11).
+    /// What to do on a metered connection (NetworkManager's `Metered`, service §2).
     public enum MeteredAction: String, Sendable, CaseIterable { case hold, allow }
     public struct Network: Sendable, Equatable {
         public var pathLossGraceMs: Int64 = 1_500
@@ -71,18 +71,18 @@ public struct WorkerConfig: Sendable, Equatable {
         public var maxQueuedRequests: Int64 = 8
         /// The pause between two notifications. Not 0 (refused): bluetoothd 5.66 spreads
         /// back-to-back notifications over its parallel ATT bearers (EATT) and clients
-        /// get them out of order (README, "Pacing").
+        /// get them out of order (docs/operating/bluetooth.md, "Pacing").
         public var chunkPacingMs: Int64 = 10
-        /// Whether `chunkPacingMs` is paid per chunk or per 512 bytes (README, "Pacing").
+        /// Whether `chunkPacingMs` is paid per chunk or per 512 bytes (docs/operating/bluetooth.md, "Pacing").
         public var pacing: BluetoothPacingMode = .auto
         public var maxClients: Int64 = 1
         /// The most tokens a Bluetooth request may ask for; nil: `backend.maxTokens`.
         public var maxTokens: Int64?
-        /// What link the characteristics require (SPEC 6.2).
+        /// What link the characteristics require (protocol-bluetooth §3).
         public var security: BluetoothSecurity = .open
         /// Who answers Just Works pairings while `security` is `encrypted` (PairingAgentChoice).
         public var pairingAgent: BluetoothPairingAgentSetting = .auto
-        /// Which devices may become clients (SPEC 6.2).
+        /// Which devices may become clients (protocol-bluetooth §3).
         public var allowedClients: BluetoothAllowedClients = .any
         /// A client this long without a request loses its slot to a device that wants it.
         public var clientIdleSec: Int64 = 120
@@ -137,7 +137,7 @@ public enum LogLevelName: String, Sendable, CaseIterable {
     case debug, info, notice, warning, error
 }
 
-/// The host power policy of SPEC 3.2. Defaults here, overridable in the config file
+/// The host power policy of modes-and-power §3.2. Defaults here, overridable in the config file
 /// and per host with `policy set`.
 public struct PowerPolicy: Sendable, Equatable {
     public var runOnlyWhileCharging = false
@@ -149,7 +149,7 @@ public struct PowerPolicy: Sendable, Equatable {
     public var maxCpuUsagePct: Int64 = 90
     public var resumeDwellSec: Int64 = 30
     /// Whether the coordinator may make this host pull and switch models: it downloads
-    /// gigabytes, so a host can refuse what the fleet's config allows (SPEC 7).
+    /// gigabytes, so a host can refuse what the fleet's config allows (docs/reference/model-backends.md).
     public var allowRemoteModelSwitch = false
     public init() {}
 }
@@ -301,7 +301,7 @@ extension WorkerConfig {
                     case "maxQueuedRequests": reader.int(value, path: path, 1...1_024).map { config.bluetooth.maxQueuedRequests = $0 }
                     case "chunkPacingMs":
                         if value.intValue == 0 {
-                            // Accepted once; it loses answers (SPEC 6.2): say why rather than a bare range.
+                            // Accepted once; it loses answers (protocol-bluetooth §3): say why rather than a bare range.
                             reader.problem(path, "must be in 1…1000: 0 sends notifications back to back, and bluetoothd spreads them over its parallel ATT bearers (EATT), so clients receive the chunks out of order and cannot read the answer")
                         } else {
                             reader.int(value, path: path, 1...1_000).map { config.bluetooth.chunkPacingMs = $0 }
@@ -406,7 +406,7 @@ struct ConfigReader {
     }
 
     mutating func unknown(_ path: String) {
-        problem(path, "unknown key (see the README's configuration table for the keys)")
+        problem(path, "unknown key (the keys: docs/reference/configuration.md, or man edgecoder-worker)")
     }
 
     mutating func object(_ value: JSONValue, path: String) -> JSONObject? {

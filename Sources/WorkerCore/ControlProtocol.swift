@@ -159,7 +159,7 @@ public struct PeerCredentials: Sendable, Equatable {
     }
 }
 
-/// What a control peer may do (SPEC 8): reading needs root, the daemon's user or the
+/// What a control peer may do (service §1): reading needs root, the daemon's user or the
 /// read group; changing needs root or the daemon's user.
 public enum ControlAccess: Int, Sendable, Comparable {
     case none, read, change

@@ -1,4 +1,4 @@
-/// The EdgeCoder coordinator protocol of SPEC 4: request bodies and the classification
+/// The EdgeCoder coordinator protocol of docs/reference/protocol-coordinator.md: request bodies and the classification
 /// of answers, pure. Checked against the coordinator's zod schemas (see
 /// Tests/DevCoordinator/WIRE.md): optional fields are omitted, never null; unknown answer
 /// keys are ignored; every answer is hostile input until it parses.
@@ -262,7 +262,7 @@ public struct Backoff: Sendable, Equatable {
     }
 }
 
-/// What to do with the journal and outbox found at start (SPEC 4, "Nothing is lost").
+/// What to do with the journal and outbox found at start (protocol-coordinator §5, "Nothing is lost").
 public enum RecoveryPlan {
     public struct JournalEntry: Sendable, Equatable {
         public var subtask: Subtask

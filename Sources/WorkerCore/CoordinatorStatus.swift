@@ -1,4 +1,4 @@
-/// What the coordinator side shows in `status` (SPEC 8).
+/// What the coordinator side shows in `status` (service §1).
 public struct CoordinatorStatus: Sendable, Equatable {
     public var registered = false
     public var lastHeartbeatAtMs: Int64?

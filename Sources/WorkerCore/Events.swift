@@ -1,4 +1,4 @@
-/// The kinds of events an operator reads in `edgecoder-worker events` (SPEC 2.5, 8).
+/// The kinds of events an operator reads in `edgecoder-worker events` (modes-and-power §2.5, service §1).
 /// Their raw values are the stable names in the JSON output.
 public enum EventKind: String, Sendable, CaseIterable {
     case modeChange = "mode-change"
@@ -12,9 +12,9 @@ public enum EventKind: String, Sendable, CaseIterable {
     case policyChanged = "policy-changed"
     case powerHold = "power-hold"
     case powerResume = "power-resume"
-    /// The coordinator switched the model (SPEC 7).
+    /// The coordinator switched the model (protocol-coordinator §7).
     case modelSwitched = "model-switched"
-    /// A reload (SIGHUP, `systemctl reload`) applied a config file (SPEC 11).
+    /// A reload (SIGHUP, `systemctl reload`) applied a config file (service §2).
     case configReloaded = "config-reloaded"
     /// A reload refused an invalid config file; the running one is kept.
     case configRefused = "config-refused"

@@ -1,4 +1,4 @@
-/// The worker's GATT service of SPEC 6 as one declarative table: the service, each
+/// The worker's GATT service of protocol-bluetooth §1 as one declarative table: the service, each
 /// characteristic with its UUID, object path and flags, and what the peripheral does with
 /// it (the way `bluer`'s `Characteristic { read, write, notify }` declares a service).
 /// The D-Bus objects, the peripheral's dispatch, the central's discovery and the tests'

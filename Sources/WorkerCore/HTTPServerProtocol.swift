@@ -242,7 +242,7 @@ private extension String {
     }
 }
 
-/// SPEC 10's "browsers are not clients": a web page may make the user's browser send
+/// proxy-api §5's "browsers are not clients": a web page may make the user's browser send
 /// requests to 127.0.0.1, directly (its `Origin` says so) or through a DNS name that it
 /// rebinds to 127.0.0.1 (its `Host` is then that name). Ollama closed the same hole
 /// (CVE-2024-28224) the same way: a Host allowlist and an Origin allowlist.

@@ -1,5 +1,5 @@
 /// What the host's own services say about suspend, metered networks and power profiles
-/// (SPEC 11), read over D-Bus by the daemon: logind, NetworkManager, power-profiles-daemon.
+/// (service §2), read over D-Bus by the daemon: logind, NetworkManager, power-profiles-daemon.
 /// Each is absent on a server, which is not an error: status and `doctor` say what was seen.
 public struct HostServices: Sendable, Equatable {
     /// Whether one service was found on the system bus.

@@ -1,4 +1,4 @@
-/// The coordinator's model switch (SPEC 7, "Model orchestration"), pure: what a heartbeat
+/// The coordinator's model switch (protocol-coordinator §7, "Model orchestration"), pure: what a heartbeat
 /// answer's `orchestration` asks, whether this worker may do it, Ollama's `/api/pull`
 /// progress lines, how often progress is forwarded, and the bodies of the two calls
 /// (`/orchestration/agents/:agentId/status` and `/ack`). Checked against EdgeCoder's
@@ -270,7 +270,7 @@ public enum OrchestrationWire {
     }
 }
 
-/// The model this worker runs and why (SPEC 7): the config's `backend.model`, or the one
+/// The model this worker runs and why (docs/reference/model-backends.md): the config's `backend.model`, or the one
 /// a coordinator switched to, persisted so it survives restarts. A switch counts only
 /// while the config still names the model it switched from: an operator who edits
 /// `backend.model` afterwards wins.

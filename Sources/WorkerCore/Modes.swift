@@ -1,4 +1,4 @@
-/// The three compute modes of SPEC 1.
+/// The three compute modes of modes-and-power §1.
 public enum Mode: String, Sendable, CaseIterable {
     case off, on, bluetooth
 }
@@ -9,10 +9,10 @@ public struct ModeState: Sendable, Equatable {
     /// Milliseconds since the epoch of the last change.
     public var sinceMs: Int64
     public var reason: String
-    /// True while the mode is `bluetooth` because the daemon downgraded itself (rule 2.3);
-    /// it decides whether a restored path records `network-restored` (rule 2.4).
+    /// True while the mode is `bluetooth` because the daemon downgraded itself (modes-and-power §2.3);
+    /// it decides whether a restored path records `network-restored` (modes-and-power §2.4).
     public var downgraded: Bool
-    /// When `network-restored` was recorded for the current downgrade (rule 2.4), so it
+    /// When `network-restored` was recorded for the current downgrade (modes-and-power §2.4), so it
     /// is noted once per outage, not at every restart.
     public var restoredAtMs: Int64?
 
@@ -24,7 +24,7 @@ public struct ModeState: Sendable, Equatable {
         self.restoredAtMs = restoredAtMs
     }
 
-    /// A fresh install starts in `off` (rule 2.1).
+    /// A fresh install starts in `off` (modes-and-power §2.1).
     public static func fresh(nowMs: Int64) -> ModeState {
         ModeState(mode: .off, sinceMs: nowMs, reason: "fresh install")
     }
@@ -49,9 +49,9 @@ public struct ModeState: Sendable, Equatable {
 public enum ModeRequest: Sendable, Equatable {
     /// `edgecoder-worker mode X` from an operator (with a note on who, for the event).
     case operatorSet(Mode, by: String)
-    /// The network path was lost while in `on` (rule 2.3).
+    /// The network path was lost while in `on` (modes-and-power §2.3).
     case pathLost(reason: String)
-    /// The network path is satisfied again (rule 2.4).
+    /// The network path is satisfied again (modes-and-power §2.4).
     case pathRestored(interface: String)
 }
 
@@ -70,7 +70,7 @@ public struct ModeContext: Sendable, Equatable {
         self.nowMs = nowMs
     }
 
-    /// The charge gate of rule 2.2 is closed when the policy demands power and the
+    /// The charge gate of modes-and-power §2.2 is closed when the policy demands power and the
     /// host is known to be without it. Unknown power does not close it: a host whose
     /// supplies cannot be read is treated like a desktop.
     public var chargeGateClosed: Bool { runOnlyWhileCharging && onExternalPower == false }
@@ -86,11 +86,11 @@ public struct ModeDecision: Sendable, Equatable {
     }
     public var outcome: Outcome
     public var state: ModeState
-    /// Events to record, in order (rule 2.5: every change, refusal, downgrade, restore).
+    /// Events to record, in order (modes-and-power §2.5: every change, refusal, downgrade, restore).
     public var events: [EventDraft]
 }
 
-/// The message of rule 2.2, word for word.
+/// The message of modes-and-power §2.2, word for word.
 public let chargeGateMessage = "Runtime blocked: connect power to start."
 
 public enum ModeRules {
@@ -125,7 +125,7 @@ public enum ModeRules {
                                 events: [EventDraft(kind: .downgrade, from: .on, to: .bluetooth, reason: reason)])
 
         case .pathRestored(let interface):
-            // Rule 2.4: note it, never climb back on our own.
+            // modes-and-power §2.4: note it, never climb back on our own.
             guard current.mode == .bluetooth && current.downgraded && current.restoredAtMs == nil else {
                 return ModeDecision(outcome: .unchanged, state: current, events: [])
             }
@@ -149,7 +149,7 @@ public struct RuntimeState: Sendable, Equatable {
     }
 
     /// The runtime for a mode. A persisted mode whose charge gate was closed at start
-    /// stays selected but idle until power returns (rule 2.2); once running, unplugging
+    /// stays selected but idle until power returns (modes-and-power §2.2); once running, unplugging
     /// only holds new work (the policy), it does not stop the runtime.
     public static func of(_ mode: ModeState, gateBlocked: Bool, runtimeAvailable: (Mode) -> String?) -> RuntimeState {
         if mode.mode == .off { return RuntimeState(phase: .idle, reason: "mode off") }

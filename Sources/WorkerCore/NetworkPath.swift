@@ -1,4 +1,4 @@
-/// Whether the network path is satisfied (SPEC 5): a non-loopback interface that is up
+/// Whether the network path is satisfied (modes-and-power §4): a non-loopback interface that is up
 /// and running, has a global address, and carries a default route of the same family.
 public struct PathStatus: Sendable, Equatable {
     public var satisfied: Bool
@@ -98,13 +98,13 @@ public struct PathTable: Sendable, Equatable {
 
 /// What the path watcher asks the daemon to do.
 public enum PathAction: Sendable, Equatable {
-    /// Unsatisfied for the whole grace: downgrade if in `on` (rule 2.3).
+    /// Unsatisfied for the whole grace: downgrade if in `on` (modes-and-power §2.3).
     case lost(reason: String)
-    /// Satisfied again after a loss that lasted the grace (rule 2.4).
+    /// Satisfied again after a loss that lasted the grace (modes-and-power §2.4).
     case restored(interface: String)
 }
 
-/// The grace of SPEC 5 as a state machine over observed statuses and an injected
+/// The grace of modes-and-power §4 as a state machine over observed statuses and an injected
 /// monotonic clock: a flap shorter than the grace produces nothing.
 public struct PathWatch: Sendable, Equatable {
     public let graceMs: Int64

@@ -6,16 +6,16 @@ public enum BluetoothPacingMode: String, Sendable, CaseIterable {
     /// `chunkPacingMs` per 512 bytes notified, however many chunks that takes: fast at small
     /// MTUs, and safe only on an in-order link (one ATT bearer).
     case bytes
-    /// `chunkPacingMs` after every chunk (SPEC 6's rule): the only pacing that keeps the odds
+    /// `chunkPacingMs` after every chunk (protocol-bluetooth §1's rule): the only pacing that keeps the odds
     /// of reordering low while bluetoothd may spread notifications over EATT bearers.
     case chunks
 }
 
-/// The pause after each notification chunk (SPEC 6: chunks are paced). Pure.
+/// The pause after each notification chunk (protocol-bluetooth §1: chunks are paced). Pure.
 ///
 /// Why two rules: bluetoothd 5.66 with more than one ATT bearer (EATT, its default) hands
 /// each notification to whichever bearer can write, and two in flight at once reach the
-/// client out of order (README, "Pacing"): there only a pause after every chunk helps, and
+/// client out of order (docs/operating/bluetooth.md, "Pacing"): there only a pause after every chunk helps, and
 /// at MTU 48 it starves the link (43 bytes per 10 ms). With one bearer the order is the
 /// order of sending, so the pause only has to keep bluetoothd's queue short (it holds
 /// notifications without bound, and one queued there can no longer be cancelled): pacing
@@ -57,7 +57,7 @@ public struct NotificationPacer: Sendable, Equatable {
     }
 
     /// bluetoothd may spread notifications over EATT bearers and the operator did not say
-    /// otherwise: no pause keeps the order for sure (README, "Pacing").
+    /// otherwise: no pause keeps the order for sure (docs/operating/bluetooth.md, "Pacing").
     public var reordersAtSmallMTUs: Bool { attBearers != 1 && mode != .bytes }
 
     /// The journal's line on the rule in force, with the one-line fix when it can reorder.

@@ -1,4 +1,4 @@
-/// `bluetooth.pairingAgent` (SPEC 6.2, "encrypted"): who answers the confirmation Linux asks
+/// `bluetooth.pairingAgent` (protocol-bluetooth §3, "encrypted"): who answers the confirmation Linux asks
 /// for every LE Secure Connections pairing, Just Works included (since 5.8), while the
 /// worker serves with `bluetooth.security: "encrypted"`. Pure: the host's boot target is
 /// read by an adapter (Daemon/BootTarget.swift) and passed in.

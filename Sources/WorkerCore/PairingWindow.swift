@@ -1,4 +1,4 @@
-/// The decisions of `edgecoder-worker bluetooth pair` (SPEC 6.2): what the window's BlueZ
+/// The decisions of `edgecoder-worker bluetooth pair` (protocol-bluetooth §3): what the window's BlueZ
 /// agent answers each Agent1 call, given the window's state, the device and what the
 /// operator typed. Pure: the D-Bus agent (BlueZ/PairingAgent.swift) feeds it bluetoothd's
 /// calls, terminal lines and the clock, and does what it decides.

@@ -1,4 +1,4 @@
-/// The GATT peripheral of SPEC 6 as a state machine: what bluetoothd, the clients, the
+/// The GATT peripheral of protocol-bluetooth §1 as a state machine: what bluetoothd, the clients, the
 /// model and the clock say goes in as `Event`s; what the peripheral must do comes out as
 /// `Command`s (register with bluetoothd, notify a chunk, disconnect a device, run a
 /// request, answer a call). No bus, no clock, no tasks: `GattPeripheral` reads the bus,
@@ -60,11 +60,11 @@ public struct PeripheralMachine: Sendable {
         public var laterClientStatusDelayMs: Int64 = 1_500
         /// `bluetooth.maxTokens`: a request asking for more runs with this many.
         public var maxTokens = BluetoothRequest.maxTokensLimit
-        /// A streamed request's partial goes out this long after its first byte at the latest (SPEC 6.1).
+        /// A streamed request's partial goes out this long after its first byte at the latest (protocol-bluetooth §2).
         public var partialDelayMs: Int64 = 100
-        /// `bluetooth.allowedClients` (SPEC 6.2).
+        /// `bluetooth.allowedClients` (protocol-bluetooth §3).
         public var allowedClients = BluetoothAllowedClients.any
-        /// Idle eviction, bad-input cool-down, outbound bound (SPEC 6.2).
+        /// Idle eviction, bad-input cool-down, outbound bound (protocol-bluetooth §3).
         public var limits = NeighbourLimits()
         /// `bluetooth.pacing`: `auto` decides from bluetoothd's ATT bearers (`.attBearers`).
         public var pacing = BluetoothPacingMode.auto
@@ -390,7 +390,7 @@ public struct PeripheralMachine: Sendable {
             }
             reconcile(now: now, &out)
         case .deviceConnected(let path):
-            // Connecting is not using the service (SPEC 6.2): the host's own mouse or
+            // Connecting is not using the service (protocol-bluetooth §3): the host's own mouse or
             // headset is never counted. bluetoothd calls StartNotify for the first
             // subscriber only, so a client joining later gets the status this long after
             // its link comes up.
@@ -435,7 +435,7 @@ public struct PeripheralMachine: Sendable {
     }
 
     /// The adapter went away or off, or bluetoothd did: what was registered is gone, and
-    /// so are the clients' links (and their requests, SPEC 6.1).
+    /// so are the clients' links (and their requests, protocol-bluetooth §2).
     mutating func registrationsLost(_ out: inout [Command]) {
         application = .none
         advertisement = .none
@@ -689,7 +689,7 @@ public struct PeripheralMachine: Sendable {
         case anonymous
     }
 
-    /// A device touched the service (SPEC 6.2 admission by use): it becomes a client if it
+    /// A device touched the service (protocol-bluetooth §3 admission by use): it becomes a client if it
     /// may, learning its MTU; otherwise it is refused, told why on a read of the response,
     /// and disconnected a moment later.
     mutating func touch(device: String?, mtu: Int?, now: Int64, _ out: inout [Command]) -> Toucher {
@@ -761,7 +761,7 @@ public struct PeripheralMachine: Sendable {
     }
 
     /// A write that produced rejections is bad input; too many within the window cut the
-    /// client off and refuse it for the cool-down (SPEC 6.2).
+    /// client off and refuse it for the cool-down (protocol-bluetooth §3).
     mutating func badInput(_ events: [AssemblerEvent], device: String, now: Int64, _ out: inout [Command]) {
         guard events.contains(where: { if case .rejected = $0 { true } else { false } }), var session = sessions[device] else { return }
         let limits = settings.limits
@@ -785,8 +785,8 @@ public struct PeripheralMachine: Sendable {
         }
     }
 
-    /// A departed client's queued requests are dropped and its running one stopped (SPEC
-    /// 6.1, 6.2): nothing of it is answered to whoever connects next.
+    /// A departed client's queued requests are dropped and its running one stopped (protocol-bluetooth
+    /// §2, protocol-bluetooth §3): nothing of it is answered to whoever connects next.
     mutating func clientGone(_ client: String, _ out: inout [Command]) {
         let dropped = waiting.filter { $0.client == client }
         if !dropped.isEmpty {
@@ -812,7 +812,7 @@ public struct PeripheralMachine: Sendable {
     }
 
     mutating func assembled(_ events: [AssemblerEvent], client: String, _ out: inout [Command]) {
-        // At most one rejection per write (SPEC 6.2): a write of 254 bad objects costs one
+        // At most one rejection per write (protocol-bluetooth §3): a write of 254 bad objects costs one
         // notification and one log line, not 254.
         let rejections = events.filter { if case .rejected = $0 { true } else { false } }.count
         var rejected = 0
@@ -936,7 +936,7 @@ public struct PeripheralMachine: Sendable {
     // MARK: Notifications
 
     /// Queues a message. A client's queue holds at most `maxOutboundPerClient` messages
-    /// (SPEC 6.2): beyond it its oldest rejection is dropped (or this one, when it is a
+    /// (protocol-bluetooth §3): beyond it its oldest rejection is dropped (or this one, when it is a
     /// rejection and none older is), and counted; answers are bounded by the request queue.
     mutating func enqueue(_ role: GattLayout.Role, _ bytes: [UInt8]?, client: String? = nil, refusal: Bool = false, rejection: Bool = false) {
         guard let bytes, !bytes.isEmpty else { return }
@@ -1000,7 +1000,7 @@ public struct PeripheralMachine: Sendable {
             }
             if sending == nil, let client = current.refusalOf { refusalsQueued.remove(client) }
             // The pause counts from now, even after a late round: catching up with a missed
-            // schedule in a burst is what reorders notifications over EATT (README, "Pacing").
+            // schedule in a burst is what reorders notifications over EATT (docs/operating/bluetooth.md, "Pacing").
             nextChunkAtMs = now + pacer.pause(afterChunkOf: chunk.count)
         }
     }

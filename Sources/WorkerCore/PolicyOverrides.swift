@@ -5,7 +5,7 @@ public enum PolicySource: String, Sendable {
     case host
 }
 
-/// The per-host policy overrides of SPEC 3.2: `policy set KEY VALUE` on this host,
+/// The per-host policy overrides of modes-and-power §3.2: `policy set KEY VALUE` on this host,
 /// persisted in the state directory, applied over the config file's policy.
 public struct PolicyOverrides: Sendable, Equatable {
     public private(set) var values: JSONObject

@@ -1,4 +1,4 @@
-/// Why new work is held (SPEC 3.2). The declaration order is the precedence when several
+/// Why new work is held (modes-and-power §3.2). The declaration order is the precedence when several
 /// hold at once: the power source first (what plugging in fixes), then the battery, then
 /// the host's own state, with `cpu-busy` last because it is the most passing.
 public enum HoldReason: String, Sendable, CaseIterable, Comparable {
@@ -35,7 +35,7 @@ public enum ResumeCondition: Sendable, Equatable {
     case dwellUntil(Int64)
 }
 
-/// The policy's decision and the state its hysteresis needs (SPEC 3.2). A value: the
+/// The policy's decision and the state its hysteresis needs (modes-and-power §3.2). A value: the
 /// daemon keeps the latest and passes it back in with each new reading.
 public struct PowerDecision: Sendable, Equatable {
     /// nil when new work is allowed (reason `ok`); otherwise why it is held. While the
@@ -62,10 +62,10 @@ public struct PowerDecision: Sendable, Equatable {
     }
 
     public var allowed: Bool { reason == nil }
-    /// `ok` or the hold reason: the reason string of SPEC 3.2.
+    /// `ok` or the hold reason: the reason string of modes-and-power §3.2.
     public var reasonText: String { reason?.rawValue ?? "ok" }
 
-    /// The one decision function of SPEC 3.2. Holding is immediate; resuming waits until
+    /// The one decision function of modes-and-power §3.2. Holding is immediate; resuming waits until
     /// every reason has been clear for `resumeDwellSec`, and after a battery hold until
     /// the battery is back at `resumeBatteryPct`. Unknown values never hold.
     ///
@@ -123,7 +123,7 @@ public struct PowerDecision: Sendable, Equatable {
         HoldReason.allCases.filter { holds($0, telemetry, policy: policy, batteryLatched: batteryLatched) }
     }
 
-    /// One rule of SPEC 3.2; an unknown value never holds.
+    /// One rule of modes-and-power §3.2; an unknown value never holds.
     static func holds(_ reason: HoldReason, _ t: PowerTelemetry, policy: PowerPolicy, batteryLatched: Bool) -> Bool {
         switch reason {
         case .notCharging: return policy.runOnlyWhileCharging && t.onExternalPower == false
@@ -251,7 +251,7 @@ public enum LocalHoldReason: String, Sendable, CaseIterable {
     }
 }
 
-/// Assignments held or refused, counted per reason (the assignment drop reasons of SPEC 3.2).
+/// Assignments held or refused, counted per reason (the assignment drop reasons of modes-and-power §3.2).
 public struct HoldCounters: Sendable, Equatable {
     /// One count per reason, in precedence order.
     private var counts = [Int64](repeating: 0, count: HoldReason.allCases.count)

@@ -1,4 +1,4 @@
-/// The policy keys of SPEC 3.2 by name, shared by the config file and `policy set`
+/// The policy keys of modes-and-power §3.2 by name, shared by the config file and `policy set`
 /// so both accept exactly the same keys and values.
 extension PowerPolicy {
     public enum SetProblem: Sendable, Equatable {
@@ -50,7 +50,7 @@ extension PowerPolicy {
         }
     }
 
-    /// The policy as JSON, keys in the order of SPEC 3.2.
+    /// The policy as JSON, keys in the order of modes-and-power §3.2.
     public var json: JSONValue {
         .object(JSONObject([
             ("runOnlyWhileCharging", .bool(runOnlyWhileCharging)),

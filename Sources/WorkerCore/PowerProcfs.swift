@@ -35,7 +35,7 @@ public struct CPUTimes: Sendable, Equatable {
         return CPUTimes(idle: idle, total: total)
     }
 
-    /// SPEC 3.1: the share of non-idle time between two samples, 0–100. nil when no
+    /// modes-and-power §3.1: the share of non-idle time between two samples, 0–100. nil when no
     /// time passed or the counters went backwards (a different boot, a broken file).
     /// `iowait` may dip between samples on some kernels; the result is clamped.
     public static func usagePct(from earlier: CPUTimes, to later: CPUTimes) -> Double? {
@@ -48,7 +48,7 @@ public struct CPUTimes: Sendable, Equatable {
 }
 
 public enum MemoryInfo {
-    /// SPEC 3.1: `1 − MemAvailable/MemTotal` from `/proc/meminfo`, as a percentage; nil
+    /// modes-and-power §3.1: `1 − MemAvailable/MemTotal` from `/proc/meminfo`, as a percentage; nil
     /// when either line is missing or unreadable, MemTotal is 0, or MemAvailable exceeds
     /// MemTotal. Kernels before 3.14 have no MemAvailable: unknown, not a guess.
     public static func usagePct(meminfo contents: [UInt8]?) -> Double? {

@@ -1,7 +1,7 @@
 /// Turning the contents of sysfs and procfs attribute files into values. Every function
 /// here takes what a file held (nil when it was missing or unreadable) and answers nil
 /// ("unknown") for anything it cannot vouch for: a wrong number does more harm to a
-/// policy than an absent one, because an absent one never holds work (SPEC 3.2).
+/// policy than an absent one, because an absent one never holds work (modes-and-power §3.2).
 public enum SysfsText {
     /// Longest attribute text accepted; sysfs attributes are at most a page.
     public static let maxValueBytes = 4096
@@ -79,7 +79,7 @@ public struct SysfsAttributes: Sendable, Equatable {
     }
 }
 
-/// One entry of `sys/class/power_supply`, classified by the rules of SPEC 3.1.
+/// One entry of `sys/class/power_supply`, classified by the rules of modes-and-power §3.1.
 public struct PowerSupply: Sendable, Equatable {
     /// The attribute files the classification reads, in the order `doctor` shows them.
     public static let attributeNames = ["type", "scope", "present", "online", "status", "capacity", "energy_full", "charge_full"]
@@ -152,7 +152,7 @@ public struct PowerSupply: Sendable, Equatable {
                            capacityPct: capacity, energyFull: energyFull, chargeFull: chargeFull)
     }
 
-    /// SPEC 3.1 onExternalPower: true when a non-battery supply is online; when there is
+    /// modes-and-power §3.1 onExternalPower: true when a non-battery supply is online; when there is
     /// no such supply, true when a system battery is `Charging`, `Full` or `Not charging`;
     /// true when there is no system battery at all (what runs a desktop is external power).
     /// False when the supplies say otherwise; nil when what they say cannot be read. A
@@ -169,13 +169,13 @@ public struct PowerSupply: Sendable, Equatable {
     }
 
     /// A system battery discharges while a non-battery supply is online: the charger is
-    /// too weak for the load (SPEC 3.2 `holdWhileDraining`).
+    /// too weak for the load (modes-and-power §3.2 `holdWhileDraining`).
     public static func draining(_ supplies: [PowerSupply]) -> Bool {
         supplies.contains { $0.role == .external && $0.online == true }
             && supplies.contains { $0.role == .systemBattery && $0.status == .discharging }
     }
 
-    /// The system batteries' combined charge (SPEC 3.1): each `capacity` weighted by
+    /// The system batteries' combined charge (modes-and-power §3.1): each `capacity` weighted by
     /// `energy_full` when every battery has it, else by `charge_full` when every battery
     /// has that (µWh and µAh never mix), else a plain average; rounded to a whole percent.
     /// nil without a system battery, and when any system battery's capacity is unknown:
@@ -237,7 +237,7 @@ public enum PlatformProfile {
 public enum DeviceType: String, Sendable, CaseIterable {
     case laptop, desktop, server, tablet
 
-    /// The SMBIOS chassis type codes of SPEC 3.1; nil for the codes it does not list
+    /// The SMBIOS chassis type codes of modes-and-power §3.1; nil for the codes it does not list
     /// (1 Other, 2 Unknown, 11 Hand Held, 12 Docking Station, 33 IoT Gateway, …).
     public init?(chassisCode code: Int64) {
         switch code {
@@ -256,7 +256,7 @@ public enum DeviceType: String, Sendable, CaseIterable {
         self = type
     }
 
-    /// SPEC 3.1: the chassis type when it is known, else `laptop` with a system battery
+    /// modes-and-power §3.1: the chassis type when it is known, else `laptop` with a system battery
     /// and `desktop` without.
     public static func resolve(chassisType contents: [UInt8]?, hasSystemBattery: Bool) -> DeviceType {
         DeviceType(chassisType: contents) ?? (hasSystemBattery ? .laptop : .desktop)

@@ -32,7 +32,7 @@ public struct ThermalBoundaries: Sendable, Equatable {
     /// Whether trip points set any boundary.
     public var fromTripPoints: Bool
 
-    /// SPEC 3.1: 60, 75 and 90 °C for a sensor without trip points.
+    /// modes-and-power §3.1: 60, 75 and 90 °C for a sensor without trip points.
     public static let defaults = ThermalBoundaries(fairAt: 60_000, seriousAt: 75_000, criticalAt: 90_000, fromTripPoints: false)
 
     public init(fairAt: Int64, seriousAt: Int64, criticalAt: Int64, fromTripPoints: Bool) {
@@ -42,7 +42,7 @@ public struct ThermalBoundaries: Sendable, Equatable {
         self.fromTripPoints = fromTripPoints
     }
 
-    /// SPEC 3.1 with trip points: fair from passive−10 °C, serious from passive, critical
+    /// modes-and-power §3.1 with trip points: fair from passive−10 °C, serious from passive, critical
     /// from critical−5 °C. The lowest trip of a kind counts; a `hot` trip counts as a
     /// critical one (it is the firmware's last stop before acting). `active` trips (fans)
     /// do not count. A zone with only one of passive and critical takes the other
@@ -126,7 +126,7 @@ public struct ThermalSensor: Sendable, Equatable {
         return boundaries.state(milliC: milliC)
     }
 
-    /// SPEC 3.1: the worst state over every sensor; nil when no sensor gives one.
+    /// modes-and-power §3.1: the worst state over every sensor; nil when no sensor gives one.
     public static func worstState(_ sensors: [ThermalSensor]) -> ThermalState? {
         sensors.compactMap(\.state).max()
     }

@@ -1,4 +1,4 @@
-/// The local HTTP API of `edgecoder-worker proxy` (SPEC 10), pure: request bodies in, a
+/// The local HTTP API of `edgecoder-worker proxy` (docs/reference/proxy-api.md), pure: request bodies in, a
 /// worker ask (or a 400 naming the field) out; results and pieces of text in, answers in
 /// EdgeCoder's, Ollama's and OpenAI's shapes out.
 
@@ -585,7 +585,7 @@ public struct ProxyStatus: Sendable, Equatable {
     }
 }
 
-/// What the proxy asks a worker for: SPEC 6's request and 6.1's extension, without the id
+/// What the proxy asks a worker for: protocol-bluetooth §1's request and protocol-bluetooth §2's extension, without the id
 /// (the link gives each request its own).
 public struct WorkerAsk: Sendable, Equatable {
     /// Empty when `messages` is set.
@@ -596,7 +596,7 @@ public struct WorkerAsk: Sendable, Equatable {
     public var format: String?
     public var options = GenerationOptions()
     public var maxTokens: Int
-    /// Partial messages as the model produces text (SPEC 6.1); false is SPEC 6's exchange.
+    /// Partial messages as the model produces text (protocol-bluetooth §2); false is protocol-bluetooth §1's exchange.
     public var stream = false
 
     public init(prompt: String, maxTokens: Int) {
@@ -604,7 +604,7 @@ public struct WorkerAsk: Sendable, Equatable {
         self.maxTokens = maxTokens
     }
 
-    /// The request as written to the worker. Keys of 6.1 go out only when used, so a plain
+    /// The request as written to the worker. Keys of protocol-bluetooth §2 go out only when used, so a plain
     /// ask is byte for byte what EdgeCoder's Mac proxy sends.
     public func wire(id: String) -> [UInt8] {
         var object = JSONObject([("id", .string(id))])
@@ -636,8 +636,8 @@ public struct WorkerAsk: Sendable, Equatable {
 public protocol ProxyUpstream: Sendable {
     /// Sends `ask` and waits for the worker's final message (or the timeout, or the link's
     /// loss). With `ask.stream`, `onDelta` receives each partial's text, in order, before
-    /// this returns. Cancelling the calling task cancels the request on the worker (SPEC
-    /// 6.1's `cancel`) and returns promptly.
+    /// this returns. Cancelling the calling task cancels the request on the worker (protocol-bluetooth
+    /// §2's `cancel`) and returns promptly.
     func generate(_ ask: WorkerAsk, timeoutMs: Int64, onDelta: @escaping @Sendable (String) async -> Void) async -> GenerateResult
     var currentStatus: ProxyStatus { get async }
 }

@@ -193,7 +193,7 @@ public struct StatusSnapshot: Sendable, Equatable {
 }
 
 /// `status` rendered from a snapshot: the one-line summary (systemd's STATUS= and the
-/// first line the CLI prints) and the JSON whose keys the README documents as stable.
+/// first line the CLI prints) and the JSON whose keys docs/reference/json-output.md documents as stable.
 public struct StatusReport: Sendable {
     public let snapshot: StatusSnapshot
 

@@ -1,4 +1,4 @@
-// Streaming figures (SPEC 7): time to the first streamed piece against time to the whole
+// Streaming figures (docs/reference/model-backends.md): time to the first streamed piece against time to the whole
 // answer for a 500-token generation on a real llama.cpp server, and what each streamed
 // piece costs the worker itself.
 #if canImport(Glibc)

@@ -122,7 +122,7 @@ print("== 100 workers after a 30 s coordinator outage (backoff base 1.5 s, cap 6
 print("   full jitter (this daemon): " + spread(firstSuccessAfterOutage(workers: 100, outageMs: 30_000, jitter: true)))
 print("   no jitter (baseline):      " + spread(firstSuccessAfterOutage(workers: 100, outageMs: 30_000, jitter: false)))
 
-// Bluetooth request reassembly (SPEC 6): the linear scan against re-parsing the whole
+// Bluetooth request reassembly (protocol-bluetooth §1): the linear scan against re-parsing the whole
 // buffer after every chunk, as EdgeCoder's phone and proxy do, for a 64 KiB request.
 let bigRequest = Array((#"{"id":"bench","prompt":""# + String(repeating: "lorem ipsum ", count: 5_450) + #""}"#).utf8)
 for chunk in [20, 509] {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make bench: streaming figures against the test bed's llama.cpp server (SPEC 7): time to
+# make bench: streaming figures against the test bed's llama.cpp server (docs/reference/model-backends.md): time to
 # the first streamed piece against time to the whole answer for 500 tokens, and the
 # worker's own cost per streamed piece. Figures, not assertions.
 set -u

@@ -8,8 +8,8 @@
 # proxy reconnects), malformed HTTP. Issue #14's: the worker remembered on first use
 # (selection, pinnedDevice, kept across a restart), streamed answers (first piece long
 # before the end), a departing client cancelling the worker's task, the clients' routes,
-# Host/Origin. Checks that need the worker's SPEC 6.1 partials print "# SKIP needs SPEC
-# 6.1 worker" against a worker without them. With BT_PROXY_BENCH=1, the figures for
+# Host/Origin. Checks that need the worker's protocol-bluetooth §2 partials print "# SKIP needs protocol-bluetooth
+# §2 worker" against a worker without them. With BT_PROXY_BENCH=1, the figures for
 # `make bench` as "# proxy-latency-ms: …", "# proxy-throughput: …" and
 # "# proxy-first-piece-ms: …" lines.
 
@@ -129,13 +129,13 @@ curl -s --max-time 120 -X POST "$PROXY_URL/api/generate" -d '{"model": "m", "pro
 check "Ollama's default (stream) is NDJSON: the text in done-false lines, then one done line" bash -c "
   jq -s -e '(.[-1].done == true) and (.[-1].done_reason == \"stop\") and ([.[:-1][] | select(.done == false)] | length) == (length - 1)
             and ([.[].response] | add | length) > 0' '$VM_RESULTS/proxy-stream.ndjson'"
-# The worker speaks SPEC 6.1 (main has it since issue 14), so streaming is required here,
+# The worker speaks protocol-bluetooth §2 (main has it since issue 14), so streaming is required here,
 # not probed: a 1000-token answer crosses the link for seconds, in many partials (a 32-token
 # one may fit one 100 ms partial on a fast model).
 curl -s --max-time 300 -X POST "$PROXY_URL/api/generate" -d '{"model": "m", "prompt": "Count from one to one thousand in words", "options": {"num_predict": 1000}}' \
   >"$VM_RESULTS/proxy-stream-long.ndjson"
 pieces="$(jq -s '[.[] | select(.done == false)] | length' "$VM_RESULTS/proxy-stream-long.ndjson" 2>/dev/null)"
-check "the worker streams through the proxy (SPEC 6.1): a 1000-token answer came in ${pieces:-0} pieces" test "${pieces:-0}" -ge 2
+check "the worker streams through the proxy (protocol-bluetooth §2): a 1000-token answer came in ${pieces:-0} pieces" test "${pieces:-0}" -ge 2
 STREAMING_WORKER=1
 check "GET /api/tags lists the worker as a model" bash -c "curl -s $PROXY_URL/api/tags | jq -e '.models[0].name == \"edgecoder-bluetooth\"'"
 
@@ -206,7 +206,7 @@ if [[ $STREAMING_WORKER == 1 ]]; then
   echo "# model-first-piece-ms: first $model_first_ms, whole answer $model_whole_ms (the model server alone, 1000 tokens asked; median of ${#firsts[@]}: ${model_firsts[*]})"
   echo "# proxy-first-piece-ms: first $first_ms, whole answer $whole_ms (1000 tokens asked; median of ${#firsts[@]}: ${firsts[*]}; the model alone: first $model_first_ms)"
   # The same answer without stream: the worker gets EdgeCoder's request (no "stream") and
-  # answers once, whole; what a client waits for without SPEC 6.1.
+  # answers once, whole; what a client waits for without protocol-bluetooth §2.
   read -r _ edgecoder_whole_ms <<<"$("$BLUEZ_VM_PYTHON" "$HERE/first_piece.py" "$PROXY_URL" /api/generate \
     "{\"model\": \"m\", \"prompt\": \"$PIECE_PROMPT\", \"stream\": false, \"options\": {\"num_predict\": 1000}}")"
   echo "# proxy-whole-ms: $edgecoder_whole_ms (the same request with stream false: the EdgeCoder protocol, one whole answer)"
@@ -214,7 +214,7 @@ if [[ $STREAMING_WORKER == 1 ]]; then
   # handed over well before the end; buffered, it would come with the end.
   check "a streamed answer's first piece is handed over well before its end (${first_ms} ms of ${whole_ms} ms)" test "$first_ms" -gt 0 -a $((first_ms + 500)) -le "$whole_ms"
 else
-  echo "# SKIP needs SPEC 6.1 worker: a streamed answer's first piece long before its end"
+  echo "# SKIP needs protocol-bluetooth §2 worker: a streamed answer's first piece long before its end"
 fi
 
 # A client that goes away mid-stream: the worker's task ends cancelled, the model is free.
@@ -231,7 +231,7 @@ if [[ $STREAMING_WORKER == 1 ]]; then
   ans="$(generate '{"prompt": "after the cancel", "maxTokens": 4}' 120)"
   check "… and the model is free: the next request is served in $(($(date +%s) - started)) s (${ans%% *})" test "${ans%% *}" = 200 -a $(($(date +%s) - started)) -lt 60
 else
-  echo "# SKIP needs SPEC 6.1 worker: a client that disconnects mid-stream cancels the worker's task"
+  echo "# SKIP needs protocol-bluetooth §2 worker: a client that disconnects mid-stream cancels the worker's task"
 fi
 check "a foreign Origin is 403" test "$(curl -s -o /dev/null -w '%{http_code}' -H 'Origin: https://evil.example' -d '{"prompt":"x"}' "$PROXY_URL/api/generate")" = 403
 check "a rebinding Host is 403" test "$(curl -s -o /dev/null -w '%{http_code}' -H 'Host: rebind.evil.example' "$PROXY_URL/status")" = 403

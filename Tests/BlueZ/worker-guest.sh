@@ -12,7 +12,7 @@
 # server in the guest at each of BT_PACING_CHANNELS (bluetoothd's [GATT] Channels, "1")
 # x BT_PACING_MTUS ("517 48") x BT_PACING_SET (MS/MODE items: chunkPacingMs/bluetooth.pacing,
 # "10/auto"), BT_PACING_REPS times (3), each waited for BT_PACING_WAIT s (120): the
-# measurement behind README's "Pacing" and `make bench`'s pacing figures).
+# measurement behind docs/operating/bluetooth.md's "Pacing" and `make bench`'s pacing figures).
 # Phases main, clients, neighbours, badflood, idle and leave-mid need the hci3 advertisement
 # started below (pad_connection), which a bluetoothd
 # restart (phases restart, smallmtu, off) takes away: keep them first.
@@ -170,7 +170,7 @@ if has_phase clients; then
   check "the daemon is still running" daemon_alive
 fi
 
-# ------------------------------------------------------------------ neighbours (SPEC 6.2)
+# ------------------------------------------------------------------ neighbours (protocol-bluetooth §3)
 restart_with() { # CONFIG-NAME: the daemon (re)started on CONFIG-NAME, mode bluetooth, advertising
   if [[ -n $DAEMON_PID ]]; then stop_daemon; fi
   check "the daemon starts (config $1)" start_daemon "$1"
@@ -234,7 +234,7 @@ if has_phase leave-mid; then
   check "the daemon is still running" daemon_alive
 fi
 
-# ------------------------------------------------------------------ security (SPEC 6.2)
+# ------------------------------------------------------------------ security (protocol-bluetooth §3)
 # LE pairing needs the kernel's ECDH (P-256): guest-lib.sh's load_bt_modules loads drbg
 # first (see there). Linux (since 5.8) asks user space to confirm every LE Secure
 # Connections pairing, Just Works included, at both ends; bluetoothd refuses without an
@@ -358,9 +358,9 @@ if has_phase adapter; then
   central discover request:tag=after-power-cycle,what=a-request-after-the-adapter-came-back
 fi
 
-# ------------------------------------------------------------------ streaming, chat, cancel (SPEC 6.1)
+# ------------------------------------------------------------------ streaming, chat, cancel (protocol-bluetooth §2)
 if has_phase stream; then
-  phase stream "SPEC 6.1: a streamed answer, a streamed chat, a cancel mid-stream, a client leaving mid-stream"
+  phase stream "protocol-bluetooth §2: a streamed answer, a streamed chat, a cancel mid-stream, a client leaving mid-stream"
   write_config stream 1 65536 8
   ensure_daemon stream
   expect_advertising "the daemon advertises"

@@ -1,4 +1,4 @@
-"""A BLE central for edgecoder-worker's Bluetooth Local mode (SPEC 6), run INSIDE the BlueZ
+"""A BLE central for edgecoder-worker's Bluetooth Local mode (protocol-bluetooth §1), run INSIDE the BlueZ
 test VM with $BLUEZ_VM_PYTHON (bleak), from hci1 (and hci2 for a second client).
 
     worker_central.py SCENARIO[:key=value,...] [SCENARIO...]
@@ -37,7 +37,7 @@ comments) and exits 1 if any check failed (2 on a usage error). Scenarios and th
   periodic            an unchanged status notification is re-sent after about 60 s
   no-service          (after `gone`, with another advertisement on hci0) connect to hci0:
                       the EdgeCoder service is not there
-  stream              tokens=N (SPEC 6.1): a "stream": true request; partials {id, delta,
+  stream              tokens=N (protocol-bluetooth §2): a "stream": true request; partials {id, delta,
                       done: false}, then {id, ok, done: true, durationMs} without output;
                       the first partial long before the final message (prints both times)
   chat                a streamed chat ("messages", "system", "options") and the same chat
@@ -49,7 +49,7 @@ comments) and exits 1 if any check failed (2 on a usage error). Scenarios and th
                       too when it has one); `tasks --json` says cancelled; a write of
                       cancels of unknown ids is refused once, without the id
   stream-drop         tokens=N: the client disconnects mid-stream; its task says cancelled
-  bystander           file=F,stop=S (SPEC 6.2): a plain LE device on hci1 that never touches
+  bystander           file=F,stop=S (protocol-bluetooth §3): a plain LE device on hci1 that never touches
                       the service; F gets "connected" / "disconnected"; ends when S exists
   neighbour-client    hci2 served with maxClients 1 while the bystander is connected
   stranger            allowedClients excludes hci2: its response read says not_allowed, it
@@ -548,7 +548,7 @@ def chunk_checks(s, first_chunk, msg_len, mtu, pacing_ms, what, until=None, by="
     if later or earlier:
         TAP.note(f"{what}: {earlier} notification(s) before the message and {later} after it, not counted")
     sizes = [n for _, n in chunks]
-    # SPEC 6 says min(512, MTU-3); bluetoothd 5.66 sends notifications to BlueZ centrals as
+    # protocol-bluetooth §1 says min(512, MTU-3); bluetoothd 5.66 sends notifications to BlueZ centrals as
     # Multiple Handle Value Notifications and cuts values at MTU-5, so the daemon uses
     # min(512, MTU-5) (commit 7b2af8c); at MTU 517 both are 512.
     limit = min(512, mtu - 5)
@@ -563,7 +563,7 @@ def chunk_checks(s, first_chunk, msg_len, mtu, pacing_ms, what, until=None, by="
            f"{what}: the chunks add up to the message ({sum(sizes)} of {msg_len} bytes)")
     span = chunks[-1][0] - chunks[0][0] if len(chunks) > 1 else 0.0
     # BY: the daemon's pacing rule (status "pacing"): a pause after every chunk, or one per
-    # 512 bytes (one ATT bearer: README, "Pacing").
+    # 512 bytes (one ATT bearer: docs/operating/bluetooth.md, "Pacing").
     pauses = (len(chunks) - 1) if by == "chunks" else msg_len // 512 - 1
     floor = max(0, pauses) * pacing_ms / 1000.0 * 0.5
     TAP.ok(span >= floor, f"{what}: notifications are paced by {by} ({span:.2f}s for {len(chunks)} chunks; "
@@ -826,7 +826,7 @@ async def two_clients(a, maxc):
             a.ask(ra, "first client", tokens=200), b.ask(rb, "second client", tokens=200))
         TAP.ok(served_ok(ma, ra), f"client hci1 served while hci2 is connected ({brief(ma)})")
         TAP.ok(served_ok(mb, rb), f"client hci2 served at the same time ({brief(mb)})")
-        # SPEC 6.2: a device is a client once it used the service (here: its request).
+        # protocol-bluetooth §3: a device is a client once it used the service (here: its request).
         clients = [c.get("address") for c in (bt_status().get("clients") or [])]
         TAP.ok(CENTRAL in clients and CENTRAL2 in clients, f"status lists both clients once both used the service ({clients})")
         bad = [raw for st_ in (a.resp, b.resp) for _, m, raw in st_.messages if m is None]
@@ -888,7 +888,7 @@ async def sc_tasks(args):
 SERVED = {}   # request id -> address of the client it was served to (this run and before)
 
 
-# ------------------------------------------------------------------- SPEC 6.1
+# ------------------------------------------------------------------- protocol-bluetooth §2
 async def stream_request(s, body, timeout=600, cancel_after_first=False):
     """Writes BODY (a dict with "stream": true); collects its messages until the final one.
     Returns (partials, final, t_first_partial, t_final, t_cancel), times from the write's end."""
@@ -1104,7 +1104,7 @@ async def sc_periodic(args):
     TAP.ok(False, "an unchanged status is re-sent about every 60 s (the status kept changing)")
 
 
-# ------------------------------------------------------------------- neighbours (SPEC 6.2)
+# ------------------------------------------------------------------- neighbours (protocol-bluetooth §3)
 def daemon_rss_kib():
     """The daemon's VmRSS in KiB (its pid from `status --json`), or None."""
     pid = ((status_json() or {}).get("daemon") or {}).get("pid")
@@ -1318,7 +1318,7 @@ async def sc_leave_mid(args):
     TAP.ok(t2 is None or t2.get("state") == "cancelled", f"the queued request never ran ({(t2 or {}).get('state')})")
 
 
-# ------------------------------------------------------------------- security (SPEC 6.2)
+# ------------------------------------------------------------------- security (protocol-bluetooth §3)
 def dev_path(adapter, address):
     return f"/org/bluez/{adapter}/dev_" + address.upper().replace(":", "_")
 

@@ -550,7 +550,7 @@ def acks(c):
 
 @scenario("switch")
 def model_switch(model):
-    """SPEC 7: the coordinator's model switch, refused by default, then allowed on this host
+    """protocol-coordinator §7: the coordinator's model switch, refused by default, then allowed on this host
     (policy set), pulled through /api/pull with progress, persisted across a restart."""
     fixture = OllamaFixture(model.url, "--pullable", "big:7b", "--pull-ms", "3000")
     c = Coordinator()
@@ -616,7 +616,7 @@ def host_busy_pct(seconds=2.0):
 
 @scenario("own-load")
 def own_load(model):
-    """SPEC 3.2: the model server working for the worker is not "other load". Real /proc
+    """modes-and-power §3.2: the model server working for the worker is not "other load". Real /proc
     (a fake sys tree on mains, proc linked to the host's): back-to-back subtasks on the
     llama.cpp server flow without a cpu-busy hold; an unrelated CPU burner holds."""
     baseline = host_busy_pct()

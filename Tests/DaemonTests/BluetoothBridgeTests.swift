@@ -8,7 +8,7 @@ import Posix
 import StateStore
 @testable import WorkerCore
 
-/// The daemon's side of a SPEC 6.1 request: a chat with its options reaches the backend's
+/// The daemon's side of a protocol-bluetooth §2 request: a chat with its options reaches the backend's
 /// chat API whole, streamed pieces reach the peripheral in order, and a cancelled request
 /// stops the backend call and is recorded as cancelled.
 @Suite struct BluetoothBridgeTests {

@@ -8,7 +8,7 @@ import StateStore
 import Synchronization
 @testable import WorkerCore
 
-/// The readiness probe in the daemon (SPEC 7): an Ollama model that is pulled but not
+/// The readiness probe in the daemon (docs/reference/model-backends.md): an Ollama model that is pulled but not
 /// loaded is loaded by the worker, `loading` until /api/ps lists it, then `ready`; the key
 /// goes with every probe and never into status.
 @Suite struct ModelProbeServiceRules {

@@ -3,7 +3,7 @@ import Testing
 import WorkerCore
 @testable import Daemon
 
-/// The coordinator's model switch in-process (SPEC 7): a scripted coordinator and Ollama
+/// The coordinator's model switch in-process (protocol-coordinator §7): a scripted coordinator and Ollama
 /// server, the manual clock. Tests/Suites/coordinator.sh runs it against the dev
 /// coordinator and the Ollama fixture.
 @Suite struct ModelSwitchInProcess {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Development coordinator for edgecoder-worker tests (Python 3 standard library only).
 
-Speaks the worker side of the EdgeCoder coordinator protocol (SPEC section 4):
+Speaks the worker side of the EdgeCoder coordinator protocol (docs/reference/protocol-coordinator.md):
 POST /register, /heartbeat, /pull, /result, validating every body as strictly as the
 zod schemas of codyrs82/Edgecoder src/swarm/coordinator.ts (see WIRE.md next to this file):
 same required fields, types, enums and bounds; unknown keys are *stripped, not rejected*

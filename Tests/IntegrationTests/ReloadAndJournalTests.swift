@@ -6,7 +6,7 @@ import Testing
 import WorkerCore
 
 /// SIGHUP (what `systemctl reload` sends through ExecReload=) re-reads the config with the
-/// real binary, a real signal and a stand-in notification socket (SPEC 11).
+/// real binary, a real signal and a stand-in notification socket (service §2).
 @Suite(.serialized) struct ConfigReloadBySignal {
     func status(_ daemon: DaemonHarness) throws -> JSONValue {
         let result = try daemon.cli(["status", "--json"])
@@ -100,7 +100,7 @@ import WorkerCore
     }
 }
 
-/// The journal sink is chosen when JOURNAL_STREAM names stderr (SPEC 11). No journald
+/// The journal sink is chosen when JOURNAL_STREAM names stderr (service §2). No journald
 /// runs on this host, so this checks the choice and the fallback; the VM suite under a
 /// real systemd checks `journalctl EDGECODER_EVENT=…`, and Tests/Suites/journal.sh
 /// reads the records with a stand-in journald socket.

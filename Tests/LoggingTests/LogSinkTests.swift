@@ -6,7 +6,7 @@ import Synchronization
 import Systemd
 import Testing
 
-/// Where the daemon's records go (SPEC 11): journald when stderr is its stream, plain
+/// Where the daemon's records go (service §2): journald when stderr is its stream, plain
 /// lines on a terminal, prefixed lines elsewhere.
 @Suite struct LogSinkChoice {
     /// EDGECODER_LOG_CLOCK=1: the wall clock goes after the priority, which must stay the

@@ -66,7 +66,7 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         #expect(body["prompt"] == "hi \"you\"\n")
         #expect(body["stream"] == false)
         #expect(body["options"]?["num_predict"] == 7)
-        // keep_alive and think go with every Ollama request (SPEC 7: the model stays loaded
+        // keep_alive and think go with every Ollama request (docs/reference/model-backends.md: the model stays loaded
         // and never thinks unasked).
         #expect(body["keep_alive"] == "30m")
         #expect(body["think"] == false)

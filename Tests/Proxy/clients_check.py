@@ -27,7 +27,7 @@ parser.add_argument("--record", help="the stand-in upstream's record file")
 parser.add_argument("--expect", default="Hello world", help="the stand-in's whole text")
 parser.add_argument("--max-tokens", type=int, default=24, help="the length of answers from a real worker")
 parser.add_argument("--no-worker-streaming", action="store_true",
-                    help="the worker predates SPEC 6.1 (no partials, no chat turns): checks that need them are skipped")
+                    help="the worker predates protocol-bluetooth §2 (no partials, no chat turns): checks that need them are skipped")
 args = parser.parse_args()
 URL = args.url.rstrip("/")
 STAND_IN = args.record is not None
@@ -46,9 +46,9 @@ def result(ok, desc):
 def check(desc, fn, needs_61=False):
     """Runs fn; ok when it returns True, not ok (with what it returned instead: the
     `condition or details` idiom) when anything else or raising. A check that needs the
-    worker's SPEC 6.1 (chat turns, partials) is skipped against a worker without it."""
+    worker's protocol-bluetooth §2 (chat turns, partials) is skipped against a worker without it."""
     if needs_61 and args.no_worker_streaming:
-        print(f"# SKIP needs SPEC 6.1 worker: {desc}", flush=True)
+        print(f"# SKIP needs protocol-bluetooth §2 worker: {desc}", flush=True)
         return
     try:
         value = fn()
@@ -265,7 +265,7 @@ if STAND_IN:
                 and request["options"] == {"temperature": 0.25, "top_p": 0.5, "top_k": 7, "seed": 3, "stop": ["END"], "num_ctx": 2048}
                 and request["maxTokens"] == 32768 and "stream" not in request) or request
 
-    check("ollama's format, options and num_predict -1 reach the worker as SPEC 6.1 keys (the worker's cap)", mapped)
+    check("ollama's format, options and num_predict -1 reach the worker as protocol-bluetooth §2 keys (the worker's cap)", mapped)
 
     def openai_mapped():
         list(oa.chat.completions.create(model="m", messages=[{"role": "developer", "content": "d"}, {"role": "user", "content": "u"}], max_tokens=77,

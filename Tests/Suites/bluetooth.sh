@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Bluetooth Local mode (SPEC 6) end to end: the daemon in a throw-away VM with BlueZ
+# Bluetooth Local mode (protocol-bluetooth §1) end to end: the daemon in a throw-away VM with BlueZ
 # (Tests/BlueZ/vm, Debian's kernel under qemu, btvirt controllers hci0..hci3, bluetoothd
 # 5.66), a real llama.cpp server on this host (Tests/ModelServer) reached from the guest
 # through run-in-vm.sh --host-port, and bleak centrals (Tests/BlueZ/worker_central.py)

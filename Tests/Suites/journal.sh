@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Where the daemon's log records go (SPEC 11). Structured journal records read by a
+# Where the daemon's log records go (service §2). Structured journal records read by a
 # stand-in journald: no journald runs on
 # the build machines, so a private mount namespace puts a datagram socket of our own at
 # /run/systemd/journal/socket, where sd_journal_sendv sends, and this suite decodes the

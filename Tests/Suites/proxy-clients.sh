@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The proxy (SPEC 10) against the real clients people point at "a local Ollama": the
+# The proxy (docs/reference/proxy-api.md) against the real clients people point at "a local Ollama": the
 # `ollama` and `openai` packages from PyPI (pinned in Tests/Proxy/requirements.txt,
 # installed by this suite into .cache/proxy-clients/venv) and EdgeCoder's IDE router's
 # exact calls, through real TCP to the real binary. The Bluetooth link is replaced by

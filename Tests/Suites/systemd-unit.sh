@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tests/Suites/systemd-unit.sh: checks the systemd integration files (SPEC section 8).
+# Tests/Suites/systemd-unit.sh: checks the systemd integration files (service §1).
 #
 # Usage (from the repository root):
 #   Tests/Suites/systemd-unit.sh [UNIT_FILE [SYSUSERS_FILE [TMPFILES_FILE]]]

@@ -326,7 +326,7 @@ else
   not_ok "the sandboxed daemon advertises: $(stj '.bluetooth | del(.clients)' | cut -c1-300)"
 fi
 # The sandbox (ProtectSystem=strict) still lets the daemon read bluetoothd's main.conf,
-# which decides its pacing (README, "Pacing"): the same count `doctor` reads as root.
+# which decides its pacing (docs/operating/bluetooth.md, "Pacing"): the same count `doctor` reads as root.
 bearers="$(edgecoder-worker doctor --json 2>/dev/null | jq -c '.. | objects | .attBearers? // empty' | head -n1)"
 check "the sandboxed daemon read bluetoothd's ATT bearers ($bearers, as doctor says) and paces by $( ((bearers == 1)) && echo bytes || echo chunks)" \
   test "$(stj '[.bluetooth.attBearers, .bluetooth.pacing]')" = "[${bearers:-x},\"$( ((bearers == 1)) && echo bytes || echo chunks)\"]"

@@ -90,12 +90,14 @@ private func completionBranch(_ script: String, _ name: String) -> String {
         #expect(completionBranch(Manual.bashCompletion(), "internal").isEmpty)
     }
 
-    @Test func theInternalCommandAcceptsOnlyManAndBashCompletion() {
+    @Test func theInternalCommandAcceptsOnlyManBashCompletionAndConfigReference() {
         var man = Arguments(["man"])
         #expect((try? InternalCommand(&man))?.output == .man)
         var bash = Arguments(["completion", "bash"])
         #expect((try? InternalCommand(&bash))?.output == .bash)
-        for words in [[], ["completion"], ["completion", "zsh"], ["man", "extra"]] {
+        var reference = Arguments(["config-reference"])
+        #expect((try? InternalCommand(&reference))?.output == .configReference)
+        for words in [[], ["completion"], ["completion", "zsh"], ["man", "extra"], ["config-reference", "extra"]] {
             var arguments = Arguments(words)
             #expect(throws: UsageError.self) { try InternalCommand(&arguments) }
         }
@@ -113,5 +115,11 @@ private func completionBranch(_ script: String, _ name: String) -> String {
         #expect(Manual.optionText("--port", in: usage) == "TCP port on 127.0.0.1")
         #expect(Manual.optionText("--json", in: usage) == "a flag")
         #expect(Manual.optionText("--missing", in: usage) == "see the synopsis above")
+        #expect(Manual.optionText("--limit", in: usage, command: "tasks").hasPrefix("show at most the newest N tasks"))
+        #expect(Manual.optionText("--limit", in: usage, command: "other") == "show at most the newest N entries")
+    }
+
+    @Test func everyOptionOfTheManPageHasALineOfItsOwn() {
+        #expect(!Manual.manPage().contains("see the synopsis above"))
     }
 }

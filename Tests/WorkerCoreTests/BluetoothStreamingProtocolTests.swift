@@ -1,7 +1,7 @@
 import Testing
 @testable import WorkerCore
 
-/// SPEC 6.1's request keys and messages: what is accepted, what is refused and why, and
+/// protocol-bluetooth §2's request keys and messages: what is accepted, what is refused and why, and
 /// hostile input on the new keys.
 @Suite struct BluetoothStreamingRequestDecoding {
     func decode(_ text: String) -> AssemblerEvent {

@@ -1,7 +1,7 @@
 import Testing
 @testable import WorkerCore
 
-/// The proxy's link speaking SPEC 6.1: partials handed on in order, the final message
+/// The proxy's link speaking protocol-bluetooth §2: partials handed on in order, the final message
 /// ending a request, and a request its HTTP client abandoned cancelled on the worker.
 @Suite struct CentralStreamingTests {
     typealias H = CentralHarness

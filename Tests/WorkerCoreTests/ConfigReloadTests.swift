@@ -1,7 +1,7 @@
 import Testing
 @testable import WorkerCore
 
-/// What a reload takes live and what waits for a restart (SPEC 11): pure, over two configs.
+/// What a reload takes live and what waits for a restart (service §2): pure, over two configs.
 @Suite struct ConfigReloadPlanTests {
     func config(_ text: String) throws -> WorkerConfig { try WorkerConfig.parse(Array(text.utf8)) }
 

@@ -1,7 +1,7 @@
 import Testing
 @testable import WorkerCore
 
-/// Suspend, metered networks and power profiles (SPEC 11), decided from what the host's
+/// Suspend, metered networks and power profiles (service §2), decided from what the host's
 /// services said: pure.
 @Suite struct HostServicesDecisions {
     @Test(arguments: [(UInt32(0), Bool?.none), (1, true), (2, false), (3, true), (4, false), (9, nil)])

@@ -1,7 +1,7 @@
 import Testing
 @testable import WorkerCore
 
-/// How notifications are paced (README, "Pacing"): a pause after every chunk while
+/// How notifications are paced (docs/operating/bluetooth.md, "Pacing"): a pause after every chunk while
 /// bluetoothd may spread them over EATT bearers, a pause per 512 bytes on one bearer.
 struct NotificationPacingTests {
     typealias H = PeripheralHarness

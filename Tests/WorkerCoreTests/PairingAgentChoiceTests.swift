@@ -1,7 +1,7 @@
 import Testing
 @testable import WorkerCore
 
-/// `bluetooth.pairingAgent` (SPEC 6.2): who answers Just Works pairings, over every
+/// `bluetooth.pairingAgent` (protocol-bluetooth §3): who answers Just Works pairings, over every
 /// combination that decides it, and what the worker's agent answers each Agent1 request.
 @Suite struct PairingAgentChoiceTests {
     static let desktop = HostBootTarget(defaultTarget: "graphical.target", displayManager: true)

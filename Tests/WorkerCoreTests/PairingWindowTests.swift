@@ -1,7 +1,7 @@
 import Testing
 @testable import WorkerCore
 
-/// `edgecoder-worker bluetooth pair`'s decisions (SPEC 6.2, security "authenticated"): what
+/// `edgecoder-worker bluetooth pair`'s decisions (protocol-bluetooth §3, security "authenticated"): what
 /// its agent answers bluetoothd, and how the operator's typing is read. The BlueZ VM
 /// suite's phase `security` drives the same window through bluetoothd.
 @Suite struct PairingWindowTests {

@@ -1,7 +1,7 @@
 import Testing
 @testable import WorkerCore
 
-/// SPEC 6.2 on the peripheral's state machine: admission by use (the host's own devices
+/// protocol-bluetooth §3 on the peripheral's state machine: admission by use (the host's own devices
 /// are never touched), allowed clients, refusals told and disconnected, isolation,
 /// idle eviction, and the bounds on bad input. The BlueZ VM suite's phases `neighbours`,
 /// `badflood`, `idle` and `leave-mid` drive the same rules through bluetoothd.

@@ -1,7 +1,7 @@
 import Testing
 @testable import WorkerCore
 
-/// The peripheral speaking SPEC 6.1: partials coalesced by size and by time, the final
+/// The peripheral speaking protocol-bluetooth §2: partials coalesced by size and by time, the final
 /// message, failures part-way, cancels (own, foreign, unknown, a flood), a departing
 /// client's requests, and `bluetooth.maxTokens`, with the clock in the test's hand.
 @Suite struct PeripheralStreamingTests {
@@ -261,6 +261,6 @@ import Testing
         h.on(.served(ticket: H.served(h.all)[0].ticket, PeripheralOutcome(ok: true, output: "{}", error: nil, durationMs: 8, evalCount: 2)))
         h.advance(1_000)
         let messages = H.messages(H.notified(h.all))
-        #expect(messages.last == ["id": "chat", "output": "{}", "ok": true, "durationMs": 8], "SPEC 6's response, no evalCount")
+        #expect(messages.last == ["id": "chat", "output": "{}", "ok": true, "durationMs": 8], "protocol-bluetooth §1's response, no evalCount")
     }
 }

@@ -205,7 +205,7 @@ import Testing
 
 @Suite struct StreamedText {
     @Test func theResultsOutputIsSentOnlyWhereThePiecesDidNotCarryIt() {
-        // A worker without SPEC 6.1 streams nothing and answers with the whole output.
+        // A worker without protocol-bluetooth §2 streams nothing and answers with the whole output.
         #expect(ProxyAnswer.unsent(output: "hello", streamed: "") == "hello")
         #expect(ProxyAnswer.unsent(output: "hello", streamed: "hel") == "lo")
         #expect(ProxyAnswer.unsent(output: "hello", streamed: "hello") == "")
@@ -336,7 +336,7 @@ import Testing
     }
 }
 
-/// SPEC 10's "which worker": the first one connected to is the only one afterwards.
+/// proxy-api §6's "which worker": the first one connected to is the only one afterwards.
 @Suite struct WorkerSelection {
     typealias H = CentralHarness
 

@@ -1,7 +1,7 @@
 import Testing
 @testable import WorkerCore
 
-/// The shape of a JSON value as the README's "JSON output (stable keys)" documents it.
+/// The shape of a JSON value as docs/reference/json-output.md documents it.
 indirect enum Shape: Sendable {
     case string, int, bool, any
     case nullable(Shape)
@@ -35,7 +35,7 @@ indirect enum Shape: Sendable {
     }
 }
 
-/// README, "JSON output (stable keys)": `status --json`. Tests/IntegrationTests and the
+/// docs/reference/json-output.md: `status --json`. Tests/IntegrationTests and the
 /// shell suites read these keys; a change here is a change of the documented interface.
 enum DocumentedStatus {
     static let runtime = Shape.object(required: ["state": .string, "reason": .string])

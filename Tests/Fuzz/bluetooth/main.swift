@@ -1,7 +1,7 @@
 // libFuzzer target: the Bluetooth request assembler (RequestAssembler over
 // JSONObjectFramer), fed the input in writes of fuzz-chosen sizes, with idle time passing
 // between some of them. Invariants: nothing buffered beyond the limit, every event is a
-// request with a safe id, bounded maxTokens and (SPEC 6.1) a bounded chat, a cancel with a
+// request with a safe id, bounded maxTokens and (protocol-bluetooth §2) a bounded chat, a cancel with a
 // safe id, or a rejection with a reason.
 import WorkerCore
 
