@@ -139,7 +139,7 @@ struct PolicyCommand: Command {
                edgecoder-worker policy set KEY VALUE [--runtime-dir D]
                edgecoder-worker policy unset KEY [--runtime-dir D]
 
-        The host power policy (SPEC 3.2). `show` prints each key's value and where it
+        The host power policy (modes-and-power §3.2). `show` prints each key's value and where it
         came from (default, config, host). `set` changes one key on this host, persists
         it and takes effect at once (root or the daemon's user); `unset` returns it to
         the config's value. A bad key or value is refused with exit 2.

@@ -1,4 +1,4 @@
-/// The worker's own CPU load, so that it is not "other load" (SPEC 3.2 `maxCpuUsagePct`):
+/// The worker's own CPU load, so that it is not "other load" (modes-and-power §3.2 `maxCpuUsagePct`):
 /// the worker and its model server with the server's children, found from procfs. Pure:
 /// bytes of `/proc/net/tcp`, `/proc/PID/stat` and `/proc/PID/status` in, sets and
 /// percentages out. Every file is hostile input (a process can name itself anything).

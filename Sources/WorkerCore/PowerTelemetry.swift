@@ -1,4 +1,4 @@
-/// One reading of the host's power state (SPEC 3.1). nil means unknown: it is never
+/// One reading of the host's power state (modes-and-power §3.1). nil means unknown: it is never
 /// sent, and it never holds work.
 public struct PowerTelemetry: Sendable, Equatable {
     /// onExternalPower / onACPower.
@@ -120,7 +120,7 @@ public struct PowerReading: Sendable, Equatable {
         self.memoryRead = memoryRead
     }
 
-    /// Applies the rules of SPEC 3.1 to what was read. `supplies` are already classified;
+    /// Applies the rules of modes-and-power §3.1 to what was read. `supplies` are already classified;
     /// hwmon sensors that mirror a thermal zone are marked here.
     public static func assemble(supplies: [PowerSupply], sensors: [ThermalSensor],
                                 platformProfile: SysfsAttributes.Read?, chassisType: SysfsAttributes.Read?,

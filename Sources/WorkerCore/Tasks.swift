@@ -1,7 +1,7 @@
-/// One task the worker ran or is running, coordinator or Bluetooth (SPEC 4, 6, `tasks`).
+/// One task the worker ran or is running, coordinator or Bluetooth (docs/reference/protocol-coordinator.md, protocol-bluetooth §1, `tasks`).
 public struct TaskRecord: Sendable, Equatable {
     public enum Source: String, Sendable { case coordinator, bluetooth }
-    /// `cancelled`: stopped at its Bluetooth client's request, or because the client left (SPEC 6.1).
+    /// `cancelled`: stopped at its Bluetooth client's request, or because the client left (protocol-bluetooth §2).
     public enum State: String, Sendable { case running, posting, done, failed, interrupted, cancelled
         /// A coordinator subtask given back unanswered (the failure was the host's): the
         /// coordinator hands it to another agent.
@@ -92,7 +92,7 @@ public struct TaskHistory: Sendable, Equatable {
         }
     }
 
-    /// Tasks still `running` when the daemon stopped did not finish (SPEC 6: `interrupted`).
+    /// Tasks still `running` when the daemon stopped did not finish (protocol-bluetooth §1: `interrupted`).
     public mutating func markRunningInterrupted(atMs: Int64) {
         for index in records.indices where records[index].state == .running || records[index].state == .posting {
             if records[index].source == .bluetooth || records[index].state == .running {
