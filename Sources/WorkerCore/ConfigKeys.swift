@@ -42,7 +42,7 @@ public struct ConfigKey: Sendable, Equatable {
         ConfigKey("coordinator.maxResponseBytes", #"1024–67108864"#, #"1048576"#,
                   #"larger coordinator answers are refused (the journal keeps only what a rerun needs: id, taskId, kind, input ≤ 1 MiB, timeoutMs)"#),
         ConfigKey("coordinator.gapGuard", #"bool"#, #"true"#,
-                  #"hold pulls after a heartbeat gap over 5 min while the last hour holds claims, so the coordinator's behaviour monitor sees the gap at most once; `false` for a coordinator that does not monitor"#),
+                  #"hold pulls after a heartbeat gap over 4 min until the gap leaves the coordinator's one-hour window, so its behaviour monitor never counts the gap more than once (docs/operating/coordinator.md); `false` for a coordinator that does not monitor"#),
         ConfigKey("backend.kind", #"`"ollama"` or `"openai"`"#, #"`"ollama"`"#,
                   #"the local model server's API"#),
         ConfigKey("backend.url", #"http(s) URL"#, #"`http://127.0.0.1:11434`"#,

@@ -6,12 +6,6 @@ import Testing
 /// decoder (`WorkerConfig.decode`) agree: every row is a key the decoder knows, and every key
 /// the decoder knows has a row. A key added to one without the other fails here.
 @Suite struct ConfigKeyTable {
-    /// Rows whose keys other branches are adding to the decoder while this table already
-    /// documents them: coordinator.gapGuard (the heartbeat-gap guard) and
-    /// telemetry.deviceType (the deviceType override). Once the decoder has them this set
-    /// is no longer needed (it is only tolerated, never required: see below); then empty it.
-    static let pendingInDecoder: Set<String> = ["coordinator.gapGuard", "telemetry.deviceType"]
-
     /// The problems the decoder reports for `path` set to null: a known key gets a type
     /// problem ("must be …"), an unknown one "unknown key".
     func unknown(_ path: String) -> Bool {
@@ -67,7 +61,7 @@ import Testing
     }
 
     @Test func everyRowIsAKeyTheDecoderAccepts() {
-        for key in ConfigKey.all where !Self.pendingInDecoder.contains(key.path) {
+        for key in ConfigKey.all {
             #expect(!unknown(key.path), "\(key.path) is in the table but the decoder calls it unknown")
         }
     }
@@ -80,8 +74,6 @@ import Testing
             #expect(table.contains(key), "the decoder accepts \(key) but ConfigKeys.swift has no row for it (and so docs/reference/configuration.md does not list it)")
             #expect(!unknown(key), "the scan found \(key), which the decoder calls unknown")
         }
-        // Pending rows are tolerated only while the decoder lacks them.
-        for key in Self.pendingInDecoder.subtracting(decoder) { #expect(unknown(key)) }
     }
 
     @Test func rowsAreUniqueAndComplete() {
