@@ -78,7 +78,30 @@ class Coordinator:
     def state(self):
         return self.dev("GET", "/_dev/state")
 
+    def monitoring_verdict(self):
+        """The dev coordinator runs EdgeCoder's behavioural monitoring (on by default): an
+        honest worker must never be blacklisted by it, nor collect a strike. Printed and
+        checked once per coordinator, when it stops."""
+        try:
+            state = self.state()
+        except Exception as error:
+            print(f"# monitoring: no /_dev/state ({error!r})", flush=True)
+            return
+        if not state.get("config", {}).get("monitoring"):
+            return
+        for hit in state.get("violations", []):
+            print(f"# monitoring: {hit['agentId']} {hit['rule']} {hit['severity']} at {hit['at']}: {hit['description']}", flush=True)
+        banned = state.get("blacklisted", {})
+        for agent, ban in banned.items():
+            print(f"# monitoring: {agent} BLACKLISTED at {ban['at']}: {ban['reason']}", flush=True)
+        check(not banned, "behavioural monitoring (EdgeCoder's BHV rules) did not blacklist the worker",
+              {a: b["rules"] for a, b in banned.items()})
+        check(not state.get("violations"), "and recorded no rule hit (no strike)",
+              sorted({(h["rule"], h["severity"]) for h in state.get("violations", [])}))
+
     def stop(self):
+        if self.process.poll() is None:
+            self.monitoring_verdict()
         self.process.terminate()
         try:
             self.process.wait(timeout=5)
