@@ -561,6 +561,71 @@ def model_error(model):
         w.cleanup(); c.stop(); failing.stop()
 
 
+def monitored_outcome(c, ids, seconds):
+    """Waits up to `seconds` for every subtask to be answered or the agent banned; returns
+    (the dev coordinator's state, the results for ids)."""
+    wait_for(lambda: c.state()["blacklisted"] or all(c.results()["counts"].get(i, 0) >= 1 for i in ids), timeout=seconds)
+    time.sleep(1)
+    return c.state(), [r for r in c.results()["results"] if r["subtaskId"] in ids]
+
+
+@scenario("bhv-model-down")
+def bhv_model_down(model):
+    """Issue 23: with its model server down, today's worker answers each subtask at once
+    with the same ok:false, output "" (NOTES 2026-12-03): EdgeCoder bans it for good at the
+    third (BHV001 fast, BHV003 identical). An honest fault must not look like forgery."""
+    c = Coordinator()
+    w = Worker(c.url, {"kind": "openai", "url": f"http://127.0.0.1:{free_port()}", "model": "tiny"})
+    try:
+        w.start(); w.cli("mode", "on")
+        wait_for(lambda: w.status()["coordinator"]["registered"], timeout=10)
+        ids = c.submit("first while down", "second while down", "third while down", "fourth while down")
+        state, results = monitored_outcome(c, ids, 25)
+        print(f"# model down: {len(results)} results {[(r['ok'], r['output'][:20], r['durationMs']) for r in results]}", flush=True)
+        check(not state["blacklisted"], "model server down: the worker is not blacklisted", state["blacklisted"])
+        check(not state["violations"], "model server down: no rule hit", [(v["rule"], v["at"]) for v in state["violations"]])
+    finally:
+        w.cleanup(); c.stop()
+
+
+@scenario("bhv-model-slow")
+def bhv_model_slow(model):
+    """Issue 23: a model slower than the subtasks' timeoutMs (4 s against 1.5 s): today's
+    worker cuts each at timeoutMs and posts identical ok:false results (BHV003)."""
+    slow = OllamaFixture(model.url, "--delay-ms", "4000")
+    c = Coordinator()
+    w = Worker(c.url, {"kind": "ollama", "url": slow.url, "model": "tiny"})
+    try:
+        w.start(); w.cli("mode", "on")
+        wait_for(lambda: w.status()["coordinator"]["registered"], timeout=10)
+        ids = c.submit("slow one", "slow two", "slow three", "slow four", timeout_ms=1500)
+        state, results = monitored_outcome(c, ids, 40)
+        print(f"# model slower than timeoutMs: {len(results)} results {[(r['ok'], r['output'][:20], r['durationMs']) for r in results]}", flush=True)
+        check(not state["blacklisted"], "model slower than timeoutMs: the worker is not blacklisted", state["blacklisted"])
+        check(not state["violations"], "model slower than timeoutMs: no rule hit", [(v["rule"], v["at"]) for v in state["violations"]])
+    finally:
+        w.cleanup(); c.stop(); slow.stop()
+
+
+@scenario("bhv-restarts")
+def bhv_restarts(model):
+    """Issue 23: ten restarts within an hour are ten registrations (BHV008, HIGH): the
+    tenth strikes, the twelfth bans, unless the worker does not register at every start."""
+    c = Coordinator()
+    w = Worker(c.url, {"kind": "openai", "url": model.url, "model": "tiny"})
+    try:
+        for _ in range(12):
+            w.start(); w.cli("mode", "on")
+            wait_for(lambda: w.status()["coordinator"]["registered"] or c.state()["blacklisted"], timeout=10)
+            w.stop()
+        state = c.state()
+        print(f"# 12 restarts: {len(state['registrations'])} registrations", flush=True)
+        check(not state["blacklisted"], "12 restarts within the hour: the worker is not blacklisted", state["blacklisted"])
+        check(not state["violations"], "12 restarts: no rule hit", [(v["rule"], v["at"]) for v in state["violations"]])
+    finally:
+        w.cleanup(); c.stop()
+
+
 def acks(c):
     return c.state()["orchestrationAcks"]
 
@@ -784,7 +849,8 @@ def main():
     try:
         scenarios = [the_whole_loop, token_lifecycle, forbidden_and_blacklisted, malformed_oversized_hanging_and_gone,
                      power_deferred, held_policy, crash_safety, sigterm_grace, stop_extends_systemds_timeout, ollama_backend, backend_key, model_error,
-                     hostile_id, full_disk, largest_values_across_kill, model_switch, own_load]
+                     hostile_id, full_disk, largest_values_across_kill, model_switch, own_load,
+                     bhv_model_down, bhv_model_slow, bhv_restarts]
         for run in scenarios:
             if ONLY and run.scenario != ONLY:
                 continue
