@@ -4,6 +4,9 @@ coordinator (Tests/DevCoordinator) and a real model server (llama.cpp's OpenAI-c
 server with a tiny random model, Tests/ModelServer), all on loopback.
 
 Each check prints `ok - ...` or `not ok - ...`; the exit status is 0 only if all pass.
+The dev coordinator runs EdgeCoder's behavioural monitoring (BHV rules, permanent bans; see
+Tests/DevCoordinator/WIRE.md): every coordinator, when it stops, prints its rule hits and
+checks that the worker was neither banned nor struck.
 Usage: coordinator_suite.py BINARY [--only NAME]
 """
 import json, os, shutil, signal, socket, subprocess, sys, tempfile, time, urllib.request
@@ -573,7 +576,8 @@ def monitored_outcome(c, ids, seconds):
 def bhv_model_down(model):
     """Issue 23: with its model server down, today's worker answers each subtask at once
     with the same ok:false, output "" (NOTES 2026-12-03): EdgeCoder bans it for good at the
-    third (BHV001 fast, BHV003 identical). An honest fault must not look like forgery."""
+    third (BHV001 fast, BHV003 identical). An honest fault must not look like forgery.
+    Today's worker (ea25809) fails: 3 results ok:false, output "", 1-2 ms -> BHV001 + BHV003."""
     c = Coordinator()
     w = Worker(c.url, {"kind": "openai", "url": f"http://127.0.0.1:{free_port()}", "model": "tiny"})
     try:
@@ -591,7 +595,8 @@ def bhv_model_down(model):
 @scenario("bhv-model-slow")
 def bhv_model_slow(model):
     """Issue 23: a model slower than the subtasks' timeoutMs (4 s against 1.5 s): today's
-    worker cuts each at timeoutMs and posts identical ok:false results (BHV003)."""
+    worker cuts each at timeoutMs and posts identical ok:false results (BHV003).
+    Today's worker (ea25809) fails: 3 results ok:false, output "", ~1500 ms -> BHV003."""
     slow = OllamaFixture(model.url, "--delay-ms", "4000")
     c = Coordinator()
     w = Worker(c.url, {"kind": "ollama", "url": slow.url, "model": "tiny"})
@@ -610,7 +615,8 @@ def bhv_model_slow(model):
 @scenario("bhv-restarts")
 def bhv_restarts(model):
     """Issue 23: ten restarts within an hour are ten registrations (BHV008, HIGH): the
-    tenth strikes, the twelfth bans, unless the worker does not register at every start."""
+    tenth strikes, the twelfth bans, unless the worker does not register at every start.
+    Today's worker (ea25809) fails: it registers at every start -> BHV008 x3 at the 12th."""
     c = Coordinator()
     w = Worker(c.url, {"kind": "openai", "url": model.url, "model": "tiny"})
     try:
