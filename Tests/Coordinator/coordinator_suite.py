@@ -4,6 +4,9 @@ coordinator (Tests/DevCoordinator) and a real model server (llama.cpp's OpenAI-c
 server with a tiny random model, Tests/ModelServer), all on loopback.
 
 Each check prints `ok - ...` or `not ok - ...`; the exit status is 0 only if all pass.
+The dev coordinator runs EdgeCoder's behavioural monitoring (BHV rules, permanent bans; see
+Tests/DevCoordinator/WIRE.md): every coordinator, when it stops, prints its rule hits and
+checks that the worker was neither banned nor struck.
 Usage: coordinator_suite.py BINARY [--only NAME]
 """
 import json, os, shutil, signal, socket, subprocess, sys, tempfile, time, urllib.request
@@ -78,7 +81,30 @@ class Coordinator:
     def state(self):
         return self.dev("GET", "/_dev/state")
 
+    def monitoring_verdict(self):
+        """The dev coordinator runs EdgeCoder's behavioural monitoring (on by default): an
+        honest worker must never be blacklisted by it, nor collect a strike. Printed and
+        checked once per coordinator, when it stops."""
+        try:
+            state = self.state()
+        except Exception as error:
+            print(f"# monitoring: no /_dev/state ({error!r})", flush=True)
+            return
+        if not state.get("config", {}).get("monitoring"):
+            return
+        for hit in state.get("violations", []):
+            print(f"# monitoring: {hit['agentId']} {hit['rule']} {hit['severity']} at {hit['at']}: {hit['description']}", flush=True)
+        banned = state.get("blacklisted", {})
+        for agent, ban in banned.items():
+            print(f"# monitoring: {agent} BLACKLISTED at {ban['at']}: {ban['reason']}", flush=True)
+        check(not banned, "behavioural monitoring (EdgeCoder's BHV rules) did not blacklist the worker",
+              {a: b["rules"] for a, b in banned.items()})
+        check(not state.get("violations"), "and recorded no rule hit (no strike)",
+              sorted({(h["rule"], h["severity"]) for h in state.get("violations", [])}))
+
     def stop(self):
+        if self.process.poll() is None:
+            self.monitoring_verdict()
         self.process.terminate()
         try:
             self.process.wait(timeout=5)
@@ -544,6 +570,34 @@ def model_error(model):
         w.cleanup(); c.stop(); failing.stop()
 
 
+def monitored_outcome(c, ids, seconds):
+    """Waits up to `seconds` for every subtask to be answered or the agent banned; returns
+    (the dev coordinator's state, the results for ids)."""
+    wait_for(lambda: c.state()["blacklisted"] or all(c.results()["counts"].get(i, 0) >= 1 for i in ids), timeout=seconds)
+    time.sleep(1)
+    return c.state(), [r for r in c.results()["results"] if r["subtaskId"] in ids]
+
+
+@scenario("bhv-restarts")
+def bhv_restarts(model):
+    """Issue 23: ten restarts within an hour are ten registrations (BHV008, HIGH): the
+    tenth strikes, the twelfth bans, unless the worker does not register at every start.
+    Today's worker (ea25809) fails: it registers at every start -> BHV008 x3 at the 12th."""
+    c = Coordinator()
+    w = Worker(c.url, {"kind": "openai", "url": model.url, "model": "tiny"})
+    try:
+        for _ in range(12):
+            w.start(); w.cli("mode", "on")
+            wait_for(lambda: w.status()["coordinator"]["registered"] or c.state()["blacklisted"], timeout=10)
+            w.stop()
+        state = c.state()
+        print(f"# 12 restarts: {len(state['registrations'])} registrations", flush=True)
+        check(not state["blacklisted"], "12 restarts within the hour: the worker is not blacklisted", state["blacklisted"])
+        check(not state["violations"], "12 restarts: no rule hit", [(v["rule"], v["at"]) for v in state["violations"]])
+    finally:
+        w.cleanup(); c.stop()
+
+
 def acks(c):
     return c.state()["orchestrationAcks"]
 
@@ -902,8 +956,7 @@ def heartbeat_gap_after_mode_off(model):
         check(c.results()["total"] == 1, "nothing claimed while the gap is in the window", c.results()["counts"])
         check(wait_for(lambda: answered_once_ok(c, after), timeout=90), "work resumes once the gap left the window", c.results()["counts"])
         banned, findings = standing(c)
-        gaps = [f for f in findings if "BHV006" in str(f.get("rule", f))]
-        check(not banned and len(gaps) <= 1, "not banned; the gap was seen by at most one evaluation", (banned, findings))
+        check(not banned and not findings, "not banned, and no evaluation saw the gap", (banned, findings))
     finally:
         w.cleanup(); c.stop()
 
@@ -914,7 +967,8 @@ def main():
         scenarios = [the_whole_loop, token_lifecycle, forbidden_and_blacklisted, malformed_oversized_hanging_and_gone,
                      power_deferred, held_policy, crash_safety, sigterm_grace, stop_extends_systemds_timeout, ollama_backend, backend_key, model_error,
                      hostile_id, full_disk, largest_values_across_kill, model_switch, own_load,
-                     model_server_down_then_back, model_missing, slow_model_short_timeout, failing_model_is_released, heartbeat_gap_after_mode_off]
+                     model_server_down_then_back, model_missing, slow_model_short_timeout, failing_model_is_released, heartbeat_gap_after_mode_off,
+                     bhv_restarts]
         for run in scenarios:
             if ONLY and run.scenario != ONLY:
                 continue

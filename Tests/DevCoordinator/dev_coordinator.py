@@ -8,6 +8,14 @@ same required fields, types, enums and bounds; unknown keys are *stripped, not r
 (plain z.object), exactly like EdgeCoder, but they are listed in /_dev/state so a test can
 assert the worker sends none (or pass --reject-unknown to make them a 400).
 
+Behavioural monitoring is on (--no-monitoring turns it off): like EdgeCoder's
+src/security/{behavior-tracker,anomaly-detector,auto-blacklister}.ts, every registration and
+every result is checked against rules BHV001-BHV010 over a sliding window; a CRITICAL hit or
+three HIGH/WARN strikes blacklist the agent for good (register/result 403 agent_blacklisted,
+heartbeat {ok:false, blacklisted:true}, pull {subtask:null, blocked:true}). /_dev/state
+lists violations, strikes and blacklisted. --monitor-window-ms and --heartbeat-gap-ms scale
+its 1 h window and BHV006's 5 min gap for tests.
+
 Differences from EdgeCoder, on purpose:
 - a schema violation answers 400 {"error":"invalid_body","field":...} (EdgeCoder's
   unhandled ZodError gives 500; --invalid-status 500 mimics it);
@@ -32,6 +40,7 @@ Control endpoints (no token; details in README.md):
 """
 
 import argparse
+import hashlib
 import json
 import math
 import secrets
@@ -379,6 +388,269 @@ def evaluate_power_policy(os_name, t, last_assigned_ms, now):
 
 
 # --------------------------------------------------------------------------------------
+# Behavioural monitoring, as EdgeCoder's coordinator does it (codyrs82/Edgecoder,
+# src/security/behavior-tracker.ts, anomaly-detector.ts, auto-blacklister.ts, wired in
+# src/swarm/coordinator.ts). Written from reading those files; nothing is copied.
+#
+# What upstream records, per agentId (coordinator.ts):
+#   - a registration at every /register that passes activation and is not blacklisted;
+#   - a heartbeat at every /heartbeat of a registered, not blacklisted agent;
+#   - a claim when /pull actually hands a subtask out;
+#   - a task at every /result of a not blacklisted agent: ok, output, durationMs, whatever
+#     subtask it names (unknown, already completed, duplicate: all count).
+# Every record older than the window (1 h) is dropped. The rules run on the whole window
+# after each registration and after each result (never on heartbeat or pull).
+# A CRITICAL hit blacklists at once; each HIGH/WARN hit of an evaluation adds one strike;
+# three strikes within the strike window (1 h) blacklist. The blacklist is permanent.
+
+MONITOR_WINDOW_MS = 60 * 60 * 1000  # behavior-tracker.ts DEFAULT_WINDOW_MS, auto-blacklister.ts DEFAULT_STRIKE_WINDOW_MS
+HEARTBEAT_GAP_MS = 5 * 60 * 1000    # anomaly-detector.ts heartbeatGapThresholdMs (BHV006)
+STRIKES_TO_BAN = 3                  # auto-blacklister.ts DEFAULT_STRIKE_THRESHOLD
+SEVERITY_ORDER = ("CRITICAL", "HIGH", "WARN", "INFO")
+
+
+def js_round(x):
+    """Math.round: halves go up."""
+    return int(math.floor(x + 0.5))
+
+
+class BehaviorTracker:
+    """behavior-tracker.ts: the per-agent event log, kept to a sliding window, and the
+    statistics the rules read. Times are monotonic milliseconds."""
+
+    def __init__(self, window_ms):
+        self.window_ms = window_ms
+        self.agents = {}
+
+    def _entry(self, agent_id):
+        return self.agents.setdefault(agent_id, {"tasks": [], "registrations": [], "claims": [], "heartbeats": []})
+
+    def _prune(self, e, now):
+        cutoff = now - self.window_ms
+        for k in ("registrations", "claims", "heartbeats"):
+            e[k] = [t for t in e[k] if t >= cutoff]
+        e["tasks"] = [t for t in e["tasks"] if t["t"] >= cutoff]
+
+    def record_result(self, agent_id, ok, output, duration_ms, now):
+        e = self._entry(agent_id)
+        self._prune(e, now)
+        # upstream keeps the first 16 hex digits of the output's SHA-256 and its JS length
+        e["tasks"].append({"t": now, "ok": ok, "hash": hashlib.sha256(output.encode("utf-8", "surrogatepass")).hexdigest()[:16],
+                           "length": js_len(output), "durationMs": float(duration_ms)})
+
+    def record(self, kind, agent_id, now):
+        """kind: registrations, claims or heartbeats."""
+        e = self._entry(agent_id)
+        self._prune(e, now)
+        e[kind].append(now)
+
+    def stats(self, agent_id, now):
+        e = self.agents.get(agent_id)
+        if e is None:
+            return None
+        self._prune(e, now)
+        tasks = e["tasks"]
+        n = len(tasks)
+        durations = [t["durationMs"] for t in tasks]
+        avg = sum(durations) / n if n else 0.0
+        # the longest run of consecutive results (arrival order) with the same output hash;
+        # stays 0 unless some run reaches 2
+        longest, run = 0, 1
+        for prev, cur in zip(tasks, tasks[1:]):
+            run = run + 1 if cur["hash"] == prev["hash"] else 1
+            if run > 1:
+                longest = max(longest, run)
+        # population standard deviation (divides by n); 0 below two values
+        std = math.sqrt(sum((d - avg) ** 2 for d in durations) / n) if n >= 2 else 0.0
+        hb = sorted(e["heartbeats"])
+        gap = max((b - a for a, b in zip(hb, hb[1:])), default=0)
+        ok_count = sum(1 for t in tasks if t["ok"])
+        return {
+            "totalTasks": n,
+            "successCount": ok_count,
+            "successRate": ok_count / n if n else 1.0,
+            "emptyOutputCount": sum(1 for t in tasks if t["length"] == 0),
+            "identicalOutputCount": longest,
+            "avgOutputLength": sum(t["length"] for t in tasks) / n if n else 0.0,
+            "avgDurationMs": avg,
+            "durationStdDev": std,
+            "suspiciouslyFastCount": sum(1 for d in durations if d < 500),
+            "registrationCount": len(e["registrations"]),
+            "taskClaimCount": len(e["claims"]),
+            "heartbeatCount": len(hb),
+            "heartbeatGapMaxMs": gap,
+        }
+
+
+class AnomalyRules:
+    """anomaly-detector.ts: each rule reads the window's statistics and may report one
+    hit. Upstream also has BHV005 (signature/replay failures of signed requests: the dev
+    coordinator verifies no signatures and the worker signs nothing) and BHV007 (task
+    hoarding: its inputs, recordRequeue and setConcurrentClaimCount, are never called by
+    coordinator.ts, so it can never fire); neither is implemented here."""
+
+    def __init__(self, heartbeat_gap_ms):
+        self.heartbeat_gap_ms = heartbeat_gap_ms
+
+    @staticmethod
+    def _hit(rule, name, severity, code, description, **numbers):
+        return {"rule": rule, "name": name, "severity": severity, "reasonCode": code,
+                "description": description, "stats": numbers}
+
+    def evaluate(self, s):
+        hits = []
+        n = s["totalTasks"]
+        # BHV001 (anomaly-detector.ts), CRITICAL: at least 3 results under 500 ms while the
+        # window's average duration is under 1000 ms. Failures count too.
+        if s["suspiciouslyFastCount"] >= 3 and s["avgDurationMs"] < 1000:
+            hits.append(self._hit("BHV001", "Suspiciously fast", "CRITICAL", "forged_results",
+                                  "%d tasks completed in <500ms with avg %dms" % (s["suspiciouslyFastCount"], js_round(s["avgDurationMs"])),
+                                  suspiciouslyFastCount=s["suspiciouslyFastCount"], avgDurationMs=s["avgDurationMs"]))
+        # BHV002 (anomaly-detector.ts), HIGH: at least 5 empty outputs and more than 60 % of
+        # the window's results empty.
+        if n and s["emptyOutputCount"] >= 5 and s["emptyOutputCount"] / n > 0.6:
+            ratio = s["emptyOutputCount"] / n
+            hits.append(self._hit("BHV002", "Mass empty outputs", "HIGH", "forged_results",
+                                  "%d/%d tasks returned empty output (%.0f%%)" % (s["emptyOutputCount"], n, ratio * 100),
+                                  emptyOutputCount=s["emptyOutputCount"], totalTasks=n, emptyRatio=ratio))
+        # BHV003 (anomaly-detector.ts), CRITICAL: 3 or more consecutive results with the same
+        # output (hash), ok or not; "" three times in a row counts.
+        if s["identicalOutputCount"] >= 3:
+            hits.append(self._hit("BHV003", "Duplicate forgery", "CRITICAL", "forged_results",
+                                  "%d consecutive identical output hashes" % s["identicalOutputCount"],
+                                  identicalOutputCount=s["identicalOutputCount"]))
+        # BHV004 (anomaly-detector.ts), HIGH: at least 10 results and fewer than 15 % ok.
+        if n >= 10 and s["successRate"] < 0.15:
+            hits.append(self._hit("BHV004", "Success collapse", "HIGH", "policy_violation",
+                                  "Success rate %.0f%% over %d tasks" % (s["successRate"] * 100, n),
+                                  successRate=s["successRate"], totalTasks=n))
+        # BHV006 (anomaly-detector.ts, gap from behavior-tracker.ts), HIGH: two consecutive
+        # heartbeats of the window more than 5 min apart, and at least one claim in the
+        # window. The time since the last heartbeat is not a gap until the next one arrives.
+        if s["heartbeatGapMaxMs"] > self.heartbeat_gap_ms and s["taskClaimCount"] > 0:
+            hits.append(self._hit("BHV006", "Heartbeat manipulation", "HIGH", "dos_behavior",
+                                  "Max heartbeat gap %ds while still claiming tasks" % js_round(s["heartbeatGapMaxMs"] / 1000),
+                                  heartbeatGapMaxMs=s["heartbeatGapMaxMs"], taskClaimCount=s["taskClaimCount"]))
+        # BHV008 (anomaly-detector.ts), HIGH: 10 or more registrations in the window (the
+        # tracker's 1 h window; upstream's registrationStormWindowMs of 10 min is never read).
+        if s["registrationCount"] >= 10:
+            hits.append(self._hit("BHV008", "Registration storm", "HIGH", "dos_behavior",
+                                  "%d registrations in window" % s["registrationCount"],
+                                  registrationCount=s["registrationCount"]))
+        # BHV009 (anomaly-detector.ts), WARN: at least 10 results whose durations have a
+        # population standard deviation under 50 ms.
+        if n >= 10 and s["durationStdDev"] < 50:
+            hits.append(self._hit("BHV009", "Robot precision", "WARN", "forged_results",
+                                  "Duration stddev %.1fms over %d tasks (unnaturally consistent)" % (s["durationStdDev"], n),
+                                  durationStdDev=s["durationStdDev"], totalTasks=n))
+        # BHV010 (anomaly-detector.ts), WARN: at least 5 results, average output length
+        # (UTF-16 units, failures included) under 10, and more than 80 % ok.
+        if n >= 5 and s["avgOutputLength"] < 10 and s["successRate"] > 0.8:
+            hits.append(self._hit("BHV010", "Tiny outputs", "WARN", "forged_results",
+                                  'Avg output length %.1f over %d "successful" tasks' % (s["avgOutputLength"], n),
+                                  avgOutputLength=s["avgOutputLength"], totalTasks=n, successRate=s["successRate"]))
+        return hits
+
+
+class AutoBlacklister:
+    """auto-blacklister.ts: CRITICAL bans at once (with every hit of that evaluation);
+    otherwise every hit adds a strike (so one evaluation with three HIGH/WARN hits bans, and
+    a condition that keeps holding strikes again at every evaluation); strikes older than
+    the strike window are dropped; at three the agent is banned with all its strikes and
+    they are cleared."""
+
+    def __init__(self, window_ms, threshold=STRIKES_TO_BAN):
+        self.window_ms = window_ms
+        self.threshold = threshold
+        self.strikes = {}  # agentId -> [(mono ms, hit, wall ms)]
+
+    def process(self, agent_id, hits, now, wall):
+        if not hits:
+            return None
+        if any(h["severity"] == "CRITICAL" for h in hits):
+            return self._ban(hits)
+        current = [s for s in self.strikes.get(agent_id, []) if s[0] >= now - self.window_ms]
+        current += [(now, h, wall) for h in hits]
+        self.strikes[agent_id] = current
+        if len(current) >= self.threshold:
+            del self.strikes[agent_id]
+            return self._ban([s[1] for s in current])
+        return None
+
+    def current(self, now):
+        return {a: [{"rule": h["rule"], "severity": h["severity"], "atMs": w}
+                    for (t, h, w) in v if t >= now - self.window_ms]
+                for a, v in self.strikes.items()}
+
+    @staticmethod
+    def _ban(hits):
+        # the most severe hit (the first of its severity) names the reason
+        primary = sorted(hits, key=lambda h: SEVERITY_ORDER.index(h["severity"]))[0]
+        rules = [h["rule"] for h in hits]
+        return {"rules": rules, "reasonCode": primary["reasonCode"],
+                "reason": "Auto-blacklisted by behavioral monitoring: %s \u2014 %s" % (", ".join(rules), primary["description"])}
+
+
+class Monitor:
+    """Ties the three together, like coordinator.ts's evaluateAndEnforce; keeps what a test
+    reads in /_dev/state: every hit (violations), the bans (blacklisted), the strikes."""
+
+    def __init__(self, enabled, window_ms, heartbeat_gap_ms, clock=None):
+        self.enabled = enabled
+        self.window_ms = window_ms
+        self.clock = clock or mono_ms
+        self.tracker = BehaviorTracker(window_ms)
+        self.rules = AnomalyRules(heartbeat_gap_ms)
+        self.blacklister = AutoBlacklister(window_ms)
+        self.blacklisted = {}  # agentId -> {rules, reason, reasonCode, atMs, at}
+        self.violations = []
+        self.version = 0       # upstream's blacklistVersion: +1 per ban
+
+    def ban_of(self, agent_id):
+        return self.blacklisted.get(agent_id) if self.enabled else None
+
+    def record(self, kind, agent_id):
+        if self.enabled:
+            self.tracker.record(kind, agent_id, self.clock())
+
+    def registered(self, agent_id):
+        """coordinator.ts /register: record, then evaluate."""
+        if self.enabled:
+            self.tracker.record("registrations", agent_id, self.clock())
+            self.evaluate(agent_id, "register")
+
+    def result(self, agent_id, ok, output, duration_ms):
+        """coordinator.ts /result: record, then evaluate."""
+        if self.enabled:
+            self.tracker.record_result(agent_id, ok, output, duration_ms, self.clock())
+            self.evaluate(agent_id, "result")
+
+    def evaluate(self, agent_id, at):
+        now, wall = self.clock(), now_ms()
+        stats = self.tracker.stats(agent_id, now)
+        if stats is None:
+            return None
+        hits = self.rules.evaluate(stats)
+        for h in hits:
+            self.violations.append(dict(h, agentId=agent_id, at=at, atMs=wall))
+        ban = self.blacklister.process(agent_id, hits, now, wall)
+        if ban is not None and agent_id not in self.blacklisted:
+            self.blacklisted[agent_id] = dict(ban, atMs=wall, at=at)
+            self.version += 1
+            log("blacklisted %s: %s" % (agent_id, ban["reason"]))
+        return ban
+
+    def view(self):
+        now = self.clock()
+        return {
+            "blacklisted": {a: dict(b) for a, b in self.blacklisted.items()},
+            "violations": list(self.violations),
+            "strikes": self.blacklister.current(now),
+            "behavior": {a: self.tracker.stats(a, now) for a in list(self.tracker.agents)},
+        }
+
+
+# --------------------------------------------------------------------------------------
 
 
 class Switch:
@@ -448,6 +720,8 @@ class Coordinator:
         self.orchestration = {}  # agentId -> EdgeCoder's record
         self.orchestration_statuses = []
         self.orchestration_acks = []
+        a = self.args
+        self.monitor = Monitor(not a.no_monitoring, a.monitor_window_ms, a.heartbeat_gap_ms)
 
     # ---- bookkeeping -------------------------------------------------------------
 
@@ -539,7 +813,9 @@ class Coordinator:
                 k = r["path"]
                 by_path.setdefault(k, {})
                 by_path[k][str(r.get("status"))] = by_path[k].get(str(r.get("status")), 0) + 1
-            return {
+            return dict({
+                "config": {"monitoring": self.monitor.enabled, "monitorWindowMs": self.args.monitor_window_ms,
+                           "heartbeatGapMs": self.args.heartbeat_gap_ms, "requeueStaleMs": self.args.requeue_stale_ms},
                 "switch": self.switch.describe(),
                 "offline": self.offline_until is not None,
                 "meshTokenEnabled": not self.args.no_mesh_token,
@@ -563,7 +839,7 @@ class Coordinator:
                              "done": sum(1 for r in self.subtasks.values() if r["state"] == "done")},
                 "requestsByPathStatus": by_path,
                 "requests": list(self.requests[-1000:]),
-            }
+            }, **self.monitor.view())
 
     def subtasks_view(self):
         with self.lock:
@@ -928,6 +1204,10 @@ class Handler(BaseHTTPRequestHandler):
         if sw is not None and sw.mode == "blacklisted":
             return 403, {"error": "agent_blacklisted", "reason": sw.reason or "dev_coordinator_blacklisted"}
         with coord.lock:
+            ban = coord.monitor.ban_of(p["agentId"])
+            if ban is not None:
+                entry["blacklisted"] = True
+                return 403, {"error": "agent_blacklisted", "reason": ban["reason"]}
             if not args.no_mesh_token and coord.mesh_token is None:
                 coord.mesh_token = secrets.token_hex(24)
             if not args.no_mesh_token:
@@ -937,6 +1217,9 @@ class Handler(BaseHTTPRequestHandler):
                    "os": p["os"], "lastAssignedMs": None}
             coord.agents[p["agentId"]] = rec
             coord.registrations.append({k: v for k, v in rec.items() if k != "lastAssignedMs"})
+            # coordinator.ts: recorded and evaluated after the agent is registered; the
+            # registration that trips a ban is still answered accepted:true
+            coord.monitor.registered(p["agentId"])
             ans = {"accepted": True, "policy": FIXED_POLICY, "mode": p["mode"]}
             if not args.no_mesh_token:
                 ans["meshToken"] = coord.mesh_token
@@ -955,6 +1238,12 @@ class Handler(BaseHTTPRequestHandler):
             if sw is not None and sw.mode == "blacklisted":
                 return 200, {"ok": False, "blacklisted": True, "reason": sw.reason or "dev_coordinator_blacklisted",
                              "blacklistVersion": 1}
+            ban = coord.monitor.ban_of(p["agentId"])
+            if ban is not None:
+                entry["blacklisted"] = True
+                return 200, {"ok": False, "blacklisted": True, "reason": ban["reason"],
+                             "blacklistVersion": coord.monitor.version}
+            coord.monitor.record("heartbeats", p["agentId"])
             if "powerTelemetry" in p:
                 coord.agents[p["agentId"]]["powerTelemetry"] = p["powerTelemetry"]
             requeued = coord.requeue_stale()
@@ -964,7 +1253,7 @@ class Handler(BaseHTTPRequestHandler):
             return 200, {"ok": True, "requeued": requeued, "policy": FIXED_POLICY,
                          "orchestration": coord.orchestration.get(p["agentId"]),
                          "tunnelInvites": [], "tunnelCloseNotices": [], "directWorkOffers": [],
-                         "blacklist": {"version": 0, "agents": []}}
+                         "blacklist": {"version": coord.monitor.version, "agents": list(coord.monitor.blacklisted)}}
 
     def h_orchestration(self, coord, agent_id, call, p, entry):
         """coordinator.ts l.4120-4193: 404 without a request; status records progress; ack
@@ -1004,6 +1293,10 @@ class Handler(BaseHTTPRequestHandler):
             if sw is not None and sw.mode == "blacklisted":
                 return tally("blocked", {"subtask": None, "blocked": True,
                                          "reason": sw.reason or "dev_coordinator_blacklisted"})
+            ban = coord.monitor.ban_of(p["agentId"])
+            if ban is not None:
+                entry["blacklisted"] = True
+                return tally("blocked", {"subtask": None, "blocked": True, "reason": ban["reason"]})
             if sw is not None and sw.mode == "power-deferred":
                 ans = {"subtask": None, "powerDeferred": True, "reason": sw.reason or "dev_power_deferred"}
                 if sw.defer_ms is not None:
@@ -1026,6 +1319,7 @@ class Handler(BaseHTTPRequestHandler):
                 return tally("empty", {"subtask": None})
             agent["lastAssignedMs"] = now_ms()
             entry["subtaskId"] = sub["id"]
+            coord.monitor.record("claims", p["agentId"])  # a claim = a pull that handed out a subtask
             return tally("subtask", {"subtask": sub})
 
     def h_result(self, coord, p, raw, sw, entry):
@@ -1035,6 +1329,10 @@ class Handler(BaseHTTPRequestHandler):
         if sw is not None and sw.mode == "blacklisted":
             return 403, {"error": "agent_blacklisted", "reason": sw.reason or "dev_coordinator_blacklisted"}
         with coord.lock:
+            ban = coord.monitor.ban_of(p["agentId"])
+            if ban is not None:
+                entry["blacklisted"] = True
+                return 403, {"error": "agent_blacklisted", "reason": ban["reason"]}
             sid = p["subtaskId"]
             rec = coord.subtasks.get(sid)
             problem = None
@@ -1057,9 +1355,12 @@ class Handler(BaseHTTPRequestHandler):
                 item["flag"] = problem[1]
             coord.results.append(item)
             if rec is not None:
-                rec["state"] = "done"
+                rec["state"] = "done"  # queue.ts complete(): any result, ok or not, ends the subtask
             entry["subtaskId"] = sid
             entry["duplicate"] = item["duplicate"]
+            # coordinator.ts: every accepted result is recorded (duplicates and late ones too),
+            # then the rules run; the result that trips a ban is still answered {ok:true}
+            coord.monitor.result(p["agentId"], p["ok"], p["output"], p["durationMs"])
             return 200, {"ok": True}
 
     # -- /_dev -------------------------------------------------------------------------
@@ -1267,8 +1568,15 @@ def main(argv=None):
     ap.add_argument("--hang-cap-s", type=float, default=120.0, help="mode hang closes the connection after this")
     ap.add_argument("--invalid-status", type=int, default=400, help="status for a schema violation (EdgeCoder: 500)")
     ap.add_argument("--body-limit", type=int, default=1048576, help="request body limit (Fastify default 1 MiB)")
-    ap.add_argument("--requeue-stale-ms", type=int, default=0,
-                    help="re-queue a handed-out subtask without result after this (EdgeCoder: 30000); 0 = never")
+    ap.add_argument("--requeue-stale-ms", type=int, default=30000,
+                    help="a heartbeat re-queues every subtask handed out more than this ago without a result "
+                         "(EdgeCoder: 30000, queue.requeueStale(30_000) on every heartbeat); 0 = never")
+    ap.add_argument("--no-monitoring", action="store_true",
+                    help="turn off EdgeCoder's behavioural monitoring (BHV rules, strikes, permanent blacklist)")
+    ap.add_argument("--monitor-window-ms", type=int, default=MONITOR_WINDOW_MS,
+                    help="the monitoring window and the strike window (EdgeCoder: 3600000); scale it in tests")
+    ap.add_argument("--heartbeat-gap-ms", type=int, default=HEARTBEAT_GAP_MS,
+                    help="BHV006's heartbeat gap threshold (EdgeCoder: 300000); scale it in tests")
     ap.add_argument("--lenient-results", action="store_true", help="accept results for unknown subtasks (like EdgeCoder)")
     ap.add_argument("--reject-unknown", action="store_true", help="400 on unknown keys (EdgeCoder strips them)")
     ap.add_argument("--verbose", action="store_true")
@@ -1277,6 +1585,8 @@ def main(argv=None):
         args.defer_ms = None
     if args.no_mesh_token and args.mesh_token:
         ap.error("--no-mesh-token and --mesh-token exclude each other")
+    if args.monitor_window_ms <= 0 or args.heartbeat_gap_ms < 0 or args.requeue_stale_ms < 0:
+        ap.error("--monitor-window-ms must be > 0, --heartbeat-gap-ms and --requeue-stale-ms >= 0")
     if args.paths and not all(p in WORKER_PATHS for p in args.paths):
         ap.error("--paths takes a comma list of " + ",".join(WORKER_PATHS))
 

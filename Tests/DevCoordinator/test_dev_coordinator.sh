@@ -62,7 +62,10 @@ reg_with() { # reg_with 'python dict update expression' -> JSON
 }
 
 # ======================================================================================
-start A
+# A checks schemas, switches and the token lifecycle with synthetic results (durations of
+# 0-12 ms, one agent registering ~10 times): behavioural monitoring would rightly ban it
+# (BHV001, BHV008), so A runs without; monitoring has its own section below.
+start A --no-monitoring
 U="$URL_A"
 req "$U" GET /_dev/health ""
 check "health answers" both 200 'j["ok"] is True'
@@ -373,7 +376,7 @@ req "$UB" POST /pull '{"agentId":"agent-1"}'
 check "... and the registration is forgotten (agent_not_registered)" both 401 'j["reason"]=="agent_not_registered"'
 
 # ---- a fixed mesh token, EdgeCoder's invalid status, lenient results, --reject-unknown ----------
-start C --mesh-token fixedtok --invalid-status 500 --lenient-results --reject-unknown --mode power-deferred --defer-ms -1
+start C --no-monitoring --mesh-token fixedtok --invalid-status 500 --lenient-results --reject-unknown --mode power-deferred --defer-ms -1
 UC="$URL_C"
 req "$UC" POST /register "$REG"
 check "fixed mesh token is handed out" both 200 'j["meshToken"]=="fixedtok"'
@@ -385,6 +388,200 @@ req "$UC" POST /result '{"subtaskId":"s","taskId":"t","agentId":"agent-1","ok":t
 check "--lenient-results accepts an unknown subtask like EdgeCoder" both 200 'j=={"ok":True}'
 req "$UC" GET /_dev/results ""
 check "... and flags it" j 'j["results"][0]["flag"]=="unknown_subtask" and len(j["rejected"])==1'
+
+# ---- behavioural monitoring: EdgeCoder's BHV rules (src/security/*.ts) ------------------------
+# One agent per rule, so that their statistics stay apart. --lenient-results lets a result name
+# any subtask (EdgeCoder records those too); BHV006's 5 min gap is scaled to 1.5 s.
+start M --lenient-results --no-mesh-token --heartbeat-gap-ms 1500
+UM="$URL_M"
+MN=0
+mreg() { req "$UM" POST /register "{\"agentId\":\"$1\",\"os\":\"linux\",\"version\":\"0.1.0\",\"mode\":\"swarm-only\"}"; }
+# mres AGENT OK OUTPUT DURATION_MS [SUBTASK TASK]: a result (outputs here need no JSON escaping)
+mres() {
+  MN=$((MN + 1))
+  req "$UM" POST /result "$(printf '{"subtaskId":"%s","taskId":"%s","agentId":"%s","ok":%s,"output":"%s","durationMs":%s}' \
+    "${5:-m-$MN}" "${6:-t-$MN}" "$1" "$2" "$3" "$4")"
+}
+mstate() { req "$UM" GET /_dev/state ""; }
+hits() { echo "[v['rule'] for v in j['violations'] if v['agentId']=='$1']"; }   # python: an agent's rule hits
+clean() { mstate; check "$2" j "$(hits "$1")==[] and '$1' not in j['blacklisted'] and '$1' not in j['strikes']"; }
+
+mstate
+check "monitoring is on by default; EdgeCoder's windows and requeue time are the defaults" j 'j["config"]=={"monitoring":True,"monitorWindowMs":3600000,"heartbeatGapMs":1500,"requeueStaleMs":30000} and j["blacklisted"]=={} and j["violations"]==[] and j["strikes"]=={}'
+
+# BHV001: >= 3 results under 500 ms with the window's average under 1000 ms -> CRITICAL, banned at once
+mreg slowfirst
+for d in 3700 100 100 100; do mres slowfirst true "a long enough answer $d $MN" "$d"; done
+clean slowfirst "BHV001 inside: 3 results under 500 ms but an average of exactly 1000 ms: no hit"
+mreg fast
+mres fast true "answer one, long enough" 499; mres fast true "answer two, long enough" 499; mres fast true "answer three, long enough" 500
+clean fast "BHV001 inside: 2 results under 500 ms (the third took 500): no hit"
+mres fast true "answer four, long enough" 499
+check "BHV001: the result that trips the ban is still answered {ok:true}" both 200 'j=={"ok":True}'
+mstate
+check "BHV001: a third result under 500 ms bans at once (CRITICAL, at result)" j 'j["blacklisted"]["fast"]["rules"]==["BHV001"] and j["blacklisted"]["fast"]["at"]=="result" and j["blacklisted"]["fast"]["reasonCode"]=="forged_results" and j["blacklisted"]["fast"]["reason"].startswith("Auto-blacklisted by behavioral monitoring: BHV001 \u2014 3 tasks completed in <500ms with avg ") and j["blacklisted"]["fast"]["atMs"]>0'
+check "BHV001: listed in violations with severity and evaluation" j '[(v["rule"],v["severity"],v["at"]) for v in j["violations"] if v["agentId"]=="fast"]==[("BHV001","CRITICAL","result")]'
+REASON="$(jv 'j["blacklisted"]["fast"]["reason"]')"
+export REASON
+req "$UM" POST /register '{"agentId":"fast","os":"linux","version":"0.1.0","mode":"swarm-only"}'
+check "banned: register 403 {error:agent_blacklisted, reason}" both 403 'j=={"error":"agent_blacklisted","reason":__import__("os").environ["REASON"]}'
+req "$UM" POST /heartbeat '{"agentId":"fast"}'
+check "banned: heartbeat 200 {ok:false, blacklisted:true, reason, blacklistVersion}" both 200 'j["ok"] is False and j["blacklisted"] is True and j["reason"]==__import__("os").environ["REASON"] and j["blacklistVersion"]>=1'
+req "$UM" POST /pull '{"agentId":"fast"}'
+check "banned: pull 200 {subtask:null, blocked:true, reason}" both 200 'j=={"subtask":None,"blocked":True,"reason":__import__("os").environ["REASON"]}'
+mres fast true "answer five, long enough" 3000
+check "banned: result 403 {error:agent_blacklisted, reason}" both 403 'j=={"error":"agent_blacklisted","reason":__import__("os").environ["REASON"]}'
+mstate
+check "banned: nothing more is recorded for it (4 results, no new hit)" j 'j["behavior"]["fast"]["totalTasks"]==4 and len([v for v in j["violations"] if v["agentId"]=="fast"])==1'
+req "$UM" POST /heartbeat '{"agentId":"slowfirst"}'
+check "others' heartbeat answers list the banned agent" both 200 'j["blacklist"]["agents"]==["fast"] and j["blacklist"]["version"]==1'
+
+# BHV002: >= 5 empty outputs and > 60 % empty -> HIGH strike (E E X E E X E: never 3 identical in a
+# row; the empty ones failed, else their short average would also trip BHV010)
+mreg empty
+X="a long distinct answer number"
+mres empty false "" 1100; mres empty false "" 1200; mres empty true "$X 1" 1300; mres empty false "" 1400; mres empty false "" 1500; mres empty true "$X 2" 1600
+clean empty "BHV002 inside: 4 empty outputs of 6: no hit"
+mres empty false "" 1700
+mstate
+check "BHV002: a fifth empty output (5 of 7) is one HIGH strike, no ban" j "$(hits empty)==['BHV002'] and [s['rule'] for s in j['strikes']['empty']]==['BHV002'] and 'empty' not in j['blacklisted'] and j['violations'][-1]['severity']=='HIGH'"
+mres empty false "" 1800; mres empty true "$X 3" 1900
+mstate
+check "BHV002: still true at the next two results: three strikes ban (strikes cleared; the reason describes the oldest strike)" j "j['blacklisted']['empty']['rules']==['BHV002']*3 and 'empty' not in j['strikes'] and j['blacklisted']['empty']['reason'].startswith('Auto-blacklisted by behavioral monitoring: BHV002, BHV002, BHV002 \u2014 5/7 tasks returned empty output (71%)')"
+
+# BHV003: 3 consecutive identical outputs (failures included) -> CRITICAL
+mreg same
+E="error: connection refused"
+mres same false "$E" 1200; mres same false "$E" 1300; mres same false "other" 1400; mres same false "$E" 1500; mres same false "$E" 1600
+clean same "BHV003 inside: never more than 2 identical outputs in a row: no hit"
+mres same false "$E" 1700
+mstate
+check "BHV003: a third identical failure in a row bans at once" j "j['blacklisted']['same']['rules']==['BHV003'] and $(hits same)==['BHV003']"
+
+# BHV004: >= 10 results and < 15 % ok -> HIGH strike
+mreg fail
+for k in 1 2 3 4 5 6 7 8 9; do mres fail false "failure number $k of many" $((1000 + k * 100)); done
+clean fail "BHV004 inside: 9 failures: no hit"
+mres fail false "failure number 10 of many" 2000
+mstate
+check "BHV004: the tenth failure (0 % ok) is a HIGH strike" j "$(hits fail)==['BHV004'] and len(j['strikes']['fail'])==1"
+mreg fail2
+mres fail2 true "success number 1 of few" 1000; mres fail2 true "success number 2 of few" 1100
+for k in 3 4 5 6 7 8 9 10; do mres fail2 false "failure number $k of many" $((1000 + k * 100)); done
+clean fail2 "BHV004 inside: 2 ok of 10 (20 %): no hit"
+
+# BHV006: a gap > heartbeat-gap-ms between two heartbeats of the window, with a claim in the window -> HIGH
+gap_claim() { # gap_claim AGENT: enqueue a subtask and have AGENT pull it (a claim)
+  req "$UM" POST /_dev/subtasks "{\"input\":\"for $1\"}"
+  GS="$(jv 'j["ids"][0]')"; GT="$(jv 'j["taskIds"][0]')"
+  req "$UM" POST /pull "{\"agentId\":\"$1\"}"
+}
+mreg gap
+gap_claim gap
+req "$UM" POST /heartbeat '{"agentId":"gap"}'
+sleep 0.3
+req "$UM" POST /heartbeat '{"agentId":"gap"}'
+mres gap true "the answer to the claim" 2000 "$GS" "$GT"
+clean gap "BHV006 inside: heartbeats ~0.3 s apart (threshold 1.5 s), a claim: no hit"
+sleep 1.6
+mres gap true "an answer without a claim" 2500
+clean gap "BHV006: the time since the last heartbeat is no gap until the next heartbeat arrives"
+req "$UM" POST /heartbeat '{"agentId":"gap"}'
+mres gap true "one more answer, no claim" 3100
+mstate
+check "BHV006: a gap over 1.5 s between two heartbeats, with a claim in the window, is a HIGH strike at the next result" j "$(hits gap)==['BHV006'] and j['violations'][-1]['stats']['heartbeatGapMaxMs']>=1600 and j['violations'][-1]['stats']['taskClaimCount']==1"
+mreg idle
+req "$UM" POST /heartbeat '{"agentId":"idle"}'
+sleep 1.6
+req "$UM" POST /heartbeat '{"agentId":"idle"}'
+mres idle true "an answer for a subtask it never claimed" 2000
+clean idle "BHV006 inside: the same gap without any claim in the window: no hit"
+
+# BHV008: >= 10 registrations in the window -> HIGH strike at register, each one after too
+mreg storm
+for k in 2 3 4 5 6 7 8 9; do mreg storm; done
+clean storm "BHV008 inside: 9 registrations: no hit"
+mreg storm
+check "BHV008: the tenth registration is accepted" both 200 'j["accepted"] is True'
+mstate
+check "BHV008: ... and is a HIGH strike (at register)" j "[(v['rule'],v['at']) for v in j['violations'] if v['agentId']=='storm']==[('BHV008','register')]"
+mreg storm; mreg storm
+check "BHV008: the twelfth (third strike) is still answered accepted" both 200 'j["accepted"] is True'
+mstate
+check "BHV008: ... and bans" j "j['blacklisted']['storm']['rules']==['BHV008']*3 and j['blacklisted']['storm']['at']=='register'"
+mreg storm
+check "BHV008: the thirteenth registration is refused 403 agent_blacklisted" both 403 'j["error"]=="agent_blacklisted"'
+
+# BHV009: >= 10 results with a duration standard deviation < 50 ms -> WARN strike
+mreg robot
+for k in 0 1 2 3 4 5 6 7 8; do mres robot true "a long distinct answer $k here" $((2000 + k)); done
+clean robot "BHV009 inside: 9 results of 2000-2008 ms: no hit"
+mres robot true "a long distinct answer 9 here" 2009
+mstate
+check "BHV009: the tenth is a WARN strike" j "$(hits robot)==['BHV009'] and j['violations'][-1]['severity']=='WARN'"
+mreg human
+for k in 0 1 2 3 4; do mres human true "a long distinct answer $k a" 1950; mres human true "a long distinct answer $k b" 2050; done
+clean human "BHV009 inside: 10 results with a standard deviation of exactly 50 ms: no hit"
+
+# BHV010: >= 5 results, average output < 10 characters, > 80 % ok -> WARN strike
+mreg tiny
+for k in 1 2 3 4; do mres tiny true "ok$k" $((1000 + k * 90)); done
+clean tiny "BHV010 inside: 4 short ok outputs: no hit"
+mres tiny true "ok5" 1500
+mstate
+check "BHV010: the fifth is a WARN strike" j "$(hits tiny)==['BHV010'] and j['violations'][-1]['severity']=='WARN' and j['violations'][-1]['at']=='result'"
+mreg tiny80
+for k in 1 2 3 4; do mres tiny80 true "ok$k" $((1000 + k * 90)); done
+mres tiny80 false "err" 1500
+clean tiny80 "BHV010 inside: 4 of 5 ok (80 %): no hit"
+
+# A scaled window: registrations older than --monitor-window-ms no longer count.
+start W --no-mesh-token --monitor-window-ms 1500
+for k in 1 2 3 4 5 6 7 8 9; do req "$URL_W" POST /register '{"agentId":"restarts","os":"linux","version":"0.1.0","mode":"swarm-only"}'; done
+sleep 1.6
+for k in 1 2 3 4 5 6 7 8 9; do req "$URL_W" POST /register '{"agentId":"restarts","os":"linux","version":"0.1.0","mode":"swarm-only"}'; done
+req "$URL_W" GET /_dev/state ""
+check "--monitor-window-ms 1500: 18 registrations, never 10 within the window: no hit" j 'j["violations"]==[] and j["config"]["monitorWindowMs"]==1500 and j["behavior"]["restarts"]["registrationCount"]==9'
+req "$URL_W" POST /register '{"agentId":"restarts","os":"linux","version":"0.1.0","mode":"swarm-only"}'
+req "$URL_W" GET /_dev/state ""
+check "--monitor-window-ms 1500: the tenth within the window strikes" j '[v["rule"] for v in j["violations"]]==["BHV008"]'
+
+# --no-monitoring: the same storm is never judged
+for k in $(seq 12); do req "$U" POST /register '{"agentId":"storm","os":"linux","version":"0.1.0","mode":"swarm-only"}'; done
+req "$U" GET /_dev/state ""
+check "--no-monitoring: 12 registrations, nothing judged, defaults shown" j 'j["config"]["monitoring"] is False and j["config"]["requeueStaleMs"]==30000 and j["violations"]==[] and j["blacklisted"]=={}'
+
+# ---- queue semantics (queue.ts): complete on any result, requeue on heartbeat, first result wins -
+start Q --no-mesh-token --requeue-stale-ms 300
+UQ="$URL_Q"
+for a in q1 q2; do req "$UQ" POST /register "{\"agentId\":\"$a\",\"os\":\"linux\",\"version\":\"0.1.0\",\"mode\":\"swarm-only\"}"; done
+req "$UQ" POST /_dev/subtasks '{"input":"fails"}'
+QS="$(jv 'j["ids"][0]')"; QT="$(jv 'j["taskIds"][0]')"
+req "$UQ" POST /pull '{"agentId":"q1"}'
+req "$UQ" POST /result "{\"subtaskId\":\"$QS\",\"taskId\":\"$QT\",\"agentId\":\"q1\",\"ok\":false,\"output\":\"\",\"error\":\"model_unreachable\",\"durationMs\":1500}"
+check "queue: a failed result is accepted" both 200 'j=={"ok":True}'
+req "$UQ" GET /_dev/subtasks ""
+check "queue: ... and completes the subtask" j "[s['state'] for s in j['subtasks'] if s['subtask']['id']=='$QS']==['done']"
+req "$UQ" POST /pull '{"agentId":"q2"}'
+check "queue: a failed subtask is not handed out again" both 200 'j=={"subtask":None}'
+req "$UQ" POST /_dev/subtasks '{"input":"stale"}'
+QS="$(jv 'j["ids"][0]')"; QT="$(jv 'j["taskIds"][0]')"
+req "$UQ" POST /pull '{"agentId":"q1"}'
+req "$UQ" POST /heartbeat '{"agentId":"q1"}'
+check "queue: a heartbeat before --requeue-stale-ms requeues nothing" both 200 'j["requeued"]==0'
+sleep 0.4
+req "$UQ" POST /heartbeat '{"agentId":"q2"}'
+check "queue: any agent's heartbeat after --requeue-stale-ms requeues the claim" both 200 'j["requeued"]==1'
+req "$UQ" POST /pull '{"agentId":"q2"}'
+check "queue: the requeued subtask is handed out again (to another agent)" both 200 "j['subtask']['id']=='$QS'"
+req "$UQ" POST /result "{\"subtaskId\":\"$QS\",\"taskId\":\"$QT\",\"agentId\":\"q2\",\"ok\":true,\"output\":\"the answer of the second agent\",\"durationMs\":2100}"
+check "queue: the first result wins" both 200 'j=={"ok":True}'
+req "$UQ" POST /result "{\"subtaskId\":\"$QS\",\"taskId\":\"$QT\",\"agentId\":\"q1\",\"ok\":true,\"output\":\"the late answer of the first agent\",\"durationMs\":31000}"
+check "queue: the late result of the first claim is accepted {ok:true}" both 200 'j=={"ok":True}'
+req "$UQ" GET /_dev/results ""
+check "queue: ... counted as a duplicate" j "j['counts']['$QS']==2 and j['results'][-1]['duplicate'] is True and j['results'][-1]['agentId']=='q1' and j['duplicates']==['$QS']"
+req "$UQ" GET /_dev/state ""
+check "queue: ... and harmless (done, nothing queued, no rule hit)" j 'j["subtasks"]=={"queued":0,"handedOut":0,"done":2} and j["violations"]==[] and j["blacklisted"]=={}'
 
 # ---- clean exit ----------------------------------------------------------------------------------
 req "$UC" POST /_dev/switch '{"mode":"hang"}'
