@@ -115,6 +115,7 @@ actor CoordinatorLink {
                 registrationWaiters = []
                 for waiter in waiters { waiter.resume() }
             }
+            if try await resumeRegistration() { return }
             // The coordinator's monitor counts registrations (a storm bans) and evaluates the
             // agent at each one (so during a gap hold, one may be the last it can afford).
             let now = clock.wallMs()
@@ -152,6 +153,49 @@ actor CoordinatorLink {
                 let delay = await failed("register: \(other.failureText)")
                 try await clock.sleep(milliseconds: delay)
             }
+        }
+    }
+
+    /// Whether this session tried to go on with an earlier registration.
+    private var resumeTried = false
+
+    /// A session that starts within the hour of a registration, holding the mesh token it
+    /// got, first sends a heartbeat: the coordinator still knows the agent, and every
+    /// registration counts towards its storm rule (a restart loop would otherwise register
+    /// at each start). A 401 or a failure registers as usual. True when it went on.
+    private func resumeRegistration() async throws -> Bool {
+        guard !resumeTried else { return false }
+        resumeTried = true
+        let now = clock.wallMs()
+        let conduct = await daemon.conduct
+        guard meshToken != nil, conduct.registrations.contains(where: { $0 > now - conduct.limits.windowMs }) else { return false }
+        switch try await call(.heartbeat, await heartbeatBody()) {
+        case .accepted:
+            registered = true
+            status.registered = true
+            succeeded()
+            logger.notice("went on with the registration at \(baseURL) as \(agentID): the coordinator still knows this agent (no new registration)")
+            await heartbeatTaken()
+            await publish()
+            return true
+        case .rejected(let reason):
+            throw Stop.rejected(reason)
+        default:
+            return false
+        }
+    }
+
+    /// The heartbeat body, as of now.
+    func heartbeatBody() async -> JSONValue {
+        let swapping = await daemon.modelSwitch?.inProgress ?? false
+        return CoordinatorWire.heartbeat(agentID: agentID, telemetry: await daemon.powerTelemetryJSON(), activeModel: await daemon.activeModel,
+                                         activeModelParamSize: await daemon.activeModelParamSize, modelSwapInProgress: swapping)
+    }
+
+    /// A heartbeat the coordinator took: the conduct record learns it, and a gap it reveals holds work.
+    func heartbeatTaken() async {
+        if let gap = await daemon.conductHeartbeat(atMs: clock.wallMs()) {
+            logger.warning("heartbeats stopped for \(gap.gapMs / 1_000) s: the coordinator's monitor now sees that gap and would count it against any claim in its hour; pulls wait until \(formatUTC(milliseconds: gap.clearsAtMs)) (coordinator.gapGuard)")
         }
     }
 
@@ -211,21 +255,27 @@ actor CoordinatorLink {
     /// The local reason pulls wait for now, recorded as an event when it changes.
     private var workHold: LocalHoldReason?
 
-    func noteWorkHold(_ reason: LocalHoldReason?, detail: String) async {
-        if let reason { status.deferredReason = "held: \(reason.rawValue): \(detail)" }
-        guard reason != workHold else {
-            if reason != nil { await publish() }
-            return
-        }
-        let previous = workHold
-        workHold = reason
+    func noteWorkHold(_ reason: LocalHoldReason?, detail: String, event: Bool = true) async {
+        var changed = false
         if let reason {
-            await daemon.recordWorkHold(reason, detail: detail)
-        } else if let previous {
-            await daemon.recordWorkHold(nil, detail: "\(previous.rawValue) cleared")
-            if status.deferredReason?.hasPrefix("held: ") == true { status.deferredReason = nil }
+            status.deferredReason = "held: \(reason.rawValue): \(detail)"
+            changed = true
+        } else if status.deferredReason?.hasPrefix("held: ") == true {
+            // Whatever held the last pull (this or a power or host hold) is clear now.
+            status.deferredReason = nil
+            changed = true
         }
-        await publish()
+        // A quiet hold (the probe has not looked yet since mode on) makes no event.
+        if reason != workHold && (event || reason == nil) {
+            let previous = workHold
+            workHold = reason
+            if let reason {
+                await daemon.recordWorkHold(reason, detail: detail)
+            } else if let previous {
+                await daemon.recordWorkHold(nil, detail: "\(previous.rawValue) cleared")
+            }
+        }
+        if changed { await publish() }
     }
 
     func markDelivered(_ id: String, removed: Bool) {
@@ -351,17 +401,12 @@ public struct CoordinatorService: Service {
     func heartbeat(_ link: CoordinatorLink) async throws {
         while true {
             try await link.ensureRegistered()
-            let swapping = await daemon.modelSwitch?.inProgress ?? false
-            let body = CoordinatorWire.heartbeat(agentID: daemon.agentID, telemetry: await daemon.powerTelemetryJSON(),
-                                                 activeModel: await daemon.activeModel, activeModelParamSize: await daemon.activeModelParamSize, modelSwapInProgress: swapping)
-            switch try await link.call(.heartbeat, body) {
+            switch try await link.call(.heartbeat, await link.heartbeatBody()) {
             case .accepted:
                 // A heartbeat's success says nothing about pulls and results: their
                 // failure count (and backoff) is reset only by their own successes.
                 await link.update { $0.heartbeatFailures = 0 }
-                if let gap = await daemon.conductHeartbeat(atMs: clock.wallMs()) {
-                    logger.warning("heartbeats stopped for \(gap.gapMs / 1_000) s while this worker had claimed work in the last hour: the coordinator's monitor now sees that gap; pulls wait until \(formatUTC(milliseconds: gap.clearsAtMs)) (coordinator.gapGuard)")
-                }
+                await link.heartbeatTaken()
             case .unauthorized(let reason):
                 await link.forgetRegistration(reason)
                 continue
@@ -421,9 +466,9 @@ public struct CoordinatorService: Service {
                 try await pause(await link.failed("held until the state directory takes writes: \(problem)"), stop: stop)
                 continue
             }
-            if let (reason, detail) = await localHold() {
+            if let (reason, detail, quiet) = await localHold() {
                 await daemon.countHold(reason)
-                await link.noteWorkHold(reason, detail: detail)
+                await link.noteWorkHold(reason, detail: detail, event: !quiet)
                 try await pause(await pullIntervalMs(), stop: stop)
                 continue
             }
@@ -657,12 +702,13 @@ public struct CoordinatorService: Service {
 
     /// Why pulling must wait for a reason of the worker's own: a hold its conduct record
     /// keeps (a heartbeat gap, the circuit breaker), or a model backend that is not ready.
-    func localHold() async -> (LocalHoldReason, String)? {
+    /// `quiet` when the probe has not looked yet since the mode began (a moment at each mode on).
+    func localHold() async -> (LocalHoldReason, String, quiet: Bool)? {
         let now = clock.wallMs()
         if let hold = await daemon.conduct.pullHold(nowMs: now) {
-            return (hold.reason, "until \(formatUTC(milliseconds: hold.untilMs)): \(hold.reason.explanation)")
+            return (hold.reason, "until \(formatUTC(milliseconds: hold.untilMs)): \(hold.reason.explanation)", false)
         }
-        if let why = await daemon.modelNotReady { return (.modelUnavailable, why) }
+        if let model = await daemon.modelNotReady { return (.modelUnavailable, model.why, !model.probed) }
         return nil
     }
 

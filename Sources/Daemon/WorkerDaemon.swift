@@ -596,10 +596,12 @@ public actor WorkerDaemon {
     /// Counts a pull held for a local reason (the assignment drop reasons).
     public func countHold(_ reason: LocalHoldReason) { holdCounters.record(reason) }
 
-    /// The model backend's readiness as the probe last saw it: nil when ready, else why not.
-    public var modelNotReady: String? {
-        guard let model else { return "not probed yet" }
-        return model.state == "ready" ? nil : "\(model.state): \(model.detail)"
+    /// The model backend's readiness as the probe last saw it: nil when ready, else why not
+    /// and whether the probe has looked since a working mode began (`idle` until then).
+    public var modelNotReady: (why: String, probed: Bool)? {
+        guard let model else { return ("not probed yet", false) }
+        if model.state == "ready" { return nil }
+        return ("\(model.state): \(model.detail)", model.state != "idle")
     }
 
     /// Records that pulls are held, or resumed (nil), with the reason.

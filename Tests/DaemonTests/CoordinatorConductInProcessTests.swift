@@ -1,4 +1,5 @@
 import Testing
+import StateStore
 import WorkerCore
 @testable import Daemon
 
@@ -146,6 +147,33 @@ import WorkerCore
         bed.clock.advance(by: CoordinatorBed.pullMs)
         await eventually("the next pull") { bed.transport.calls(to: "/pull").count == 2 }
         await eventually("the hold to clear") { await bed.status["deferredReason"] == .null }
+        await bed.finish()
+    }
+
+    @Test func aSessionWithinTheHourOfARegistrationGoesOnWithItsMeshTokenWithoutRegistering() async throws {
+        let bed = try CoordinatorBed()
+        try WorkerStateFiles(directory: bed.directory).saveMeshToken("mesh-1")
+        let now = bed.clock.wallMs()
+        await bed.daemon.updateConduct { $0.registering(atMs: now - 600_000) }
+        bed.transport.script("/pull", .json(200, Self.subtask("r1")))
+        bed.start()
+        await eventually("the result") { bed.transport.calls(to: "/result").count == 1 }
+        #expect(bed.transport.calls(to: "/register").isEmpty, "a restart is no registration")
+        #expect(bed.transport.calls.first?.path == "/heartbeat" && bed.transport.calls.first?.header("x-mesh-token") == "mesh-1")
+        #expect(await bed.status["registered"] == true)
+        await bed.finish()
+    }
+
+    @Test func aCoordinatorThatForgotTheAgentIsRegisteredWithAgain() async throws {
+        let bed = try CoordinatorBed()
+        try WorkerStateFiles(directory: bed.directory).saveMeshToken("mesh-old")
+        let now = bed.clock.wallMs()
+        await bed.daemon.updateConduct { $0.registering(atMs: now - 600_000) }
+        bed.transport.script("/heartbeat", .json(401, #"{"error":"mesh_unauthorized","reason":"agent_not_registered"}"#))
+        bed.start()
+        #expect(await bed.clock.waitForSleep(CoordinatorBed.pullMs))
+        #expect(bed.transport.calls.map(\.path).prefix(3) == ["/heartbeat", "/register", "/heartbeat"])
+        #expect(await bed.daemon.statusJSON()["coordinator"]?["conduct"]?["registrationsLastHour"] == 2)
         await bed.finish()
     }
 }
