@@ -410,12 +410,14 @@ def held_policy(model):
 def crash_safety(model):
     """kill -9 while a subtask runs, and after its result is in the outbox but before it
     is posted: each result reaches the coordinator exactly once."""
-    slow = OllamaFixture(model.url, "--delay-ms", "4000")
+    slow = OllamaFixture(model.url, "--delay-ms", "4000", "--loaded")
     c = Coordinator()
     w = Worker(c.url, {"kind": "ollama", "url": slow.url, "model": "tiny"})
     try:
         w.start(); w.cli("mode", "on")
         wait_for(lambda: w.status()["coordinator"]["registered"], timeout=10)
+        # Nothing is pulled before the model is ready (the readiness gate).
+        wait_for(lambda: w.status()["backend"]["modelState"] == "ready", timeout=20)
         [running] = c.submit("killed while running", timeout_ms=120000)
         check(wait_for(lambda: any(n.startswith("journal-") for n in os.listdir(os.path.join(w.dir, "state"))), timeout=10),
               "the pulled subtask is in the journal before it runs")
@@ -463,7 +465,7 @@ def crash_safety(model):
 
 @scenario("sigterm")
 def sigterm_grace(model):
-    slow = OllamaFixture(model.url, "--delay-ms", "1500")
+    slow = OllamaFixture(model.url, "--delay-ms", "1500", "--loaded")
     c = Coordinator()
     w = Worker(c.url, {"kind": "ollama", "url": slow.url, "model": "tiny"})
     try:
@@ -484,7 +486,7 @@ def stop_extends_systemds_timeout(model):
     """A grace longer than systemd's TimeoutStopSec: while the stop waits for the running
     subtask, EXTEND_TIMEOUT_USEC= reaches the notification socket (a stand-in for
     systemd's: a datagram socket of our own) every 5 s until the subtask is done."""
-    slow = OllamaFixture(model.url, "--delay-ms", "7000")
+    slow = OllamaFixture(model.url, "--delay-ms", "7000", "--loaded")
     c = Coordinator()
     w = Worker(c.url, {"kind": "ollama", "url": slow.url, "model": "tiny"}, extra={"coordinator": {"stopGraceMs": 30000}})
     notify_path = os.path.join(w.dir, "notify.sock")
@@ -950,6 +952,27 @@ def heartbeat_gap_after_mode_off(model):
         check(wait_for(lambda: answered_once_ok(c, after), timeout=90), "work resumes once the gap left the window", c.results()["counts"])
         banned, findings = standing(c)
         check(not banned and not findings, "not banned, and no evaluation saw the gap", (banned, findings))
+    finally:
+        w.cleanup(); c.stop()
+
+
+@scenario("bhv-restarts")
+def bhv_restarts(model):
+    """Ten restarts within an hour would be ten registrations (BHV008, HIGH): the tenth
+    strikes, the twelfth bans. The worker registers once and goes on with its mesh token
+    at every later start."""
+    c = Coordinator()
+    w = Worker(c.url, {"kind": "openai", "url": model.url, "model": "tiny"})
+    try:
+        for _ in range(12):
+            w.start(); w.cli("mode", "on")
+            wait_for(lambda: w.status()["coordinator"]["registered"] or c.state()["blacklisted"], timeout=10)
+            w.stop()
+        state = c.state()
+        print(f"# 12 restarts: {len(state['registrations'])} registrations", flush=True)
+        check(len(state["registrations"]) == 1, "one registration for 12 starts", len(state["registrations"]))
+        check(not state["blacklisted"], "12 restarts within the hour: the worker is not blacklisted", state["blacklisted"])
+        check(not state["violations"], "12 restarts: no rule hit", [(v["rule"], v["at"]) for v in state["violations"]])
     finally:
         w.cleanup(); c.stop()
 

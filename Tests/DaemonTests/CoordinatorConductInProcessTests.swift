@@ -89,14 +89,20 @@ import WorkerCore
         await bed.finish()
     }
 
-    @Test func afterAHeartbeatGapWithClaimsInTheHourPullsWaitAndOnlyOneEvaluationIsSpent() async throws {
-        let bed = try CoordinatorBed()
+    /// A claim 10 minutes ago and the last heartbeat 6 minutes ago (a mode off, a suspend):
+    /// the session's first heartbeat reveals a gap. Returns the bed's time.
+    static func seedGap(_ bed: CoordinatorBed) async -> Int64 {
         let now = bed.clock.wallMs()
-        // Work an hour ago... less: claimed 10 minutes ago, last heartbeat 6 minutes ago.
         await bed.daemon.updateConduct {
             $0.claimed(atMs: now - 600_000)
             $0.heartbeatAccepted(atMs: now - 360_000)
         }
+        return now
+    }
+
+    @Test func afterAHeartbeatGapPullsWaitUntilItLeavesTheCoordinatorsHour() async throws {
+        let bed = try CoordinatorBed()
+        let now = await Self.seedGap(bed)
         bed.start()
         #expect(await bed.clock.waitForSleep(CoordinatorBed.pullMs))
         #expect(bed.transport.calls(to: "/register").count == 1, "the registration came before the first heartbeat showed the gap")
@@ -112,11 +118,7 @@ import WorkerCore
 
     @Test func theGapGuardOffPullsAtOnce() async throws {
         let bed = try CoordinatorBed(configure: { $0.coordinator.gapGuard = false })
-        let now = bed.clock.wallMs()
-        await bed.daemon.updateConduct {
-            $0.claimed(atMs: now - 600_000)
-            $0.heartbeatAccepted(atMs: now - 360_000)
-        }
+        _ = await Self.seedGap(bed)
         bed.start()
         #expect(await bed.clock.waitForSleep(CoordinatorBed.pullMs))
         #expect(bed.transport.calls(to: "/pull").count == 1)
