@@ -427,7 +427,11 @@ public struct CoordinatorService: Service {
         guard try await stop.cancelling({ await link.firstHeartbeat.wait(for: true) }) != nil else { return }
         let found = journal.load(nowMs: clock.wallMs())
         for file in found.recovered { logger.error("journal file \(file.file) \(file.problem); kept as \(file.movedTo)") }
-        for action in RecoveryPlan.plan(journal: found.journal, outbox: found.outbox, nowMs: clock.wallMs()) {
+        let plan = RecoveryPlan.plan(journal: found.journal, outbox: found.outbox, nowMs: clock.wallMs())
+        // Subtasks run again at recovery; a released one handed out again is new work.
+        var rerun: Set<String> = []
+        for case .rerun(let entry) in plan { rerun.insert(entry.subtask.id) }
+        for action in plan {
             if stop.isTriggered { return }
             switch action {
             case .post(let result):
@@ -484,7 +488,7 @@ public struct CoordinatorService: Service {
                 await link.update { $0.deferredReason = nil }
                 await daemon.updateConduct { $0.claimed(atMs: clock.wallMs()) }
                 let entry = RecoveryPlan.JournalEntry(subtask: subtask, pulledAtMs: clock.wallMs())
-                if found.journal.contains(where: { $0.subtask.id == subtask.id }) {
+                if rerun.contains(subtask.id) {
                     // Handled at recovery; pulling again at once would spin on a coordinator that repeats it.
                     try await pause(await pullIntervalMs(), stop: stop)
                     continue
@@ -629,7 +633,8 @@ public struct CoordinatorService: Service {
                 try await release(subtask, journal: journal, record: &record, why: reason, fault: true)
                 return
             }
-        case .host(let reason):
+        case .host(let reason, let backendDown):
+            if backendDown { await daemon.updateModel(state: "unavailable", detail: "a subtask's generation failed: \(reason)") }
             try await release(subtask, journal: journal, record: &record, why: reason, fault: true)
             return
         }

@@ -10,8 +10,10 @@ enum SubtaskFault: Equatable {
     case none(String)
     /// The subtask's own: answered `ok: false` with this reason.
     case subtask(String)
-    /// The host's: released, counted towards the circuit breaker.
-    case host(String)
+    /// The host's: released, counted towards the circuit breaker. `backendDown` when the
+    /// model server is gone or lacks the model: the readiness gate closes at once, before
+    /// the probe's next look, so nothing more is claimed meanwhile.
+    case host(String, backendDown: Bool)
 
     /// Statuses with which a model server refuses the request itself (llama.cpp and
     /// Ollama answer 400 for a prompt over the context; 413 and 422 are the same refusal).
@@ -21,12 +23,12 @@ enum SubtaskFault: Equatable {
         switch outcome {
         case .success(let output):
             if output.text.allSatisfy(\.isWhitespace) {
-                return .host("model_empty_answer: the model answered with no text")
+                return .host("model_empty_answer: the model answered with no text", backendDown: false)
             }
             return .none(output.text)
         case .failure(let error):
             if case .rejected(let status) = error.kind, inputRefusals.contains(status) { return .subtask(error.wireText) }
-            return .host(error.wireText)
+            return .host(error.wireText, backendDown: error.kind == .unavailable || error.kind == .modelNotFound)
         }
     }
 }

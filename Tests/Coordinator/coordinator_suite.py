@@ -410,7 +410,7 @@ def held_policy(model):
 def crash_safety(model):
     """kill -9 while a subtask runs, and after its result is in the outbox but before it
     is posted: each result reaches the coordinator exactly once."""
-    slow = OllamaFixture(model.url, "--delay-ms", "4000", "--loaded")
+    slow = OllamaFixture(model.url, "--delay-ms", "4000", "--fault-path", "/api/generate", "--loaded")
     c = Coordinator()
     w = Worker(c.url, {"kind": "ollama", "url": slow.url, "model": "tiny"})
     try:
@@ -465,7 +465,7 @@ def crash_safety(model):
 
 @scenario("sigterm")
 def sigterm_grace(model):
-    slow = OllamaFixture(model.url, "--delay-ms", "1500", "--loaded")
+    slow = OllamaFixture(model.url, "--delay-ms", "1500", "--fault-path", "/api/generate", "--loaded")
     c = Coordinator()
     w = Worker(c.url, {"kind": "ollama", "url": slow.url, "model": "tiny"})
     try:
@@ -486,7 +486,7 @@ def stop_extends_systemds_timeout(model):
     """A grace longer than systemd's TimeoutStopSec: while the stop waits for the running
     subtask, EXTEND_TIMEOUT_USEC= reaches the notification socket (a stand-in for
     systemd's: a datagram socket of our own) every 5 s until the subtask is done."""
-    slow = OllamaFixture(model.url, "--delay-ms", "7000", "--loaded")
+    slow = OllamaFixture(model.url, "--delay-ms", "7000", "--fault-path", "/api/generate", "--loaded")
     c = Coordinator()
     w = Worker(c.url, {"kind": "ollama", "url": slow.url, "model": "tiny"}, extra={"coordinator": {"stopGraceMs": 30000}})
     notify_path = os.path.join(w.dir, "notify.sock")
@@ -839,7 +839,8 @@ def answered_once_ok(c, ids):
 def model_server_down_then_back(model):
     """The model server down 20 s with 6 subtasks queued: none claimed, none failed; back
     up, all 6 answered ok exactly once."""
-    fixture = OllamaFixture(model.url, "--loaded")
+    laptop = ("--loaded", "--delay-ms", "1200", "--fault-path", "/api/generate")  # a real model's time
+    fixture = OllamaFixture(model.url, *laptop)
     port = fixture.port
     c = Coordinator()
     w = Worker(c.url, {"kind": "ollama", "url": fixture.url, "model": "tiny"})
@@ -861,7 +862,7 @@ def model_server_down_then_back(model):
         events = json.loads(w.cli("events", "--json").stdout)
         check(any(e["kind"] == "work-held" and "model-unavailable" in e["reason"] for e in events.get("events", events)),
               "an event says why work is held", events)
-        fixture = OllamaFixture(model.url, "--loaded", port=port)
+        fixture = OllamaFixture(model.url, *laptop, port=port)
         check(wait_for(lambda: answered_once_ok(c, ids), timeout=90), "back up: all 6 answered ok exactly once", c.results()["counts"])
         never_banned(c, "model server down 20 s")
     finally:
@@ -891,7 +892,7 @@ def model_missing(model):
 @scenario("slow-model")
 def slow_model_short_timeout(model):
     """A 4 s model and subtasks whose timeoutMs is 1500: answered, none failed."""
-    slow = OllamaFixture(model.url, "--loaded", "--delay-ms", "4000")
+    slow = OllamaFixture(model.url, "--loaded", "--delay-ms", "4000", "--fault-path", "/api/generate")
     c = Coordinator()
     w = Worker(c.url, {"kind": "ollama", "url": slow.url, "model": "tiny"})
     try:
@@ -935,8 +936,9 @@ def heartbeat_gap_after_mode_off(model):
     """Work, then mode off longer than the monitor's heartbeat gap, then work: the gap is
     seen by at most one evaluation, and the worker is never banned. The monitor's windows
     are shrunk 60 times on both sides (an hour is a minute, 5 minutes 5 s)."""
+    paced = PacedModel(model.url, delay_ms=800)
     c = Coordinator("--monitor-window-ms", "60000", "--heartbeat-gap-ms", "5000")
-    w = Worker(c.url, {"kind": "openai", "url": model.url, "model": "tiny"})
+    w = Worker(c.url, {"kind": "openai", "url": paced.url, "model": "tiny"})
     try:
         w.start(env={"EDGECODER_WORKER_TEST_MONITOR_SCALE": "60"}); w.cli("mode", "on")
         first = c.submit("before the gap")
@@ -953,7 +955,7 @@ def heartbeat_gap_after_mode_off(model):
         banned, findings = standing(c)
         check(not banned and not findings, "not banned, and no evaluation saw the gap", (banned, findings))
     finally:
-        w.cleanup(); c.stop()
+        w.cleanup(); c.stop(); paced.stop()
 
 
 @scenario("bhv-restarts")

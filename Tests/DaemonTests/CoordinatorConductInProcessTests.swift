@@ -38,12 +38,12 @@ import WorkerCore
         let bed = try CoordinatorBed()
         bed.transport.script("/pull", .json(200, Self.subtask("a")), .json(200, Self.subtask("b")), .json(200, Self.subtask("c")),
                              .json(200, Self.subtask("d")))
-        bed.transport.script("/api/generate", .failure(.couldNotConnect), .json(500, #"{"error":"model runner crashed"}"#),
-                             .failure(.couldNotConnect))
+        bed.transport.script("/api/generate", .json(500, #"{"error":"model runner crashed"}"#), .json(502, #"{"error":"bad gateway"}"#),
+                             .json(503, #"{"error":"busy"}"#))
         bed.start()
         // The breaker's first hold is 30 s; the loop looks again every pull interval.
         #expect(await bed.clock.waitForSleep(CoordinatorBed.pullMs))
-        #expect(bed.transport.calls(to: "/pull").count == 3)
+        #expect(bed.transport.calls(to: "/pull").count == 3, "\(bed.workCalls)")
         #expect(bed.transport.calls(to: "/result").isEmpty, "the host's failures complete nothing for the swarm")
         #expect(bed.journal.load(nowMs: bed.clock.wallMs()).journal.isEmpty, "released: journal entries dropped")
         let conduct = await bed.daemon.statusJSON()["coordinator"]?["conduct"]
@@ -176,6 +176,32 @@ import WorkerCore
         #expect(await bed.clock.waitForSleep(CoordinatorBed.pullMs))
         #expect(bed.transport.calls.map(\.path).prefix(3) == ["/heartbeat", "/register", "/heartbeat"])
         #expect(await bed.daemon.statusJSON()["coordinator"]?["conduct"]?["registrationsLastHour"] == 2)
+        await bed.finish()
+    }
+
+    @Test func aReleasedSubtaskHandedOutAgainIsRunAsNewWork() async throws {
+        let bed = try CoordinatorBed()
+        try await bed.journal.record(try bed.entry(pulledAgoMs: 45_000))
+        bed.transport.script("/pull", .json(200, #"{"subtask":\#(CoordinatorBed.subtask)}"#))
+        bed.start()
+        await eventually("the result") { bed.transport.calls(to: "/result").count == 1 }
+        #expect(bed.transport.calls(to: "/result").first?.body?["ok"] == true)
+        #expect(bed.transport.calls(to: "/result").first?.body?["subtaskId"] == "s1")
+        await bed.finish()
+    }
+
+    @Test func aGenerationThatFindsTheModelServerGoneClosesTheReadinessGateAtOnce() async throws {
+        let bed = try CoordinatorBed()
+        bed.transport.script("/pull", .json(200, Self.subtask("g1")), .json(200, Self.subtask("g2")))
+        bed.transport.script("/api/generate", .failure(.couldNotConnect))
+        bed.start()
+        #expect(await bed.clock.waitForSleep(CoordinatorBed.pullMs))
+        #expect(bed.transport.calls(to: "/pull").count == 1, "no second claim before the probe says the server is back")
+        #expect(bed.transport.calls(to: "/result").isEmpty)
+        #expect(await bed.status["deferredReason"]?.stringValue?.hasPrefix("held: model-unavailable: unavailable: a subtask's generation failed: model_unavailable") == true)
+        await bed.daemon.updateModel(state: "ready", detail: "back")
+        bed.clock.advance(by: CoordinatorBed.pullMs)
+        await eventually("the next claim once ready") { bed.transport.calls(to: "/result").count == 1 }
         await bed.finish()
     }
 }
