@@ -210,6 +210,11 @@ public struct StatusReport: Sendable {
             if let rejection = coordinator.rejection { line += "; coordinator rejected: \(rejection)" } else { line += coordinator.registered ? "; registered" : "; not registered" }
             let failures = max(coordinator.consecutiveFailures, coordinator.heartbeatFailures)
             if failures > 0 { line += " (\(failures) failures)" }
+            if let hold = s.conduct.pullHold(nowMs: s.nowMs) {
+                line += "; new work held: \(hold.reason.rawValue) until \(formatUTC(milliseconds: hold.untilMs))"
+            } else if let state = s.backend.modelState, state != "ready" {
+                line += "; new work held: \(LocalHoldReason.modelUnavailable.rawValue) (model backend \(state))"
+            }
         }
         if let path = s.network?.path { line += path.satisfied ? "; network via \(path.interface ?? "?")" : "; network lost" }
         if s.bluetooth.state != .inactive { line += "; " + s.bluetooth.summary }

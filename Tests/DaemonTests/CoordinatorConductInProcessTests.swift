@@ -23,6 +23,7 @@ import WorkerCore
         let status = await bed.daemon.statusJSON()
         #expect(status["coordinator"]?["deferredReason"]?.stringValue?.hasPrefix("held: model-unavailable: unavailable: connection refused") == true)
         #expect(status["power"]?["held"]?["model-unavailable"] == 2)
+        #expect(status["summary"]?.stringValue?.contains("; new work held: model-unavailable (model backend unavailable)") == true, "\(status["summary"] ?? .null)")
         #expect(await bed.daemon.recentEvents(limit: nil).contains { $0.kind == .workHeld && $0.reason.contains("model-unavailable") })
 
         await bed.daemon.updateModel(state: "ready", detail: "back")
@@ -112,6 +113,7 @@ import WorkerCore
         #expect(conduct?["hold"] == "heartbeat-gap")
         #expect(conduct?["holdUntil"]?.stringValue == formatUTC(milliseconds: now - 360_000 + 3_600_000 + 60_000))
         #expect(conduct?["monitorFindings"] == ["BHV006-heartbeat-gap"])
+        #expect(await bed.daemon.statusJSON()["summary"]?.stringValue?.contains("; new work held: heartbeat-gap until ") == true)
         #expect(await bed.status["deferredReason"]?.stringValue?.hasPrefix("held: heartbeat-gap: until ") == true)
         await bed.finish()
     }
