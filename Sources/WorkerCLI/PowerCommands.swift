@@ -342,6 +342,20 @@ struct DoctorCommand: Command {
         if let problem = pairing.advice { advice.append(problem) }
         report["bluetooth"] = .object(bluetoothReport)
         report["model"] = model.json
+        // Mode on's own holds, and what the coordinator's behaviour monitor would find.
+        if let coordinator = daemonStatus["coordinator"], let conduct = coordinator["conduct"] {
+            report["coordinatorConduct"] = conduct
+            if let hold = conduct["hold"]?.stringValue, let reason = LocalHoldReason(rawValue: hold) {
+                advice.append("\(hold) until \(conduct["holdUntil"]?.stringValue ?? "?"): \(reason.explanation)")
+            } else if coordinator["active"] == true, let held = coordinator["deferredReason"]?.stringValue,
+                      held.hasPrefix("held: \(LocalHoldReason.modelUnavailable.rawValue)") || held.hasPrefix("held: \(LocalHoldReason.sandboxRequired.rawValue)") {
+                advice.append(held.dropFirst("held: ".count) + "")
+            }
+            if let findings = conduct["monitorFindings"]?.arrayValue, !findings.isEmpty {
+                let rules = findings.compactMap(\.stringValue).joined(separator: ", ")
+                advice.append("the coordinator's behaviour monitor would find \(rules) in this worker's last hour (see docs/reference/protocol-coordinator.md §8): a ban there is permanent")
+            }
+        }
         report["advice"] = .array(advice.map { .string($0) })
         if json {
             print(JSONValue.object(report).serialized)

@@ -883,6 +883,8 @@ def model_missing(model):
         check(c.state()["pulls"] == 0 and c.results()["total"] == 0, "none claimed, none failed", (c.state()["pulls"], c.results()["total"]))
         doctor = w.cli("doctor")
         check("not-pulled:7b" in doctor.stdout, "doctor names the missing model", doctor.stdout[-800:])
+        advice = json.loads(w.cli("doctor", "--json").stdout).get("advice", [])
+        check(any(a.startswith("model-unavailable: ") for a in advice), "doctor says pulls are held for it", advice)
         never_banned(c, "model missing")
     finally:
         w.cleanup(); c.stop(); fixture.stop()
@@ -947,6 +949,8 @@ def heartbeat_gap_after_mode_off(model):
         w.cli("mode", "on")
         check(wait_for(lambda: w.status()["coordinator"]["conduct"]["hold"] == "heartbeat-gap", timeout=15),
               "after the gap pulls wait (heartbeat-gap)", w.status()["coordinator"])
+        advice = json.loads(w.cli("doctor", "--json").stdout).get("advice", [])
+        check(any(a.startswith("heartbeat-gap until ") for a in advice), "doctor says why and until when", advice)
         after = c.submit("after the gap", "and more")
         time.sleep(5)
         check(c.results()["total"] == 1, "nothing claimed while the gap is in the window", c.results()["counts"])
