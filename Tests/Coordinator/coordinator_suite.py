@@ -982,6 +982,24 @@ def bhv_restarts(model):
         w.cleanup(); c.stop()
 
 
+@scenario("sandbox")
+def sandbox_required(model):
+    """A tenant's subtask needs an agent with a sandbox: the coordinator answers
+    sandboxRequired and keeps it queued; the worker counts that as its own hold reason."""
+    c = Coordinator()
+    w = Worker(c.url, {"kind": "openai", "url": model.url, "model": "tiny"})
+    try:
+        w.start(); w.cli("mode", "on")
+        c.dev("POST", "/_dev/subtasks", [{"input": "tenant work", "id": "tenant-1",
+                                          "projectMeta": {"projectId": "p", "tenantId": "acme", "resourceClass": "cpu", "priority": 50}}])
+        check(wait_for(lambda: w.status()["power"]["held"].get("sandbox-required", 0) >= 2, timeout=20),
+              "each sandboxRequired answer is counted under sandbox-required", w.status()["power"]["held"])
+        check("sandbox-required" in (w.status()["coordinator"].get("deferredReason") or ""), "status says why", w.status()["coordinator"])
+        check(c.results()["total"] == 0 and c.state()["pullAnswers"].get("subtask", 0) == 0, "nothing claimed, nothing posted")
+    finally:
+        w.cleanup(); c.stop()
+
+
 def main():
     model = ModelServer()
     try:
@@ -989,7 +1007,7 @@ def main():
                      power_deferred, held_policy, crash_safety, sigterm_grace, stop_extends_systemds_timeout, ollama_backend, backend_key,
                      hostile_id, full_disk, largest_values_across_kill, model_switch, own_load,
                      model_server_down_then_back, model_missing, slow_model_short_timeout, failing_model_is_released, heartbeat_gap_after_mode_off,
-                     bhv_restarts]
+                     bhv_restarts, sandbox_required]
         for run in scenarios:
             if ONLY and run.scenario != ONLY:
                 continue

@@ -778,6 +778,14 @@ class Coordinator:
             return rec["subtask"]
         return None
 
+    def requeue(self, sid):
+        """queue.requeue: the subtask is queued again as if never handed out to this agent."""
+        rec = self.subtasks[sid]
+        rec["state"] = "queued"
+        rec["handOuts"] -= 1
+        rec["handedTo"].pop()
+        rec["handedAtMs"].pop()
+
     def requeue_stale(self):
         n = self.args.requeue_stale_ms
         if n <= 0:
@@ -1214,7 +1222,7 @@ class Handler(BaseHTTPRequestHandler):
                 coord.tokens_issued += 1
             rec = {"agentId": p["agentId"], "body": raw, "parsed": p, "receivedAtMs": entry["receivedAtMs"],
                    "monoMs": entry["monoMs"], "powerTelemetry": p.get("powerTelemetry"),
-                   "os": p["os"], "lastAssignedMs": None}
+                   "os": p["os"], "lastAssignedMs": None, "sandboxMode": p.get("sandboxMode", "none")}
             coord.agents[p["agentId"]] = rec
             coord.registrations.append({k: v for k, v in rec.items() if k != "lastAssignedMs"})
             # coordinator.ts: recorded and evaluated after the agent is registered; the
@@ -1247,6 +1255,8 @@ class Handler(BaseHTTPRequestHandler):
             if "powerTelemetry" in p:
                 coord.agents[p["agentId"]]["powerTelemetry"] = p["powerTelemetry"]
             requeued = coord.requeue_stale()
+            if "sandboxMode" in p:
+                coord.agents[p["agentId"]]["sandboxMode"] = p["sandboxMode"]
             if "activeModel" in p:
                 coord.agents[p["agentId"]]["activeModel"] = p["activeModel"]
                 coord.agents[p["agentId"]]["modelSwapInProgress"] = p.get("modelSwapInProgress", False)
@@ -1317,6 +1327,13 @@ class Handler(BaseHTTPRequestHandler):
                 return tally("powerDeferred", {"subtask": None, "powerDeferred": True, "reason": "laptop_battery_low"})
             if sub is None:
                 return tally("empty", {"subtask": None})
+            # coordinator.ts l.2046-2057: a tenant's subtask (projectMeta.tenantId) needs an
+            # agent with a sandbox; to one without, it goes back to the queue and the answer
+            # says so. Not a claim for the behaviour monitor (recorded after this check).
+            tenant = (sub.get("projectMeta") or {}).get("tenantId")
+            if tenant and agent.get("sandboxMode", "none") == "none":
+                coord.requeue(sub["id"])
+                return tally("sandboxRequired", {"subtask": None, "sandboxRequired": True, "reason": "agent_lacks_sandbox_capability"})
             agent["lastAssignedMs"] = now_ms()
             entry["subtaskId"] = sub["id"]
             coord.monitor.record("claims", p["agentId"])  # a claim = a pull that handed out a subtask

@@ -281,6 +281,18 @@ req "$U" POST /heartbeat '{"agentId":"agent-1","powerTelemetry":{"cpuUsagePct":9
 req "$U" POST /pull '{"agentId":"agent-1"}' "${H[@]}"
 check "power-policy: deviceType server is never deferred" both 200 '"powerDeferred" not in j and j["subtask"] is not None'
 
+# ---- a tenant's subtask needs a sandbox (coordinator.ts l.2046-2057) ---------------------
+req "$U" POST /_dev/switch '{"mode":"normal"}'
+req "$U" POST /_dev/subtasks '{"input":"tenant work","id":"tenant-1","projectMeta":{"projectId":"p","tenantId":"acme","resourceClass":"cpu","priority":50}}'
+req "$U" POST /pull '{"agentId":"agent-1"}' "${H[@]}"
+check "sandbox: a tenant subtask to an agent without a sandbox answers sandboxRequired" both 200 'j=={"subtask":None,"sandboxRequired":True,"reason":"agent_lacks_sandbox_capability"}'
+req "$U" GET /_dev/subtasks
+check "sandbox: and it stays queued, never handed out" both 200 '[(x["state"], x["handOuts"]) for x in j["subtasks"] if x["subtask"]["id"]=="tenant-1"]==[("queued", 0)]'
+req "$U" POST /heartbeat '{"agentId":"agent-1","sandboxMode":"docker"}' "${H[@]}"
+req "$U" POST /pull '{"agentId":"agent-1"}' "${H[@]}"
+check "sandbox: an agent that says sandboxMode docker gets it" both 200 'j["subtask"]["id"]=="tenant-1"'
+req "$U" POST /heartbeat '{"agentId":"agent-1","sandboxMode":"none"}' "${H[@]}"
+
 # ---- answers the worker must survive ---------------------------------------------------
 req "$U" POST /_dev/switch '{"mode":"malformed","paths":["/pull"]}'
 req "$U" POST /pull '{"agentId":"agent-1"}' "${H[@]}"
