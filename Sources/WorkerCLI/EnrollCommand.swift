@@ -5,7 +5,7 @@ import HTTP
 import Posix
 import WorkerCore
 
-/// `enroll`: joins a coordinator in one command (coordinator §1): the URL checked, the
+/// `enroll`: joins a coordinator in one command (docs/operating/coordinator.md, Quick start): the URL checked, the
 /// token stored as the unit's credential, `coordinator.url` written, the daemon reloaded,
 /// and with `--on` mode on until registered.
 struct EnrollCommand: Command {

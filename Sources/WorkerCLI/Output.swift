@@ -3,11 +3,11 @@ import Glibc
 #endif
 import WorkerCore
 
-/// How the CLI prints for scripts: `--json` output carries `schemaVersion` (json-output §1),
+/// How the CLI prints for scripts: `--json` output carries `schemaVersion` (docs/reference/json-output.md, Stability),
 /// and with `--json` an error is one JSON object on stdout instead of text on stderr.
 enum Output {
     /// The version of every `--json` document; it changes only when a key is removed or
-    /// changes meaning (json-output §1).
+    /// changes meaning (docs/reference/json-output.md, Stability).
     static let schemaVersion: Int64 = 1
 
     /// Whether the command line asked for `--json` (set once by `CLI.main`).

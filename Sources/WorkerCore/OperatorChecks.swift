@@ -1,7 +1,7 @@
 /// What the operator's tools decide from values alone: whether `status` says the selected
 /// mode's work can proceed, which command a mistyped name meant, whether `coordinator.url`
 /// is the example placeholder, and the config file with a new `coordinator.url`
-/// (command-line §Exit codes, json-output §1).
+/// (docs/reference/command-line.md, Exit codes; json-output.md, Stability).
 
 /// `status`'s verdict for scripts: read from the `status --json` object, whose keys are stable.
 public enum StatusVerdict: Sendable, Equatable {

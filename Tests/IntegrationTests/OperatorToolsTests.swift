@@ -5,7 +5,7 @@ import Glibc
 import Testing
 import WorkerCore
 
-/// The exit codes and JSON a script reads (command-line §Exit codes, json-output §1), run
+/// The exit codes and JSON a script reads (docs/reference/command-line.md, Exit codes; json-output.md, Stability), run
 /// against the built binary.
 @Suite struct ScriptableExitCodes {
     @Test func anUnknownHelpTopicOrCommandExits64WithASuggestion() throws {
@@ -73,7 +73,7 @@ import WorkerCore
     }
 }
 
-/// `mode on` and the example placeholder (coordinator §1).
+/// `mode on` and the example placeholder (docs/operating/coordinator.md, Quick start).
 @Suite struct PlaceholderCoordinator {
     @Test func modeOnIsRefusedWithTheHintToEnroll() throws {
         let daemon = try DaemonHarness(config: #"{"coordinator": {"url": "https://coordinator.example"}}"#)
