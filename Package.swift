@@ -47,7 +47,7 @@ let package = Package(
         // The HTTP side of `edgecoder-worker proxy`, over any upstream (the BlueZ central).
         .target(name: "Proxy", dependencies: ["WorkerCore", "Logging", "Posix"]),
         // The operator's command line.
-        .target(name: "WorkerCLI", dependencies: ["WorkerCore", "Daemon", "Posix", "Logging", "BlueZ", "Telemetry", "Proxy", "ModelBackend", "StateStore"]),
+        .target(name: "WorkerCLI", dependencies: ["WorkerCore", "Daemon", "Posix", "Logging", "HTTP", "BlueZ", "Telemetry", "Proxy", "ModelBackend", "StateStore"]),
         .executableTarget(name: "edgecoder-worker", dependencies: ["WorkerCLI"]),
         // Micro-benchmarks for `make bench` (not installed).
         .executableTarget(name: "worker-bench", dependencies: ["Telemetry", "WorkerCore", "Posix", "Daemon", "StateStore", "Logging", "ModelBackend"]),

@@ -342,6 +342,13 @@ public struct CoordinatorService: Service {
 
     /// One session: recovery, registration, then heartbeats and work until `stop`.
     func session(stop: GracefulShutdown) async {
+        // The coordinator's address and token as in force now: a reload takes them while
+        // mode on is stopped (configuration, Reloading), and each session starts with them.
+        var config = config
+        let live = await daemon.config.coordinator
+        config.coordinator.url = live.url
+        config.coordinator.allowInsecureHttp = live.allowInsecureHttp
+        config.coordinator.registrationToken = live.registrationToken
         let link = CoordinatorLink(config: config, agentID: daemon.agentID, files: WorkerStateFiles(directory: directory),
                                    daemon: daemon, logger: logger, transport: transport, clock: clock)
         let journal = WorkJournal(writer: daemon.writer)

@@ -212,7 +212,8 @@ public actor WorkerDaemon {
 
     func modeContext() -> ModeContext {
         ModeContext(runOnlyWhileCharging: effectivePolicy.policy.runOnlyWhileCharging,
-                    onExternalPower: reading?.telemetry.onExternalPower, nowMs: clock())
+                    onExternalPower: reading?.telemetry.onExternalPower, nowMs: clock(),
+                    coordinatorProblem: CoordinatorPlaceholder.problem(config.coordinator.url))
     }
 
     /// What a mode's runtime lacks (`ModeRuntimes`); until it has it, the mode stays
@@ -503,7 +504,7 @@ public actor WorkerDaemon {
     /// rest as it runs, and records which keys wait for a restart.
     @discardableResult
     public func reload(file: WorkerConfig) -> ConfigReloadStatus {
-        let plan = ConfigReloadPlan.plan(running: config, file: file)
+        let plan = ConfigReloadPlan.plan(running: config, file: file, coordinatorRunning: runtimeActive(.on))
         config = plan.applied
         if plan.appliedKeys.contains("log.level"), let level = LogLevel(name: config.log.level.rawValue) {
             logger.sharedLevel?.set(level)

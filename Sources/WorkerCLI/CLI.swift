@@ -25,7 +25,7 @@ protocol Command {
 var commands: [any Command.Type] {
     [
     RunCommand.self, ModeCommand.self, StatusCommand.self, TasksCommand.self, EventsCommand.self, PolicyCommand.self,
-    TelemetryCommand.self, DoctorCommand.self, ConfigCommand.self, ProxyCommand.self, BluetoothCommand.self, VersionCommand.self,
+    TelemetryCommand.self, DoctorCommand.self, ConfigCommand.self, EnrollCommand.self, ProxyCommand.self, BluetoothCommand.self, VersionCommand.self,
     ]
 }
 
@@ -35,23 +35,31 @@ var hiddenCommands: [any Command.Type] { [InternalCommand.self] }
 /// The entry point: five lines in `main.swift` call this.
 public enum CLI {
     public static func main(_ argv: [String]) async -> Int32 {
-        var args = Array(argv.dropFirst())
+        let args = Array(argv.dropFirst())
+        // `--json` anywhere before `--` asks for JSON, errors included.
+        let json = args.prefix(while: { $0 != "--" }).contains("--json")
+        return await Output.$json.withValue(json) { await dispatch(args) }
+    }
+
+    static func dispatch(_ argv: [String]) async -> Int32 {
+        var args = argv
         guard let first = args.first else {
-            printErr(topUsage)
-            return ExitCode.usage
+            return Output.fail(ExitCode.usage, "missing command", text: topUsage)
         }
         if first == "--help" || first == "-h" || first == "help" {
-            if args.count > 1, let command = commands.first(where: { $0.name == args[1] }) {
-                print(command.usage)
-            } else {
+            guard args.count > 1 else {
                 print(topUsage)
+                return ExitCode.ok
             }
+            guard let command = (commands + hiddenCommands).first(where: { $0.name == args[1] }) else {
+                return unknown("help topic", args[1])
+            }
+            print(command.usage)
             return ExitCode.ok
         }
         if first == "--version" { args[0] = "version" }
         guard let command = (commands + hiddenCommands).first(where: { $0.name == args[0] }) else {
-            printErr("edgecoder-worker: unknown command '\(printable(args[0]))'\n\n" + topUsage)
-            return ExitCode.usage
+            return unknown("command", args[0])
         }
         var arguments = Arguments(Array(args.dropFirst()))
         if arguments.flag("--help") || arguments.flag("-h") {
@@ -63,9 +71,15 @@ public enum CLI {
             try arguments.finish()
             return await instance.run()
         } catch {
-            printErr("edgecoder-worker \(command.name): \(error.message)\n\n" + command.usage)
-            return ExitCode.usage
+            return Output.fail(ExitCode.usage, error.message, text: "edgecoder-worker \(command.name): \(error.message)\n\n" + command.usage)
         }
+    }
+
+    /// An unknown command or help topic: exit 64, with the nearest command name when it looks like a typo.
+    static func unknown(_ what: String, _ name: String) -> Int32 {
+        var message = "unknown \(what) '\(printable(name))'"
+        if let near = Suggestion.closest(to: name, among: commands.map { $0.name }) { message += "; did you mean '\(near)'?" }
+        return Output.fail(ExitCode.usage, message, text: "edgecoder-worker: \(message)\n\n" + topUsage)
     }
 
     static var topUsage: String {
@@ -200,10 +214,12 @@ struct ConfigCommand: Command {
         Usage: edgecoder-worker config check [--config F] [--json]
 
         Validates a config file without starting anything. Prints every problem with
-        the key's path; exit 0 when valid, 2 when not.
+        the key's path; exit 0 when valid, 2 when not. A valid file that cannot join a
+        coordinator (coordinator.url is the example placeholder) is still valid: a
+        warning says so on stderr, and 'mode on' refuses it.
 
           --config F   the file (default $EDGECODER_WORKER_CONFIG or \(Defaults.config))
-          --json       one JSON object: {"valid": bool, "file": "...", "problems": [{"path", "message"}]}
+          --json       one JSON object: {"valid": bool, "file": "...", "problems": [{"path", "message"}], "warnings": [...]}
         """
     let path: String
     let json: Bool
@@ -220,14 +236,21 @@ struct ConfigCommand: Command {
     func run() async -> Int32 {
         // `config check` always names a file to check, so a missing one is an error.
         switch loadConfig(path: path, explicit: true) {
-        case .success:
-            let answer: JSONValue = ["valid": true, "file": .string(path), "problems": []]
-            print(json ? answer.serialized : "\(path): valid")
+        case .success(let config):
+            // A placeholder address is valid JSON and a daemon runs with it (modes off and
+            // bluetooth), so the file stays valid (exit 0); `mode on` refuses it.
+            let warnings = [CoordinatorPlaceholder.problem(config.coordinator.url)].compactMap { $0 }
+            if json {
+                Output.printJSON(["valid": true, "file": .string(path), "problems": [],
+                                  "warnings": .array(warnings.map { ["path": "coordinator.url", "message": .string($0)] })])
+            } else {
+                print("\(path): valid")
+                for warning in warnings { printErr("\(path): warning: \(warning)") }
+            }
             return ExitCode.ok
         case .failure(let failure):
             if json {
-                let answer: JSONValue = ["valid": false, "file": .string(path), "problems": failure.json]
-                print(answer.serialized)
+                Output.printJSON(["valid": false, "file": .string(path), "problems": failure.json, "warnings": []])
             } else {
                 printErr(failure.lines.joined(separator: "\n"))
             }
@@ -245,8 +268,7 @@ struct VersionCommand: Command {
     let json: Bool
     init(_ arguments: inout Arguments) throws(UsageError) { json = arguments.flag("--json") }
     func run() async -> Int32 {
-        let answer: JSONValue = ["version": .string(workerVersion)]
-        print(json ? answer.serialized : "edgecoder-worker \(workerVersion)")
+        if json { Output.printJSON(["version": .string(workerVersion)]) } else { print("edgecoder-worker \(workerVersion)") }
         return ExitCode.ok
     }
 }

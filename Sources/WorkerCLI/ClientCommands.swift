@@ -74,15 +74,15 @@ func withDaemon(_ arguments: String, _ body: (inout ControlClient) throws(Contro
     } catch {
         switch error {
         case .unavailable(let message):
-            printErr("edgecoder-worker: \(message)")
-            return ExitCode.daemonUnavailable
+            return Output.fail(ExitCode.daemonUnavailable, message, text: "edgecoder-worker: \(message)")
         case .daemon(let failure):
-            printErr(failure.code == .refused ? failure.message : "edgecoder-worker: \(failure.message)")
+            let exit: Int32
             switch failure.code {
-            case .forbidden: return ExitCode.permission
-            case .refused: return ExitCode.refused
-            default: return ExitCode.failure
+            case .forbidden: exit = ExitCode.permission
+            case .refused: exit = ExitCode.refused
+            default: exit = ExitCode.failure
             }
+            return Output.fail(exit, failure.message, text: failure.code == .refused ? failure.message : "edgecoder-worker: \(failure.message)")
         }
     }
 }
@@ -121,7 +121,7 @@ struct ModeCommand: Command {
         withDaemon(runtimeDirectory) { (client) throws(ControlClient.Failure) -> Int32 in
             let result = try client.call(target.map { .setMode($0) } ?? .getMode)
             if json {
-                print(result.serialized)
+                Output.printJSON(result)
                 return ExitCode.ok
             }
             print(result["mode"]?.stringValue ?? "unknown")
@@ -154,6 +154,11 @@ struct StatusCommand: Command {
 
         Shows the mode and why, the state of its runtime, the daemon, and any state
         file that had to be moved aside. --json prints one object (keys in docs/reference/json-output.md).
+
+        Exit codes for scripts: 0 the selected mode's work can proceed (or mode off),
+        3 the daemon runs but the mode's work is held or failing (not registered,
+        rejected, held by the power policy or the charge gate, not advertising in mode
+        bluetooth, model backend down; the reason on stderr), 69 no daemon answers.
         """
     let json: Bool
     let runtimeDirectory: String
@@ -165,9 +170,18 @@ struct StatusCommand: Command {
     func run() async -> Int32 {
         withDaemon(runtimeDirectory) { (client) throws(ControlClient.Failure) -> Int32 in
             let status = try client.call(.status)
+            let exit: Int32
+            switch StatusVerdict.of(status) {
+            case .proceeds:
+                exit = ExitCode.ok
+            case .held(let reason):
+                // The reason on stderr under --json too: stdout stays the one status object.
+                printErr("edgecoder-worker: \(reason)")
+                exit = ExitCode.refused
+            }
             if json {
-                print(status.serialized)
-                return ExitCode.ok
+                Output.printJSON(status)
+                return exit
             }
             var lines: [String] = []
             lines.append("edgecoder-worker: \(status["summary"]?.stringValue ?? "")")
@@ -276,7 +290,7 @@ struct StatusCommand: Command {
             }
             if let events = status["events"] { lines.append("events:   \(events["count"]?.intValue ?? 0) kept (edgecoder-worker events)") }
             print(lines.joined(separator: "\n"))
-            return ExitCode.ok
+            return exit
         }
     }
 }
@@ -310,7 +324,7 @@ struct EventsCommand: Command {
             let result = try client.call(.events(follow: follow, limit: limit))
             let events = result["events"]?.arrayValue ?? []
             if json && !follow {
-                print(JSONValue.object(JSONObject([("events", .array(events))])).serialized)
+                Output.printJSON(.object(JSONObject([("events", .array(events))])))
                 return ExitCode.ok
             }
             for event in events { show(event) }
@@ -324,7 +338,7 @@ struct EventsCommand: Command {
 
     func show(_ event: JSONValue) {
         if json {
-            print(event.serialized)
+            Output.printJSON(event)
         } else if let parsed = WorkerEvent.from(json: event) {
             print(parsed.line)
         }
@@ -358,7 +372,7 @@ struct TasksCommand: Command {
         withDaemon(runtimeDirectory) { (client) throws(ControlClient.Failure) -> Int32 in
             let result = try client.call(.tasks(limit: limit))
             if json {
-                print(result.serialized)
+                Output.printJSON(result)
                 return ExitCode.ok
             }
             let tasks = result["tasks"]?.arrayValue ?? []

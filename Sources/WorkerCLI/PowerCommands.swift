@@ -102,7 +102,7 @@ struct TelemetryCommand: Command {
         let reading = readTelemetryOnce(root: root, own: own, deviceType: config?.telemetry.deviceType?.deviceType)
         let telemetry = reading.telemetry
         if json {
-            print(telemetry.heartbeatJSON.serialized)
+            Output.printJSON(telemetry.heartbeatJSON)
             return ExitCode.ok
         }
         print((TelemetryCommand.describe(telemetry) + [
@@ -180,7 +180,7 @@ struct PolicyCommand: Command {
             }
             let result = try client.call(request)
             if json {
-                print(result.serialized)
+                Output.printJSON(result)
             } else {
                 for member in result.objectValue?.members ?? [] {
                     let padded = member.key + String(repeating: " ", count: max(1, 22 - member.key.count))
@@ -242,6 +242,10 @@ struct DoctorCommand: Command {
         Reads every power supply and thermal sensor itself (raw values and what they
         mean), asks the daemon for its policy and state (or reads the config when the
         daemon is not running), and explains what the policy decides and why.
+
+        Exit 0 when it found no problem, 1 when it found one (listed under "problems";
+        a host without a battery or a temperature sensor, or without Bluetooth outside
+        mode bluetooth, is advice, not a problem).
         """
     let json: Bool
     let root: String
@@ -305,8 +309,11 @@ struct DoctorCommand: Command {
         let decision = PowerDecision.decide(reading.telemetry, policy: policy, previous: nil, nowMs: 0)
         let checks = PowerDecision.checks(reading.telemetry, policy: policy, batteryLatched: decision.batteryLatched)
         for check in checks where check.holds { advice.append("\(check.reason.rawValue): \(check.reason.explanation) (\(check.detail))") }
-        if reading.supplies.isEmpty { advice.append("no power supply in \(root)sys/class/power_supply: treated as a desktop on mains") }
-        if reading.telemetry.thermalState == nil { advice.append("no temperature sensor was readable: the thermal rule cannot hold work") }
+        // What this host lacks but the worker copes with: advice, not a problem for the exit code.
+        var notes: [String] = []
+        if reading.supplies.isEmpty { notes.append("no power supply in \(root)sys/class/power_supply: treated as a desktop on mains") }
+        if reading.telemetry.thermalState == nil { notes.append("no temperature sensor was readable: the thermal rule cannot hold work") }
+        advice.append(contentsOf: notes)
 
         let stateDirectory = daemonStatus["daemon"]?["stateDirectory"]?.stringValue
             ?? environment("EDGECODER_WORKER_STATE_DIR") ?? Defaults.stateDirectory
@@ -316,6 +323,8 @@ struct DoctorCommand: Command {
         if let adapter = daemonStatus["bluetooth"]?["configuredAdapter"]?.stringValue { configuredAdapter = adapter }
         let bluetooth = await BluetoothDoctor.report(configuredAdapter: configuredAdapter)
         advice.append(contentsOf: bluetooth.advice)
+        // Bluetooth is a problem only for a daemon in mode bluetooth (or one not running).
+        if let mode = daemonStatus["mode"]?["mode"]?.stringValue, mode != Mode.bluetooth.rawValue { notes.append(contentsOf: bluetooth.advice) }
 
         let model = await DoctorCommand.modelReport(daemonStatus: daemonStatus, configured: configuredBackend)
         if let problem = model.advice { advice.append(problem) }
@@ -357,12 +366,15 @@ struct DoctorCommand: Command {
             }
         }
         report["advice"] = .array(advice.map { .string($0) })
+        let problems = advice.filter { !notes.contains($0) }
+        report["problems"] = .array(problems.map { .string($0) })
         if json {
-            print(JSONValue.object(report).serialized)
+            Output.printJSON(.object(report))
         } else {
             print(outline(.object(report)).joined(separator: "\n"))
+            print(problems.isEmpty ? "no problem found" : "\(problems.count) problem(s) found")
         }
-        return ExitCode.ok
+        return problems.isEmpty ? ExitCode.ok : ExitCode.failure
     }
 }
 

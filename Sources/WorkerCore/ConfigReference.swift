@@ -48,6 +48,9 @@ reads the characteristics' flags only when the application registers, and a clie
 at the old level must not keep a link the new one would refuse. Every other key is read by a part when it starts (the coordinator session,
 the Bluetooth peripheral, the model backend, the control socket): its running value is
 kept, and `status` lists it under `needs a restart to apply` until `systemctl restart`.
+`coordinator.url`, `coordinator.allowInsecureHttp` and `coordinator.registrationToken` are
+read when mode `on` starts: while it is stopped a reload takes them for the next start
+(this is how `edgecoder-worker enroll` points a running daemon at a coordinator).
 Each reload is an event (`config-reloaded` or `config-refused`). Under systemd the daemon
 sends `RELOADING=1` (with `MONOTONIC_USEC=`) and `READY=1` when done, so `systemctl
 reload` returns once the file is taken or refused.

@@ -28,8 +28,16 @@ public struct ConfigReloadPlan: Sendable, Equatable {
     public static func isLive(_ key: String) -> Bool { liveKeys.contains(key) || key.hasPrefix("policy.") }
 
     /// Compares the running config with the file's. Pure: the daemon applies `applied`.
-    public static func plan(running: WorkerConfig, file: WorkerConfig) -> ConfigReloadPlan {
+    /// `coordinator.url`, `allowInsecureHttp` and `registrationToken` are read when mode
+    /// `on`'s runtime starts: live while it is stopped (so that `enroll` can point a daemon
+    /// at a coordinator with a reload), waiting for a restart while it runs.
+    public static func plan(running: WorkerConfig, file: WorkerConfig, coordinatorRunning: Bool = true) -> ConfigReloadPlan {
         var applied = running
+        if !coordinatorRunning {
+            applied.coordinator.url = file.coordinator.url
+            applied.coordinator.allowInsecureHttp = file.coordinator.allowInsecureHttp
+            applied.coordinator.registrationToken = file.coordinator.registrationToken
+        }
         applied.policy = file.policy
         applied.policyKeysInFile = file.policyKeysInFile
         applied.backend.allowRemoteModelSwitch = file.backend.allowRemoteModelSwitch

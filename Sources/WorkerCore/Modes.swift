@@ -63,11 +63,15 @@ public struct ModeContext: Sendable, Equatable {
     /// Whether the host is on external power; nil when not yet known.
     public var onExternalPower: Bool?
     public var nowMs: Int64
+    /// Why mode `on` could not join any coordinator with the config in force (the example
+    /// placeholder URL), or nil: an operator's `mode on` is refused with it.
+    public var coordinatorProblem: String?
 
-    public init(runOnlyWhileCharging: Bool = false, onExternalPower: Bool? = nil, nowMs: Int64) {
+    public init(runOnlyWhileCharging: Bool = false, onExternalPower: Bool? = nil, nowMs: Int64, coordinatorProblem: String? = nil) {
         self.runOnlyWhileCharging = runOnlyWhileCharging
         self.onExternalPower = onExternalPower
         self.nowMs = nowMs
+        self.coordinatorProblem = coordinatorProblem
     }
 
     /// The charge gate of modes-and-power §2.2 is closed when the policy demands power and the
@@ -99,6 +103,11 @@ public enum ModeRules {
         let now = context.nowMs
         switch request {
         case .operatorSet(let target, let who):
+            if target == .on, let problem = context.coordinatorProblem {
+                return ModeDecision(
+                    outcome: .refused(message: problem), state: current,
+                    events: [EventDraft(kind: .modeRefused, from: current.mode, to: target, reason: "\(problem) (\(who))")])
+            }
             if target != .off && context.chargeGateClosed {
                 return ModeDecision(
                     outcome: .refused(message: chargeGateMessage), state: current,

@@ -80,7 +80,8 @@ import WorkerCore
         #expect(stats["busy"] == 292, "the rest are told why and closed: \(stats)")
         for arguments in [["mode", "bluetooth"], ["status"], ["mode", "off"], ["mode"]] {
             let (result, seconds) = try timed(daemon, arguments)
-            #expect(result.status == 0, "\(arguments): \(result.stderr)")
+            // status exits 3 while mode bluetooth cannot advertise (no adapter here): it answered.
+            #expect(result.status == 0 || (arguments == ["status"] && result.status == 3), "\(arguments): \(result.stderr)")
             #expect(seconds < 3, "\(arguments) took \(seconds) s")
         }
         #expect(try daemon.cli(["mode"]).stdout.hasPrefix("off"))

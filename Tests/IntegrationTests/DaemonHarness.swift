@@ -191,9 +191,9 @@ final class DaemonHarness {
     var stderr: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
 
     /// Runs a client subcommand against this daemon.
-    func cli(_ arguments: [String], asUser user: (uid: Int, gid: Int, groups: [Int])? = nil) throws -> CommandResult {
+    func cli(_ arguments: [String], asUser user: (uid: Int, gid: Int, groups: [Int])? = nil, timeout: TimeInterval = 20) throws -> CommandResult {
         let args = arguments + ["--runtime-dir", runtimeDirectory]
-        guard let user else { return try runCommand(workerBinary, args) }
+        guard let user else { return try runCommand(workerBinary, args, timeout: timeout) }
         let groups = user.groups.isEmpty ? ["--clear-groups"] : ["--groups", user.groups.map(String.init).joined(separator: ",")]
         return try runCommand("/usr/bin/setpriv", ["--reuid", String(user.uid), "--regid", String(user.gid)] + groups + [workerBinary] + args)
     }

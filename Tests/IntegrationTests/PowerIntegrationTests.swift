@@ -48,7 +48,8 @@ extension DaemonHarness {
         #expect(result.status == 0)
         let json = try JSON.parse(result.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
         let keys = Set(json.objectValue?.keys ?? [])
-        #expect(keys == ["onExternalPower", "batteryLevelPct", "onACPower", "batteryPct", "memoryUsagePct", "deviceType", "updatedAtMs"],
+        #expect(json.objectValue?.keys.first == "schemaVersion")
+        #expect(keys == ["schemaVersion", "onExternalPower", "batteryLevelPct", "onACPower", "batteryPct", "memoryUsagePct", "deviceType", "updatedAtMs"],
                 "unknown values (lowPowerMode, thermalState, CPU with an unchanging /proc/stat) are omitted: \(keys)")
         #expect(json["batteryPct"] == 42 && json["batteryLevelPct"] == 42)
         #expect(json["onExternalPower"] == false && json["onACPower"] == false)
@@ -177,7 +178,7 @@ extension DaemonHarness {
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let laptop = try FakeLaptop(in: dir, onMains: false, batteryPct: 10)
         let result = try runCommand(workerBinary, ["doctor", "--json", "--sysfs-root", laptop.root, "--runtime-dir", dir + "/none", "--config", dir + "/none.json"])
-        #expect(result.status == 0)
+        #expect(result.status == 1, "a battery too low for work and no daemon are problems")
         let json = try JSON.parse(result.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
         let supplies = json["power"]?["powerSupplies"]?.arrayValue ?? []
         #expect(supplies.count == 2)
@@ -186,5 +187,6 @@ extension DaemonHarness {
         let holding = (json["checks"]?.arrayValue ?? []).filter { $0["holds"] == true }.map { $0["reason"]?.stringValue }
         #expect(holding == ["battery-low"])
         #expect((json["advice"]?.arrayValue ?? []).contains { $0.stringValue?.hasPrefix("battery-low") == true })
+        #expect((json["problems"]?.arrayValue ?? []).contains { $0.stringValue?.hasPrefix("battery-low") == true })
     }
 }

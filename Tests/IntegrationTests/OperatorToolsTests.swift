@@ -1,0 +1,195 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+import Testing
+import WorkerCore
+
+/// The exit codes and JSON a script reads (docs/reference/command-line.md, Exit codes; json-output.md, Stability), run
+/// against the built binary.
+@Suite struct ScriptableExitCodes {
+    @Test func anUnknownHelpTopicOrCommandExits64WithASuggestion() throws {
+        let help = try runCommand(workerBinary, ["help", "nonexistent"])
+        #expect(help.status == 64)
+        #expect(help.stderr.contains("unknown help topic 'nonexistent'"), "\(help.stderr)")
+        let typo = try runCommand(workerBinary, ["stauts"])
+        #expect(typo.status == 64)
+        #expect(typo.stderr.contains("did you mean 'status'?"), "\(typo.stderr)")
+        let helpTypo = try runCommand(workerBinary, ["help", "doctr"])
+        #expect(helpTypo.status == 64 && helpTypo.stderr.contains("did you mean 'doctor'?"), "\(helpTypo.stderr)")
+        #expect(try runCommand(workerBinary, ["help", "status"]).status == 0)
+    }
+
+    @Test func underJSONAUsageErrorIsOneObjectOnStdout() throws {
+        let result = try runCommand(workerBinary, ["status", "--json", "--bogus"])
+        #expect(result.status == 64)
+        let answer = try JSON.parse(Array(result.stdout.utf8))
+        #expect(answer["schemaVersion"] == 1)
+        #expect(answer["error"]?["code"] == "usage")
+        #expect(answer["error"]?["message"] == "unknown option --bogus")
+        #expect(result.stderr.isEmpty, "\(result.stderr)")
+    }
+
+    @Test func statusWithoutADaemonExits69AndSaysSoInJSON() throws {
+        let result = try runCommand(workerBinary, ["status", "--json", "--runtime-dir", "/tmp/ecw-no-daemon-\(getpid())"])
+        #expect(result.status == 69)
+        let answer = try JSON.parse(Array(result.stdout.utf8))
+        #expect(answer["error"]?["code"] == "daemon-unavailable")
+        #expect(answer["error"]?["message"]?.stringValue?.contains("the daemon is not running") == true)
+        #expect(try runCommand(workerBinary, ["status", "--runtime-dir", "/tmp/ecw-no-daemon-\(getpid())"]).status == 69)
+    }
+
+    @Test func everyJSONOutputCarriesTheSchemaVersion() throws {
+        let version = try runCommand(workerBinary, ["version", "--json"])
+        #expect(try JSON.parse(Array(version.stdout.utf8))["schemaVersion"] == 1)
+        let check = try runCommand(workerBinary, ["config", "check", "--json", "--config", "/nonexistent/config.json"])
+        #expect(check.status == 2)
+        #expect(try JSON.parse(Array(check.stdout.utf8))["schemaVersion"] == 1)
+    }
+
+    @Test func configCheckWarnsAboutThePlaceholderButCallsTheFileValid() throws {
+        let example = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../Config/edgecoder-worker.json").standardized.path
+        let text = try runCommand(workerBinary, ["config", "check", "--config", example])
+        #expect(text.status == 0)
+        #expect(text.stderr.contains("warning: coordinator.url is the example placeholder"), "\(text.stderr)")
+        #expect(text.stderr.contains("edgecoder-worker enroll --coordinator URL"))
+        let json = try JSON.parse(Array(try runCommand(workerBinary, ["config", "check", "--json", "--config", example]).stdout.utf8))
+        #expect(json["valid"] == true)
+        #expect(json["warnings"]?.arrayValue?.first?["path"] == "coordinator.url")
+    }
+
+    @Test func statusExits0InModeOffAnd3WhenModeOnCannotProceed() throws {
+        let daemon = try DaemonHarness(config: #"{"coordinator": {"url": "http://127.0.0.1:9"}, "backend": {"url": "http://127.0.0.1:9"}}"#)
+        try daemon.start()
+        let off = try daemon.cli(["status", "--json"])
+        #expect(off.status == 0, "\(off.stderr)")
+        #expect(try JSON.parse(Array(off.stdout.utf8))["schemaVersion"] == 1)
+        #expect(try daemon.cli(["mode", "on"]).status == 0)
+        let held = try daemon.cli(["status"])
+        #expect(held.status == 3)
+        #expect(held.stderr.hasPrefix("edgecoder-worker: "), "the reason on stderr: \(held.stderr)")
+        #expect(held.stdout.contains("mode:     on"))
+        _ = try daemon.stop()
+    }
+}
+
+/// `mode on` and the example placeholder (docs/operating/coordinator.md, Quick start).
+@Suite struct PlaceholderCoordinator {
+    @Test func modeOnIsRefusedWithTheHintToEnroll() throws {
+        let daemon = try DaemonHarness(config: #"{"coordinator": {"url": "https://coordinator.example"}}"#)
+        try daemon.start()
+        let refused = try daemon.cli(["mode", "on"])
+        #expect(refused.status == 3)
+        #expect(refused.stderr.contains("coordinator.url is the example placeholder https://coordinator.example"), "\(refused.stderr)")
+        #expect(refused.stderr.contains("edgecoder-worker enroll --coordinator URL"))
+        let json = try daemon.cli(["mode", "on", "--json"])
+        #expect(json.status == 3)
+        #expect(try JSON.parse(Array(json.stdout.utf8))["error"]?["code"] == "refused")
+        #expect(try daemon.cli(["mode"]).stdout.hasPrefix("off"))
+        #expect(try daemon.cli(["mode", "bluetooth"]).status == 0, "only mode on needs a coordinator")
+        _ = try daemon.stop()
+    }
+}
+
+/// `enroll` end to end: the real binary, the dev coordinator, a real daemon.
+@Suite(.serialized) struct EnrollEndToEnd {
+    /// The dev coordinator on a free loopback port, and its URL.
+    final class DevCoordinator {
+        let process = Process()
+        let url: String
+        init(_ arguments: [String]) throws {
+            let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../DevCoordinator/dev_coordinator.py").standardized.path
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+            process.arguments = [script, "--port", "0"] + arguments
+            let out = Pipe()
+            process.standardOutput = out
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            var line: [UInt8] = []
+            var byte: UInt8 = 0
+            while read(out.fileHandleForReading.fileDescriptor, &byte, 1) == 1, byte != 0x0A { line.append(byte) }
+            let text = String(decoding: line, as: UTF8.self)
+            guard let start = text.range(of: "http://") else { throw HarnessError("dev coordinator said: \(text)") }
+            url = String(text[start.lowerBound...])
+        }
+        deinit {
+            kill(process.processIdentifier, SIGTERM)
+            waitForExit(process, seconds: 5)
+        }
+    }
+
+    static let exampleLike = """
+        {
+          "coordinator": {
+            "url": "https://coordinator.example",
+            "heartbeatIntervalMs": 1000,
+            "pullIntervalMs": 500
+          },
+          "log": { "level": "info" }
+        }
+
+        """
+
+    @Test func enrollsWithATokenFromStdinAndRegisters() throws {
+        let token = "tok-\(UUID().uuidString)"
+        let coordinator = try DevCoordinator(["--registration-token", token])
+        let daemon = try DaemonHarness(config: Self.exampleLike)
+        let credentials = daemon.root + "/credentials"
+        try FileManager.default.createDirectory(atPath: credentials, withIntermediateDirectories: true)
+        try daemon.start(extraEnvironment: ["CREDENTIALS_DIRECTORY": credentials])
+        let credential = credentials + "/registration-token"
+        let script = "printf '%s\\n' \"$TOKEN\" | \"$BIN\" enroll --coordinator \"$URL\" --token-stdin --on --timeout 30 --config \"$CONFIG\" --credential \"$CRED\" --runtime-dir \"$RUN\""
+        let result = try runCommand("/bin/sh", ["-c", script], environment: [
+            "TOKEN": token, "BIN": workerBinary, "URL": coordinator.url, "CONFIG": daemon.configPath, "CRED": credential, "RUN": daemon.runtimeDirectory,
+        ], timeout: 60)
+        #expect(result.status == 0, "\(result.stdout)\n\(result.stderr)\n\(daemon.stderr)")
+        #expect(result.stdout.contains("registered with \(coordinator.url)"), "\(result.stdout)")
+
+        // The token only in the credential file, 0600; never in the output or the daemon's log.
+        #expect(try String(contentsOfFile: credential, encoding: .utf8) == token + "\n")
+        var info = stat()
+        #expect(stat(credential, &info) == 0 && info.st_mode & 0o777 == 0o600)
+        #expect(!result.stdout.contains(token) && !result.stderr.contains(token) && !daemon.stderr.contains(token))
+        // Every other key as it was, in its place.
+        let config = try String(contentsOfFile: daemon.configPath, encoding: .utf8)
+        #expect(config == Self.exampleLike.replacing("https://coordinator.example", with: coordinator.url))
+
+        let status = try daemon.cli(["status", "--json"])
+        let json = try JSON.parse(Array(status.stdout.utf8))
+        #expect(json["coordinator"]?["registered"] == true)
+        #expect(json["mode"]?["mode"] == "on")
+        // No model server answers here: the mode's work cannot proceed.
+        #expect(status.status == 3, "\(status.stderr)")
+        #expect(status.stderr.contains("model"), "\(status.stderr)")
+        _ = try daemon.stop()
+        #expect(try daemon.cli(["status"]).status == 69)
+    }
+
+    @Test func aWrongTokenEndsWithTheCoordinatorsReason() throws {
+        let coordinator = try DevCoordinator(["--registration-token", "right"])
+        let daemon = try DaemonHarness(config: Self.exampleLike)
+        let credentials = daemon.root + "/credentials"
+        try FileManager.default.createDirectory(atPath: credentials, withIntermediateDirectories: true)
+        try daemon.start(extraEnvironment: ["CREDENTIALS_DIRECTORY": credentials])
+        try "wrong\n".write(toFile: daemon.root + "/token", atomically: true, encoding: .utf8)
+        let result = try daemon.cli(["enroll", "--coordinator", coordinator.url, "--token-file", daemon.root + "/token", "--on", "--timeout", "20",
+                                     "--config", daemon.configPath, "--credential", credentials + "/registration-token"], timeout: 40)
+        #expect(result.status != 0)
+        #expect(result.stderr.contains("registration_token_invalid"), "\(result.stdout)\n\(result.stderr)")
+        _ = try daemon.stop()
+    }
+
+    @Test func refusesCleartextToARemoteHostAndAnUnreachableCoordinatorWithoutChangingAnything() throws {
+        let daemon = try DaemonHarness(config: Self.exampleLike)
+        let cleartext = try runCommand(workerBinary, ["enroll", "--coordinator", "http://192.0.2.1", "--config", daemon.configPath, "--credential", daemon.root + "/c"])
+        #expect(cleartext.status == 64)
+        #expect(cleartext.stderr.contains("unencrypted"), "\(cleartext.stderr)")
+        let unreachable = try runCommand(workerBinary, ["enroll", "--coordinator", "http://127.0.0.1:9", "--config", daemon.configPath, "--credential", daemon.root + "/c"])
+        #expect(unreachable.status == 1)
+        #expect(unreachable.stderr.contains("not reachable"), "\(unreachable.stderr)")
+        #expect(try String(contentsOfFile: daemon.configPath, encoding: .utf8) == Self.exampleLike)
+        #expect(!FileManager.default.fileExists(atPath: daemon.root + "/c"))
+        let argv = try runCommand(workerBinary, ["enroll", "--coordinator", "http://127.0.0.1:9", "--token", "x"])
+        #expect(argv.status == 64, "no token on the command line")
+    }
+}

@@ -1,0 +1,141 @@
+import Testing
+@testable import WorkerCore
+
+@Suite struct StatusVerdictRules {
+    static func status(mode: String, runtime: String = "running", registered: Bool = true, rejection: String? = nil,
+                       allowed: Bool = true, gate: String = "open", advertising: Bool = false, modelState: String = "ready") -> JSONValue {
+        var coordinator = JSONObject([("registered", .bool(registered))])
+        if let rejection { coordinator["rejection"] = .string(rejection) }
+        return [
+            "mode": ["mode": .string(mode), "runtime": ["state": .string(runtime), "reason": "why"]],
+            "power": ["chargeGate": .string(gate), "decision": ["allowed": .bool(allowed), "reason": "battery-low"]],
+            "coordinator": .object(coordinator),
+            "bluetooth": ["advertising": .bool(advertising)],
+            "backend": ["modelState": .string(modelState), "detail": "d"],
+        ]
+    }
+
+    @Test func modeOffProceedsWhateverElseIsTrue() {
+        #expect(StatusVerdict.of(Self.status(mode: "off", runtime: "idle", registered: false, allowed: false)) == .proceeds)
+    }
+
+    @Test func modeOnProceedsOnlyWhenRegisteredAndAllowed() {
+        #expect(StatusVerdict.of(Self.status(mode: "on")) == .proceeds)
+        #expect(StatusVerdict.of(Self.status(mode: "on", registered: false)) == .held("not registered with the coordinator"))
+        #expect(StatusVerdict.of(Self.status(mode: "on", registered: false, rejection: "banned")) == .held("rejected by the coordinator: banned"))
+        #expect(StatusVerdict.of(Self.status(mode: "on", allowed: false)) == .held("new work held: battery-low"))
+        #expect(StatusVerdict.of(Self.status(mode: "on", runtime: "blocked")) == .held("mode on is not running: why"))
+        #expect(StatusVerdict.of(Self.status(mode: "on", gate: "blocked: connect power to start")) == .held("charge gate blocked: connect power to start"))
+    }
+
+    @Test func aModelBackendThatIsDownHoldsTheWork() {
+        #expect(StatusVerdict.of(Self.status(mode: "on", modelState: "unreachable")) == .held("model backend unreachable: d"))
+        #expect(StatusVerdict.of(Self.status(mode: "on", modelState: "loading")) == .proceeds)
+    }
+
+    @Test func modeBluetoothProceedsOnlyWhileAdvertising() {
+        #expect(StatusVerdict.of(Self.status(mode: "bluetooth", registered: false, advertising: true)) == .proceeds)
+        #expect(StatusVerdict.of(Self.status(mode: "bluetooth", registered: false, advertising: false)) == .held("not advertising over Bluetooth"))
+    }
+}
+
+@Suite struct CommandSuggestions {
+    @Test(arguments: [("stauts", "status"), ("doctr", "doctor"), ("enrol", "enroll"), ("MODE", "mode"), ("polcy", "policy")])
+    func suggestsTheNearestCommandForATypo(typed: String, meant: String) {
+        #expect(Suggestion.closest(to: typed, among: ["run", "mode", "status", "doctor", "enroll", "policy"]) == meant)
+    }
+
+    @Test func suggestsNothingForAWordFarFromEveryCommand() {
+        #expect(Suggestion.closest(to: "nonexistent", among: ["run", "mode", "status", "doctor"]) == nil)
+        #expect(Suggestion.closest(to: "xy", among: ["run", "mode"]) == nil)
+    }
+
+    @Test func measuresEditDistance() {
+        #expect(Suggestion.editDistance("kitten", "sitting") == 3)
+        #expect(Suggestion.editDistance("", "abc") == 3)
+        #expect(Suggestion.editDistance("same", "same") == 0)
+    }
+}
+
+@Suite struct CoordinatorPlaceholderDetection {
+    @Test(arguments: ["https://coordinator.example", "https://coordinator.example/", "https://x.EXAMPLE:8443/path", "http://example"])
+    func recognisesTheReservedExampleName(url: String) {
+        #expect(CoordinatorPlaceholder.problem(url)?.contains("edgecoder-worker enroll --coordinator URL") == true)
+    }
+
+    @Test(arguments: ["https://coordinator.example.com", "http://127.0.0.1:4301", "https://swarm.edgecoder.io"])
+    func acceptsARealAddress(url: String) {
+        #expect(CoordinatorPlaceholder.problem(url) == nil)
+    }
+
+    @Test func anOperatorsModeOnIsRefusedWithThePlaceholder() {
+        let off = ModeState(mode: .off, sinceMs: 0, reason: "start", downgraded: false)
+        let problem = CoordinatorPlaceholder.problem("https://coordinator.example")
+        let context = ModeContext(nowMs: 5, coordinatorProblem: problem)
+        let decision = ModeRules.decide(.operatorSet(.on, by: "root"), current: off, context: context)
+        #expect(decision.outcome == .refused(message: problem!))
+        #expect(decision.state == off)
+        #expect(decision.events.first?.kind == .modeRefused)
+        #expect(ModeRules.decide(.operatorSet(.bluetooth, by: "root"), current: off, context: context).outcome == .changed)
+    }
+}
+
+@Suite struct CoordinatorURLEdit {
+    func edit(_ text: String, _ url: String = "https://swarm.test") throws -> String {
+        String(decoding: try ConfigEdit.settingCoordinatorURL(Array(text.utf8), to: url), as: UTF8.self)
+    }
+
+    @Test func replacesTheValueAndKeepsTheRestOfTheFileByteForByte() throws {
+        let text = """
+            {
+              "coordinator": {
+                "heartbeatIntervalMs": 15000,
+                "url": "https://coordinator.example",
+                "gapGuard": true
+              },
+              "network": { "pathLossGraceMs": 1500, "url": "not this one" }
+            }
+
+            """
+        #expect(try edit(text) == text.replacing( "\"https://coordinator.example\"", with: "\"https://swarm.test\""))
+    }
+
+    @Test func addsTheKeyFirstInCoordinatorWhenItIsMissing() throws {
+        #expect(try edit(#"{"coordinator": {"gapGuard": true}, "log": {}}"#) == #"{"coordinator": {"url": "https://swarm.test", "gapGuard": true}, "log": {}}"#)
+        #expect(try edit(#"{"coordinator": {}}"#) == #"{"coordinator": {"url": "https://swarm.test"}}"#)
+    }
+
+    @Test func addsCoordinatorFirstInTheFileWhenItIsMissing() throws {
+        #expect(try edit("{\n  \"log\": {\"level\": \"info\"}\n}\n") == "{\n  \"coordinator\": {\"url\": \"https://swarm.test\"},\n  \"log\": {\"level\": \"info\"}\n}\n")
+        #expect(try edit("{}") == #"{"coordinator": {"url": "https://swarm.test"}}"#)
+    }
+
+    @Test func escapesTheURLAsAJSONString() throws {
+        #expect(try edit(#"{"coordinator": {"url": "a"}}"#, #"https://h/p?q="x""#) == #"{"coordinator": {"url": "https://h/p?q=\"x\""}}"#)
+    }
+
+    @Test func skipsStringsThatLookLikeKeysAndNestedObjects() throws {
+        let text = #"{"a": {"coordinator": {"url": "no"}}, "b": "\"coordinator\": {", "coordinator": {"x": {"url": "no"}, "url": "old"}}"#
+        #expect(try edit(text) == text.replacing( #""url": "old""#, with: #""url": "https://swarm.test""#))
+    }
+
+    @Test func refusesAFileThatIsNotAnObjectOrNotJSON() {
+        #expect(throws: ConfigEdit.Failure.self) { try edit("[1]") }
+        #expect(throws: ConfigEdit.Failure.self) { try edit("{") }
+        #expect(throws: ConfigEdit.Failure.self) { try edit(#"{"coordinator": 5}"#) }
+    }
+}
+
+@Suite struct CoordinatorKeysOnReload {
+    @Test func theCoordinatorsAddressIsTakenWhileModeOnIsStoppedAndWaitsWhileItRuns() throws {
+        let running = try WorkerConfig.parse(Array(#"{"coordinator": {"url": "https://coordinator.example"}}"#.utf8))
+        let file = try WorkerConfig.parse(Array(#"{"coordinator": {"url": "https://swarm.test"}}"#.utf8))
+        let stopped = ConfigReloadPlan.plan(running: running, file: file, coordinatorRunning: false)
+        #expect(stopped.applied.coordinator.url == "https://swarm.test")
+        #expect(stopped.appliedKeys == ["coordinator.url"])
+        #expect(stopped.restartKeys.isEmpty)
+        let live = ConfigReloadPlan.plan(running: running, file: file, coordinatorRunning: true)
+        #expect(live.applied.coordinator.url == "https://coordinator.example")
+        #expect(live.restartKeys == ["coordinator.url"])
+    }
+}
