@@ -189,7 +189,8 @@ class Worker:
             args = ["unshare", "-m", "--propagation", "private", "sh", "-c",
                     f'mount -t tmpfs -o size={state_tmpfs_bytes},mode=0750 ecw-state "$0" && exec "$@"', f"{self.dir}/state"] + args
         self.process = subprocess.Popen(args, stderr=self.log, env={**os.environ, **(env or {})})
-        wait_for(lambda: self.cli("status").returncode == 0, timeout=10)
+        # 0: its work proceeds (or mode off), 3: it answers but holds (not yet registered, …)
+        wait_for(lambda: self.cli("status").returncode in (0, 3), timeout=10)
 
     def cli(self, *args):
         return subprocess.run([BINARY, *args, "--runtime-dir", f"{self.dir}/run"], capture_output=True, text=True)
