@@ -175,3 +175,43 @@ import Testing
         #expect(throws: ConfigError.self) { try WorkerConfig.parse(Array(#"{"backend": {"allowRemoteModelSwitch": "yes"}}"#.utf8)) }
     }
 }
+
+/// Hardening #26 rows 1 and 10: what holds a switch, and what a session remembers.
+@Suite struct ModelSwitchHoldTests {
+    @Test(arguments: [
+        (HoldReason.batteryLow as HoldReason?, LocalHoldReason.metered as LocalHoldReason?, true, ModelSwitchHold.power(.batteryLow) as ModelSwitchHold?),
+        (nil, .metered, true, .host(.metered)),
+        (nil, .hostSleeping, false, .host(.hostSleeping)),
+        (nil, nil, true, .chargeGate),
+        (nil, nil, false, nil),
+    ])
+    func aSwitchWaitsOnEveryHoldTheWorkLoopObeysPowerFirst(power: HoldReason?, host: LocalHoldReason?, gate: Bool, expected: ModelSwitchHold?) {
+        #expect(ModelSwitchHold.first(power: power, host: host, chargeGateClosed: gate) == expected)
+    }
+
+    @Test func theHeldMessageNamesTheHold() {
+        #expect(ModelSwitchHold.host(.metered).message.contains("metered"))
+        #expect(ModelSwitchHold.host(.hostSleeping).message.contains("host-sleeping"))
+        #expect(ModelSwitchHold.power(.thermal).message.contains("power policy"))
+        #expect(ModelSwitchHold.chargeGate.message.contains("not-charging"))
+    }
+
+    @Test func anInterruptedSwitchIsFinalNotInProgress() {
+        let status = ModelSwitchStatus(phase: .interrupted, model: "m", rolloutID: nil, message: "x", sinceMs: 0)
+        #expect(!status.inProgress)
+        #expect(status.json["phase"] == "interrupted")
+    }
+
+    @Test func recentKeysForgetTheOldestBeyondTheLimit() {
+        var keys = RecentKeys<Bool>(limit: 3)
+        for key in ["a", "b", "c", "d"] { keys.insert(key) }
+        #expect(keys.count == 3)
+        #expect(!keys.contains("a"))
+        keys.insert("b")  // now the newest
+        keys.insert("e")
+        #expect(keys.contains("b") && !keys.contains("c"))
+        keys["d"] = nil
+        #expect(keys.count == 2)
+        #expect(RecentKeys<Int>().limit == 64)
+    }
+}
