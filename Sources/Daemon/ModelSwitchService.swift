@@ -38,7 +38,8 @@ struct ModelSwitcher: Sendable {
         }
         let reporter = SwitchReporter(link: link, throttle: ProgressThrottle(intervalMs: progressIntervalMs), clock: clock)
         let nowMs = clock.wallMs()
-        switch request.plan(allowed: await daemon.allowsRemoteModelSwitch, backend: config.backend.kind) {
+        switch request.plan(allowed: await daemon.allowsRemoteModelSwitch, backend: config.backend.kind,
+                                   allowedRegistries: config.backend.allowedModelRegistries) {
         case .refuse(let reason):
             logger.warning("refused the coordinator's model switch to \(request.model.map { printable($0) } ?? "?"): \(reason)")
             await daemon.updateModelSwitch(ModelSwitchStatus(phase: .refused, model: request.model, rolloutID: request.rolloutID,

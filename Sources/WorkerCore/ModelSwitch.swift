@@ -51,7 +51,9 @@ public struct ModelSwitchRequest: Sendable, Equatable {
     }
 
     /// The one decision: allowed on this host, an Ollama backend, a usable model name.
-    public func plan(allowed: Bool, backend: WorkerConfig.BackendKind) -> Plan {
+    /// `allowedRegistries`: the registry hosts `backend.allowedModelRegistries` lets a
+    /// coordinator name; none by default (hardening #26 row 3).
+    public func plan(allowed: Bool, backend: WorkerConfig.BackendKind, allowedRegistries: [String] = []) -> Plan {
         guard allowed else { return .refuse(ModelSwitchRequest.notAllowed) }
         guard provider == "ollama-local" else {
             return .refuse("provider \(provider) is not supported: this worker switches Ollama models only (ollama-local)")
@@ -61,12 +63,36 @@ public struct ModelSwitchRequest: Sendable, Equatable {
         }
         guard let model else { return .refuse("the request names no model") }
         if let problem = ModelSwitchRequest.modelNameProblem(model) { return .refuse("model name \(problem)") }
+        if model.contains("://") {
+            return .refuse("model name \"\(printable(model))\" carries a URL scheme: name the model as Ollama does ([host/]namespace/model[:tag])")
+        }
+        if let host = ModelSwitchRequest.registryHost(of: model), !allowedRegistries.contains(host.lowercased()) {
+            return .refuse("model name \"\(printable(model))\" names the registry \(printable(host)): this worker pulls only from the model server's default registry unless the host is listed in backend.allowedModelRegistries")
+        }
         return autoInstall ? .pull(model: model) : .switchInstalled(model: model)
     }
 
     /// Why a switch is refused when the permission is off (at the start, or turned off
     /// while the switch waits or pulls).
     public static let notAllowed = "remote model switch is off on this worker: set backend.allowRemoteModelSwitch true in its config, or run `edgecoder-worker policy set allowRemoteModelSwitch true` on the host"
+
+    /// The registry host a model name carries, lowercased; nil for the default registry.
+    /// Docker's reference grammar reads a first component with a `.` or `:`, `localhost`,
+    /// or capitals as a host; Ollama reads any first of three components as one
+    /// (`host/namespace/model`). Either way, the model server would fetch from there.
+    public static func registryHost(of name: String) -> String? {
+        let components = name.split(separator: "/", omittingEmptySubsequences: false)
+        guard components.count > 1, let first = components.first else { return nil }
+        let docker = first.contains(".") || first.contains(":") || first == "localhost" || first.contains(where: \.isUppercase)
+        return docker || components.count > 2 ? first.lowercased() : nil
+    }
+
+    /// Whether `text` reads as a registry host for `backend.allowedModelRegistries`:
+    /// a host name or address with an optional port, no scheme, no path.
+    public static func isRegistryHost(_ text: String) -> Bool {
+        !text.isEmpty && text.utf8.count <= 253 && !text.hasPrefix(":") && !text.hasSuffix(":")
+            && text.unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || ".-_:[]".unicodeScalars.contains($0)) }
+    }
 
     /// Ollama model names: `[namespace/]model[:tag]`, printable, no spaces. The name is
     /// sent to the model server and written to the state directory, so it is bounded.

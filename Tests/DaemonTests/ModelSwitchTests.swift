@@ -54,7 +54,10 @@ import WorkerCore
         bed.transport.script("/api/pull", .json(200, Self.pull))
         await bed.daemon.updateReading(Self.reading(battery: 10, mains: false), monotonicMs: 0)
         bed.start()
-        await eventually("the switch to wait for the policy") { await bed.daemon.modelSwitch?.phase == .held }
+        // Status shows the phase before the coordinator is told: wait for both.
+        await eventually("the switch to wait for the policy") {
+            await bed.daemon.modelSwitch?.phase == .held && bed.transport.calls(to: status).count == 2
+        }
         #expect(bed.transport.calls(to: status).compactMap { $0.body?["phase"]?.stringValue } == ["starting", "held"])
         #expect(await bed.daemon.statusJSON()["backend"]?["modelSwitch"]?["inProgress"] == true)
         bed.clock.advance(by: CoordinatorBed.pullMs)
@@ -106,7 +109,9 @@ import WorkerCore
         metered.meteredRaw = 1
         await bed.daemon.updateHost(metered)
         bed.start()
-        await eventually("the switch to wait for the metered connection") { await bed.daemon.modelSwitch?.phase == .held }
+        await eventually("the switch to wait for the metered connection") {
+            await bed.daemon.modelSwitch?.phase == .held && bed.transport.calls(to: status).count == 2
+        }
         #expect(await bed.daemon.modelSwitch?.message.contains("metered") == true)
         #expect(bed.transport.calls(to: status).last?.body?["message"]?.stringValue?.contains("metered") == true)
         bed.clock.advance(by: CoordinatorBed.pullMs)

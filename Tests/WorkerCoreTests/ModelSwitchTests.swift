@@ -215,3 +215,31 @@ import Testing
         #expect(RecentKeys<Int>().limit == 64)
     }
 }
+
+/// Hardening #26 row 3: a coordinator names no registry host unless the operator allows it.
+@Suite struct ModelRegistryTests {
+    static func plan(_ model: String) -> ModelSwitchRequest.Plan {
+        ModelSwitchRequest(rolloutID: nil, provider: "ollama-local", model: model, autoInstall: true, key: "k").plan(allowed: true, backend: .ollama)
+    }
+
+    @Test(arguments: ["10.66.66.66:5000/internal/model:latest", "registry.example.com/ns/model", "localhost/model",
+                      "localhost:5000/m:1b", "hf.co/someone/model-GGUF:Q4_K_M", "[::1]:5000/m", "Registry/ns/model",
+                      "myregistry/ns/model:tag", "https://registry.example.com/m", "http://10.0.0.1/m"])
+    func byDefaultAModelNameWithARegistryHostIsRefused(model: String) {
+        guard case .refuse(let why) = Self.plan(model) else { Issue.record("not refused: \(model)"); return }
+        #expect(why.contains("backend.allowedModelRegistries") || why.contains("scheme"), "\(why)")
+    }
+
+    @Test(arguments: ["qwen2.5-coder:7b", "llama3.1:70b", "library/llama3:8b", "someone/model:q4", "m", "a.b:1.5b"])
+    func namesOnTheDefaultRegistryAreAccepted(model: String) {
+        #expect(Self.plan(model) == .pull(model: model))
+    }
+
+    @Test func aRegistryTheOperatorListsIsAllowedAndOnlyThatOne() {
+        let request = ModelSwitchRequest(rolloutID: nil, provider: "ollama-local", model: "Registry.Example.com:5000/ns/m:1b", autoInstall: true, key: "k")
+        #expect(request.plan(allowed: true, backend: .ollama, allowedRegistries: ["registry.example.com:5000"]) == .pull(model: "Registry.Example.com:5000/ns/m:1b"))
+        guard case .refuse = request.plan(allowed: true, backend: .ollama, allowedRegistries: ["registry.example.com"]) else {
+            Issue.record("another port is another registry"); return
+        }
+    }
+}
