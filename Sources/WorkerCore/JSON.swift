@@ -83,7 +83,31 @@ public struct JSONObject: Sendable, Equatable {
         return members.firstIndex(where: { $0.key == key })
     }
 
-    /// Appends a member whose key the caller knows is absent (the parser checked it).
+    /// Appends a member unless its key is already there (then false, nothing changed):
+    /// the parser's one look-up per member, before its value is read; the value is
+    /// `null` until `setLastValue`.
+    mutating func appendIfAbsent(_ key: String) -> Bool {
+        if index != nil {
+            // One hash: the insertion says whether the key was there.
+            if let previous = index!.updateValue(members.count, forKey: key) {
+                index![key] = previous
+                return false
+            }
+            members.append(Member(key: key, value: .null))
+            return true
+        }
+        if members.contains(where: { $0.key == key }) { return false }
+        members.append(Member(key: key, value: .null))
+        if members.count >= Self.indexThreshold { rebuildIndex() }
+        return true
+    }
+
+    /// Sets the value of the last member (the one `appendIfAbsent` added).
+    mutating func setLastValue(_ value: JSONValue) {
+        members[members.count - 1].value = value
+    }
+
+    /// Appends a member whose key the caller knows is absent.
     mutating func appendNew(_ key: String, _ value: JSONValue) {
         members.append(Member(key: key, value: value))
         if index != nil {
@@ -289,14 +313,13 @@ struct JSONParser {
             let keyOffset = index
             let key = try parseString()
             // The first duplicate is refused where its key starts, before its value is read.
-            if object.position(of: key) != nil { throw fail(.duplicateKey(key), at: keyOffset) }
+            if !object.appendIfAbsent(key) { throw fail(.duplicateKey(key), at: keyOffset) }
             skipWhitespace()
             guard index < bytes.count else { throw fail(.unexpectedEnd) }
             guard bytes[index] == UInt8(ascii: ":") else { throw fail(.unexpectedByte(bytes[index])) }
             index += 1
             skipWhitespace()
-            let value = try parseValue()
-            object.appendNew(key, value)
+            object.setLastValue(try parseValue())
             skipWhitespace()
             guard index < bytes.count else { throw fail(.unexpectedEnd) }
             switch bytes[index] {
