@@ -88,6 +88,9 @@ public struct JSONObject: Sendable, Equatable {
     /// `null` until `setLastValue`.
     mutating func appendIfAbsent(_ key: String) -> Bool {
         if index != nil {
+            // Growing fourfold: a resize hashes every key again, the bulk of a large
+            // object's cost when the table only doubled.
+            if index!.count >= index!.capacity { index!.reserveCapacity(index!.count * 4) }
             // One hash: the insertion says whether the key was there.
             if let previous = index!.updateValue(members.count, forKey: key) {
                 index![key] = previous
@@ -119,7 +122,7 @@ public struct JSONObject: Sendable, Equatable {
 
     private mutating func rebuildIndex() {
         guard members.count >= Self.indexThreshold else { index = nil; return }
-        var built = [String: Int](minimumCapacity: members.count)
+        var built = [String: Int](minimumCapacity: members.count * 4)
         for (i, member) in members.enumerated() { built[member.key] = i }
         index = built
     }
