@@ -30,10 +30,10 @@ actor CoordinatorLink {
     var pendingSwitch: ModelSwitchRequest?
     /// The key of the switch being carried out; one at a time.
     var runningSwitch: String?
-    /// Outcomes whose ack the coordinator has not taken yet, by request key.
-    var switchOutcomes: [String: (ok: Bool, error: String?)] = [:]
-    /// Requests acknowledged in this session: never carried out twice.
-    var acknowledgedSwitches: Set<String> = []
+    /// Outcomes whose ack the coordinator has not taken yet, by request key (the last 64).
+    var switchOutcomes = RecentKeys<(ok: Bool, error: String?)>()
+    /// Requests acknowledged in this session: never carried out twice (the last 64).
+    var acknowledgedSwitches = RecentKeys<Bool>()
     /// Results the coordinator took whose outbox file could not be removed yet: never
     /// posted again by this session, only removed again.
     private(set) var deliveredNotRemoved: Set<String> = []

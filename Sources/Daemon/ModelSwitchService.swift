@@ -38,7 +38,8 @@ struct ModelSwitcher: Sendable {
         }
         let reporter = SwitchReporter(link: link, throttle: ProgressThrottle(intervalMs: progressIntervalMs), clock: clock)
         let nowMs = clock.wallMs()
-        switch request.plan(allowed: await daemon.allowsRemoteModelSwitch, backend: config.backend.kind) {
+        switch request.plan(allowed: await daemon.allowsRemoteModelSwitch, backend: config.backend.kind,
+                                   allowedRegistries: config.backend.allowedModelRegistries) {
         case .refuse(let reason):
             logger.warning("refused the coordinator's model switch to \(request.model.map { printable($0) } ?? "?"): \(reason)")
             await daemon.updateModelSwitch(ModelSwitchStatus(phase: .refused, model: request.model, rolloutID: request.rolloutID,
@@ -62,48 +63,90 @@ struct ModelSwitcher: Sendable {
         await show(.starting, "preparing to switch to \(model)")
         await reporter.post(phase: "starting", message: "preparing to switch to \(model)", progressPct: nil, force: true)
 
-        // A pull downloads gigabytes and keeps the disk and network busy: the power policy
-        // holds it as it holds work. Once started, it runs to the end, as a task does.
-        var announced: HoldReason?
-        while let held = await daemon.currentHold {
+        // A pull downloads gigabytes and keeps the disk and network busy: it waits on every
+        // hold the work loop obeys (the power policy, a metered connection, a suspend, the
+        // charge gate), and the permission is read again after each wait (hardening #26
+        // rows 1 and 2). Once started, it runs to the end unless the permission is
+        // turned off or the session ends.
+        var announced: ModelSwitchHold?
+        while true {
+            guard await daemon.allowsRemoteModelSwitch else { return await refuseNow(request, model: model, started: started, reporter: reporter) }
+            guard let held = await daemon.modelSwitchHold else { break }
             if held != announced {
                 announced = held
-                let message = "waiting: the power policy holds new work (\(held.rawValue))"
-                logger.notice("model switch to \(model) \(message)")
-                await show(.held, message)
-                await reporter.post(phase: "held", message: message, progressPct: nil, force: true)
+                logger.notice("model switch to \(model) \(held.message)")
+                await show(.held, held.message)
+                await reporter.post(phase: "held", message: held.message, progressPct: nil, force: true)
             }
-            do { try await clock.sleep(milliseconds: holdPollMs) } catch { return }
+            do { try await clock.sleep(milliseconds: holdPollMs) } catch {
+                return await interrupted(request, model: model, started: started, reporter: reporter)
+            }
         }
 
         let puller = backend.puller
-        do throws(ModelError) {
+        do {
             if pull {
                 await show(.pulling, "pulling \(model)")
                 let daemon = self.daemon
-                try await puller.pull(model) { progress in
-                    let message = progress.message(model: model)
-                    await daemon.updateModelSwitch(ModelSwitchStatus(phase: .pulling, model: model, rolloutID: request.rolloutID,
-                                                                     message: message, progressPct: progress.percent, sinceMs: started))
-                    await reporter.post(phase: "pulling_model", message: message, progressPct: progress.percent, force: false)
+                let stillAllowed = try await whileAllowed {
+                    try await puller.pull(model) { progress in
+                        let message = progress.message(model: model)
+                        await daemon.updateModelSwitch(ModelSwitchStatus(phase: .pulling, model: model, rolloutID: request.rolloutID,
+                                                                         message: message, progressPct: progress.percent, sinceMs: started))
+                        await reporter.post(phase: "pulling_model", message: message, progressPct: progress.percent, force: false)
+                    }
                 }
+                guard stillAllowed else { return await refuseNow(request, model: model, started: started, reporter: reporter) }
                 await reporter.flush()
             } else if try await !puller.isInstalled(model) {
                 throw ModelError(.modelNotFound, "model \(model) is not on the Ollama server at \(puller.root) and the request says autoInstall false")
             }
-        } catch {
-            if error.kind == .cancelled { return }
+        } catch let error as ModelError where error.kind != .cancelled && !Task.isCancelled {
             logger.error("model switch to \(model) failed: \(error.message)")
             await show(.failed, error.message)
             await reporter.post(phase: "error", message: error.message, progressPct: nil, force: true)
             await finish(request, ok: false, error: error.message)
             return
+        } catch {
+            return await interrupted(request, model: model, started: started, reporter: reporter)
         }
+        guard await daemon.allowsRemoteModelSwitch else { return await refuseNow(request, model: model, started: started, reporter: reporter) }
         await show(.switching, "switching to \(model)")
         await daemon.switchModel(to: model, rolloutID: request.rolloutID)
         await show(.done, "running \(model)", pull ? 100 : nil)
         await reporter.post(phase: "done", message: "model switch complete: running \(model)", progressPct: pull ? 100 : nil, force: true)
         await finish(request, ok: true, error: nil)
+    }
+
+    /// Runs `body` to its end, or until the permission is turned off (then cancels it and
+    /// answers false).
+    private func whileAllowed(_ body: @escaping @Sendable () async throws -> Void) async throws -> Bool {
+        let daemon = self.daemon, clock = self.clock, pollMs = holdPollMs
+        switch try await race(body, { while await daemon.allowsRemoteModelSwitch { try await clock.sleep(milliseconds: pollMs) } }) {
+        case .first: return true
+        case .second: return false
+        }
+    }
+
+    /// The permission was turned off after the switch began: refused, acked `ok: false`.
+    private func refuseNow(_ request: ModelSwitchRequest, model: String, started: Int64, reporter: SwitchReporter) async {
+        let reason = ModelSwitchRequest.notAllowed
+        logger.warning("model switch to \(model) cancelled before it switched: \(reason)")
+        await daemon.updateModelSwitch(ModelSwitchStatus(phase: .refused, model: model, rolloutID: request.rolloutID, message: reason, sinceMs: started))
+        await reporter.post(phase: "refused", message: reason, progressPct: nil, force: true)
+        await finish(request, ok: false, error: reason)
+    }
+
+    /// The session ended (mode off, shutdown) before the switch: a final phase, so status
+    /// and heartbeats stop saying a swap runs (hardening #26 row 4). No ack: the
+    /// coordinator keeps the request pending and asks the next session again.
+    private func interrupted(_ request: ModelSwitchRequest, model: String, started: Int64, reporter: SwitchReporter) async {
+        let message = "interrupted before the switch (mode off or the session ended); the coordinator asks again"
+        logger.notice("model switch to \(model) \(message)")
+        await daemon.updateModelSwitch(ModelSwitchStatus(phase: .interrupted, model: model, rolloutID: request.rolloutID, message: message, sinceMs: started))
+        // The session's cancellation would end the call at once: the word goes out from a
+        // task of its own, bounded by the coordinator request timeout.
+        await Task { await reporter.post(phase: "interrupted", message: message, progressPct: nil, force: true) }.value
     }
 
     private func finish(_ request: ModelSwitchRequest, ok: Bool, error: String?) async {

@@ -403,6 +403,14 @@ public actor WorkerDaemon {
     /// waiting for the policy asks this repeatedly).
     public var currentHold: HoldReason? { powerDecision?.reason }
 
+    /// What holds a coordinator's model switch now (the power policy, a metered
+    /// connection under hold or a suspend, the charge gate), uncounted: the switch asks
+    /// this repeatedly while it waits.
+    public var modelSwitchHold: ModelSwitchHold? {
+        .first(power: powerDecision?.reason, host: host.hold(onMetered: config.network.onMetered),
+               chargeGateClosed: modeContext().chargeGateClosed)
+    }
+
     /// Whether pulling must wait because the state directory cannot be written: a pulled
     /// subtask could not be journaled, and running it unjournaled could lose it. The
     /// problem while it lasts (until a write succeeds), each held pull counted.

@@ -47,6 +47,12 @@ public struct WorkerConfig: Sendable, Equatable {
         /// Whether the coordinator may make this worker pull and switch models (protocol-coordinator §7);
         /// the default of the per-host policy key `allowRemoteModelSwitch`.
         public var allowRemoteModelSwitch = false
+        /// Registry hosts (lowercased, `host` or `host:port`) a coordinator's model switch
+        /// may name; by default a name that carries a registry host is refused.
+        public var allowedModelRegistries: [String] = []
+        /// Allows `apiKey` with an `http://` url to a host that is not loopback: the key
+        /// then crosses the network in clear text.
+        public var allowInsecureHttp = false
         public init() {}
     }
     public var backend = Backend()
@@ -260,8 +266,14 @@ extension WorkerConfig {
                             config.policy.allowRemoteModelSwitch = $0
                             config.policyKeysInFile.insert("allowRemoteModelSwitch")
                         }
+                    case "allowedModelRegistries": reader.registries(value, path: path).map { config.backend.allowedModelRegistries = $0 }
+                    case "allowInsecureHttp": reader.bool(value, path: path).map { config.backend.allowInsecureHttp = $0 }
                     default: reader.unknown(path)
                     }
+                }
+                if config.backend.apiKey != nil, !config.backend.allowInsecureHttp,
+                    let problem = HTTPURL.cleartextProblem(config.backend.url, sending: "backend.apiKey", allowedBy: "backend.allowInsecureHttp") {
+                    reader.problem(path + ".apiKey", problem)
                 }
             case "policy":
                 guard let object = reader.object(value, path: path) else { return }
@@ -460,6 +472,25 @@ struct ConfigReader {
         return nil
     }
 
+    /// `backend.allowedModelRegistries`: a list of registry hosts (`host` or `host:port`).
+    mutating func registries(_ value: JSONValue, path: String) -> [String]? {
+        guard case .array(let items) = value else {
+            problem(path, "must be a list of registry hosts like [\"registry.example.com:5000\"], got \(value.typeDescription)")
+            return nil
+        }
+        guard items.count <= 64 else { problem(path, "must list at most 64 hosts, got \(items.count)"); return nil }
+        var hosts: [String] = []
+        for (index, item) in items.enumerated() {
+            guard let text = string(item, path: "\(path)[\(index)]", maxLength: 253, nonEmpty: true) else { return nil }
+            guard ModelSwitchRequest.isRegistryHost(text) else {
+                problem("\(path)[\(index)]", "must be a registry host like \"registry.example.com\" or \"10.0.0.5:5000\" (no scheme, no path), got \"\(printable(text))\"")
+                return nil
+            }
+            if !hosts.contains(text.lowercased()) { hosts.append(text.lowercased()) }
+        }
+        return hosts
+    }
+
     /// `bluetooth.allowedClients`: `"any"`, `"bonded"` or a list of device addresses.
     mutating func allowedClients(_ value: JSONValue, path: String) -> BluetoothAllowedClients? {
         switch value {
@@ -523,10 +554,12 @@ public enum HTTPURL {
 
     /// Why a coordinator URL would send the tokens in clear text: `http://` to a host
     /// that is not loopback. nil for https and for loopback (127.0.0.0/8, ::1, localhost).
-    public static func cleartextProblem(_ text: String) -> String? {
+    /// `sending` names the secret, `allowedBy` the key that accepts the risk.
+    public static func cleartextProblem(_ text: String, sending secret: String = "the registration and mesh tokens",
+                                        allowedBy key: String = "coordinator.allowInsecureHttp") -> String? {
         guard text.lowercased().hasPrefix("http://"), let host = host(of: text), !isLoopback(host) else { return nil }
-        return "http:// to \(printable(host)) would send the registration and mesh tokens unencrypted; use https://, "
-            + "or set coordinator.allowInsecureHttp to true (only on a network you trust); plain http is allowed to loopback addresses"
+        return "http:// to \(printable(host)) would send \(secret) unencrypted; use https://, "
+            + "or set \(key) to true (only on a network you trust); plain http is allowed to loopback addresses"
     }
 
     /// The host of an http(s) URL, brackets kept off an IPv6 literal, port dropped.

@@ -90,6 +90,8 @@ extension WorkerConfig {
             ("backend.keepAlive", backend.keepAlive.serialized),
             ("backend.apiKey", text(backend.apiKey)),
             ("backend.allowRemoteModelSwitch", "\(backend.allowRemoteModelSwitch)"),
+            ("backend.allowedModelRegistries", backend.allowedModelRegistries.joined(separator: ",")),
+            ("backend.allowInsecureHttp", "\(backend.allowInsecureHttp)"),
         ]
         // allowRemoteModelSwitch is set in the file as backend.allowRemoteModelSwitch.
         if case .object(let policyObject) = policy.json {

@@ -51,12 +51,20 @@ public enum JSONValue: Sendable, Equatable {
 }
 
 /// A JSON object that keeps its members in written order; keys are unique.
+///
+/// Small objects find a key by a scan of their members; from `indexThreshold` members on,
+/// an index from key to position keeps every lookup and insertion constant time, so a
+/// hostile object of many keys costs linear time to parse (hardening #26 row 13).
 public struct JSONObject: Sendable, Equatable {
     public struct Member: Sendable, Equatable {
         public var key: String
         public var value: JSONValue
     }
     public private(set) var members: [Member] = []
+    /// Key to position in `members`; nil below `indexThreshold` members.
+    private var index: [String: Int]? = nil
+    /// Member count from which the object keeps an index of its keys.
+    static let indexThreshold = 16
 
     public init() {}
     public init(_ pairs: [(String, JSONValue)]) {
@@ -66,13 +74,71 @@ public struct JSONObject: Sendable, Equatable {
     public var keys: [String] { members.map(\.key) }
     public var isEmpty: Bool { members.isEmpty }
 
+    /// Equal when the members are, in order; the index is a cache, not part of the value.
+    public static func == (lhs: JSONObject, rhs: JSONObject) -> Bool { lhs.members == rhs.members }
+
+    /// The position of `key` in `members`, through the index when there is one.
+    func position(of key: String) -> Int? {
+        if let index { return index[key] }
+        return members.firstIndex(where: { $0.key == key })
+    }
+
+    /// Appends a member unless its key is already there (then false, nothing changed):
+    /// the parser's one look-up per member, before its value is read; the value is
+    /// `null` until `setLastValue`.
+    mutating func appendIfAbsent(_ key: String) -> Bool {
+        if index != nil {
+            // Growing fourfold: a resize hashes every key again, the bulk of a large
+            // object's cost when the table only doubled.
+            if index!.count >= index!.capacity { index!.reserveCapacity(index!.count * 4) }
+            // One hash: the insertion says whether the key was there.
+            if let previous = index!.updateValue(members.count, forKey: key) {
+                index![key] = previous
+                return false
+            }
+            members.append(Member(key: key, value: .null))
+            return true
+        }
+        if members.contains(where: { $0.key == key }) { return false }
+        members.append(Member(key: key, value: .null))
+        if members.count >= Self.indexThreshold { rebuildIndex() }
+        return true
+    }
+
+    /// Sets the value of the last member (the one `appendIfAbsent` added).
+    mutating func setLastValue(_ value: JSONValue) {
+        members[members.count - 1].value = value
+    }
+
+    /// Appends a member whose key the caller knows is absent.
+    mutating func appendNew(_ key: String, _ value: JSONValue) {
+        members.append(Member(key: key, value: value))
+        if index != nil {
+            index![key] = members.count - 1
+        } else if members.count >= Self.indexThreshold {
+            rebuildIndex()
+        }
+    }
+
+    private mutating func rebuildIndex() {
+        guard members.count >= Self.indexThreshold else { index = nil; return }
+        var built = [String: Int](minimumCapacity: members.count * 4)
+        for (i, member) in members.enumerated() { built[member.key] = i }
+        index = built
+    }
+
     public subscript(key: String) -> JSONValue? {
-        get { members.first(where: { $0.key == key })?.value }
+        get { position(of: key).map { members[$0].value } }
         set {
-            if let index = members.firstIndex(where: { $0.key == key }) {
-                if let newValue { members[index].value = newValue } else { members.remove(at: index) }
+            if let position = position(of: key) {
+                if let newValue {
+                    members[position].value = newValue
+                } else {
+                    members.remove(at: position)
+                    if index != nil { rebuildIndex() }
+                }
             } else if let newValue {
-                members.append(Member(key: key, value: newValue))
+                appendNew(key, newValue)
             }
         }
     }
@@ -237,7 +303,6 @@ struct JSONParser {
         try enter()
         index += 1
         var object = JSONObject()
-        var seen = Set<String>()
         skipWhitespace()
         if index < bytes.count && bytes[index] == UInt8(ascii: "}") {
             index += 1
@@ -250,14 +315,14 @@ struct JSONParser {
             guard bytes[index] == UInt8(ascii: "\"") else { throw fail(.unexpectedByte(bytes[index])) }
             let keyOffset = index
             let key = try parseString()
-            if !seen.insert(key).inserted { throw fail(.duplicateKey(key), at: keyOffset) }
+            // The first duplicate is refused where its key starts, before its value is read.
+            if !object.appendIfAbsent(key) { throw fail(.duplicateKey(key), at: keyOffset) }
             skipWhitespace()
             guard index < bytes.count else { throw fail(.unexpectedEnd) }
             guard bytes[index] == UInt8(ascii: ":") else { throw fail(.unexpectedByte(bytes[index])) }
             index += 1
             skipWhitespace()
-            let value = try parseValue()
-            object[key] = value
+            object.setLastValue(try parseValue())
             skipWhitespace()
             guard index < bytes.count else { throw fail(.unexpectedEnd) }
             switch bytes[index] {

@@ -51,10 +51,10 @@ public struct ModelSwitchRequest: Sendable, Equatable {
     }
 
     /// The one decision: allowed on this host, an Ollama backend, a usable model name.
-    public func plan(allowed: Bool, backend: WorkerConfig.BackendKind) -> Plan {
-        guard allowed else {
-            return .refuse("remote model switch is off on this worker: set backend.allowRemoteModelSwitch true in its config, or run `edgecoder-worker policy set allowRemoteModelSwitch true` on the host")
-        }
+    /// `allowedRegistries`: the registry hosts `backend.allowedModelRegistries` lets a
+    /// coordinator name; none by default (hardening #26 row 3).
+    public func plan(allowed: Bool, backend: WorkerConfig.BackendKind, allowedRegistries: [String] = []) -> Plan {
+        guard allowed else { return .refuse(ModelSwitchRequest.notAllowed) }
         guard provider == "ollama-local" else {
             return .refuse("provider \(provider) is not supported: this worker switches Ollama models only (ollama-local)")
         }
@@ -63,7 +63,35 @@ public struct ModelSwitchRequest: Sendable, Equatable {
         }
         guard let model else { return .refuse("the request names no model") }
         if let problem = ModelSwitchRequest.modelNameProblem(model) { return .refuse("model name \(problem)") }
+        if model.contains("://") {
+            return .refuse("model name \"\(printable(model))\" carries a URL scheme: name the model as Ollama does ([host/]namespace/model[:tag])")
+        }
+        if let host = ModelSwitchRequest.registryHost(of: model), !allowedRegistries.contains(host.lowercased()) {
+            return .refuse("model name \"\(printable(model))\" names the registry \(printable(host)): this worker pulls only from the model server's default registry unless the host is listed in backend.allowedModelRegistries")
+        }
         return autoInstall ? .pull(model: model) : .switchInstalled(model: model)
+    }
+
+    /// Why a switch is refused when the permission is off (at the start, or turned off
+    /// while the switch waits or pulls).
+    public static let notAllowed = "remote model switch is off on this worker: set backend.allowRemoteModelSwitch true in its config, or run `edgecoder-worker policy set allowRemoteModelSwitch true` on the host"
+
+    /// The registry host a model name carries, lowercased; nil for the default registry.
+    /// Docker's reference grammar reads a first component with a `.` or `:`, `localhost`,
+    /// or capitals as a host; Ollama reads any first of three components as one
+    /// (`host/namespace/model`). Either way, the model server would fetch from there.
+    public static func registryHost(of name: String) -> String? {
+        let components = name.split(separator: "/", omittingEmptySubsequences: false)
+        guard components.count > 1, let first = components.first else { return nil }
+        let docker = first.contains(".") || first.contains(":") || first == "localhost" || first.contains(where: \.isUppercase)
+        return docker || components.count > 2 ? first.lowercased() : nil
+    }
+
+    /// Whether `text` reads as a registry host for `backend.allowedModelRegistries`:
+    /// a host name or address with an optional port, no scheme, no path.
+    public static func isRegistryHost(_ text: String) -> Bool {
+        !text.isEmpty && text.utf8.count <= 253 && !text.hasPrefix(":") && !text.hasSuffix(":")
+            && text.unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || ".-_:[]".unicodeScalars.contains($0)) }
     }
 
     /// Ollama model names: `[namespace/]model[:tag]`, printable, no spaces. The name is
@@ -307,10 +335,50 @@ public struct ActiveModel: Sendable, Equatable {
     }
 }
 
+/// What a model switch waits for before it downloads or switches: every hold the work
+/// loop obeys on this host (hardening #26 row 1). Not the coordinator-conduct holds
+/// (local failures, heartbeat gap, …): they protect the coordinator's view of claimed
+/// work, which a switch does not touch.
+public enum ModelSwitchHold: Sendable, Equatable {
+    /// The power policy holds new work (battery, heat, CPU, …).
+    case power(HoldReason)
+    /// The host holds work: a metered connection under `network.onMetered` hold, or a suspend.
+    case host(LocalHoldReason)
+    /// `runOnlyWhileCharging` is set and the host is on battery.
+    case chargeGate
+
+    /// The first hold that applies, in the order `status` names them; nil when none does.
+    public static func first(power: HoldReason?, host: LocalHoldReason?, chargeGateClosed: Bool) -> ModelSwitchHold? {
+        if let power { return .power(power) }
+        if let host { return .host(host) }
+        return chargeGateClosed ? .chargeGate : nil
+    }
+
+    /// Its name, as `status` and the coordinator's status call show it.
+    public var reason: String {
+        switch self {
+        case .power(let reason): return reason.rawValue
+        case .host(let reason): return reason.rawValue
+        case .chargeGate: return HoldReason.notCharging.rawValue
+        }
+    }
+
+    /// The held phase's message: which rule holds the switch and what clears it.
+    public var message: String {
+        switch self {
+        case .power(let reason): return "waiting: the power policy holds new work (\(reason.rawValue))"
+        case .host(let reason): return "waiting: held: \(reason.rawValue): \(reason.explanation)"
+        case .chargeGate: return "waiting: not-charging: runOnlyWhileCharging is set and the host is on battery; connect power"
+        }
+    }
+}
+
 /// A switch in progress or the last one's outcome, for `status` and heartbeats.
 public struct ModelSwitchStatus: Sendable, Equatable {
     public enum Phase: String, Sendable {
         case held, starting, pulling, switching, done, failed, refused
+        /// Ended by mode off (or the session's end) before it switched: final, not in progress.
+        case interrupted
     }
     public var phase: Phase
     public var model: String?
@@ -340,4 +408,37 @@ public struct ModelSwitchStatus: Sendable, Equatable {
         object["since"] = .string(formatUTC(milliseconds: sinceMs))
         return .object(object)
     }
+}
+
+/// The last `limit` keys, each with a value, the oldest forgotten first: what a session
+/// remembers of the coordinator's switch requests (acks taken, outcomes not yet acked)
+/// stays bounded however many rollouts it sees (hardening #26 row 10).
+public struct RecentKeys<Value: Sendable>: Sendable {
+    /// How many a session remembers.
+    public static var defaultLimit: Int { 64 }
+    public let limit: Int
+    private var order: [String] = []
+    private var values: [String: Value] = [:]
+
+    public init(limit: Int = defaultLimit) { self.limit = max(1, limit) }
+
+    public var count: Int { order.count }
+    public func contains(_ key: String) -> Bool { values[key] != nil }
+
+    /// Setting a key makes it the newest; setting nil forgets it.
+    public subscript(key: String) -> Value? {
+        get { values[key] }
+        set {
+            if values[key] != nil { order.removeAll { $0 == key } }
+            values[key] = newValue
+            guard newValue != nil else { return }
+            order.append(key)
+            while order.count > limit { values[order.removeFirst()] = nil }
+        }
+    }
+}
+
+extension RecentKeys where Value == Bool {
+    /// Remembers `key` as the newest (a set's insert).
+    public mutating func insert(_ key: String) { self[key] = true }
 }

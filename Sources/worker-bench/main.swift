@@ -9,7 +9,14 @@ import WorkerCore
 
 // `worker-bench state-writes` runs only the state-writes figures (the rest takes minutes).
 if CommandLine.arguments.dropFirst().first == "state-writes" {
-    await stateWritesBench()
+    jsonBench()
+
+await stateWritesBench()
+    exit(0)
+}
+// `worker-bench json` runs only the JSON object figures.
+if CommandLine.arguments.dropFirst().first == "json" {
+    jsonBench()
     exit(0)
 }
 // `worker-bench stream URL` measures streaming against a llama.cpp server at URL.

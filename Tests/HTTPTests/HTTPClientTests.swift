@@ -8,6 +8,30 @@ import Logging
 import Posix
 import Synchronization
 
+/// Ends a child the tests started, for sure, and waits (bounded) until it is reaped.
+/// Foundation's `Process` hands the test runner's blocked signal mask to its children,
+/// SIGTERM included, so `terminate()` may do nothing and leave the child running after
+/// the tests (hardening #26 row 15); SIGKILL can be neither blocked nor ignored.
+@discardableResult
+func endChild(_ process: Process, timeoutMs: Int = 5_000) -> Bool {
+    guard process.processIdentifier > 0 else { return true }
+    if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+    for _ in 0..<(timeoutMs / 10) where process.isRunning { usleep(10_000) }
+    return !process.isRunning
+}
+
+@Suite struct ChildrenOfTheTests {
+    @Test func aChildThatDoesNotHeedSIGTERMIsStillEnded() throws {
+        let child = Process()
+        child.executableURL = URL(fileURLWithPath: "/bin/sh")
+        // Ignored, as a blocked mask inherited from the runner would leave it.
+        child.arguments = ["-c", "trap '' TERM; exec sleep 600"]
+        try child.run()
+        usleep(100_000)
+        #expect(endChild(child), "pid \(child.processIdentifier) still runs")
+    }
+}
+
 /// A tiny HTTP server on loopback, written with Python's standard library, so the
 /// client is tested against a real server over a real socket.
 final class LoopbackServer {
@@ -70,8 +94,7 @@ s = S(("127.0.0.1", 0), H); print(s.server_address[1], flush=True); s.serve_fore
 
     deinit {
         // Foundation's waitUntilExit can spin on Linux; poll instead, with a bound.
-        kill(process.processIdentifier, SIGKILL)
-        for _ in 0..<200 where process.isRunning { usleep(10_000) }
+        endChild(process, timeoutMs: 2_000)
     }
     var base: String { "http://127.0.0.1:\(port)" }
 }
@@ -236,6 +259,7 @@ s = S(("127.0.0.1", 0), H); print(s.server_address[1], flush=True); s.serve_fore
         gen.standardError = FileHandle.nullDevice
         try gen.run()
         for _ in 0..<3000 where gen.isRunning { usleep(10_000) }
+        endChild(gen)
         let port = Int.random(in: 40_000..<50_000)
         let server = Process()
         server.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
@@ -243,7 +267,7 @@ s = S(("127.0.0.1", 0), H); print(s.server_address[1], flush=True); s.serve_fore
         server.standardOutput = FileHandle.nullDevice
         server.standardError = FileHandle.nullDevice
         try server.run()
-        defer { server.terminate() }
+        defer { endChild(server) }
         try await Task.sleep(nanoseconds: 500_000_000)
         do {
             _ = try await HTTPClient.shared.perform(HTTPRequest(url: "https://127.0.0.1:\(port)/", connectTimeoutMs: 3_000))

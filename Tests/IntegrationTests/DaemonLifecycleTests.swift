@@ -92,7 +92,8 @@ import WorkerCore
         let out = Pipe()
         follower.standardOutput = out
         try follower.run()
-        defer { if follower.isRunning { follower.terminate() } }
+        // SIGKILL: a child may inherit the runner's blocked SIGTERM (hardening #26 row 15).
+        defer { if follower.isRunning { kill(follower.processIdentifier, SIGKILL) } }
         usleep(300_000)
         #expect(try daemon.cli(["mode", "bluetooth"]).status == 0)
         // Lines: the backlog (daemon-started), then the change.

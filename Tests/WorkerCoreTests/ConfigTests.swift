@@ -222,3 +222,64 @@ import Testing
         #expect(found.first?.message.contains("\u{1b}") == false)
     }
 }
+
+/// Hardening #26 row 7: the backend's API key never travels in clear unless allowed.
+@Suite struct BackendKeyInClearTests {
+    func problems(_ text: String) -> [ConfigProblem] {
+        do { _ = try WorkerConfig.parse(Array(text.utf8)); return [] } catch { return error.problems }
+    }
+
+    @Test(arguments: ["http://203.0.113.7:8080", "http://gpu-box.lan:11434", "HTTP://Model.Example/v1"])
+    func anApiKeyWithPlainHttpToAHostThatIsNotLoopbackIsRefusedWhateverTheKeyOrder(url: String) {
+        for text in [#"{"backend": {"url": "\#(url)", "apiKey": "k-1"}}"#, #"{"backend": {"apiKey": "k-1", "url": "\#(url)"}}"#] {
+            let found = problems(text)
+            #expect(found.map(\.path) == ["backend.apiKey"], "\(text)")
+            let message = found.first?.message ?? ""
+            #expect(message.contains("unencrypted") && message.contains("backend.allowInsecureHttp") && !message.contains("k-1"), "\(message)")
+        }
+    }
+
+    @Test(arguments: ["http://127.0.0.1:11434", "http://localhost:8080/v1", "https://203.0.113.7:8443"])
+    func anApiKeyToLoopbackOrOverHttpsIsAccepted(url: String) throws {
+        let config = try WorkerConfig.parse(Array(#"{"backend": {"url": "\#(url)", "apiKey": "k-1"}}"#.utf8))
+        #expect(config.backend.apiKey == "k-1")
+    }
+
+    @Test func allowInsecureHttpAcceptsTheKeyInClearAndPlainHttpWithoutAKeyNeedsNothing() throws {
+        let config = try WorkerConfig.parse(Array(#"{"backend": {"allowInsecureHttp": true, "url": "http://203.0.113.7:8080", "apiKey": "k-1"}}"#.utf8))
+        #expect(config.backend.allowInsecureHttp && config.backend.apiKey == "k-1")
+        #expect(problems(#"{"backend": {"url": "http://203.0.113.7:8080"}}"#).isEmpty)
+        #expect(problems(#"{"backend": {"allowInsecureHttp": "yes"}}"#).map(\.path) == ["backend.allowInsecureHttp"])
+    }
+}
+
+/// `backend.allowedModelRegistries` (hardening #26 row 3), with hostile input.
+@Suite struct AllowedModelRegistriesConfigTests {
+    func problems(_ text: String) -> [ConfigProblem] {
+        do { _ = try WorkerConfig.parse(Array(text.utf8)); return [] } catch { return error.problems }
+    }
+
+    @Test func readsAListOfHostsLowercasedWithoutRepeats() throws {
+        let config = try WorkerConfig.parse(Array(#"{"backend": {"allowedModelRegistries": ["Registry.Example.com:5000", "hf.co", "registry.example.com:5000", "[::1]:5000"]}}"#.utf8))
+        #expect(config.backend.allowedModelRegistries == ["registry.example.com:5000", "hf.co", "[::1]:5000"])
+        #expect(WorkerConfig().backend.allowedModelRegistries.isEmpty)
+    }
+
+    @Test(arguments: [
+        (#""hf.co""#, "backend.allowedModelRegistries"),
+        (#"{}"#, "backend.allowedModelRegistries"),
+        (#"[1]"#, "backend.allowedModelRegistries[0]"),
+        (#"[""]"#, "backend.allowedModelRegistries[0]"),
+        (#"["https://hf.co"]"#, "backend.allowedModelRegistries[0]"),
+        (#"["hf.co/ns"]"#, "backend.allowedModelRegistries[0]"),
+        (#"["a b"]"#, "backend.allowedModelRegistries[0]"),
+        (#"["hf.co:"]"#, "backend.allowedModelRegistries[0]"),
+        (#"["h\u00e9.example"]"#, "backend.allowedModelRegistries[0]"),
+        (#"["h\u0000"]"#, "backend.allowedModelRegistries[0]"),
+        ("[" + String(repeating: #""a","#, count: 65) + #""a"]"#, "backend.allowedModelRegistries"),
+        (#"[""# + String(repeating: "a", count: 300) + #""]"#, "backend.allowedModelRegistries[0]"),
+    ])
+    func refusesWhatIsNotAListOfRegistryHosts(value: String, path: String) {
+        #expect(problems(#"{"backend": {"allowedModelRegistries": \#(value)}}"#).map(\.path) == [path])
+    }
+}

@@ -88,4 +88,64 @@ import Testing
     @Test func keepsMemberOrder() throws {
         #expect(try JSON.parse(#"{"z":1,"a":2,"m":3}"#).objectValue?.keys == ["z", "a", "m"])
     }
+
+    // Hardening #26 row 13: objects past the index threshold keep exactly the small
+    // objects' rules (first duplicate refused where its key starts, order kept).
+    @Test(arguments: [3, JSONObject.indexThreshold - 1, JSONObject.indexThreshold, 20_000])
+    func refusesADuplicateKeyAtAnySizeWhereTheSecondCopyStarts(keys: Int) {
+        let members = (0..<keys).map { "\"k\($0)\":\($0)" }
+        let text = "{" + members.joined(separator: ",") + ",\"k\(keys / 2)\":0,\"late\":1}"
+        let offset = text.utf8.count - ",\"late\":1}".utf8.count - "\"k\(keys / 2)\":0".utf8.count
+        do {
+            let value = try JSON.parse(text)
+            Issue.record("accepted a duplicate key in \(value.objectValue?.members.count ?? 0) members")
+        } catch {
+            #expect(error.reason == .duplicateKey("k\(keys / 2)"))
+            #expect(error.offset == offset)
+        }
+    }
+
+    @Test func findsEveryKeyOfALargeObjectInWrittenOrder() throws {
+        let text = "{" + (0..<20_000).reversed().map { "\"k\($0)\":\($0)" }.joined(separator: ",") + "}"
+        let object = try #require(try JSON.parse(text).objectValue)
+        #expect(object.keys.first == "k19999")
+        #expect(object.keys.last == "k0")
+        #expect((0..<20_000).allSatisfy { object["k\($0)"] == .int(Int64($0)) })
+        #expect(object["k20000"] == nil)
+    }
+
+    @Test func refusesCanonicallyEquivalentKeysAsDuplicatesBelowAndAboveTheIndexThreshold() {
+        // Swift compares strings by canonical equivalence: "é" precomposed and decomposed
+        // are one key, as they were before the index.
+        for filler in [0, 40] {
+            let members = (0..<filler).map { "\"f\($0)\":0" } + ["\"\u{E9}\":1", "\"e\u{301}\":2"]
+            do {
+                _ = try JSON.parse("{" + members.joined(separator: ",") + "}")
+                Issue.record("accepted two spellings of one key after \(filler) members")
+            } catch {
+                #expect(error.reason == .duplicateKey("e\u{301}"))
+            }
+        }
+    }
+
+    @Test func editingALargeObjectKeepsItsLookupsRight() {
+        var object = JSONObject((0..<40).map { ("k\($0)", JSONValue.int($0)) })
+        object["k3"] = nil
+        object["k39"] = "changed"
+        object["new"] = true
+        #expect(object["k3"] == nil)
+        #expect(object["k4"] == .int(4))
+        #expect(object["k39"] == "changed")
+        #expect(object.keys.last == "new")
+        #expect(object.members.count == 40)
+        for i in 0..<38 { object["k\(i)"] = nil }
+        #expect(object.keys == ["k38", "k39", "new"])
+        #expect(object["k38"] == .int(38))
+    }
+
+    @Test func comparesObjectsByTheirMembersOnly() {
+        var edited = JSONObject((0..<40).map { ("k\($0)", JSONValue.int($0)) })
+        for i in 2..<40 { edited["k\(i)"] = nil }
+        #expect(edited == JSONObject([("k0", 0), ("k1", 1)]))
+    }
 }

@@ -175,3 +175,71 @@ import Testing
         #expect(throws: ConfigError.self) { try WorkerConfig.parse(Array(#"{"backend": {"allowRemoteModelSwitch": "yes"}}"#.utf8)) }
     }
 }
+
+/// Hardening #26 rows 1 and 10: what holds a switch, and what a session remembers.
+@Suite struct ModelSwitchHoldTests {
+    @Test(arguments: [
+        (HoldReason.batteryLow as HoldReason?, LocalHoldReason.metered as LocalHoldReason?, true, ModelSwitchHold.power(.batteryLow) as ModelSwitchHold?),
+        (nil, .metered, true, .host(.metered)),
+        (nil, .hostSleeping, false, .host(.hostSleeping)),
+        (nil, nil, true, .chargeGate),
+        (nil, nil, false, nil),
+    ])
+    func aSwitchWaitsOnEveryHoldTheWorkLoopObeysPowerFirst(power: HoldReason?, host: LocalHoldReason?, gate: Bool, expected: ModelSwitchHold?) {
+        #expect(ModelSwitchHold.first(power: power, host: host, chargeGateClosed: gate) == expected)
+    }
+
+    @Test func theHeldMessageNamesTheHold() {
+        #expect(ModelSwitchHold.host(.metered).message.contains("metered"))
+        #expect(ModelSwitchHold.host(.hostSleeping).message.contains("host-sleeping"))
+        #expect(ModelSwitchHold.power(.thermal).message.contains("power policy"))
+        #expect(ModelSwitchHold.chargeGate.message.contains("not-charging"))
+    }
+
+    @Test func anInterruptedSwitchIsFinalNotInProgress() {
+        let status = ModelSwitchStatus(phase: .interrupted, model: "m", rolloutID: nil, message: "x", sinceMs: 0)
+        #expect(!status.inProgress)
+        #expect(status.json["phase"] == "interrupted")
+    }
+
+    @Test func recentKeysForgetTheOldestBeyondTheLimit() {
+        var keys = RecentKeys<Bool>(limit: 3)
+        for key in ["a", "b", "c", "d"] { keys.insert(key) }
+        #expect(keys.count == 3)
+        #expect(!keys.contains("a"))
+        keys.insert("b")  // now the newest
+        keys.insert("e")
+        #expect(keys.contains("b") && !keys.contains("c"))
+        keys["d"] = nil
+        #expect(keys.count == 2)
+        #expect(RecentKeys<Int>().limit == 64)
+    }
+}
+
+/// Hardening #26 row 3: a coordinator names no registry host unless the operator allows it.
+@Suite struct ModelRegistryTests {
+    static func plan(_ model: String) -> ModelSwitchRequest.Plan {
+        ModelSwitchRequest(rolloutID: nil, provider: "ollama-local", model: model, autoInstall: true, key: "k").plan(allowed: true, backend: .ollama)
+    }
+
+    @Test(arguments: ["10.66.66.66:5000/internal/model:latest", "registry.example.com/ns/model", "localhost/model",
+                      "localhost:5000/m:1b", "hf.co/someone/model-GGUF:Q4_K_M", "[::1]:5000/m", "Registry/ns/model",
+                      "myregistry/ns/model:tag", "https://registry.example.com/m", "http://10.0.0.1/m"])
+    func byDefaultAModelNameWithARegistryHostIsRefused(model: String) {
+        guard case .refuse(let why) = Self.plan(model) else { Issue.record("not refused: \(model)"); return }
+        #expect(why.contains("backend.allowedModelRegistries") || why.contains("scheme"), "\(why)")
+    }
+
+    @Test(arguments: ["qwen2.5-coder:7b", "llama3.1:70b", "library/llama3:8b", "someone/model:q4", "m", "a.b:1.5b"])
+    func namesOnTheDefaultRegistryAreAccepted(model: String) {
+        #expect(Self.plan(model) == .pull(model: model))
+    }
+
+    @Test func aRegistryTheOperatorListsIsAllowedAndOnlyThatOne() {
+        let request = ModelSwitchRequest(rolloutID: nil, provider: "ollama-local", model: "Registry.Example.com:5000/ns/m:1b", autoInstall: true, key: "k")
+        #expect(request.plan(allowed: true, backend: .ollama, allowedRegistries: ["registry.example.com:5000"]) == .pull(model: "Registry.Example.com:5000/ns/m:1b"))
+        guard case .refuse = request.plan(allowed: true, backend: .ollama, allowedRegistries: ["registry.example.com"]) else {
+            Issue.record("another port is another registry"); return
+        }
+    }
+}
