@@ -113,7 +113,9 @@ import WorkerCore
             url = String(text[start.lowerBound...])
         }
         deinit {
-            kill(process.processIdentifier, SIGTERM)
+            // SIGKILL: a child of Foundation's Process inherits the test runner's blocked
+            // signal mask, so SIGTERM left these coordinators running after `make test`.
+            kill(process.processIdentifier, SIGKILL)
             waitForExit(process, seconds: 5)
         }
     }
