@@ -26,7 +26,7 @@ APT_PACKAGES := pkg-config libcurl4-openssl-dev libbluetooth-dev libsystemd-dev 
 # What `make deb` needs on top (the systemd-deb suite runs `make deb` itself).
 DEB_TOOLS    := debhelper dpkg-dev lintian
 
-.PHONY: all build release run test unit suites bench fuzz demo docs install install-files generated deb deps clean
+.PHONY: all build release run test check unit suites bench fuzz demo docs install install-files generated deb deps clean
 
 all: build
 
@@ -59,6 +59,14 @@ run: build
 test: deps
 	$(SWIFT) build --build-tests
 	@$(MAKE) --no-print-directory unit suites
+
+# The fast loop (about 3 min): every unit and integration test, and the suites that need
+# no VM, model server or network namespace (docs, config examples, the dev coordinator).
+CHECK_SUITES := Tests/Suites/docs.sh Tests/Suites/config-examples.sh Tests/Suites/dev-coordinator.sh
+check: deps
+	$(SWIFT) build --build-tests
+	@$(MAKE) --no-print-directory unit
+	@$(MAKE) --no-print-directory suites SUITES="$(CHECK_SUITES)"
 
 # One test at a time: many tests drive real servers, child processes and sockets with
 # time bounds, and on 2 cores a parallel run starves them (seen: 9 of 564 failing in
