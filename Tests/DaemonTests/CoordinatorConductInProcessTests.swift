@@ -154,11 +154,17 @@ import WorkerCore
         await bed.finish()
     }
 
-    @Test func aSessionWithinTheHourOfARegistrationGoesOnWithItsMeshTokenWithoutRegistering() async throws {
+    /// A bed whose worker registered 10 minutes ago and kept the mesh token it got.
+    static func registeredTenMinutesAgo(meshToken: String) async throws -> CoordinatorBed {
         let bed = try CoordinatorBed()
-        try WorkerStateFiles(directory: bed.directory).saveMeshToken("mesh-1")
+        try WorkerStateFiles(directory: bed.directory).saveMeshToken(meshToken)
         let now = bed.clock.wallMs()
         await bed.daemon.updateConduct { $0.registering(atMs: now - 600_000) }
+        return bed
+    }
+
+    @Test func aSessionWithinTheHourOfARegistrationGoesOnWithItsMeshTokenWithoutRegistering() async throws {
+        let bed = try await Self.registeredTenMinutesAgo(meshToken: "mesh-1")
         bed.transport.script("/pull", .json(200, Self.subtask("r1")))
         bed.start()
         await eventually("the result") { bed.transport.calls(to: "/result").count == 1 }
@@ -169,10 +175,7 @@ import WorkerCore
     }
 
     @Test func aCoordinatorThatForgotTheAgentIsRegisteredWithAgain() async throws {
-        let bed = try CoordinatorBed()
-        try WorkerStateFiles(directory: bed.directory).saveMeshToken("mesh-old")
-        let now = bed.clock.wallMs()
-        await bed.daemon.updateConduct { $0.registering(atMs: now - 600_000) }
+        let bed = try await Self.registeredTenMinutesAgo(meshToken: "mesh-old")
         bed.transport.script("/heartbeat", .json(401, #"{"error":"mesh_unauthorized","reason":"agent_not_registered"}"#))
         bed.start()
         #expect(await bed.clock.waitForSleep(CoordinatorBed.pullMs))
