@@ -313,7 +313,9 @@ public struct PeripheralMachine: Sendable {
             setProblem("asking the bus for bluetoothd (org.bluez)")
         case .busClosed(let reason):
             busOpen = false
-            bluezLost(&out)
+            // Our own stop closes the bus without a reason: what was registered was taken
+            // back by us (or goes with our connection), bluetoothd itself is still there.
+            bluezLost(reason == nil && stopping ? .ourStop : .busLost, &out)
             follower = BlueZFollower()
             if let reason {
                 status.state = .waiting
@@ -373,7 +375,7 @@ public struct PeripheralMachine: Sendable {
             out.append(.log(.info, "bluetoothd is on the bus as \(owner)"))
             out.append(.loadObjects)
         case .gone:
-            bluezLost(&out)
+            bluezLost(.bluetoothdLeft, &out)
             bluezAbsent()
         case .loaded:
             reconcile(now: now, &out)
@@ -422,10 +424,24 @@ public struct PeripheralMachine: Sendable {
         setupProblem = problem
     }
 
-    /// Everything bluetoothd held for us is gone (it exited, or the bus did).
-    mutating func bluezLost(_ out: inout [Command]) {
-        if follower.present || application != .none || advertisement != .none {
+    /// Why what bluetoothd held for us is gone: the log says which, never that bluetoothd
+    /// left when it was our own stop that closed the connection.
+    enum BluezLoss { case bluetoothdLeft, busLost, ourStop }
+
+    /// Everything bluetoothd held for us is gone (it exited, the bus did, or we closed it).
+    mutating func bluezLost(_ cause: BluezLoss, _ out: inout [Command]) {
+        let held = [application != .none ? "application" : nil, advertisement != .none ? "advertisement" : nil].compactMap { $0 }
+        switch cause {
+        case .bluetoothdLeft where follower.present || !held.isEmpty:
             out.append(.log(.warning, "bluetoothd left the bus: the application and advertisement are gone; registering again when it is back"))
+        case .busLost where follower.present || !held.isEmpty:
+            out.append(.log(.warning, "the system bus connection closed: the application and advertisement are gone; registering again when it is back"))
+        case .ourStop:
+            out.append(.log(.info, held.isEmpty
+                ? "stopped: the worker withdrew its application and advertisement and closed its bus connection"
+                : "stopped: closing the bus connection withdraws the worker's \(held.joined(separator: " and ")) (bluetoothd did not answer the unregistration)"))
+        default:
+            break
         }
         registrationsLost(&out)
         // bluetoothd forgets an agent whose process or bluetoothd itself left the bus.

@@ -11,6 +11,10 @@ struct PeripheralHarness {
     static let bluez = ":1.7"
     static func device(_ n: Int) -> String { "/org/bluez/hci0/dev_00_AA_01_01_00_0\(n)" }
 
+    static func logs(_ commands: [Command]) -> [String] {
+        commands.compactMap { if case .log(_, let text) = $0 { text } else { nil } }
+    }
+
     var machine: PeripheralMachine
     var now: Int64 = 10_000
     var all: [Command] = []
@@ -350,6 +354,34 @@ struct PeripheralHarness {
         // Nothing registers again while stopping, and a late answer is not notified.
         #expect(H.registrations(h.advance(10_000)).isEmpty)
         #expect(H.notified(h.on(.served(ticket: H.served(h.all)[0].ticket, PeripheralOutcome(ok: true, output: "late", error: nil, durationMs: 1)))).isEmpty)
+    }
+
+    @Test func ourStopSaysTheWorkerWithdrewNeverThatBluetoothdLeft() {
+        var h = H()
+        h.bringUp()
+        h.on(.stop)
+        h.on(.unregistered(.advertisement))
+        h.on(.unregistered(.application))
+        let closed = H.logs(h.on(.busClosed(reason: nil)))
+        #expect(closed == ["stopped: the worker withdrew its application and advertisement and closed its bus connection"])
+        // bluetoothd never answered the unregistration: closing the connection takes it back.
+        var silent = H()
+        silent.bringUp()
+        silent.on(.stop)
+        let unanswered = H.logs(silent.on(.busClosed(reason: nil)))
+        #expect(unanswered.count == 1)
+        #expect(unanswered.allSatisfy { $0.hasPrefix("stopped: closing the bus connection withdraws the worker's application and advertisement") })
+    }
+
+    @Test func eachLossOfBluetoothdIsLoggedAsWhatHappened() {
+        var left = H()
+        left.bringUp()
+        #expect(H.logs(left.on(.bluez(.owner(nil)))).contains { $0.hasPrefix("bluetoothd left the bus:") })
+        var lost = H()
+        lost.bringUp()
+        let logs = H.logs(lost.on(.busClosed(reason: "the system bus connection was lost: x")))
+        #expect(logs.contains { $0.hasPrefix("the system bus connection closed:") })
+        #expect(!logs.contains { $0.contains("bluetoothd left") })
     }
 
     @Test func aStopWithoutBluetoothdEndsAtOnce() {

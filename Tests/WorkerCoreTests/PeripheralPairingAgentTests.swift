@@ -15,9 +15,6 @@ import Testing
     static func reply(_ commands: [PeripheralMachine.Command]) -> PeripheralMachine.Reply? {
         commands.compactMap { if case .reply(let reply) = $0 { reply } else { nil } }.first
     }
-    static func logs(_ commands: [PeripheralMachine.Command]) -> [String] {
-        commands.compactMap { if case .log(_, let text) = $0 { text } else { nil } }
-    }
 
     static func started(_ choice: PairingAgentChoice) -> H {
         var h = H(pairingAgent: choice)
@@ -36,7 +33,7 @@ import Testing
         let registered = h.on(.registration(.agent, epoch: h.machine.epoch, .accepted))
         #expect(h.machine.agent == .done)
         #expect(h.machine.status.pairingAgentRegistered)
-        #expect(Self.logs(registered).contains { $0.hasPrefix("pairing agent registered (NoInputNoOutput, bluetoothd's default agent)") })
+        #expect(H.logs(registered).contains { $0.hasPrefix("pairing agent registered (NoInputNoOutput, bluetoothd's default agent)") })
         h.on(.registration(.application, epoch: h.machine.epoch, .accepted))
         h.on(.registration(.advertisement, epoch: h.machine.epoch, .accepted))
         #expect(H.registrations(h.advance(60_000)).isEmpty, "registered once")
@@ -57,7 +54,7 @@ import Testing
         h.on(.registration(.agent, epoch: h.machine.epoch, .accepted))
         let accepted = h.on(.call(sender: H.bluez, .agent(.request(.authorization(device: H.device(1))))))
         #expect(Self.reply(accepted) == .empty)
-        #expect(Self.logs(accepted).contains("accepted a Just Works pairing from 00:AA:01:01:00:01 (the worker's pairing agent)"))
+        #expect(H.logs(accepted).contains("accepted a Just Works pairing from 00:AA:01:01:00:01 (the worker's pairing agent)"))
         let comparison = h.on(.call(sender: H.bluez, .agent(.request(.confirmation(device: H.device(1), passkey: 1)))))
         guard case .error(let name, _)? = Self.reply(comparison) else { Issue.record("numeric comparison accepted"); return }
         #expect(name == "org.bluez.Error.Rejected")
@@ -105,7 +102,7 @@ import Testing
         var h = Self.started(Self.worker)
         h.on(.bluez(.managedObjects([H.hci0: H.adapter()])))
         let refused = h.on(.registration(.agent, epoch: h.machine.epoch, .refused("org.freedesktop.DBus.Error.AccessDenied: no")))
-        #expect(Self.logs(refused).contains { $0.hasPrefix("bluetoothd refused the pairing agent: org.freedesktop.DBus.Error.AccessDenied: no; retrying every 5 s") })
+        #expect(H.logs(refused).contains { $0.hasPrefix("bluetoothd refused the pairing agent: org.freedesktop.DBus.Error.AccessDenied: no; retrying every 5 s") })
         #expect(h.machine.status.pairingAgentReason.hasPrefix("bluetoothd refused the pairing agent"))
         #expect(H.registrations(h.advance(4_000)).filter { $0 == .agent }.isEmpty)
         #expect(H.registrations(h.advance(1_500)).filter { $0 == .agent } == [.agent])
@@ -127,7 +124,7 @@ import Testing
         #expect(!h.machine.stopped, "not stopped while bluetoothd holds the agent")
         let gone = h.on(.unregistered(.agent))
         #expect(h.machine.stopped)
-        #expect(Self.logs(gone).contains { $0.hasPrefix("pairing agent unregistered") })
+        #expect(H.logs(gone).contains { $0.hasPrefix("pairing agent unregistered") })
         let late = h.on(.call(sender: H.bluez, .agent(.request(.authorization(device: H.device(1))))))
         guard case .error? = Self.reply(late) else { Issue.record("accepted after stop"); return }
     }
