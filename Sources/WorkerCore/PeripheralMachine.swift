@@ -436,10 +436,10 @@ public struct PeripheralMachine: Sendable {
             out.append(.log(.warning, "bluetoothd left the bus: the application and advertisement are gone; registering again when it is back"))
         case .busLost where follower.present || !held.isEmpty:
             out.append(.log(.warning, "the system bus connection closed: the application and advertisement are gone; registering again when it is back"))
-        case .ourStop:
-            out.append(.log(.info, held.isEmpty
-                ? "stopped: the worker withdrew its application and advertisement and closed its bus connection"
-                : "stopped: closing the bus connection withdraws the worker's \(held.joined(separator: " and ")) (bluetoothd did not answer the unregistration)"))
+        case .ourStop where !held.isEmpty:
+            // Withdrawn in order, the daemon says so itself once stopped; this is the case
+            // where bluetoothd never answered and the closing connection takes them back.
+            out.append(.log(.info, "stopped: closing the bus connection withdraws the worker's \(held.joined(separator: " and ")) (bluetoothd did not answer the unregistration)"))
         default:
             break
         }

@@ -6,7 +6,7 @@
 #
 # Environment (run-in-vm.sh --env): WORKER_BIN (the daemon binary, visible in the guest),
 # LLAMA_PORT (llama.cpp's server on the host, reached at $BLUEZ_VM_HOST_ADDR:LLAMA_PORT),
-# optional BT_PHASES (space-separated subset of: main clients neighbours badflood idle leave-mid security
+# optional BT_PHASES (space-separated subset of: main clients neighbours bystanders badflood idle leave-mid security
 # restart smallmtu off adapter stream proxy pacing; default all, in that order; or "bench": only the
 # throughput of a 64 KiB answer at MTU 517); "pacing": 64 KiB answers from an echo model
 # server in the guest at each of BT_PACING_CHANNELS (bluetoothd's [GATT] Channels, "1")
@@ -29,7 +29,7 @@ export WORKER_RUNDIR=$W/run
 STATE=$W/state
 export HCI3_ADDR=00:AA:01:03:00:03
 export LLAMA_URL="http://${BLUEZ_VM_HOST_ADDR:?no --host-port}:${LLAMA_PORT:?LLAMA_PORT not set}"
-PHASES="${BT_PHASES:-main clients neighbours badflood idle leave-mid security restart smallmtu off adapter stream proxy pacing}"
+PHASES="${BT_PHASES:-main clients neighbours bystanders badflood idle leave-mid security restart smallmtu off adapter stream proxy pacing}"
 mkdir -p "$W" "$STATE" "$WORKER_RUNDIR"
 DAEMON_PID=
 
@@ -209,6 +209,33 @@ if has_phase neighbours; then
   check "the daemon is still running" daemon_alive
 fi
 
+# ------------------------------------------------------------------ bystanders (protocol-bluetooth §3)
+# A device that only connects is never asked to pair: BT_BYSTANDER_CONNECTS (50) connects in
+# a row with security open, then encrypted, each completing service discovery, and btmon
+# recording no SMP PDU (no Pairing or Security Request) and no LE Start Encryption command.
+# (bluetoothd -d logs "bonding_attempt_complete() … status 0xe" at every disconnect: its own
+# bookkeeping, MGMT_STATUS_DISCONNECTED, not a bonding attempt: see bluetooth-pairing.md.)
+if has_phase bystanders; then
+  phase bystanders "${BT_BYSTANDER_CONNECTS:-50} connects in a row of a device that only connects, security open then encrypted: no pairing attempt"
+  write_config bysopen 1 65536 8
+  write_config bysenc 1 65536 8 '"security": "encrypted"'
+  for level in open enc; do
+    restart_with "bys$level"
+    stdbuf -oL btmon -T >"$VM_RESULTS/btmon-bystanders-$level.log" 2>&1 &
+    BTMON_PID=$!
+    sleep 0.5
+    central "bystander-loop:n=${BT_BYSTANDER_CONNECTS:-50},label= ($level)"
+    kill "$BTMON_PID"; wait "$BTMON_PID" 2>/dev/null
+    check "btmon recorded the bystander's links ($level)" grep -q 'LE Connection Complete\|LE Enhanced Connection Complete' "$VM_RESULTS/btmon-bystanders-$level.log"
+    check "no SMP PDU toward the bystander ($level): nobody asked it to pair" \
+      bash -c '! grep -q "SMP: " "$0"' "$VM_RESULTS/btmon-bystanders-$level.log"
+    check "no LE Start Encryption toward the bystander ($level)" \
+      bash -c '! grep -q "LE Start Encryption (0x08|0x0019)" "$0"' "$VM_RESULTS/btmon-bystanders-$level.log"
+    check "status lists no client for the bystander ($level)" test "$(btj '.bluetooth.clients | length')" = 0
+  done
+  check "the daemon is still running" daemon_alive
+fi
+
 if has_phase badflood; then
   phase badflood "200 writes of 254 {} from hci1: memory bounded, flooder cut off, hci2 still served"
   restart_with two
@@ -322,9 +349,14 @@ if has_phase off; then
   ensure_daemon two
   restart_bluetoothd
   expect_advertising "advertising again with bluetoothd's defaults"
+  left_before=$(grep -c 'bluetoothd left the bus' "$VM_RESULTS/daemon.log")
   out="$(cli mode off 2>&1)"
   check "mode off is accepted" test "$(head -n1 <<<"$out")" = off
   central gone
+  check "mode off does not log that bluetoothd left the bus (it did not)" \
+    test "$(grep -c 'bluetoothd left the bus' "$VM_RESULTS/daemon.log")" = "$left_before"
+  check "the journal says the runtime withdrew its application and advertisement" \
+    grep -q 'Bluetooth runtime stopped: application and advertisement withdrawn' "$VM_RESULTS/daemon.log"
   if ADV_PID="$(advertise_on hci0 hci0-advertisement.log)"; then
     central no-service
     kill "$ADV_PID"; wait "$ADV_PID" 2>/dev/null

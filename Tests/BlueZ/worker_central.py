@@ -51,6 +51,8 @@ comments) and exits 1 if any check failed (2 on a usage error). Scenarios and th
   stream-drop         tokens=N: the client disconnects mid-stream; its task says cancelled
   bystander           file=F,stop=S (protocol-bluetooth §3): a plain LE device on hci1 that never touches
                       the service; F gets "connected" / "disconnected"; ends when S exists
+  bystander-loop      n=N,hold=S,label=L: N connects in a row from hci1 that only connect and
+                      leave; each must complete service discovery (one attempt each)
   neighbour-client    hci2 served with maxClients 1 while the bystander is connected
   stranger            allowedClients excludes hci2: its response read says not_allowed, it
                       is disconnected, clientsNotAllowed counts it
@@ -1144,6 +1146,35 @@ async def sc_bystander(args):
     TAP.ok(not dropped, "bystander: never disconnected while it stayed")
 
 
+async def sc_bystander_loop(args):
+    """N connects in a row from hci1 that only connect (service discovery, as any central's
+    stack does) and leave after HOLD seconds: each must complete service discovery. One
+    attempt each (no retry): a link lost to anything, a pairing attempt included, counts."""
+    from bleak import BleakClient
+    n, hold = int(args.get("n", "50")), float(args.get("hold", "0.2"))
+    label = args.get("label", "")
+    dev = await find(PERIPHERAL, adapter="hci1", timeout=120, kick="hci0")
+    if not TAP.ok(dev is not None, f"bystander loop{label}: hci1 finds {PERIPHERAL}"):
+        return
+    done, started = 0, time.monotonic()
+    for i in range(n):
+        client = BleakClient(dev, bluez={"adapter": "hci1"}, timeout=40)
+        try:
+            await client.connect()
+            if list(client.services):
+                done += 1
+            else:
+                TAP.note(f"bystander loop{label}: connect {i + 1} resolved no service")
+            await asyncio.sleep(hold)
+        except (BleakError, asyncio.TimeoutError, EOFError) as e:
+            TAP.note(f"bystander loop{label}: connect {i + 1} failed: {e!r}")
+        finally:
+            with contextlib.suppress(Exception):
+                await client.disconnect()
+    TAP.note(f"bystander loop{label}: {n} connects in {time.monotonic() - started:.0f} s")
+    TAP.ok(done == n, f"bystander loop{label}: {done} of {n} connects in a row completed service discovery")
+
+
 async def sc_neighbour_client(args):
     """With the bystander on hci1 and maxClients 1: a real client on hci2 is served, and
     status counts no refusal and lists only hci2 as a client."""
@@ -1780,7 +1811,7 @@ SCENARIOS = {
     "two-clients": sc_two_clients, "tasks": sc_tasks, "gone": sc_gone,
     "no-service": sc_no_service, "periodic": sc_periodic,
     "stream": sc_stream, "chat": sc_chat, "cancel": sc_cancel, "stream-drop": sc_stream_drop,
-    "bystander": sc_bystander, "neighbour-client": sc_neighbour_client, "stranger": sc_stranger,
+    "bystander": sc_bystander, "bystander-loop": sc_bystander_loop, "neighbour-client": sc_neighbour_client, "stranger": sc_stranger,
     "badflood": sc_badflood, "idle": sc_idle, "leave-mid": sc_leave_mid,
     "encrypted-refused": sc_encrypted_refused, "window-pair": sc_window_pair,
     "bonded-client": sc_bonded_client, "auth-refused": sc_auth_refused, "forget": sc_forget,

@@ -8,10 +8,11 @@
 #   Tests/Suites/bluetooth.sh            (EDGECODER_WORKER_BIN: the binary; not built here)
 #
 # Environment: EDGECODER_WORKER_BIN (default .build/debug/edgecoder-worker),
-# EDGECODER_BT_PHASES (subset of "main clients neighbours badflood idle leave-mid security restart smallmtu off
+# EDGECODER_BT_PHASES (subset of "main clients neighbours bystanders badflood idle leave-mid security restart smallmtu off
 # adapter stream proxy pacing", or "bench"; pacing takes EDGECODER_BT_PACING_{SET,MTUS,CHANNELS,REPS,WAIT}: see
 # Tests/BlueZ/worker-guest.sh), EDGECODER_BT_FLOOD_SECS (badflood floods this long, coming
-# back after each cut-off: the bench's one-minute flood),
+# back after each cut-off: the bench's one-minute flood), EDGECODER_BT_BYSTANDER_CONNECTS (the
+# bystanders phase's connects in a row per security level, default 50),
 # EDGECODER_BT_PROXY_BENCH=1 (the proxy phase also prints its figures), EDGECODER_BT_PIECE_REPS
 # (rounds of the proxy phase's first-piece measurement, medians printed; default 1),
 # EDGECODER_BT_STAMP_LOGS=1 (each line of daemon.log and proxy.log carries the wall clock
@@ -151,6 +152,7 @@ BLUEZ_VM_MEM="${BLUEZ_VM_MEM:-1536}" Tests/BlueZ/vm/run-in-vm.sh \
   --env "BT_PACING_SET=${EDGECODER_BT_PACING_SET:-}" --env "BT_PACING_MTUS=${EDGECODER_BT_PACING_MTUS:-}" \
   --env "BT_PACING_REPS=${EDGECODER_BT_PACING_REPS:-}" --env "BT_PACING_CHANNELS=${EDGECODER_BT_PACING_CHANNELS:-}" \
   --env "BT_PACING_WAIT=${EDGECODER_BT_PACING_WAIT:-}" --env "BT_FLOOD_SECS=${EDGECODER_BT_FLOOD_SECS:-}" \
+  --env "BT_BYSTANDER_CONNECTS=${EDGECODER_BT_BYSTANDER_CONNECTS:-50}" \
   --env "BT_STAMP_LOGS=${EDGECODER_BT_STAMP_LOGS:-0}" --env "BT_PIECE_REPS=${EDGECODER_BT_PIECE_REPS:-1}" \
   --env "PROXY_CLIENTS_PY=$proxy_py" \
   Tests/BlueZ/worker-guest.sh

@@ -363,7 +363,7 @@ struct PeripheralHarness {
         h.on(.unregistered(.advertisement))
         h.on(.unregistered(.application))
         let closed = H.logs(h.on(.busClosed(reason: nil)))
-        #expect(closed == ["stopped: the worker withdrew its application and advertisement and closed its bus connection"])
+        #expect(closed.isEmpty, "withdrawn in order: nothing to add, and never that bluetoothd left (\(closed))")
         // bluetoothd never answered the unregistration: closing the connection takes it back.
         var silent = H()
         silent.bringUp()
