@@ -26,7 +26,7 @@ APT_PACKAGES := pkg-config libcurl4-openssl-dev libbluetooth-dev libsystemd-dev 
 # What `make deb` needs on top (the systemd-deb suite runs `make deb` itself).
 DEB_TOOLS    := debhelper dpkg-dev lintian
 
-.PHONY: all build release run test check unit suites bench fuzz demo docs install install-files generated deb deps clean
+.PHONY: all build release run test test-prepare lanes check unit suites bench fuzz demo docs install install-files generated deb deps clean
 
 all: build
 
@@ -58,7 +58,24 @@ run: build
 # with one line "N passed, N failed, N skipped" for those suites.
 test: deps
 	$(SWIFT) build --build-tests
-	@$(MAKE) --no-print-directory unit suites
+	@$(MAKE) --no-print-directory unit test-prepare lanes
+
+# What the suites share, prepared once before they start side by side: the BlueZ VM (kernel,
+# initramfs, bleak), llama.cpp (compiled the first time) and the proxy's real clients.
+test-prepare:
+	Tests/BlueZ/vm/prepare.sh
+	Tests/ModelServer/prepare.sh >/dev/null
+	Tests/Proxy/prepare-clients.sh >/dev/null || [ $$? -eq 77 ]
+
+# The suites in lanes (Tests/Suites/lib/run-suites.sh): the BlueZ VM suite in one, every
+# other suite beside it at a lower priority, then own-load alone (it measures the host's
+# CPU). Same result lines and summary as `suites`.
+LANE_VM    := Tests/Suites/bluetooth.sh
+LANE_ALONE := Tests/Suites/own-load.sh
+LANE_REST  := Tests/Suites/systemd-deb.sh Tests/Suites/coordinator.sh Tests/Suites/fuzz.sh \
+	$(filter-out $(LANE_VM) $(LANE_ALONE) Tests/Suites/systemd-deb.sh Tests/Suites/coordinator.sh Tests/Suites/fuzz.sh,$(sort $(wildcard Tests/Suites/*.sh)))
+lanes:
+	@bash Tests/Suites/lib/run-suites.sh $(CURDIR)/$(BIN) --lane "$(LANE_VM)" --lane "$(LANE_REST)" --alone "$(LANE_ALONE)"
 
 # The fast loop (about 3 min): every unit and integration test, and the suites that need
 # no VM, model server or network namespace (docs, config examples, the dev coordinator).

@@ -7,14 +7,25 @@ Each check prints `ok - ...` or `not ok - ...`; the exit status is 0 only if all
 The dev coordinator runs EdgeCoder's behavioural monitoring (BHV rules, permanent bans; see
 Tests/DevCoordinator/WIRE.md): every coordinator, when it stops, prints its rule hits and
 checks that the worker was neither banned nor struck.
-Usage: coordinator_suite.py BINARY [--only NAME]
+Usage: coordinator_suite.py BINARY [--only NAME[,NAME…]] [--except NAME[,NAME…]] [--jobs N]
+--jobs N runs N scenarios at a time, each in a process of its own (its own coordinator,
+workers and model server, as in a serial run), and prints each one's lines whole when it
+ends. own-load measures the host's CPU: run it alone (--only own-load), never beside others.
 """
 import json, os, shutil, signal, socket, subprocess, sys, tempfile, time, urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 BINARY = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, ".build/debug/edgecoder-worker"))
-ONLY = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+
+
+def names_after(flag):
+    return set(sys.argv[sys.argv.index(flag) + 1].split(",")) if flag in sys.argv else None
+
+
+ONLY = names_after("--only")
+EXCEPT = names_after("--except") or set()
+JOBS = int(sys.argv[sys.argv.index("--jobs") + 1]) if "--jobs" in sys.argv else 1
 
 failures = 0
 passes = 0
@@ -1002,17 +1013,56 @@ def sandbox_required(model):
         w.cleanup(); c.stop()
 
 
+SCENARIOS = [the_whole_loop, token_lifecycle, forbidden_and_blacklisted, malformed_oversized_hanging_and_gone,
+             power_deferred, held_policy, crash_safety, sigterm_grace, stop_extends_systemds_timeout, ollama_backend, backend_key,
+             hostile_id, full_disk, largest_values_across_kill, model_switch, own_load,
+             model_server_down_then_back, model_missing, slow_model_short_timeout, failing_model_is_released, heartbeat_gap_after_mode_off,
+             bhv_restarts, sandbox_required]
+
+
+def chosen():
+    unknown = ((ONLY or set()) | EXCEPT) - {run.scenario for run in SCENARIOS}
+    if unknown:
+        sys.exit(f"coordinator_suite.py: unknown scenario(s): {', '.join(sorted(unknown))}")
+    return [run for run in SCENARIOS if (not ONLY or run.scenario in ONLY) and run.scenario not in EXCEPT]
+
+
+def run_in_processes(runs):
+    """Each scenario in a child process (`--only NAME`), JOBS at a time. A child's lines are
+    printed together when it ends, so that one scenario reads as in a serial run; its
+    summary line is added to this run's counts (a child that ends without one failed)."""
+    import concurrent.futures, re
+    global passes, failures
+
+    def child(run):
+        started = time.time()
+        done = subprocess.run([sys.executable, os.path.abspath(__file__), BINARY, "--only", run.scenario],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        return run, done, time.time() - started
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=JOBS) as pool:
+        for future in concurrent.futures.as_completed([pool.submit(child, run) for run in runs]):
+            run, done, took = future.result()
+            lines = done.stdout.splitlines()
+            summary = re.fullmatch(r"(\d+) passed, (\d+) failed", lines[-1]) if lines else None
+            print("\n".join(lines[:-1] if summary else lines), flush=True)
+            if summary:
+                passes += int(summary.group(1))
+                failures += int(summary.group(2))
+            if not summary or (done.returncode != 0 and int(summary.group(2)) == 0):
+                check(False, f"scenario {run.scenario} ran to the end", f"exit {done.returncode}, no summary line")
+            print(f"# {run.scenario} took {took:.0f} s", flush=True)
+
+
 def main():
+    runs = chosen()
+    if JOBS > 1 and len(runs) > 1:
+        run_in_processes(runs)
+        print(f"{passes} passed, {failures} failed")
+        sys.exit(1 if failures else 0)
     model = ModelServer()
     try:
-        scenarios = [the_whole_loop, token_lifecycle, forbidden_and_blacklisted, malformed_oversized_hanging_and_gone,
-                     power_deferred, held_policy, crash_safety, sigterm_grace, stop_extends_systemds_timeout, ollama_backend, backend_key,
-                     hostile_id, full_disk, largest_values_across_kill, model_switch, own_load,
-                     model_server_down_then_back, model_missing, slow_model_short_timeout, failing_model_is_released, heartbeat_gap_after_mode_off,
-                     bhv_restarts, sandbox_required]
-        for run in scenarios:
-            if ONLY and run.scenario != ONLY:
-                continue
+        for run in runs:
             print(f"# {run.scenario}", flush=True)
             try:
                 run(model)

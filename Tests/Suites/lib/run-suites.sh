@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Runs the shell suites in lanes: the suites of one lane one after another, the lanes side by
+# side, then the "alone" suites one at a time with nothing else running. Used by `make test`
+# (the Makefile's `lanes` target); `make suites` runs them one after another instead.
+#
+#   run-suites.sh BINARY --lane "A.sh B.sh" --lane "C.sh …" [--nice-lane N] --alone "D.sh …"
+#
+# Why lanes: the BlueZ VM suite is most of `make test` and spends much of its time waiting on
+# the guest, the radio's pacing and llama.cpp; the other suites fit beside it. The first lane
+# keeps the normal priority, the others run at `nice` N (default 10) so that the long lane
+# is not the one that waits. A suite that measures the host's CPU (own-load) is "alone".
+# A suite's lines go to a log and are printed whole when it ends (lanes never interleave),
+# followed by "=== passed|FAILED|skipped SUITE (Ns)"; the last line counts them as `make
+# suites` does: "N passed, N failed, N skipped". Exit 0 only if no suite failed.
+# Logs stay in .build/suite-logs (SUITE_LOGS).
+set -u
+bin="$1"; shift
+lanes=() alone="" nice_level=10
+while (($#)); do
+  case "$1" in
+    --lane) lanes+=("$2"); shift 2 ;;
+    --alone) alone="$2"; shift 2 ;;
+    --nice-lane) nice_level="$2"; shift 2 ;;
+    *) echo "run-suites.sh: unknown argument $1" >&2; exit 64 ;;
+  esac
+done
+logs="${SUITE_LOGS:-.build/suite-logs}"
+rm -rf "$logs"; mkdir -p "$logs"
+results="$logs/results"; : >"$results"
+print_lock="$logs/.print.lock"; : >"$print_lock"
+export EDGECODER_WORKER_BIN="$bin"
+
+run_one() { # SUITE NICE: runs it into its log, then prints the log and a result line
+  local suite=$1 niceness=$2 name start rc took verdict
+  name=$(basename "$suite" .sh)
+  start=$(date +%s)
+  echo "=== $(date -u +%T) started $suite${niceness:+ (nice $niceness)}" >&2
+  if [[ -n $niceness ]]; then nice -n "$niceness" bash "$suite" >"$logs/$name.log" 2>&1; rc=$?
+  else bash "$suite" >"$logs/$name.log" 2>&1; rc=$?; fi
+  took=$(( $(date +%s) - start ))
+  case $rc in 0) verdict=passed ;; 77) verdict=skipped ;; *) verdict=FAILED ;; esac
+  {
+    flock 9
+    echo "=== suite $suite"
+    cat "$logs/$name.log"
+    if [[ $verdict == FAILED ]]; then echo "=== FAILED $suite (exit $rc, ${took}s)"; else echo "=== $verdict $suite (${took}s)"; fi
+    echo "$verdict $suite" >>"$results"
+  } 9>>"$print_lock"
+}
+
+lane_pids=()
+for i in "${!lanes[@]}"; do
+  niceness=""; ((i > 0)) && niceness=$nice_level
+  ( for suite in ${lanes[$i]}; do run_one "$suite" "$niceness"; done ) &
+  lane_pids+=($!)
+done
+# Ctrl-C reaches every suite (they share the terminal's process group); a TERM ends the lanes.
+trap 'kill "${lane_pids[@]}" 2>/dev/null; exit 130' INT TERM
+for pid in "${lane_pids[@]}"; do wait "$pid"; done
+for suite in $alone; do run_one "$suite" ""; done
+
+passed=$(grep -c '^passed ' "$results") failed=$(grep -c '^FAILED ' "$results") skipped=$(grep -c '^skipped ' "$results")
+skips=$(sed -n 's/^skipped //p' "$results" | tr '\n' ' ') failures=$(sed -n 's/^FAILED //p' "$results" | tr '\n' ' ')
+[[ -z $skips ]] || echo "skipped suites: $skips"
+[[ -z $failures ]] || echo "failed suites: $failures"
+echo "$passed passed, $failed failed, $skipped skipped"
+((failed == 0))
