@@ -67,15 +67,17 @@ test-prepare:
 	Tests/ModelServer/prepare.sh >/dev/null
 	Tests/Proxy/prepare-clients.sh >/dev/null || [ $$? -eq 77 ]
 
-# The suites in lanes (Tests/Suites/lib/run-suites.sh): the BlueZ VM suite in one, every
-# other suite beside it at a lower priority, then own-load alone (it measures the host's
-# CPU). Same result lines and summary as `suites`.
+# The suites in lanes (Tests/Suites/lib/run-suites.sh): the BlueZ VM suite in one lane; the
+# systemd VM suite and the quick suites in a second; the second BlueZ VM (neighbours) and the
+# coordinator suite in a third; the lanes after the first at nice 10; then own-load alone (it
+# measures the host's CPU). Same result lines and summary as `suites`.
 LANE_VM    := Tests/Suites/bluetooth.sh
+LANE_VM2   := Tests/Suites/bluetooth-neighbours.sh Tests/Suites/coordinator.sh
 LANE_ALONE := Tests/Suites/own-load.sh
-LANE_REST  := Tests/Suites/systemd-deb.sh Tests/Suites/coordinator.sh Tests/Suites/fuzz.sh \
-	$(filter-out $(LANE_VM) $(LANE_ALONE) Tests/Suites/systemd-deb.sh Tests/Suites/coordinator.sh Tests/Suites/fuzz.sh,$(sort $(wildcard Tests/Suites/*.sh)))
+LANE_REST  := Tests/Suites/systemd-deb.sh Tests/Suites/fuzz.sh \
+	$(filter-out $(LANE_VM) $(LANE_VM2) $(LANE_ALONE) Tests/Suites/systemd-deb.sh Tests/Suites/fuzz.sh,$(sort $(wildcard Tests/Suites/*.sh)))
 lanes:
-	@bash Tests/Suites/lib/run-suites.sh $(CURDIR)/$(BIN) --lane "$(LANE_VM)" --lane "$(LANE_REST)" --alone "$(LANE_ALONE)"
+	@bash Tests/Suites/lib/run-suites.sh $(CURDIR)/$(BIN) --lane "$(LANE_VM)" --lane "$(LANE_REST)" --lane "$(LANE_VM2)" --alone "$(LANE_ALONE)"
 
 # The fast loop (about 3 min): every unit and integration test, and the suites that need
 # no VM, model server or network namespace (docs, config examples, the dev coordinator).

@@ -30,6 +30,8 @@ STATE=$W/state
 export HCI3_ADDR=00:AA:01:03:00:03
 export LLAMA_URL="http://${BLUEZ_VM_HOST_ADDR:?no --host-port}:${LLAMA_PORT:?LLAMA_PORT not set}"
 PHASES="${BT_PHASES:-main clients neighbours bystanders badflood idle leave-mid security restart smallmtu off adapter stream proxy pacing}"
+# BT_SKIP_PHASES: phases left out of that list (another VM runs them: bluetooth-neighbours.sh).
+for skipped in ${BT_SKIP_PHASES:-}; do PHASES=" $PHASES "; PHASES="${PHASES/ $skipped / }"; done
 mkdir -p "$W" "$STATE" "$WORKER_RUNDIR"
 DAEMON_PID=
 
@@ -145,8 +147,10 @@ if has_phase main; then
   check "status: adapter hci0, address $HCI0_ADDR, state advertising, applicationRegistered" \
     test "$(jq -r '[.adapter, .address, .state, .applicationRegistered, .advertising, .problem] | @tsv' <<<"$st")" \
          = "$(printf 'hci0\t%s\tadvertising\ttrue\ttrue\t' "$HCI0_ADDR")"
+  # The real model's long answer crosses many chunks; answers over 64 KiB (15000 tokens) are
+  # the pacing phase's, from the echo model server, where the time is the link's, not llama's.
   central discover subscribe proxy request wnr bad-input:max=4096 flood:n=5 \
-          long:tokens=15000,min=65536,throughput=1 periodic two-clients:max=1 status-change tasks
+          long:tokens=4000,min=16384,throughput=1 periodic two-clients:max=1 status-change tasks
   doc="$(cli doctor 2>&1)"; drc=$?
   printf '%s\n' "$doc" | grep -i -E 'bluez|bluetooth|508|hci' | head -n 20 | sed 's/^/# doctor: /'
   check "doctor names the BlueZ version (5.66) and its 508-byte write limit" \
