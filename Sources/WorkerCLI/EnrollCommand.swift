@@ -275,7 +275,8 @@ enum AtomicFile {
         var old = stat()
         let exists = stat(path, &old) == 0
         let mode = exists && keepMode ? old.st_mode & 0o7777 : mode
-        let temp = path + ".enroll-\(getpid())"
+        // Not `*.prom`: node_exporter's textfile collector never reads a half-written file.
+        let temp = path + ".tmp-\(getpid())"
         let fd = try systemCall("open", temp) { open(temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode) }
         do {
             defer { close(fd) }
