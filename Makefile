@@ -61,8 +61,9 @@ test: deps
 	@$(MAKE) --no-print-directory unit suites
 
 # The fast loop (about 3 min): every unit and integration test, and the suites that need
-# no VM, model server or network namespace (docs, config examples, the dev coordinator).
-CHECK_SUITES := Tests/Suites/docs.sh Tests/Suites/config-examples.sh Tests/Suites/dev-coordinator.sh
+# no VM, model server or network namespace (docs, config examples, the dev coordinator,
+# metrics against a real daemon: about 6 s once prometheus_client is in .cache).
+CHECK_SUITES := Tests/Suites/docs.sh Tests/Suites/config-examples.sh Tests/Suites/dev-coordinator.sh Tests/Suites/metrics.sh
 check: deps
 	$(SWIFT) build --build-tests
 	@$(MAKE) --no-print-directory unit
