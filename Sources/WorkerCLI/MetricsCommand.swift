@@ -51,7 +51,7 @@ struct MetricsCommand: Command {
             }
             do throws(SystemError) {
                 // 0644: node_exporter reads it as its own user.
-                try AtomicFile.write(writePath, Array(text.utf8), mode: 0o644, directoryMode: 0o755, keepMode: false)
+                try AtomicFile.write(writePath, Array(text.utf8), mode: 0o644, directoryMode: 0o755, keepMode: false, keepOwner: false)
             } catch {
                 // The previous file stays as it was: the rename is the only step that replaces it.
                 return Output.fail(ExitCode.failure, "cannot write \(writePath): \(error)",
