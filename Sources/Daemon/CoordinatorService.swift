@@ -416,9 +416,11 @@ public struct CoordinatorService: Service {
                 await daemon.count { $0.heartbeat(accepted: true) }
                 await link.heartbeatTaken()
             case .unauthorized(let reason):
+                await daemon.count { $0.heartbeat(accepted: false) }
                 await link.forgetRegistration(reason)
                 continue
             case .rejected(let reason):
+                await daemon.count { $0.heartbeat(accepted: false) }
                 throw CoordinatorLink.Stop.rejected(reason)
             case let other:
                 await link.update { $0.heartbeatFailures += 1; $0.lastError = "heartbeat: \(other.failureText)" }
