@@ -63,25 +63,17 @@ public enum PrometheusText {
     }
 
     /// A label value between double quotes: backslash, double quote and line feed escaped.
-    public static func escapeLabelValue(_ value: String) -> String {
-        var out = ""
-        for scalar in value.unicodeScalars {
-            switch scalar {
-            case "\\": out += "\\\\"
-            case "\"": out += "\\\""
-            case "\n": out += "\\n"
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        return out
-    }
+    public static func escapeLabelValue(_ value: String) -> String { escape(value, quote: true) }
 
     /// HELP text: backslash and line feed escaped (a double quote stays as it is there).
-    public static func escapeHelp(_ text: String) -> String {
+    public static func escapeHelp(_ text: String) -> String { escape(text, quote: false) }
+
+    private static func escape(_ text: String, quote: Bool) -> String {
         var out = ""
         for scalar in text.unicodeScalars {
             switch scalar {
             case "\\": out += "\\\\"
+            case "\"" where quote: out += "\\\""
             case "\n": out += "\\n"
             default: out.unicodeScalars.append(scalar)
             }
