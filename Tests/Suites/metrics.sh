@@ -3,9 +3,9 @@
 # root): the text parsed by prometheus_client's own parser from PyPI (pinned in
 # Tests/Metrics/requirements.txt, installed into .cache/metrics/venv), every family with
 # its type, counters that move (heartbeats to the development coordinator after `mode
-# on`, the mode gauge after each change), `--write` atomic for node_exporter, and exit 69
-# with the previous file kept when no daemon answers. No model server: a subtask's
-# counters are covered by the unit tests (Tests/WorkerCoreTests/MetricsTests.swift).
+# on`, a subtask answered through the Ollama test fixture, the mode gauge after each
+# change), `--write` atomic for node_exporter, and exit 69 with the previous file kept
+# when no daemon answers.
 #
 #   EDGECODER_WORKER_BIN=.build/debug/edgecoder-worker bash Tests/Suites/metrics.sh
 #
@@ -17,8 +17,10 @@ bin="${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}"
 work="$(mktemp -d /tmp/metrics-suite.XXXXXX)"
 daemon_pid=
 coordinator_pid=
+fixture_pid=
 cleanup() {
   [[ -n "$daemon_pid" ]] && kill "$daemon_pid" 2>/dev/null && wait "$daemon_pid" 2>/dev/null
+  [[ -n "$fixture_pid" ]] && kill "$fixture_pid" 2>/dev/null && wait "$fixture_pid" 2>/dev/null
   [[ -n "$coordinator_pid" ]] && kill "$coordinator_pid" 2>/dev/null && wait "$coordinator_pid" 2>/dev/null
   rm -rf "$work"
 }
@@ -66,16 +68,20 @@ metrics --write "$work/textfile/edgecoder-worker.prom" 2>/dev/null; rc=$?
 check "no daemon: metrics --write exits 69 (got $rc)" test "$rc" = 69
 check "no daemon: the previous file is kept as it was" grep -qx "# the previous scrape" "$work/textfile/edgecoder-worker.prom"
 
-# --- the development coordinator and the daemon ----------------------------------------------
+# --- the development coordinator, the Ollama fixture and the daemon --------------------------
+python3 Tests/ModelServer/ollama_fixture.py --port 0 --model tiny --quiet >"$work/fixture.out" 2>"$work/fixture.err" &
+fixture_pid=$!
+for _ in $(seq 100); do grep -q 'listening on ' "$work/fixture.out" 2>/dev/null && break; sleep 0.05; done
+model_url="$(sed -n 's/.*listening on //p' "$work/fixture.out" | head -n1)"
+check "the Ollama test fixture listens ($model_url)" test -n "$model_url"
 python3 Tests/DevCoordinator/dev_coordinator.py --port 0 >"$work/coordinator.out" 2>"$work/coordinator.err" &
 coordinator_pid=$!
 for _ in $(seq 100); do grep -q '^listening on ' "$work/coordinator.out" 2>/dev/null && break; sleep 0.05; done
 url="$(sed -n 's/^listening on //p' "$work/coordinator.out" | head -n1)"
 check "the development coordinator listens ($url)" test -n "$url"
-# The model server's port is closed: the model stays unavailable and no subtask runs.
 cat >"$work/config.json" <<JSON
 {"coordinator": {"url": "$url", "heartbeatIntervalMs": 1000, "pullIntervalMs": 500},
- "backend": {"kind": "ollama", "url": "http://127.0.0.1:9", "model": "tiny"}}
+ "backend": {"kind": "ollama", "url": "$model_url", "model": "tiny", "maxTokens": 16}}
 JSON
 "$bin" run --config "$work/config.json" --state-dir "$work/state" --runtime-dir "$work/run" >"$work/daemon.log" 2>&1 &
 daemon_pid=$!
@@ -126,6 +132,21 @@ run_tap "prometheus_client parses the output of mode on" parse "$work/on.prom"
 check "mode on: mode{mode=\"on\"} is 1, off 0" q "$work/on.prom" \
   "v('edgecoder_worker_mode', mode='on') == 1 and v('edgecoder_worker_mode', mode='off') == 0"
 check "mode on: no heartbeat failed" q "$work/on.prom" "v('edgecoder_worker_heartbeats_failed_total') == 0"
+check "mode on: no subtask done yet" q "$work/on.prom" "v('edgecoder_worker_subtasks_done_total') == 0"
+
+# --- a subtask: subtasks_done_total moves ------------------------------------------------------
+curl -s -o /dev/null --max-time 5 -H 'content-type: application/json' \
+  --data-binary '{"input": "say hi", "id": "metrics-1"}' "$url/_dev/subtasks"
+done_=
+for _ in $(seq 150); do
+  metrics >"$work/done.prom" 2>/dev/null
+  if parse "$work/done.prom" "v('edgecoder_worker_subtasks_done_total') == 1" 2>/dev/null; then done_=1; break; fi
+  sleep 0.1
+done
+check "a subtask answered: subtasks_done_total is 1" test -n "$done_"
+check "and nothing failed or was released" q "$work/done.prom" \
+  "v('edgecoder_worker_subtasks_failed_total') == 0 and sum(s.value for f in families if f.name == 'edgecoder_worker_subtasks_released' for s in f.samples) == 0"
+check "the model is ready: model_state{state=\"ready\"} is 1" q "$work/done.prom" "v('edgecoder_worker_model_state', state='ready') == 1"
 
 # --- --write for node_exporter's textfile collector ------------------------------------------
 metrics --write "$work/textfile/edgecoder-worker.prom"; rc=$?
@@ -138,12 +159,14 @@ metrics --write "$work/no-such-dir/a/b.prom" 2>"$work/write.err"; rc=$?
 check "an unwritable path exits 1 (got $rc) and says why" bash -c "test $rc = 1 && grep -q 'cannot write' '$work/write.err'"
 
 # --- mode off again: the gauge follows, the counters never go back ---------------------------
-before="$("$py" Tests/Metrics/parse_metrics.py "$work/on.prom" "print(v('edgecoder_worker_heartbeats_sent_total')) or True" 2>/dev/null)"
+before="$("$py" Tests/Metrics/parse_metrics.py "$work/done.prom" "print(v('edgecoder_worker_heartbeats_sent_total')) or True" 2>/dev/null)"
 "$bin" mode off --runtime-dir "$work/run" >/dev/null 2>&1
 metrics >"$work/off2.prom"
 check "mode off again: mode{mode=\"off\"} is 1" q "$work/off2.prom" "v('edgecoder_worker_mode', mode='off') == 1"
 check "mode off again: heartbeats_sent_total did not go back (was $before)" q "$work/off2.prom" \
   "v('edgecoder_worker_heartbeats_sent_total') >= $before"
+check "mode off again: subtasks_done_total is still 1 (counted since the daemon started)" q "$work/off2.prom" \
+  "v('edgecoder_worker_subtasks_done_total') == 1"
 metrics --write "$work/textfile/edgecoder-worker.prom"
 
 # --- the daemon stopped: 69, and the last file stays --------------------------------------------
