@@ -5,7 +5,8 @@
 # its type, counters that move (heartbeats to the development coordinator after `mode
 # on`, a subtask answered through the Ollama test fixture, the mode gauge after each
 # change), `--write` atomic for node_exporter, and exit 69 with the previous file kept
-# when no daemon answers.
+# when no daemon answers. Hostile label values (quotes, backslashes, newlines) go through
+# `internal metrics-from-status`, the same renderer without a daemon, and must read back.
 #
 #   EDGECODER_WORKER_BIN=.build/debug/edgecoder-worker bash Tests/Suites/metrics.sh
 #
@@ -56,6 +57,23 @@ parse() { "$py" Tests/Metrics/parse_metrics.py "$@"; }
 # q FILE EXPR: EXPR holds for the parsed FILE (see Tests/Metrics/parse_metrics.py).
 q() { parse "$1" "$2" 2>&1 | head -n 3 >&2; return "${PIPESTATUS[0]}"; }
 metrics() { "$bin" metrics --runtime-dir "$work/run" "$@"; }
+
+# --- hostile label values: the renderer's escaping, read back by the real parser -------------
+cat >"$work/hostile.json" <<'JSON'
+{"agentId": "id \"quoted\" \\back\\slash\nnew line", "daemon": {"version": "1\"} 9\n# TYPE x counter", "uptimeMs": 5},
+ "mode": {"mode": "warp\"drive"}, "backend": {"modelState": "melt\\ing\n"},
+ "power": {"held": {"x}\n# HELP y": 3, "thermal": 2}, "decision": {"reason": "é ✓ \"ok\""}}}
+JSON
+"$bin" internal metrics-from-status <"$work/hostile.json" >"$work/hostile.prom"
+run_tap "prometheus_client parses output with quotes, backslashes and newlines in label values" parse "$work/hostile.prom"
+check "every hostile label value reads back exactly" q "$work/hostile.prom" "(
+v('edgecoder_worker_info', version='1\"} 9\n# TYPE x counter', agent_id='id \"quoted\" \\\\back\\\\slash\nnew line') == 1
+and v('edgecoder_worker_mode', mode='warp\"drive') == 1
+and v('edgecoder_worker_model_state', state='melt\\\\ing\n') == 1
+and v('edgecoder_worker_pulls_held_total', reason='x}\n# HELP y') == 3
+and v('edgecoder_worker_pulls_held_total', reason='thermal') == 2
+and v('edgecoder_worker_power_decision', reason='é ✓ \"ok\"') == 1)"
+check "an empty status still gives every family" bash -c "echo '{}' | '$bin' internal metrics-from-status | grep -c '^# TYPE' | grep -qx 23"
 
 # --- no daemon: exit 69, nothing written ----------------------------------------------------
 mkdir -p "$work/run" "$work/state" "$work/textfile"
