@@ -80,8 +80,9 @@ lanes:
 	@bash Tests/Suites/lib/run-suites.sh $(CURDIR)/$(BIN) --lane "$(LANE_VM)" --lane "$(LANE_REST)" --lane "$(LANE_VM2)" --alone "$(LANE_ALONE)"
 
 # The fast loop (about 3 min): every unit and integration test, and the suites that need
-# no VM, model server or network namespace (docs, config examples, the dev coordinator).
-CHECK_SUITES := Tests/Suites/docs.sh Tests/Suites/config-examples.sh Tests/Suites/dev-coordinator.sh
+# no VM, model server or network namespace (docs, config examples, the dev coordinator,
+# metrics against a real daemon: about 6 s once prometheus_client is in .cache).
+CHECK_SUITES := Tests/Suites/docs.sh Tests/Suites/config-examples.sh Tests/Suites/dev-coordinator.sh Tests/Suites/metrics.sh
 check: deps
 	$(SWIFT) build --build-tests
 	@$(MAKE) --no-print-directory unit
@@ -155,6 +156,10 @@ install-files:
 	install -d $(DESTDIR)$(SYSTEMD_UNIT_DIR) $(DESTDIR)$(SYSTEMD_USER_UNIT_DIR) $(DESTDIR)$(SYSUSERS_DIR) $(DESTDIR)$(TMPFILES_DIR)
 	sed 's|/usr/local|$(PREFIX)|g' systemd/edgecoder-worker.service > $(DESTDIR)$(SYSTEMD_UNIT_DIR)/edgecoder-worker.service
 	chmod 0644 $(DESTDIR)$(SYSTEMD_UNIT_DIR)/edgecoder-worker.service
+# Opt-in units (not enabled): systemctl enable --now edgecoder-worker-metrics.timer
+	for unit in edgecoder-worker-metrics.service edgecoder-worker-metrics.timer; do \
+	  sed 's|/usr/local|$(PREFIX)|g' systemd/$$unit > $(DESTDIR)$(SYSTEMD_UNIT_DIR)/$$unit && chmod 0644 $(DESTDIR)$(SYSTEMD_UNIT_DIR)/$$unit || exit 1; \
+	done
 	sed 's|/usr/local|$(PREFIX)|g' systemd/edgecoder-worker-proxy.service > $(DESTDIR)$(SYSTEMD_USER_UNIT_DIR)/edgecoder-worker-proxy.service
 	chmod 0644 $(DESTDIR)$(SYSTEMD_USER_UNIT_DIR)/edgecoder-worker-proxy.service
 	install -m0644 systemd/sysusers.d/edgecoder-worker.conf $(DESTDIR)$(SYSUSERS_DIR)/edgecoder-worker.conf
@@ -170,6 +175,7 @@ install-files:
 	@echo "next: systemd-sysusers edgecoder-worker.conf && systemd-tmpfiles --create edgecoder-worker.conf"
 	@echo "      copy $(PREFIX)/share/doc/edgecoder-worker/config.example.json to /etc/edgecoder-worker/config.json and edit it"
 	@echo "      systemctl daemon-reload && systemctl enable --now edgecoder-worker"
+	@echo "metrics for node_exporter's textfile collector (opt-in):  systemctl enable --now edgecoder-worker-metrics.timer"
 	@echo "the proxy, per user (a user unit):  systemctl --user daemon-reload && systemctl --user enable --now edgecoder-worker-proxy"
 
 # The Debian package, in .build/deb (debian/rules by hand rather than dpkg-buildpackage,

@@ -413,14 +413,18 @@ public struct CoordinatorService: Service {
                 // A heartbeat's success says nothing about pulls and results: their
                 // failure count (and backoff) is reset only by their own successes.
                 await link.update { $0.heartbeatFailures = 0 }
+                await daemon.count { $0.heartbeat(accepted: true) }
                 await link.heartbeatTaken()
             case .unauthorized(let reason):
+                await daemon.count { $0.heartbeat(accepted: false) }
                 await link.forgetRegistration(reason)
                 continue
             case .rejected(let reason):
+                await daemon.count { $0.heartbeat(accepted: false) }
                 throw CoordinatorLink.Stop.rejected(reason)
             case let other:
                 await link.update { $0.heartbeatFailures += 1; $0.lastError = "heartbeat: \(other.failureText)" }
+                await daemon.count { $0.heartbeat(accepted: false) }
                 logger.warning("heartbeat failed: \(other.failureText)")
             }
             return
@@ -456,6 +460,7 @@ public struct CoordinatorService: Service {
                 logger.notice("releasing subtask \(entry.subtask.id): it was claimed \((clock.wallMs() - entry.pulledAtMs) / 1_000) s ago, so the coordinator has given it (or will give it) to another agent", [("subtask", entry.subtask.id)])
                 try await journal.release(entry.subtask.id)
                 await daemon.updateConduct { $0.releasedWithoutFault() }
+                await daemon.count { $0.released(.claimExpired) }
                 await recordReleased(entry.subtask, started: entry.pulledAtMs, why: "released: the claim expired while the worker was down")
             }
         }
@@ -509,6 +514,7 @@ public struct CoordinatorService: Service {
                     // directory refuses writes.
                     logger.error("subtask \(subtask.id) could not be journaled (\(error)); released for another agent", [("subtask", subtask.id)])
                     await daemon.updateConduct { $0.releasedWithoutFault() }
+                    await daemon.count { $0.released(.journalUnwritable) }
                     await recordReleased(subtask, started: entry.pulledAtMs, why: "released: the journal could not be written: \(printable(String(describing: error), limit: 300))")
                     try await pause(await link.failed("journal \(subtask.id): \(error)"), stop: stop)
                     continue
@@ -522,6 +528,7 @@ public struct CoordinatorService: Service {
                 if let rules = await monitorWouldFlag(result) {
                     logger.warning("subtask \(id) cannot be run (\(reason)) but its answer is not posted: the coordinator's monitor would count it (\(rules)); released", [("subtask", id)])
                     await daemon.updateConduct { $0.releasedWithoutFault() }
+                    await daemon.count { $0.released(.monitorWouldFlag) }
                     continue
                 }
                 let stored: SubtaskResult
@@ -576,6 +583,7 @@ public struct CoordinatorService: Service {
         switch try? await link.call(.result, CoordinatorWire.result(result, agentID: daemon.agentID)) {
         case .accepted?:
             await link.update { if result.ok { $0.subtasksDone += 1 } else { $0.subtasksFailed += 1 } }
+            await daemon.count { $0.subtaskAnswered(ok: result.ok) }
         case let other:
             logger.warning("the answer to subtask \(result.subtaskID) was not delivered (\(other?.failureText ?? "cancelled")); the coordinator's timeout re-queues it", [("subtask", result.subtaskID)])
         }
@@ -637,12 +645,12 @@ public struct CoordinatorService: Service {
             result = SubtaskResult.unrunnable(subtaskID: subtask.id, taskID: subtask.taskID, reason: reason, durationMs: ended - started)
             if let rules = await monitorWouldFlag(result) {
                 logger.warning("subtask \(subtask.id) failed (\(reason)) but the failure is not posted: the coordinator's monitor would count it (\(rules)); released", [("subtask", subtask.id)])
-                try await release(subtask, journal: journal, record: &record, why: reason, fault: true)
+                try await release(subtask, journal: journal, record: &record, why: reason, fault: true, counted: .monitorWouldFlag)
                 return
             }
         case .host(let reason, let backendDown):
             if backendDown { await daemon.updateModel(state: "unavailable", detail: "a subtask's generation failed: \(reason)") }
-            try await release(subtask, journal: journal, record: &record, why: reason, fault: true)
+            try await release(subtask, journal: journal, record: &record, why: reason, fault: true, counted: .hostFailure)
             return
         }
         let stored: SubtaskResult
@@ -683,8 +691,10 @@ public struct CoordinatorService: Service {
     /// Gives a claimed subtask back unanswered: its journal entry goes, nothing is posted,
     /// and the coordinator hands it to another agent once the claim expires (30 s). A
     /// result would complete it for the whole swarm; the fault was this host's.
-    func release(_ subtask: Subtask, journal: WorkJournal, record: inout TaskRecord, why: String, fault: Bool) async throws {
+    func release(_ subtask: Subtask, journal: WorkJournal, record: inout TaskRecord, why: String, fault: Bool,
+                 counted reason: SubtaskReleaseReason) async throws {
         try await journal.release(subtask.id)
+        await daemon.count { $0.released(reason) }
         let now = clock.wallMs()
         let failures = await daemon.updateConduct { conduct -> Int in
             if fault { conduct.localFailure(atMs: now) } else { conduct.releasedWithoutFault() }
@@ -759,6 +769,7 @@ public struct CoordinatorService: Service {
                 await link.markDelivered(result.subtaskID, removed: false)
                 logger.info("delivered the result of subtask \(result.subtaskID) (ok: \(result.ok))", [("subtask", result.subtaskID), ("task", result.taskID)])
                 await link.update { if result.ok { $0.subtasksDone += 1 } else { $0.subtasksFailed += 1 } }
+                await daemon.count { $0.subtaskAnswered(ok: result.ok) }
                 await daemon.markTaskPosted(result.subtaskID, ok: result.ok)
                 try await journal.delivered(result.subtaskID)
                 await link.markDelivered(result.subtaskID, removed: true)

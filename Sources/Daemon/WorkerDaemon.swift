@@ -65,6 +65,8 @@ public actor WorkerDaemon {
     /// What the coordinator's behaviour monitor has seen of this worker in the last hour:
     /// kept across sessions and restarts, so a restart never forgets a gap or a storm.
     private(set) var conduct = CoordinatorConduct()
+    /// Subtasks, releases and heartbeats since the daemon started (`metrics`).
+    private(set) var counters = WorkCounters()
     /// When a heartbeat last made the conduct record durable (heartbeats come every 15 s;
     /// the record is written at most once a minute for them).
     private var conductHeartbeatPersistedAtMs: Int64 = 0
@@ -578,6 +580,11 @@ public actor WorkerDaemon {
     // MARK: Conduct towards the coordinator's monitor
 
     /// Changes the conduct record and writes it behind (a coalesced, atomic write).
+    /// Counts an event for `metrics` (kept in memory from start to exit).
+    public func count(_ change: (inout WorkCounters) -> Void) {
+        change(&counters)
+    }
+
     public func updateConduct<T: Sendable>(_ change: (inout CoordinatorConduct) -> T) -> T {
         let value = change(&conduct)
         submitConduct()
@@ -719,7 +726,7 @@ public actor WorkerDaemon {
                                             configuredModel: config.backend.model, switchedModel: switchedModel, modelSwitch: modelSwitch),
             activeRuntimes: Set(Mode.allCases.filter { runtimeActive($0) }),
             recovered: recovered.map { StatusSnapshot.RecoveredFile(file: $0.file, movedTo: $0.movedTo, problem: $0.problem, timeMs: $0.timeMs) },
-            eventCount: eventLog.events.count, lastEventSeq: eventLog.nextSeq - 1)
+            eventCount: eventLog.events.count, lastEventSeq: eventLog.nextSeq - 1, counters: counters)
     }
 
     /// One line for systemd's STATUS= and the first line of `status`.

@@ -266,23 +266,26 @@ func spawnAndWait(_ argv: [String]) -> Int32? {
 }
 
 /// Replaces a file atomically: a temp file in the same directory with the old file's
-/// owner and mode (else `mode`), fsync, rename, fsync of the directory.
+/// owner and mode (else `mode`), fsync, rename, fsync of the directory. `keepOwner` false
+/// leaves the new file to its writer (no fchown, which a unit's syscall filter may deny).
 enum AtomicFile {
-    static func write(_ path: String, _ bytes: [UInt8], mode: mode_t, directoryMode: mode_t, keepMode: Bool) throws(SystemError) {
+    static func write(_ path: String, _ bytes: [UInt8], mode: mode_t, directoryMode: mode_t, keepMode: Bool,
+                      keepOwner: Bool = true) throws(SystemError) {
         let slash = path.lastIndex(of: "/")
         let directory = slash.map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
         if mkdir(directory, directoryMode) != 0 && errno != EEXIST { throw SystemError("mkdir", errno: errno, detail: directory) }
         var old = stat()
         let exists = stat(path, &old) == 0
         let mode = exists && keepMode ? old.st_mode & 0o7777 : mode
-        let temp = path + ".enroll-\(getpid())"
+        // Not `*.prom`: node_exporter's textfile collector never reads a half-written file.
+        let temp = path + ".tmp-\(getpid())"
         let fd = try systemCall("open", temp) { open(temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode) }
         do {
             defer { close(fd) }
             try writeAll(fd: fd, bytes, name: temp)
             // The mode is set explicitly: the umask must not loosen or tighten it.
             try systemCall("fchmod", temp) { fchmod(fd, mode) }
-            if exists && geteuid() == 0 { try systemCall("fchown", temp) { fchown(fd, old.st_uid, old.st_gid) } }
+            if exists && keepOwner && geteuid() == 0 { try systemCall("fchown", temp) { fchown(fd, old.st_uid, old.st_gid) } }
             try systemCall("fsync", temp) { fsync(fd) }
             try systemCall("rename", path) { rename(temp, path) }
         } catch {

@@ -1,4 +1,5 @@
 import Daemon
+import Posix
 import WorkerCore
 
 // The man page and the bash completion are printed from the command table (`commands`)
@@ -366,13 +367,16 @@ struct InternalCommand: Command {
         Usage: edgecoder-worker internal man
                edgecoder-worker internal completion bash
                edgecoder-worker internal config-reference
+               edgecoder-worker internal metrics-from-status < STATUS.json
 
         Prints edgecoder-worker(1) in roff or the bash completion script, both generated
         from the command table (used by `make install` and `make deb`), or
         docs/reference/configuration.md, generated from the config's key table
         (`edgecoder-worker internal config-reference > docs/reference/configuration.md`).
+        metrics-from-status renders `metrics` from a `status --json` object on stdin, without
+        a daemon: the metrics suite feeds it hostile values for Prometheus' own parser.
         """
-    enum Output { case man, bash, configReference }
+    enum Output { case man, bash, configReference, metricsFromStatus }
     let output: Output
 
     init(_ arguments: inout Arguments) throws(UsageError) {
@@ -380,7 +384,8 @@ struct InternalCommand: Command {
         case ["man"]: output = .man
         case ["completion", "bash"]: output = .bash
         case ["config-reference"]: output = .configReference
-        default: throw UsageError("expected 'man', 'completion bash' or 'config-reference'")
+        case ["metrics-from-status"]: output = .metricsFromStatus
+        default: throw UsageError("expected 'man', 'completion bash', 'config-reference' or 'metrics-from-status'")
         }
     }
 
@@ -389,6 +394,15 @@ struct InternalCommand: Command {
         case .man: print(Manual.manPage(), terminator: "")
         case .bash: print(Manual.bashCompletion(), terminator: "")
         case .configReference: print(ConfigReference.markdown(), terminator: "")
+        case .metricsFromStatus:
+            let status: JSONValue
+            do {
+                status = try JSON.parse(try readFile("/dev/stdin", limit: 16 * 1_048_576))
+            } catch {
+                printErr("edgecoder-worker internal metrics-from-status: stdin is not a status object: \(error)")
+                return ExitCode.failure
+            }
+            print(PrometheusText.render(WorkerMetrics.families(status: status, process: nil)), terminator: "")
         }
         return ExitCode.ok
     }

@@ -59,6 +59,10 @@ public struct BluetoothStatus: Sendable, Equatable {
     public var requestsFailed: Int64 = 0
     /// Bad input answered with `ok: false` before reaching the model (protocol-bluetooth §1).
     public var requestsRejected: Int64 = 0
+    /// Requests their client cancelled (queued or running), answered `cancelled`.
+    public var requestsCancelled: Int64 = 0
+    /// Bytes of notifications handed to bluetoothd (chunks of every characteristic).
+    public var bytesNotified: Int64 = 0
     public var clientsRefused: Int64 = 0
     /// Devices refused by `bluetooth.allowedClients` (protocol-bluetooth §3).
     public var clientsNotAllowed: Int64 = 0
@@ -100,6 +104,8 @@ public struct BluetoothStatus: Sendable, Equatable {
         object["requestsServed"] = .int(requestsServed)
         object["requestsFailed"] = .int(requestsFailed)
         object["requestsRejected"] = .int(requestsRejected)
+        object["requestsCancelled"] = .int(requestsCancelled)
+        object["bytesNotified"] = .int(bytesNotified)
         object["clientsRefused"] = .int(clientsRefused)
         object["clientsNotAllowed"] = .int(clientsNotAllowed)
         object["clientsEvicted"] = .int(clientsEvicted)

@@ -897,6 +897,7 @@ public struct PeripheralMachine: Sendable {
     /// A cancelled request's last message: `ok: false`, `error: "cancelled"`, in the form
     /// its client asked for.
     mutating func answerCancelled(_ item: Queued, durationMs: Int64) {
+        if status.requestsCancelled < Int64.max { status.requestsCancelled += 1 }
         let bytes = item.request.stream
             ? BluetoothMessage.final(id: item.request.id, ok: false, durationMs: durationMs, error: "cancelled")
             : BluetoothMessage.response(id: item.request.id, output: "", ok: false, durationMs: durationMs, error: "cancelled")
@@ -1005,6 +1006,8 @@ public struct PeripheralMachine: Sendable {
             // of the message is dropped.
             if busOpen && application == .done {
                 out.append(.notify(current.role, chunk))
+                let (bytes, overflow) = status.bytesNotified.addingReportingOverflow(Int64(chunk.count))
+                status.bytesNotified = overflow ? Int64.max : bytes
                 sending = current.next < current.chunks.count ? current : nil
                 if sending == nil {
                     out.append(.log(.debug, "sent the last of \(current.chunks.count) chunk(s) on \(current.role.rawValue)"))

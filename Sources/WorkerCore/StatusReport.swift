@@ -160,12 +160,16 @@ public struct StatusSnapshot: Sendable, Equatable {
     /// Events kept in the log, and the sequence number of the latest.
     public var eventCount: Int
     public var lastEventSeq: Int64
+    /// What the daemon counted since it started (`metrics`).
+    public var counters: WorkCounters
 
     public init(nowMs: Int64, agentID: String, daemon: Daemon, mode: ModeState, runtime: RuntimeState, network: Network? = nil,
                 lastHook: Hook? = nil, host: HostServices? = nil, hostHold: LocalHoldReason? = nil, power: Power, policy: PowerPolicy, policySources: [String: PolicySource] = [:],
                 coordinatorURL: String? = nil, coordinator: CoordinatorStatus? = nil, conduct: CoordinatorConduct = CoordinatorConduct(), bluetooth: BluetoothStatus = BluetoothStatus(),
                 bluetoothConfiguredAdapter: String? = nil, bluetoothMaxClients: Int64, backend: Backend,
-                activeRuntimes: Set<Mode> = [], recovered: [RecoveredFile] = [], eventCount: Int = 0, lastEventSeq: Int64 = 0) {
+                activeRuntimes: Set<Mode> = [], recovered: [RecoveredFile] = [], eventCount: Int = 0, lastEventSeq: Int64 = 0,
+                counters: WorkCounters = WorkCounters()) {
+        self.counters = counters
         self.nowMs = nowMs
         self.agentID = agentID
         self.daemon = daemon
@@ -248,6 +252,7 @@ public struct StatusReport: Sendable {
                 ["file": .string($0.file), "movedTo": .string($0.movedTo), "problem": .string($0.problem), "time": .string(formatUTC(milliseconds: $0.timeMs))]
             }),
             "events": ["count": .int(Int64(s.eventCount)), "lastSeq": .int(s.lastEventSeq)],
+            "counters": s.counters.json,
         ]
     }
 

@@ -49,6 +49,8 @@ import WorkerCore
         #expect(bed.journal.load(nowMs: bed.clock.wallMs()).journal.isEmpty, "released: journal entries dropped")
         let conduct = await bed.daemon.statusJSON()["coordinator"]?["conduct"]
         #expect(conduct?["released"] == 3 && conduct?["consecutiveLocalFailures"] == 3 && conduct?["hold"] == "local-failures")
+        let released = await bed.daemon.statusJSON()["counters"]?["subtasksReleased"]
+        #expect(released?["host-failure"] == 3 && released?["monitor-would-flag"] == 0, "\(String(describing: released))")
         #expect(await bed.status["deferredReason"]?.stringValue?.hasPrefix("held: local-failures: until ") == true)
         for _ in 0..<5 {
             bed.clock.advance(by: CoordinatorBed.pullMs)
@@ -61,6 +63,7 @@ import WorkerCore
         #expect(await bed.daemon.statusJSON()["coordinator"]?["conduct"]?["consecutiveLocalFailures"] == 0, "a success closes it")
         let states = await bed.daemon.tasksJSON(limit: nil)["tasks"]?.arrayValue?.map { $0["state"]?.stringValue ?? "" }
         #expect(states == ["released", "released", "released", "done"])
+        #expect(await bed.daemon.statusJSON()["counters"]?["subtasksDone"] == 1)
         await bed.finish()
     }
 
@@ -78,6 +81,8 @@ import WorkerCore
         #expect(outputs.count == 2 && outputs[0] != outputs[1] && outputs[0].contains("x1") && outputs[0].contains("model_rejected_400"))
         let conduct = await bed.daemon.statusJSON()["coordinator"]?["conduct"]
         #expect(conduct?["released"] == 1 && conduct?["monitorFindings"] == [])
+        let counters = await bed.daemon.statusJSON()["counters"]
+        #expect(counters?["subtasksFailed"] == 2 && counters?["subtasksReleased"]?["monitor-would-flag"] == 1, "\(String(describing: counters))")
         await bed.finish()
     }
 

@@ -109,6 +109,18 @@ final class CoordinatorBed: Sendable {
         await bed.finish()
     }
 
+    @Test func heartbeatsAreCountedSentAndFailedForMetrics() async throws {
+        let bed = try CoordinatorBed()
+        bed.transport.script("/heartbeat", .json(500, #"{"error":"boom"}"#))
+        bed.start()
+        #expect(await bed.clock.waitForSleep(CoordinatorBed.heartbeatMs))
+        bed.clock.advance(by: CoordinatorBed.heartbeatMs)
+        #expect(await eventually("the second heartbeat") { bed.transport.calls(to: "/heartbeat").count == 2 })
+        #expect(await eventually("both counted") { await bed.daemon.statusJSON()["counters"]?["heartbeatsSent"] == 2 })
+        #expect(await bed.daemon.statusJSON()["counters"]?["heartbeatsFailed"] == 1)
+        await bed.finish()
+    }
+
     @Test func heartbeatNowBeforeASuspendReturnsOnceTheSessionSentIt() async throws {
         let bed = try CoordinatorBed()
         #expect(await bed.daemon.heartbeatNow(timeoutMs: 50) == false, "mode off: no session to heartbeat")
@@ -387,6 +399,7 @@ final class CoordinatorBed: Sendable {
         #expect(bed.transport.calls(to: "/pull").count == 1, "and work goes on")
         #expect(bed.journal.load(nowMs: bed.clock.wallMs()).journal.isEmpty)
         #expect(await bed.daemon.statusJSON()["coordinator"]?["conduct"]?["released"] == 1)
+        #expect(await bed.daemon.statusJSON()["counters"]?["subtasksReleased"]?["claim-expired"] == 1)
         let task = try #require(await bed.daemon.tasksJSON(limit: 1)["tasks"]?.arrayValue?.first)
         #expect(task["state"] == "released" && task["id"] == "s1")
         await bed.finish()
@@ -466,6 +479,7 @@ final class MockDiskFailure: Sendable {
         #expect(await bed.status["consecutiveFailures"] == 1)
         #expect(await bed.status["lastError"]?.stringValue?.hasPrefix("journal s1: ") == true)
         #expect(await bed.status["subtasksFailed"] == 0)
+        #expect(await bed.daemon.statusJSON()["counters"]?["subtasksReleased"]?["journal-unwritable"] == 1)
         let task = try #require(await bed.daemon.tasksJSON(limit: 1)["tasks"]?.arrayValue?.first)
         #expect(task["state"] == "released")
         #expect(task["error"]?.stringValue?.contains("ENOSPC") == true || task["error"]?.stringValue?.contains("space") == true, "\(task)")

@@ -102,6 +102,28 @@ check "systemd-analyze verify parses the proxy's user unit" systemd-analyze veri
 figure "systemd-analyze security --offline=true edgecoder-worker-proxy.service (user unit)" \
   "$(systemd-analyze security --offline=true --no-pager $PROXY_UNIT 2>&1 | sed -n 's/.*Overall exposure level for .*: //p' | sed 's/\x1b\[[0-9;]*m//g')"
 
+# ------------------------------------------------------------------ the metrics timer
+phase "the metrics timer (node_exporter's textfile collector)"
+METRICS_TIMER=edgecoder-worker-metrics.timer
+PROM=/var/lib/prometheus/node-exporter/edgecoder-worker.prom
+check "the metrics timer is installed, not enabled (opt-in)" \
+  test "$(systemctl is-enabled $METRICS_TIMER 2>&1)" = disabled
+check "systemd-analyze verify parses the metrics units" \
+  systemd-analyze verify /lib/systemd/system/edgecoder-worker-metrics.service /lib/systemd/system/$METRICS_TIMER
+# node-exporter's package makes this directory; the test stands in for it.
+mkdir -p /var/lib/prometheus/node-exporter
+systemctl enable --now $METRICS_TIMER
+check "enabled, the timer is active" systemctl is-active --quiet $METRICS_TIMER
+systemctl start edgecoder-worker-metrics.service; rc=$?
+check "the metrics service runs under its sandbox (exit $rc)" test $rc -eq 0
+check "it wrote the textfile, mode 0644" test "$(stat -c %a $PROM 2>/dev/null)" = 644
+check "the textfile has the mode gauge (mode off)" grep -qx 'edgecoder_worker_mode{mode="off"} 1' $PROM
+check "and the daemon's resident memory (it sees /proc)" grep -q '^edgecoder_worker_process_resident_memory_bytes [1-9]' $PROM
+figure "systemd-analyze security edgecoder-worker-metrics.service" \
+  "$(systemd-analyze security --no-pager edgecoder-worker-metrics.service 2>&1 | sed -n 's/.*Overall exposure level for .*: //p' | sed 's/\x1b\[[0-9;]*m//g')"
+systemctl disable --now $METRICS_TIMER
+rm -f $PROM
+
 # ------------------------------------------------------------------ mode on
 phase "mode on against the dev coordinator on the host"
 check "the guest reaches the dev coordinator ($COORD)" dev -o /dev/null "$COORD/_dev/state"

@@ -140,6 +140,10 @@ import Testing
         #expect(messages.contains(["id": "wait-s", "ok": false, "done": true, "error": "cancelled"]))
         #expect(H.served(h.all).map(\.request.id) == ["run"])
         #expect(h.machine.status.requestsFailed == 2)
+        #expect(h.machine.status.requestsCancelled == 2)
+        // Every byte handed to bluetoothd is counted (metrics' bluetooth_notified_bytes_total).
+        #expect(h.machine.status.bytesNotified == Int64(H.notified(h.all).reduce(0) { $0 + $1.count }))
+        #expect(h.machine.status.bytesNotified > 0)
     }
 
     @Test func aCancelOfTheRunningRequestStopsItsBackendAndEndsItCancelled() {
@@ -160,6 +164,7 @@ import Testing
         #expect(!messages.contains { $0["delta"]?.stringValue == "after the cancel" })
         #expect(messages.contains(["id": .string(Self.id), "ok": false, "done": true, "error": "cancelled"]))
         #expect(!messages.contains { $0["error"]?.stringValue?.hasPrefix("cancel_refused") == true }, "a repeated cancel of a running request is no error")
+        #expect(h.machine.status.requestsCancelled == 1, "cancelled once, however many cancels came")
     }
 
     @Test func aCancelOfAnotherClientsRequestIsRefusedWithoutItsId() {
@@ -176,6 +181,7 @@ import Testing
         h.on(.served(ticket: ticket, PeripheralOutcome(ok: true, output: "", error: nil, durationMs: 5)))
         h.advance(1_000)
         #expect(H.messages(H.notified(h.all)).last?["ok"] == true)
+        #expect(h.machine.status.requestsCancelled == 0, "a refused cancel cancels nothing")
     }
 
     @Test func aFloodOfCancelsCostsOneRefusal() {

@@ -79,7 +79,8 @@ enum DocumentedStatus {
         "active": .bool, "state": .string, "adapter": .nullable(.string), "address": .nullable(.string), "localName": .string,
         "applicationRegistered": .bool, "advertising": .bool, "problem": .nullable(.string),
         "clients": .array(of: .object(required: ["address": .string, "mtu": .nullable(.int)])),
-        "requestsServed": .int, "requestsFailed": .int, "requestsRejected": .int, "clientsRefused": .int, "queued": .int,
+        "requestsServed": .int, "requestsFailed": .int, "requestsRejected": .int, "requestsCancelled": .int, "bytesNotified": .int,
+        "clientsRefused": .int, "queued": .int,
         "clientsNotAllowed": .int, "clientsEvicted": .int, "clientsCooledDown": .int, "rejectionsDropped": .int,
         "registrations": .int, "configuredAdapter": .nullable(.string), "maxClients": .int,
         "pacing": .string, "attBearers": .nullable(.int), "pairingAgent": .string, "pairingAgentRegistered": .bool,
@@ -106,6 +107,10 @@ enum DocumentedStatus {
         "coordinator": coordinator, "backend": backend, "bluetooth": bluetooth, "daemon": daemon, "host": host,
         "recoveredStateFiles": .array(of: .object(required: ["file": .string, "movedTo": .string, "problem": .string, "time": .string])),
         "events": .object(required: ["count": .int, "lastSeq": .int]),
+        "counters": counters,
+    ])
+    static let counters = Shape.object(required: [
+        "subtasksDone": .int, "subtasksFailed": .int, "subtasksReleased": .map(of: .int), "heartbeatsSent": .int, "heartbeatsFailed": .int,
     ])
 }
 
