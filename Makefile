@@ -68,11 +68,11 @@ test-prepare:
 	Tests/Proxy/prepare-clients.sh >/dev/null || [ $$? -eq 77 ]
 
 # The suites in lanes (Tests/Suites/lib/run-suites.sh): the BlueZ VM suite in one lane; the
-# systemd VM suite and the quick suites in a second; the second BlueZ VM (neighbours) and the
+# systemd VM suite and the quick suites in a second; the second BlueZ VM (neighbours, bystanders, security) and the
 # coordinator suite in a third; the lanes after the first at nice 10; then own-load alone (it
 # measures the host's CPU). Same result lines and summary as `suites`.
 LANE_VM    := Tests/Suites/bluetooth.sh
-LANE_VM2   := Tests/Suites/bluetooth-neighbours.sh Tests/Suites/coordinator.sh
+LANE_VM2   := Tests/Suites/bluetooth-security.sh Tests/Suites/coordinator.sh
 LANE_ALONE := Tests/Suites/own-load.sh
 LANE_REST  := Tests/Suites/systemd-deb.sh Tests/Suites/fuzz.sh \
 	$(filter-out $(LANE_VM) $(LANE_VM2) $(LANE_ALONE) Tests/Suites/systemd-deb.sh Tests/Suites/fuzz.sh,$(sort $(wildcard Tests/Suites/*.sh)))

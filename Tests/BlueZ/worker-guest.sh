@@ -30,7 +30,7 @@ STATE=$W/state
 export HCI3_ADDR=00:AA:01:03:00:03
 export LLAMA_URL="http://${BLUEZ_VM_HOST_ADDR:?no --host-port}:${LLAMA_PORT:?LLAMA_PORT not set}"
 PHASES="${BT_PHASES:-main clients neighbours bystanders badflood idle leave-mid security restart smallmtu off adapter stream proxy pacing}"
-# BT_SKIP_PHASES: phases left out of that list (another VM runs them: bluetooth-neighbours.sh).
+# BT_SKIP_PHASES: phases left out of that list (another VM runs them: bluetooth-security.sh).
 for skipped in ${BT_SKIP_PHASES:-}; do PHASES=" $PHASES "; PHASES="${PHASES/ $skipped / }"; done
 mkdir -p "$W" "$STATE" "$WORKER_RUNDIR"
 DAEMON_PID=

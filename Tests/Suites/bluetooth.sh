@@ -145,10 +145,10 @@ cleanup() {
 trap 'cleanup; exit 130' INT TERM
 
 # ------------------------------------------------------------------ the VM
-# Without EDGECODER_BT_PHASES, every phase but those Tests/Suites/bluetooth-neighbours.sh runs
+# Without EDGECODER_BT_PHASES, every phase but those Tests/Suites/bluetooth-security.sh runs
 # in a VM of its own beside this one (EDGECODER_BT_SKIP_PHASES).
 skip_phases=""
-[[ -z "${EDGECODER_BT_PHASES:-}" ]] && skip_phases="${EDGECODER_BT_SKIP_PHASES-neighbours bystanders}"
+[[ -z "${EDGECODER_BT_PHASES:-}" ]] && skip_phases="${EDGECODER_BT_SKIP_PHASES-neighbours bystanders security}"
 BLUEZ_VM_MEM="${BLUEZ_VM_MEM:-1536}" Tests/BlueZ/vm/run-in-vm.sh \
   --controllers 4 --host-port "$port" --timeout "${EDGECODER_BT_TIMEOUT:-3000}" --results "$results" "${share_bin[@]}" \
   --env "WORKER_BIN=$bin" --env "LLAMA_PORT=$port" --env "BT_PHASES=${EDGECODER_BT_PHASES:-}" --env "BT_SKIP_PHASES=$skip_phases" --env "BT_PROXY_BENCH=${EDGECODER_BT_PROXY_BENCH:-0}" \
