@@ -369,9 +369,11 @@ def power_deferred(model):
     w = Worker(c.url, {"kind": "openai", "url": model.url, "model": "tiny"})
     try:
         w.start(); w.cli("mode", "on")
-        wait_for(lambda: w.status()["coordinator"]["registered"], timeout=10)
+        # Registered and the model ready (the readiness probe backs off on a busy host: make
+        # test runs this beside the VM suites), so the next pull is the one deferred.
+        wait_for(lambda: w.status()["coordinator"]["registered"] and w.status()["backend"]["modelState"] == "ready", timeout=40)
         c.switch("power-deferred", deferMs=2500, reason="high_cpu_defer")
-        first = wait_for(lambda: w.status()["coordinator"].get("deferredReason"), timeout=10)
+        first = wait_for(lambda: w.status()["coordinator"].get("deferredReason"), timeout=30)
         check(first and "high_cpu_defer" in first, "status shows the coordinator's deferral", first)
         before = c.state()["pulls"]
         time.sleep(2.0)
