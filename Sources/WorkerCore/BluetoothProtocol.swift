@@ -434,7 +434,7 @@ public enum BluetoothMessage {
 /// Gathers the text a streamed request produces into partial messages (protocol-bluetooth §2): one is
 /// due once its text would fill the partial's budget (whole notifications, see
 /// `BluetoothMessage.partialBudget`) or `delayMs` after its first byte, whichever comes first.
-/// The answer's first partial is due as soon as it has any text (SPEC 6.1): the client sees
+/// The answer's first partial is due as soon as it has any text (protocol-bluetooth §2): the client sees
 /// the model start at once; only later partials wait to fill notifications.
 /// Pure: the peripheral asks for a due partial whenever its link is free, so a link slower
 /// than the model makes bigger partials, never a longer queue.
