@@ -434,6 +434,8 @@ public enum BluetoothMessage {
 /// Gathers the text a streamed request produces into partial messages (protocol-bluetooth §2): one is
 /// due once its text would fill the partial's budget (whole notifications, see
 /// `BluetoothMessage.partialBudget`) or `delayMs` after its first byte, whichever comes first.
+/// The answer's first partial is due as soon as it has any text (protocol-bluetooth §2): the client sees
+/// the model start at once; only later partials wait to fill notifications.
 /// Pure: the peripheral asks for a due partial whenever its link is free, so a link slower
 /// than the model makes bigger partials, never a longer queue.
 public struct PartialCoalescer: Sendable, Equatable {
@@ -446,6 +448,8 @@ public struct PartialCoalescer: Sendable, Equatable {
     public private(set) var escapedBytes = 0
     /// When the first byte of the text not yet sent arrived.
     public private(set) var firstAtMs: Int64?
+    /// Whether a partial went out already; until then text is due without waiting.
+    public private(set) var sentAny = false
 
     public init(id: String, delayMs: Int64 = 100) {
         self.id = id
@@ -454,7 +458,7 @@ public struct PartialCoalescer: Sendable, Equatable {
 
     public var isEmpty: Bool { start == scalars.count }
     /// When the text waiting is due whatever its size.
-    public var dueAtMs: Int64? { firstAtMs.map { $0 + delayMs } }
+    public var dueAtMs: Int64? { firstAtMs.map { sentAny ? $0 + delayMs : $0 } }
 
     public mutating func add(_ text: String, nowMs: Int64) {
         guard !text.isEmpty else { return }
@@ -469,7 +473,8 @@ public struct PartialCoalescer: Sendable, Equatable {
     public func isFull(budget: Int) -> Bool { escapedBytes >= room(budget) }
 
     /// The partial message due at `nowMs`, if any: as much text as fits the budget when the
-    /// text fills it, else all of it once `delayMs` has passed since its first byte.
+    /// text fills it, else all of it once `delayMs` has passed since its first byte (at once
+    /// for the answer's first partial).
     public mutating func take(nowMs: Int64, budget: Int) -> [UInt8]? {
         guard !isEmpty else { return nil }
         if isFull(budget: budget) { return cut(maxEscaped: room(budget), nowMs: nowMs) }
@@ -500,6 +505,7 @@ public struct PartialCoalescer: Sendable, Equatable {
         var text = ""
         text.unicodeScalars.append(contentsOf: scalars[start..<end])
         start = end
+        sentAny = true
         escapedBytes -= size
         if isEmpty {
             scalars.removeAll(keepingCapacity: true)

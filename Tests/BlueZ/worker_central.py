@@ -960,7 +960,7 @@ async def sc_stream(args):
            f"the first partial arrives long before the final message ({t_first}s vs {t_final}s)")
     if final is not None and final.get("ok"):
         SERVED[rid] = s.address
-    # a notification carries at most one partial's worth: partials fill notifications or wait 100 ms
+    # a notification carries at most one partial's worth: the first goes at once, later ones fill notifications or wait 100 ms
     sizes = [len(json.dumps(p, separators=(",", ":")).encode()) for p in partials[:-1]]
     TAP.note(f"partial sizes (bytes): min {min(sizes) if sizes else '-'}, max {max(sizes) if sizes else '-'} at MTU {s.mtu}")
 

@@ -165,16 +165,40 @@ import Testing
         #expect(full.count >= taken.count / 2)
     }
 
-    @Test func theTimerRunsFromTheFirstByteOfWhatWaits() {
+    @Test func theFirstPartialGoesAtOnceAndLaterOnesWaitFromTheirFirstByte() {
         var coalescer = PartialCoalescer(id: "a", delayMs: 100)
         #expect(coalescer.take(nowMs: 0, budget: 512) == nil)
+        coalescer.add("", nowMs: 500)
+        #expect(coalescer.isEmpty && coalescer.dueAtMs == nil, "an empty piece is no first partial")
+        #expect(coalescer.take(nowMs: 500, budget: 512) == nil)
         coalescer.add("x", nowMs: 1_000)
-        coalescer.add("y", nowMs: 1_090)
-        #expect(coalescer.dueAtMs == 1_100)
-        #expect(coalescer.take(nowMs: 1_099, budget: 512) == nil)
-        #expect(coalescer.take(nowMs: 1_100, budget: 512) == BluetoothMessage.partial(id: "a", delta: "xy"))
+        #expect(coalescer.dueAtMs == 1_000, "the answer's first text is due at once")
+        #expect(coalescer.take(nowMs: 1_000, budget: 512) == BluetoothMessage.partial(id: "a", delta: "x"))
+        coalescer.add("y", nowMs: 1_010)
+        coalescer.add("z", nowMs: 1_090)
+        #expect(coalescer.dueAtMs == 1_110)
+        #expect(coalescer.take(nowMs: 1_109, budget: 512) == nil, "the second partial coalesces")
+        #expect(coalescer.take(nowMs: 1_110, budget: 512) == BluetoothMessage.partial(id: "a", delta: "yz"))
         #expect(coalescer.dueAtMs == nil)
         coalescer.add("", nowMs: 1_200)
         #expect(coalescer.isEmpty, "an empty piece starts no timer")
+        coalescer.add("w", nowMs: 1_300)
+        #expect(coalescer.dueAtMs == 1_400, "only the answer's first partial skips the wait")
+    }
+
+    @Test func theFirstPartialAtOnceKeepsTheWholeAnswersBytes() {
+        var coalescer = PartialCoalescer(id: "b", delayMs: 100)
+        let pieces = ["Hé", "llo \\", "\"w\"", "\n😀", "", "d"]
+        var deltas: [String] = []
+        for (n, piece) in pieces.enumerated() {
+            coalescer.add(piece, nowMs: Int64(n * 30))
+            while let message = coalescer.take(nowMs: Int64(n * 30), budget: 512) {
+                deltas.append((try? JSON.parse(message))?["delta"]?.stringValue ?? "<unparsable>")
+            }
+        }
+        deltas += coalescer.drain(budget: 512).map { (try? JSON.parse($0))?["delta"]?.stringValue ?? "<unparsable>" }
+        #expect(deltas.first == "Hé", "the first piece went alone, at once")
+        #expect(deltas.count == 2, "the rest came within 100 ms and coalesced")
+        #expect(deltas.joined() == pieces.joined())
     }
 }

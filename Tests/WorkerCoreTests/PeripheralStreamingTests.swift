@@ -33,25 +33,30 @@ import Testing
             sent += H.notified(h.on(.tick))
         }
         let messages = H.messages(sent)
-        #expect(messages.count == 2, "full partials went out without waiting for the timer")
+        #expect(messages.first?["delta"]?.stringValue == "ab\"é d", "the answer's first partial goes at once")
+        #expect(messages.count == 3, "then full partials went out without waiting for the timer")
         for chunk in sent { #expect(chunk.count <= 180) }
         // Whole notifications: every full partial is one notification, filled to within one token's escape.
-        let first = try #require(messages.first)
-        #expect(first["done"] == false && first["id"]?.stringValue == Self.id)
-        #expect(BluetoothMessage.partial(id: Self.id, delta: first["delta"]!.stringValue!).count > 180 - 3)
+        let full = try #require(messages.dropFirst().first)
+        #expect(full["done"] == false && full["id"]?.stringValue == Self.id)
+        #expect(BluetoothMessage.partial(id: Self.id, delta: full["delta"]!.stringValue!).count > 180 - 3)
         #expect(h.machine.queued == 1)
     }
 
-    @Test func aPartialGoesOut100msAfterItsFirstByteWhenItIsNotFull() {
+    @Test func theFirstPartialGoesAtOnceThenOnes100msAfterTheirFirstByte() {
         var h = H()
         let ticket = Self.streaming(&h)
-        #expect(H.notified(h.on(.partial(ticket: ticket, "Hel"))).isEmpty)
-        h.now += 60
+        #expect(H.notified(h.on(.partial(ticket: ticket, ""))).isEmpty, "no text, no partial")
+        let first = H.messages(H.notified(h.on(.partial(ticket: ticket, "Hel"))))
+        #expect(first == [["id": .string(Self.id), "delta": "Hel", "done": false]], "the answer's first text goes at once")
+        h.now += 5
         #expect(H.notified(h.on(.partial(ticket: ticket, "lo"))).isEmpty)
+        h.now += 60
+        #expect(H.notified(h.on(.partial(ticket: ticket, " you"))).isEmpty)
         #expect(h.machine.nextDeadlineMs <= h.now + 40, "the loop wakes for the partial's deadline")
         #expect(H.notified(h.advance(39)).isEmpty)
         let due = H.messages(H.notified(h.advance(1)))
-        #expect(due == [["id": .string(Self.id), "delta": "Hello", "done": false]])
+        #expect(due == [["id": .string(Self.id), "delta": "lo you", "done": false]])
     }
 
     @Test func theFinalMessageFollowsEveryPartialWithoutOutput() {
