@@ -149,18 +149,30 @@ trap 'cleanup; exit 130' INT TERM
 # in a VM of its own beside this one (EDGECODER_BT_SKIP_PHASES).
 skip_phases=""
 [[ -z "${EDGECODER_BT_PHASES:-}" ]] && skip_phases="${EDGECODER_BT_SKIP_PHASES-neighbours bystanders security}"
-BLUEZ_VM_MEM="${BLUEZ_VM_MEM:-1536}" Tests/BlueZ/vm/run-in-vm.sh \
-  --controllers 4 --host-port "$port" --timeout "${EDGECODER_BT_TIMEOUT:-3000}" --results "$results" "${share_bin[@]}" \
-  --env "WORKER_BIN=$bin" --env "LLAMA_PORT=$port" --env "BT_PHASES=${EDGECODER_BT_PHASES:-}" --env "BT_SKIP_PHASES=$skip_phases" --env "BT_PROXY_BENCH=${EDGECODER_BT_PROXY_BENCH:-0}" \
-  --env "WORKER_RESPONSE_TIMEOUT_CAP=${EDGECODER_BT_RESPONSE_CAP:-}" \
-  --env "BT_PACING_SET=${EDGECODER_BT_PACING_SET:-}" --env "BT_PACING_MTUS=${EDGECODER_BT_PACING_MTUS:-}" \
-  --env "BT_PACING_REPS=${EDGECODER_BT_PACING_REPS:-}" --env "BT_PACING_CHANNELS=${EDGECODER_BT_PACING_CHANNELS:-}" \
-  --env "BT_PACING_WAIT=${EDGECODER_BT_PACING_WAIT:-}" --env "BT_FLOOD_SECS=${EDGECODER_BT_FLOOD_SECS:-}" \
-  --env "BT_BYSTANDER_CONNECTS=${EDGECODER_BT_BYSTANDER_CONNECTS:-50}" \
-  --env "BT_STAMP_LOGS=${EDGECODER_BT_STAMP_LOGS:-0}" --env "BT_PIECE_REPS=${EDGECODER_BT_PIECE_REPS:-1}" \
-  --env "PROXY_CLIENTS_PY=$proxy_py" \
-  Tests/BlueZ/worker-guest.sh
+boot_vm() {
+  BLUEZ_VM_MEM="${BLUEZ_VM_MEM:-1536}" Tests/BlueZ/vm/run-in-vm.sh \
+    --controllers 4 --host-port "$port" --timeout "${EDGECODER_BT_TIMEOUT:-3000}" --results "$results" "${share_bin[@]}" \
+    --env "WORKER_BIN=$bin" --env "LLAMA_PORT=$port" --env "BT_PHASES=${EDGECODER_BT_PHASES:-}" --env "BT_SKIP_PHASES=$skip_phases" --env "BT_PROXY_BENCH=${EDGECODER_BT_PROXY_BENCH:-0}" \
+    --env "WORKER_RESPONSE_TIMEOUT_CAP=${EDGECODER_BT_RESPONSE_CAP:-}" \
+    --env "BT_PACING_SET=${EDGECODER_BT_PACING_SET:-}" --env "BT_PACING_MTUS=${EDGECODER_BT_PACING_MTUS:-}" \
+    --env "BT_PACING_REPS=${EDGECODER_BT_PACING_REPS:-}" --env "BT_PACING_CHANNELS=${EDGECODER_BT_PACING_CHANNELS:-}" \
+    --env "BT_PACING_WAIT=${EDGECODER_BT_PACING_WAIT:-}" --env "BT_FLOOD_SECS=${EDGECODER_BT_FLOOD_SECS:-}" \
+    --env "BT_BYSTANDER_CONNECTS=${EDGECODER_BT_BYSTANDER_CONNECTS:-50}" \
+    --env "BT_STAMP_LOGS=${EDGECODER_BT_STAMP_LOGS:-0}" --env "BT_PIECE_REPS=${EDGECODER_BT_PIECE_REPS:-1}" \
+    --env "PROXY_CLIENTS_PY=$proxy_py" \
+    Tests/BlueZ/worker-guest.sh
+}
+boot_vm
 rc=$?
+if ((rc == 125)) && [[ ! -s "$results/output.log" ]]; then
+  # The guest never began the suite (it hung while booting: run-in-vm.sh's boot watchdog):
+  # nothing was tested. Say why and boot once more.
+  echo "# the VM failed before the suite began: $(cat "$results/init-error" "$results/setup-error" 2>/dev/null || echo 'no reason recorded')"
+  for f in setup.log console.log; do [[ -f "$results/$f" ]] && mv "$results/$f" "$results/first-boot-$f"; done
+  echo "# booting the VM again"
+  boot_vm
+  rc=$?
+fi
 trap - INT TERM
 cleanup
 case $rc in

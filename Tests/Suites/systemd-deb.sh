@@ -153,7 +153,7 @@ if ((rc == 125)); then
   # The guest's own set-up (btvirt, bluetooth.service under a busy TCG guest) failed before
   # the checks began: nothing of the package was tested. Say why, here where CI shows it,
   # and boot once more.
-  echo "# the VM's set-up failed before the checks: $(cat "$results/setup-error" 2>/dev/null || echo 'no reason recorded')"
+  echo "# the VM's set-up failed before the checks: $(cat "$results/setup-error" "$results/init-error" 2>/dev/null || echo 'no reason recorded')"
   tail -n 15 "$results/setup.log" 2>/dev/null | sed 's/^/# setup.log: /'
   for f in setup.log console.log btvirt.log; do [[ -f "$results/$f" ]] && mv "$results/$f" "$results/first-boot-$f"; done
   echo "# booting the VM again"

@@ -16,6 +16,9 @@
 #
 # Options:
 #   --timeout SECS     kill the VM after SECS (default $BLUEZ_VM_TIMEOUT or 300); exit 124
+#   (BLUEZ_VM_BOOT_TIMEOUT, default 420: a guest that has not begun the script by then is
+#   killed, exit 125 with the reason in init-error. Under TCG on a loaded host a guest has
+#   hung while booting, udev workers in a soft lockup for good; a caller may boot again.)
 #   --env NAME=VALUE   export NAME in the guest script (repeatable); --env NAME copies
 #                      the host's value
 #   --bluetoothd-args "ARGS"  extra options for the first bluetoothd (same as the
@@ -261,7 +264,18 @@ fi
 start=$SECONDS
 timeout --kill-after=10 "$TIMEOUT" "${QEMU[@]}" </dev/null >"$RESULTS/qemu.log" 2>&1 &
 QPID=$!
-trap 'kill "$QPID" 2>/dev/null; wait "$QPID" 2>/dev/null; exit 130' INT TERM
+BOOT_TIMEOUT="${BLUEZ_VM_BOOT_TIMEOUT:-420}"
+( # The boot watchdog: no "BEGIN" on the console within BOOT_TIMEOUT, the guest hung booting.
+  for ((waited = 0; waited < BOOT_TIMEOUT; waited += 5)); do
+    sleep 5
+    kill -0 "$QPID" 2>/dev/null || exit 0
+    grep -q 'bluez-vm: BEGIN' "$RESULTS/console.log" 2>/dev/null && exit 0
+  done
+  echo "the guest did not begin its script within ${BOOT_TIMEOUT}s (hung while booting: $(grep -o 'soft lockup.*' "$RESULTS/console.log" 2>/dev/null | tail -n 1 | tr -d '\r'))" >"$RESULTS/init-error"
+  kill "$QPID" 2>/dev/null
+) &
+WATCHDOG=$!
+trap 'kill "$QPID" "$WATCHDOG" 2>/dev/null; wait "$QPID" 2>/dev/null; exit 130' INT TERM
 # Stream the script's output (and, with --verbose, the console) while the VM runs.
 tail -n +1 -F --pid="$QPID" "$RESULTS/output.log" 2>/dev/null &
 TAILS=($!)
@@ -271,6 +285,7 @@ if ((VERBOSE)); then
 fi
 wait "$QPID"
 qrc=$?
+kill "$WATCHDOG" 2>/dev/null; wait "$WATCHDOG" 2>/dev/null
 wait "${TAILS[@]}" 2>/dev/null
 trap - INT TERM
 elapsed=$((SECONDS - start))
@@ -287,7 +302,7 @@ if [[ -f "$RESULTS/exit-code" ]]; then
   kept="results: $RESULTS"
   ((rc == 0 && KEEP == 0)) && kept="results removed; --keep keeps them"
   echo "$ME: $(basename "$SCRIPT") exited $rc (VM ran ${elapsed}s; $kept)" >&2
-elif ((qrc == 124 || qrc == 137)); then
+elif [[ ! -f "$RESULTS/init-error" ]] && ((qrc == 124 || qrc == 137)); then
   rc=124
   echo "$ME: TIMED OUT: the VM did not finish within ${TIMEOUT}s (results: $RESULTS)" >&2
   show_tail "$RESULTS/setup.log" 20
