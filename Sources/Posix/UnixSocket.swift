@@ -120,14 +120,29 @@ public final class UnixConnection: Sendable {
         }
     }
 
-    /// Writes every byte, suspending while the peer's buffer is full.
-    public func write(_ bytes: [UInt8]) async throws {
+    /// Writes every byte, suspending while the peer's buffer is full. With
+    /// `progressTimeoutMs`, a peer that takes no byte for that long (it stopped reading)
+    /// fails the write with ETIMEDOUT: the deadline restarts on every byte sent, so a slow
+    /// but reading peer gets its answer however long it is.
+    public func write(_ bytes: [UInt8], progressTimeoutMs: Int64? = nil) async throws {
         var offset = 0
+        var lastProgressNs = monotonicNanoseconds()
         while offset < bytes.count {
             let n = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL)) }
-            if n >= 0 { offset += n; continue }
+            if n >= 0 {
+                offset += n
+                lastProgressNs = monotonicNanoseconds()
+                continue
+            }
             switch errno {
-            case EAGAIN, EINTR: try await Reactor.shared.waitWritable(fd)
+            case EAGAIN, EINTR:
+                guard let progressTimeoutMs else {
+                    try await Reactor.shared.waitWritable(fd)
+                    continue
+                }
+                let deadlineNs = lastProgressNs + UInt64(max(0, progressTimeoutMs)) * 1_000_000
+                let writable = try await Reactor.shared.wait([Reactor.Interest(fd: fd, events: Int16(POLLOUT))], deadlineNs: deadlineNs)
+                if !writable, monotonicNanoseconds() >= deadlineNs { throw SystemError("send", errno: ETIMEDOUT) }
             case let code:
                 preconditionErrnoIsNotABug(code, call: "send")
                 throw SystemError("send", errno: code)

@@ -31,6 +31,12 @@ public struct ProxyServer: Sendable {
     /// `pulseMs` keeps the body alive (JSON allows leading white space).
     let wholeHoldMs: Int64
     let pulseMs: Int64
+    /// How long a write may go without the client taking a byte before the connection is
+    /// closed: a client that stops reading must not hold a connection (and a place under
+    /// `maxConnections`) forever. Only tests shorten it.
+    let writeProgressMs: Int64
+    /// `writeProgressMs` unless a test says otherwise.
+    public static let defaultWriteProgressMs: Int64 = 30_000
     let open = ConnectionCount()
 
     /// Connections being served now.
@@ -39,16 +45,17 @@ public struct ProxyServer: Sendable {
     public init(listener: LoopbackTCPListener, upstream: any ProxyUpstream, version: String, logger: Logger, requestTimeoutMs: Int64,
                 readTimeoutMs: Int64 = 10_000, maxConnections: Int = 64, guardian: BrowserGuard = BrowserGuard(),
                 idleTimeoutMs: Int64 = 30_000, maxRequestsPerConnection: Int = 100, streamHoldMs: Int64 = 1_000,
-                wholeHoldMs: Int64 = 10_000, pulseMs: Int64 = 10_000) {
+                wholeHoldMs: Int64 = 10_000, pulseMs: Int64 = 10_000, writeProgressMs: Int64 = ProxyServer.defaultWriteProgressMs) {
         self.init(listeners: [listener], upstream: upstream, version: version, logger: logger, requestTimeoutMs: requestTimeoutMs,
                   readTimeoutMs: readTimeoutMs, maxConnections: maxConnections, guardian: guardian, idleTimeoutMs: idleTimeoutMs,
-                  maxRequestsPerConnection: maxRequestsPerConnection, streamHoldMs: streamHoldMs, wholeHoldMs: wholeHoldMs, pulseMs: pulseMs)
+                  maxRequestsPerConnection: maxRequestsPerConnection, streamHoldMs: streamHoldMs, wholeHoldMs: wholeHoldMs, pulseMs: pulseMs,
+                  writeProgressMs: writeProgressMs)
     }
 
     public init(listeners: [LoopbackTCPListener], upstream: any ProxyUpstream, version: String, logger: Logger, requestTimeoutMs: Int64,
                 readTimeoutMs: Int64 = 10_000, maxConnections: Int = 64, guardian: BrowserGuard = BrowserGuard(),
                 idleTimeoutMs: Int64 = 30_000, maxRequestsPerConnection: Int = 100, streamHoldMs: Int64 = 1_000,
-                wholeHoldMs: Int64 = 10_000, pulseMs: Int64 = 10_000) {
+                wholeHoldMs: Int64 = 10_000, pulseMs: Int64 = 10_000, writeProgressMs: Int64 = ProxyServer.defaultWriteProgressMs) {
         self.listeners = listeners
         self.upstream = upstream
         self.version = version
@@ -62,6 +69,7 @@ public struct ProxyServer: Sendable {
         self.streamHoldMs = streamHoldMs
         self.wholeHoldMs = wholeHoldMs
         self.pulseMs = pulseMs
+        self.writeProgressMs = writeProgressMs
     }
 
     /// Serves until cancelled.
@@ -70,7 +78,7 @@ public struct ProxyServer: Sendable {
             for listener in listeners {
                 group.addTask {
                     try? await acceptConnections(limit: maxConnections, counter: open, accept: { try await listener.accept() }, retryAcceptFailures: true,
-                                                 refuse: { connection in try? await connection.write(HTTPServerResponse.json(503, ["error": "too many connections; try again"])) },
+                                                 refuse: { connection in connection.sendNow(HTTPServerResponse.json(503, ["error": "too many connections; try again"])) },
                                                  serve: { connection in await serve(connection) })
                 }
             }
@@ -92,7 +100,7 @@ public struct ProxyServer: Sendable {
                 return
             case .refused(let refusal):
                 logger.info("refused a request: \(refusal.status) \(refusal.message)")
-                try? await connection.write(HTTPServerResponse.json(refusal.status, ["error": .string(refusal.message)]))
+                try? await connection.write(HTTPServerResponse.json(refusal.status, ["error": .string(refusal.message)]), progressTimeoutMs: writeProgressMs)
                 await drain(connection)
                 return
             case .request(let request):
@@ -151,7 +159,7 @@ public struct ProxyServer: Sendable {
         let winner = await race({ () -> (Read, HTTPRequestReader) in
             var reader = start
             while true {
-                if reader.takeContinue() { try? await connection.write(HTTPServerResponse.continueAnswer) }
+                if reader.takeContinue() { try? await connection.write(HTTPServerResponse.continueAnswer, progressTimeoutMs: writeProgressMs) }
                 let bytes: [UInt8]
                 do { bytes = try await connection.read(max: 16_384) } catch {
                     logger.debug("reading a request failed: \(error)")
@@ -182,7 +190,7 @@ public struct ProxyServer: Sendable {
         switch guardian.check(host: request.header("Host"), origin: request.header("Origin")) {
         case .forbidden(let why):
             logger.warning("403 for \(request.method) \(request.path): \(why)")
-            try? await connection.write(HTTPServerResponse.json(403, ["error": .string(why)]))
+            try? await connection.write(HTTPServerResponse.json(403, ["error": .string(why)]), progressTimeoutMs: writeProgressMs)
             return (false, [])
         case .allowed(let origin):
             cors = origin.map(BrowserGuard.corsHeaders) ?? []
@@ -191,7 +199,7 @@ public struct ProxyServer: Sendable {
         func json(_ status: Int, _ body: JSONValue, dialect: ProxyDialect? = nil) async -> (Bool, [UInt8]) {
             let bytes = HTTPServerResponse.whole(status, contentType: "application/json", body: body.serializedBytes + [10], keepAlive: keepAlive,
                                                  headers: cors, omitBody: head)
-            do { try await connection.write(bytes) } catch { return (false, []) }
+            do { try await connection.write(bytes, progressTimeoutMs: writeProgressMs) } catch { return (false, []) }
             return (true, [])
         }
         func refused(_ refusal: HTTPRefusal, _ dialect: ProxyDialect) async -> (Bool, [UInt8]) {
@@ -203,17 +211,17 @@ public struct ProxyServer: Sendable {
         case ("OPTIONS", _):
             guard let origin = request.header("Origin") else {
                 let bytes = HTTPServerResponse.whole(204, contentType: nil, body: [], keepAlive: keepAlive, headers: [("Allow", "GET, HEAD, POST, OPTIONS")])
-                do { try await connection.write(bytes) } catch { return (false, []) }
+                do { try await connection.write(bytes, progressTimeoutMs: writeProgressMs) } catch { return (false, []) }
                 return (true, [])
             }
             let bytes = HTTPServerResponse.whole(204, contentType: nil, body: [], keepAlive: keepAlive,
                                                  headers: BrowserGuard.preflightHeaders(origin: origin, requestedHeaders: request.header("Access-Control-Request-Headers")))
-            do { try await connection.write(bytes) } catch { return (false, []) }
+            do { try await connection.write(bytes, progressTimeoutMs: writeProgressMs) } catch { return (false, []) }
             return (true, [])
         case (_, "/") where get:
             let bytes = HTTPServerResponse.whole(200, contentType: "text/plain; charset=utf-8", body: Array("Ollama is running".utf8), keepAlive: keepAlive,
                                                  headers: cors, omitBody: head)
-            do { try await connection.write(bytes) } catch { return (false, []) }
+            do { try await connection.write(bytes, progressTimeoutMs: writeProgressMs) } catch { return (false, []) }
             return (true, [])
         case (_, "/status") where get:
             return await json(200, await upstream.currentStatus.json)
@@ -275,7 +283,7 @@ public struct ProxyServer: Sendable {
             logger.info("\(request.method) \(request.path): \(refusal.status) \(refusal.message)")
             let body = ProxyAnswer.error(dialect, status: refusal.status, message: refusal.message, field: refusal.field)
             let bytes = HTTPServerResponse.whole(refusal.status, contentType: "application/json", body: body.serializedBytes + [10], keepAlive: keepAlive, headers: cors)
-            do { try await connection.write(bytes) } catch { return (false, []) }
+            do { try await connection.write(bytes, progressTimeoutMs: writeProgressMs) } catch { return (false, []) }
             return (true, [])
         case .success(let value):
             call = value
@@ -283,12 +291,12 @@ public struct ProxyServer: Sendable {
         if call.loadOnly {
             let bytes = HTTPServerResponse.whole(200, contentType: "application/json", body: ProxyAnswer.loaded(call, nowMs: wallClockMilliseconds()).serializedBytes + [10],
                                                  keepAlive: keepAlive, headers: cors)
-            do { try await connection.write(bytes) } catch { return (false, []) }
+            do { try await connection.write(bytes, progressTimeoutMs: writeProgressMs) } catch { return (false, []) }
             return (true, [])
         }
         let started = monotonicNanoseconds()
         let id = (call.dialect == .openAICompletion ? "cmpl-" : "chatcmpl-") + Self.randomID()
-        let responder = Responder(connection: connection, call: call, id: id, keepAlive: keepAlive, cors: cors)
+        let responder = Responder(connection: connection, call: call, id: id, keepAlive: keepAlive, cors: cors, writeProgressMs: writeProgressMs)
         let upstream = self.upstream
         let timeoutMs = requestTimeoutMs
         let hold = call.stream ? streamHoldMs : wholeHoldMs
@@ -375,13 +383,15 @@ actor Responder {
     let id: String
     let keepAlive: Bool
     let cors: [(String, String)]
+    let writeProgressMs: Int64
     private var state = State.pending
     private var streamed = ""
     private var queue: [[UInt8]] = []
     private var writing = false
     private var drained: [CheckedContinuation<Void, Never>] = []
 
-    init(connection: UnixConnection, call: ProxyCall, id: String, keepAlive: Bool, cors: [(String, String)]) {
+    init(connection: UnixConnection, call: ProxyCall, id: String, keepAlive: Bool, cors: [(String, String)], writeProgressMs: Int64) {
+        self.writeProgressMs = writeProgressMs
         self.connection = connection
         self.call = call
         self.id = id
@@ -483,7 +493,7 @@ actor Responder {
             let bytes = queue.count == 1 ? queue[0] : Array(queue.joined())
             queue.removeAll()
             guard state != .broken else { continue }
-            do { try await connection.write(bytes) } catch {
+            do { try await connection.write(bytes, progressTimeoutMs: writeProgressMs) } catch {
                 state = .broken
                 // Wakes the watch on the client's side, which cancels the request.
                 _ = shutdown(connection.fd, Int32(SHUT_RDWR))
