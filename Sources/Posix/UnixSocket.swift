@@ -124,7 +124,8 @@ public final class UnixConnection: Sendable {
     /// `progressTimeoutMs`, a peer that takes no byte for that long (it stopped reading)
     /// fails the write with ETIMEDOUT: the deadline restarts on every byte sent, so a slow
     /// but reading peer gets its answer however long it is.
-    public func write(_ bytes: [UInt8], progressTimeoutMs: Int64? = nil) async throws {
+    /// `onProgress` hears of every byte sent (a server's record of who is still moving).
+    public func write(_ bytes: [UInt8], progressTimeoutMs: Int64? = nil, onProgress: (@Sendable () -> Void)? = nil) async throws {
         var offset = 0
         var lastProgressNs = monotonicNanoseconds()
         while offset < bytes.count {
@@ -132,6 +133,7 @@ public final class UnixConnection: Sendable {
             if n >= 0 {
                 offset += n
                 lastProgressNs = monotonicNanoseconds()
+                if n > 0 { onProgress?() }
                 continue
             }
             switch errno {
@@ -156,6 +158,29 @@ public final class UnixConnection: Sendable {
     public func sendNow(_ bytes: [UInt8]) -> Bool {
         let n = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT)) }
         return n == bytes.count
+    }
+
+    /// The peer's IP address as text (IPv4 or IPv6), or "unix" for a Unix socket, or ""
+    /// when the peer cannot be named (it is gone already).
+    public func peerAddress() -> String {
+        var storage = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let rc = withUnsafeMutablePointer(to: &storage) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getpeername(fd, $0, &length) } }
+        guard rc == 0 else { return "" }
+        var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)
+        switch Int32(storage.ss_family) {
+        case AF_INET:
+            var address = withUnsafePointer(to: &storage) { $0.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { $0.pointee.sin_addr } }
+            guard inet_ntop(AF_INET, &address, &text, socklen_t(text.count)) != nil else { return "" }
+        case AF_INET6:
+            var address = withUnsafePointer(to: &storage) { $0.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { $0.pointee.sin6_addr } }
+            guard inet_ntop(AF_INET6, &address, &text, socklen_t(text.count)) != nil else { return "" }
+        case AF_UNIX:
+            return "unix"
+        default:
+            return ""
+        }
+        return String(cString: text)
     }
 
     public func close() { Glibc.close(fd) }

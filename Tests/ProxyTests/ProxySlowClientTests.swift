@@ -11,11 +11,12 @@ import WorkerCore
 @Suite struct ProxySlowClientTests {
     let helper = ProxyServerTests()
 
-    func withServer(_ upstream: ScriptedUpstream, writeProgressMs: Int64,
+    func withServer(_ upstream: ScriptedUpstream, writeProgressMs: Int64, maxConnectionsPerAddress: Int = ProxyServer.defaultMaxConnectionsPerAddress,
                     _ body: @escaping @Sendable (UInt16, ProxyServer) async throws -> Void) async throws {
         let listener = try LoopbackTCPListener(port: 0)
         let server = ProxyServer(listener: listener, upstream: upstream, version: "9.9.9", logger: Logger(label: "t", level: .error),
-                                 requestTimeoutMs: 60_000, idleTimeoutMs: 60_000, writeProgressMs: writeProgressMs)
+                                 requestTimeoutMs: 60_000, idleTimeoutMs: 60_000, writeProgressMs: writeProgressMs,
+                                 maxConnectionsPerAddress: maxConnectionsPerAddress)
         let serving = Task { await server.run() }
         let outcome: Result<Void, any Error>
         do { try await body(listener.port, server); outcome = .success(()) } catch { outcome = .failure(error) }
@@ -109,6 +110,56 @@ import WorkerCore
             #expect(seconds > 0.3, "the answer took longer than the deadline: \(seconds) s")
             #expect(answer.components(separatedBy: piece).count - 1 == 24, "every piece arrived")
             #expect(answer.contains(#""done":true"#))
+        }
+    }
+
+    /// The issue's 64 slow clients, all from 127.0.0.1 and all stalled with the deadline at
+    /// its real 30 s: at most 32 hold a connection (the per-address cap), and a newcomer
+    /// evicts the one still for longest, so `/api/version` is answered at once.
+    @Test func sixtyFourStalledClientsLeaveTheVersionAnswered() async throws {
+        let piece = String(repeating: "z", count: 65_536)
+        let upstream = ScriptedUpstream(answer: .answered(ok: true, output: "", error: nil, workerDurationMs: 1), deltas: Array(repeating: piece, count: 64))
+        try await withServer(upstream, writeProgressMs: ProxyServer.defaultWriteProgressMs) { port, server in
+            let request = helper.http("POST", "/api/generate", body: #"{"model":"m","prompt":"p","stream":true}"#)
+            var clients: [Int32] = []
+            defer { clients.forEach { close($0) } }
+            for _ in 0..<64 {
+                let fd = try Self.connectWithSmallReceiveBuffer(port)
+                clients.append(fd)
+                ProxyStreamingTests.send(fd, Array(Array(repeating: request, count: 10).joined()))
+                #expect(await server.openConnections <= ProxyServer.defaultMaxConnectionsPerAddress)
+            }
+            // Long enough for the stalled ones to be evictable.
+            try await Task.sleep(nanoseconds: UInt64(ProxyServer.evictableAfterMs + 300) * 1_000_000)
+            #expect(await server.openConnections <= ProxyServer.defaultMaxConnectionsPerAddress)
+            let started = Date()
+            let version = try await helper.exchange(port, helper.http("GET", "/api/version"))
+            #expect(version.hasPrefix("HTTP/1.1 200") && version.contains("9.9.9"), "\(version.prefix(120))")
+            // Before the fix: a 503 after 45 s. Here 0.5–4.5 s on the shared 2-core test machine.
+            #expect(Date().timeIntervalSince(started) < 10, "answered well before any deadline")
+        }
+    }
+
+    /// The cap per address refuses while every connection of that address is moving, and
+    /// evicts once one has been still long enough.
+    @Test func thePerAddressCapRefusesThenEvictsTheStillest() async throws {
+        let upstream = ScriptedUpstream(answer: .answered(ok: true, output: "x", error: nil, workerDurationMs: 1))
+        try await withServer(upstream, writeProgressMs: 5_000, maxConnectionsPerAddress: 2) { port, server in
+            let first = try ProxyServerTests.connectBlocking(port)
+            defer { close(first) }
+            let second = try ProxyServerTests.connectBlocking(port)
+            defer { close(second) }
+            #expect(try await Self.secondsUntil(server, serves: 2, within: 5) != nil)
+            let refused = try await helper.exchange(port, helper.http("GET", "/api/version"))
+            #expect(refused.hasPrefix("HTTP/1.1 503") && refused.contains("too many connections from 127.0.0.1"), "\(refused.prefix(160))")
+            try await Task.sleep(nanoseconds: UInt64(ProxyServer.evictableAfterMs + 200) * 1_000_000)
+            let answered = try await helper.exchange(port, helper.http("GET", "/api/version"))
+            #expect(answered.hasPrefix("HTTP/1.1 200"), "\(answered.prefix(160))")
+            // The first connection (the stillest, the oldest of equals) was the one closed.
+            var timeout = timeval(tv_sec: 5, tv_usec: 0)
+            setsockopt(first, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            var byte: UInt8 = 0
+            #expect(recv(first, &byte, 1, 0) == 0, "the evicted connection is closed")
         }
     }
 
