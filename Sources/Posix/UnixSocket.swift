@@ -120,14 +120,31 @@ public final class UnixConnection: Sendable {
         }
     }
 
-    /// Writes every byte, suspending while the peer's buffer is full.
-    public func write(_ bytes: [UInt8]) async throws {
+    /// Writes every byte, suspending while the peer's buffer is full. With
+    /// `progressTimeoutMs`, a peer that takes no byte for that long (it stopped reading)
+    /// fails the write with ETIMEDOUT: the deadline restarts on every byte sent, so a slow
+    /// but reading peer gets its answer however long it is.
+    /// `onProgress` hears of every byte sent (a server's record of who is still moving).
+    public func write(_ bytes: [UInt8], progressTimeoutMs: Int64? = nil, onProgress: (@Sendable () -> Void)? = nil) async throws {
         var offset = 0
+        var lastProgressNs = monotonicNanoseconds()
         while offset < bytes.count {
             let n = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL)) }
-            if n >= 0 { offset += n; continue }
+            if n >= 0 {
+                offset += n
+                lastProgressNs = monotonicNanoseconds()
+                if n > 0 { onProgress?() }
+                continue
+            }
             switch errno {
-            case EAGAIN, EINTR: try await Reactor.shared.waitWritable(fd)
+            case EAGAIN, EINTR:
+                guard let progressTimeoutMs else {
+                    try await Reactor.shared.waitWritable(fd)
+                    continue
+                }
+                let deadlineNs = lastProgressNs + UInt64(max(0, progressTimeoutMs)) * 1_000_000
+                let writable = try await Reactor.shared.wait([Reactor.Interest(fd: fd, events: Int16(POLLOUT))], deadlineNs: deadlineNs)
+                if !writable, monotonicNanoseconds() >= deadlineNs { throw SystemError("send", errno: ETIMEDOUT) }
             case let code:
                 preconditionErrnoIsNotABug(code, call: "send")
                 throw SystemError("send", errno: code)
@@ -141,6 +158,29 @@ public final class UnixConnection: Sendable {
     public func sendNow(_ bytes: [UInt8]) -> Bool {
         let n = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT)) }
         return n == bytes.count
+    }
+
+    /// The peer's IP address as text (IPv4 or IPv6), or "unix" for a Unix socket, or ""
+    /// when the peer cannot be named (it is gone already).
+    public func peerAddress() -> String {
+        var storage = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let rc = withUnsafeMutablePointer(to: &storage) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getpeername(fd, $0, &length) } }
+        guard rc == 0 else { return "" }
+        var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)
+        switch Int32(storage.ss_family) {
+        case AF_INET:
+            var address = withUnsafePointer(to: &storage) { $0.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { $0.pointee.sin_addr } }
+            guard inet_ntop(AF_INET, &address, &text, socklen_t(text.count)) != nil else { return "" }
+        case AF_INET6:
+            var address = withUnsafePointer(to: &storage) { $0.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { $0.pointee.sin6_addr } }
+            guard inet_ntop(AF_INET6, &address, &text, socklen_t(text.count)) != nil else { return "" }
+        case AF_UNIX:
+            return "unix"
+        default:
+            return ""
+        }
+        return String(cString: text)
     }
 
     public func close() { Glibc.close(fd) }

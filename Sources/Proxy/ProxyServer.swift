@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Logging
 import Posix
+import Synchronization
 import WorkerCore
 
 /// The local HTTP API of `edgecoder-worker proxy` (docs/reference/proxy-api.md) on 127.0.0.1 and [::1]: a
@@ -31,7 +32,18 @@ public struct ProxyServer: Sendable {
     /// `pulseMs` keeps the body alive (JSON allows leading white space).
     let wholeHoldMs: Int64
     let pulseMs: Int64
-    let open = ConnectionCount()
+    /// How long a write may go without the client taking a byte before the connection is
+    /// closed: a client that stops reading must not hold a connection (and a place under
+    /// `maxConnections`) forever. Only tests shorten it.
+    let writeProgressMs: Int64
+    /// `writeProgressMs` unless a test says otherwise.
+    public static let defaultWriteProgressMs: Int64 = 30_000
+    /// At most this many connections from one client address (beside `maxConnections`).
+    public static let defaultMaxConnectionsPerAddress = 32
+    /// At a cap, a connection still (no byte read or written) for this long may be closed
+    /// to make room for a new one; one that moved more recently never is.
+    static let evictableAfterMs: Int64 = 1_000
+    let open: ConnectionRegistry
 
     /// Connections being served now.
     public var openConnections: Int { get async { await open.count } }
@@ -39,16 +51,19 @@ public struct ProxyServer: Sendable {
     public init(listener: LoopbackTCPListener, upstream: any ProxyUpstream, version: String, logger: Logger, requestTimeoutMs: Int64,
                 readTimeoutMs: Int64 = 10_000, maxConnections: Int = 64, guardian: BrowserGuard = BrowserGuard(),
                 idleTimeoutMs: Int64 = 30_000, maxRequestsPerConnection: Int = 100, streamHoldMs: Int64 = 1_000,
-                wholeHoldMs: Int64 = 10_000, pulseMs: Int64 = 10_000) {
+                wholeHoldMs: Int64 = 10_000, pulseMs: Int64 = 10_000, writeProgressMs: Int64 = ProxyServer.defaultWriteProgressMs,
+                maxConnectionsPerAddress: Int = ProxyServer.defaultMaxConnectionsPerAddress) {
         self.init(listeners: [listener], upstream: upstream, version: version, logger: logger, requestTimeoutMs: requestTimeoutMs,
                   readTimeoutMs: readTimeoutMs, maxConnections: maxConnections, guardian: guardian, idleTimeoutMs: idleTimeoutMs,
-                  maxRequestsPerConnection: maxRequestsPerConnection, streamHoldMs: streamHoldMs, wholeHoldMs: wholeHoldMs, pulseMs: pulseMs)
+                  maxRequestsPerConnection: maxRequestsPerConnection, streamHoldMs: streamHoldMs, wholeHoldMs: wholeHoldMs, pulseMs: pulseMs,
+                  writeProgressMs: writeProgressMs, maxConnectionsPerAddress: maxConnectionsPerAddress)
     }
 
     public init(listeners: [LoopbackTCPListener], upstream: any ProxyUpstream, version: String, logger: Logger, requestTimeoutMs: Int64,
                 readTimeoutMs: Int64 = 10_000, maxConnections: Int = 64, guardian: BrowserGuard = BrowserGuard(),
                 idleTimeoutMs: Int64 = 30_000, maxRequestsPerConnection: Int = 100, streamHoldMs: Int64 = 1_000,
-                wholeHoldMs: Int64 = 10_000, pulseMs: Int64 = 10_000) {
+                wholeHoldMs: Int64 = 10_000, pulseMs: Int64 = 10_000, writeProgressMs: Int64 = ProxyServer.defaultWriteProgressMs,
+                maxConnectionsPerAddress: Int = ProxyServer.defaultMaxConnectionsPerAddress) {
         self.listeners = listeners
         self.upstream = upstream
         self.version = version
@@ -62,6 +77,9 @@ public struct ProxyServer: Sendable {
         self.streamHoldMs = streamHoldMs
         self.wholeHoldMs = wholeHoldMs
         self.pulseMs = pulseMs
+        self.writeProgressMs = writeProgressMs
+        self.open = ConnectionRegistry(limits: ConnectionAdmission.Limits(total: maxConnections, perAddress: maxConnectionsPerAddress,
+                                                                          minimumStillNs: UInt64(Self.evictableAfterMs) * 1_000_000))
     }
 
     /// Serves until cancelled.
@@ -69,9 +87,14 @@ public struct ProxyServer: Sendable {
         await withDiscardingTaskGroup { group in
             for listener in listeners {
                 group.addTask {
-                    try? await acceptConnections(limit: maxConnections, counter: open, accept: { try await listener.accept() }, retryAcceptFailures: true,
-                                                 refuse: { connection in try? await connection.write(HTTPServerResponse.json(503, ["error": "too many connections; try again"])) },
-                                                 serve: { connection in await serve(connection) })
+                    try? await acceptConnections(accept: { try await listener.accept() }, retryAcceptFailures: true, admit: { connection -> ConnectionProgress? in
+                        let (admitted, refusal) = await open.admit(connection, address: connection.peerAddress())
+                        // Sent without waiting: a client that does not read it must not hold up the accept loop.
+                        if let refusal { connection.sendNow(HTTPServerResponse.json(503, ["error": .string(refusal)])) }
+                        return admitted
+                    }, serve: { connection, progress in
+                        await ConnectionProgress.$current.withValue(progress) { await serve(connection) }
+                    }, release: { progress in await open.leave(progress.id) })
                 }
             }
         }
@@ -92,10 +115,11 @@ public struct ProxyServer: Sendable {
                 return
             case .refused(let refusal):
                 logger.info("refused a request: \(refusal.status) \(refusal.message)")
-                try? await connection.write(HTTPServerResponse.json(refusal.status, ["error": .string(refusal.message)]))
+                try? await connection.write(HTTPServerResponse.json(refusal.status, ["error": .string(refusal.message)]), progressTimeoutMs: writeProgressMs, onProgress: ConnectionProgress.current?.marker)
                 await drain(connection)
                 return
             case .request(let request):
+                ConnectionProgress.current?.mark()
                 served += 1
                 let keepAlive = request.keepAlive && served < maxRequestsPerConnection
                 let (usable, early) = await respond(to: request, on: connection, keepAlive: keepAlive)
@@ -151,7 +175,7 @@ public struct ProxyServer: Sendable {
         let winner = await race({ () -> (Read, HTTPRequestReader) in
             var reader = start
             while true {
-                if reader.takeContinue() { try? await connection.write(HTTPServerResponse.continueAnswer) }
+                if reader.takeContinue() { try? await connection.write(HTTPServerResponse.continueAnswer, progressTimeoutMs: writeProgressMs, onProgress: ConnectionProgress.current?.marker) }
                 let bytes: [UInt8]
                 do { bytes = try await connection.read(max: 16_384) } catch {
                     logger.debug("reading a request failed: \(error)")
@@ -182,7 +206,7 @@ public struct ProxyServer: Sendable {
         switch guardian.check(host: request.header("Host"), origin: request.header("Origin")) {
         case .forbidden(let why):
             logger.warning("403 for \(request.method) \(request.path): \(why)")
-            try? await connection.write(HTTPServerResponse.json(403, ["error": .string(why)]))
+            try? await connection.write(HTTPServerResponse.json(403, ["error": .string(why)]), progressTimeoutMs: writeProgressMs, onProgress: ConnectionProgress.current?.marker)
             return (false, [])
         case .allowed(let origin):
             cors = origin.map(BrowserGuard.corsHeaders) ?? []
@@ -191,7 +215,7 @@ public struct ProxyServer: Sendable {
         func json(_ status: Int, _ body: JSONValue, dialect: ProxyDialect? = nil) async -> (Bool, [UInt8]) {
             let bytes = HTTPServerResponse.whole(status, contentType: "application/json", body: body.serializedBytes + [10], keepAlive: keepAlive,
                                                  headers: cors, omitBody: head)
-            do { try await connection.write(bytes) } catch { return (false, []) }
+            do { try await connection.write(bytes, progressTimeoutMs: writeProgressMs, onProgress: ConnectionProgress.current?.marker) } catch { return (false, []) }
             return (true, [])
         }
         func refused(_ refusal: HTTPRefusal, _ dialect: ProxyDialect) async -> (Bool, [UInt8]) {
@@ -203,17 +227,17 @@ public struct ProxyServer: Sendable {
         case ("OPTIONS", _):
             guard let origin = request.header("Origin") else {
                 let bytes = HTTPServerResponse.whole(204, contentType: nil, body: [], keepAlive: keepAlive, headers: [("Allow", "GET, HEAD, POST, OPTIONS")])
-                do { try await connection.write(bytes) } catch { return (false, []) }
+                do { try await connection.write(bytes, progressTimeoutMs: writeProgressMs, onProgress: ConnectionProgress.current?.marker) } catch { return (false, []) }
                 return (true, [])
             }
             let bytes = HTTPServerResponse.whole(204, contentType: nil, body: [], keepAlive: keepAlive,
                                                  headers: BrowserGuard.preflightHeaders(origin: origin, requestedHeaders: request.header("Access-Control-Request-Headers")))
-            do { try await connection.write(bytes) } catch { return (false, []) }
+            do { try await connection.write(bytes, progressTimeoutMs: writeProgressMs, onProgress: ConnectionProgress.current?.marker) } catch { return (false, []) }
             return (true, [])
         case (_, "/") where get:
             let bytes = HTTPServerResponse.whole(200, contentType: "text/plain; charset=utf-8", body: Array("Ollama is running".utf8), keepAlive: keepAlive,
                                                  headers: cors, omitBody: head)
-            do { try await connection.write(bytes) } catch { return (false, []) }
+            do { try await connection.write(bytes, progressTimeoutMs: writeProgressMs, onProgress: ConnectionProgress.current?.marker) } catch { return (false, []) }
             return (true, [])
         case (_, "/status") where get:
             return await json(200, await upstream.currentStatus.json)
@@ -275,7 +299,7 @@ public struct ProxyServer: Sendable {
             logger.info("\(request.method) \(request.path): \(refusal.status) \(refusal.message)")
             let body = ProxyAnswer.error(dialect, status: refusal.status, message: refusal.message, field: refusal.field)
             let bytes = HTTPServerResponse.whole(refusal.status, contentType: "application/json", body: body.serializedBytes + [10], keepAlive: keepAlive, headers: cors)
-            do { try await connection.write(bytes) } catch { return (false, []) }
+            do { try await connection.write(bytes, progressTimeoutMs: writeProgressMs, onProgress: ConnectionProgress.current?.marker) } catch { return (false, []) }
             return (true, [])
         case .success(let value):
             call = value
@@ -283,12 +307,12 @@ public struct ProxyServer: Sendable {
         if call.loadOnly {
             let bytes = HTTPServerResponse.whole(200, contentType: "application/json", body: ProxyAnswer.loaded(call, nowMs: wallClockMilliseconds()).serializedBytes + [10],
                                                  keepAlive: keepAlive, headers: cors)
-            do { try await connection.write(bytes) } catch { return (false, []) }
+            do { try await connection.write(bytes, progressTimeoutMs: writeProgressMs, onProgress: ConnectionProgress.current?.marker) } catch { return (false, []) }
             return (true, [])
         }
         let started = monotonicNanoseconds()
         let id = (call.dialect == .openAICompletion ? "cmpl-" : "chatcmpl-") + Self.randomID()
-        let responder = Responder(connection: connection, call: call, id: id, keepAlive: keepAlive, cors: cors)
+        let responder = Responder(connection: connection, call: call, id: id, keepAlive: keepAlive, cors: cors, writeProgressMs: writeProgressMs)
         let upstream = self.upstream
         let timeoutMs = requestTimeoutMs
         let hold = call.stream ? streamHoldMs : wholeHoldMs
@@ -375,13 +399,17 @@ actor Responder {
     let id: String
     let keepAlive: Bool
     let cors: [(String, String)]
+    let writeProgressMs: Int64
+    /// Captured when the answer starts: pieces may be written from the upstream's own task.
+    let progress = ConnectionProgress.current
     private var state = State.pending
     private var streamed = ""
     private var queue: [[UInt8]] = []
     private var writing = false
     private var drained: [CheckedContinuation<Void, Never>] = []
 
-    init(connection: UnixConnection, call: ProxyCall, id: String, keepAlive: Bool, cors: [(String, String)]) {
+    init(connection: UnixConnection, call: ProxyCall, id: String, keepAlive: Bool, cors: [(String, String)], writeProgressMs: Int64) {
+        self.writeProgressMs = writeProgressMs
         self.connection = connection
         self.call = call
         self.id = id
@@ -483,7 +511,7 @@ actor Responder {
             let bytes = queue.count == 1 ? queue[0] : Array(queue.joined())
             queue.removeAll()
             guard state != .broken else { continue }
-            do { try await connection.write(bytes) } catch {
+            do { try await connection.write(bytes, progressTimeoutMs: writeProgressMs, onProgress: progress?.marker) } catch {
                 state = .broken
                 // Wakes the watch on the client's side, which cancels the request.
                 _ = shutdown(connection.fd, Int32(SHUT_RDWR))
@@ -494,4 +522,60 @@ actor Responder {
         drained = []
         waiting.forEach { $0.resume() }
     }
+}
+
+/// One admitted connection's record: its address and when it last moved (a byte read or
+/// written), for the caps and eviction (`ConnectionAdmission`).
+final class ConnectionProgress: Sendable {
+    /// The connection the current task serves.
+    @TaskLocal static var current: ConnectionProgress?
+
+    let id: Int
+    let address: String
+    let connection: UnixConnection
+    private let lastNs: Mutex<UInt64>
+
+    init(id: Int, address: String, connection: UnixConnection, nowNs: UInt64) {
+        self.id = id
+        self.address = address
+        self.connection = connection
+        self.lastNs = Mutex(nowNs)
+    }
+
+    func mark() { lastNs.withLock { $0 = monotonicNanoseconds() } }
+    var marker: @Sendable () -> Void { { [self] in mark() } }
+    var lastProgressNs: UInt64 { lastNs.withLock { $0 } }
+}
+
+/// The proxy's open connections under its caps: admits, evicts the stalest at a cap (its
+/// socket is shut down, which ends its reads and writes, so its own task closes it) and
+/// forgets a connection when it is closed.
+actor ConnectionRegistry {
+    let limits: ConnectionAdmission.Limits
+    private var open: [Int: ConnectionProgress] = [:]
+    private var nextID = 0
+
+    init(limits: ConnectionAdmission.Limits) { self.limits = limits }
+
+    var count: Int { open.count }
+
+    /// The new connection's record, or nil and why it is refused.
+    func admit(_ connection: UnixConnection, address: String) -> (ConnectionProgress?, String?) {
+        let now = monotonicNanoseconds()
+        let snapshot = open.values.map { ConnectionAdmission.Open(id: $0.id, address: $0.address, lastProgressNs: $0.lastProgressNs) }
+        switch ConnectionAdmission.decide(open: snapshot, address: address, limits: limits, nowNs: now) {
+        case .refuse(let why):
+            return (nil, why)
+        case .admitEvicting(let id):
+            if let evicted = open.removeValue(forKey: id) { _ = shutdown(evicted.connection.fd, Int32(SHUT_RDWR)) }
+        case .admit:
+            break
+        }
+        nextID += 1
+        let record = ConnectionProgress(id: nextID, address: address, connection: connection, nowNs: now)
+        open[nextID] = record
+        return (record, nil)
+    }
+
+    func leave(_ id: Int) { open.removeValue(forKey: id) }
 }
