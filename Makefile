@@ -22,7 +22,7 @@ GEN              ?= .build/gen
 
 # Debian packages: the C libraries we link, and the tools the tests drive.
 APT_PACKAGES := pkg-config libcurl4-openssl-dev libbluetooth-dev libsystemd-dev \
-                util-linux systemd iproute2 python3 curl openssl dbus-daemon
+                util-linux systemd iproute2 python3 python3-venv curl openssl dbus-daemon
 # What `make deb` needs on top (the systemd-deb suite runs `make deb` itself).
 DEB_TOOLS    := debhelper dpkg-dev lintian
 
