@@ -865,7 +865,10 @@ def model_server_down_then_back(model):
         w.start(); w.cli("mode", "on")
         check(wait_for(lambda: w.status()["backend"]["modelState"] == "ready", timeout=20), "the model is ready first")
         fixture.stop()
-        check(wait_for(lambda: w.status()["coordinator"].get("deferredReason", "") and "model-unavailable" in w.status()["coordinator"]["deferredReason"], timeout=40),
+        # The probe must have seen the server gone: until the next pull's answer, the status
+        # may still show the start-up hold (model-unavailable) from before the model was ready.
+        check(wait_for(lambda: w.status()["backend"]["modelState"] != "ready"
+                       and "model-unavailable" in (w.status()["coordinator"].get("deferredReason") or ""), timeout=40),
               "with the model server gone, pulls are held (model-unavailable)", w.status()["coordinator"])
         ids = c.submit(*[f"queued while the model is down {i}" for i in range(6)])
         pulls = c.state()["pulls"]
