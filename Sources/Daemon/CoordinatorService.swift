@@ -485,7 +485,13 @@ public struct CoordinatorService: Service {
             if let (reason, detail, quiet) = await localHold() {
                 await daemon.countHold(reason)
                 await link.noteWorkHold(reason, detail: detail, event: !quiet)
-                try await pause(await pullIntervalMs(), stop: stop)
+                if reason == .modelUnavailable {
+                    // The hold lifts the moment the probe sees the model ready: pull then.
+                    let interval = await pullIntervalMs(), ready = daemon.modelReady
+                    _ = try await race({ try await self.pause(interval, stop: stop) }, { await ready.wait(for: true) })
+                } else {
+                    try await pause(await pullIntervalMs(), stop: stop)
+                }
                 continue
             }
             await link.noteWorkHold(nil, detail: "")

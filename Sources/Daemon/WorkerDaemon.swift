@@ -80,6 +80,9 @@ public actor WorkerDaemon {
     /// Set by a reload that changed a key of `ConfigReloadPlan.restartingBluetooth`: the
     /// Bluetooth runtime stops its session and starts one with the new config.
     public nonisolated let bluetoothRestart = StateSignal(false)
+    /// Whether the probe last saw the model ready: a pull loop held by model-unavailable
+    /// wakes on it instead of sleeping out its interval with a stale hold in `status`.
+    public nonisolated let modelReady = StateSignal(false)
     private nonisolated let runtimeSignals: [Mode: StateSignal] = Dictionary(uniqueKeysWithValues: Mode.allCases.map { ($0, StateSignal(false)) })
     /// Whether a working mode (on, bluetooth) is selected; the model probe wakes on changes.
     public nonisolated let workingModeSelected = StateSignal(false)
@@ -485,6 +488,7 @@ public actor WorkerDaemon {
 
     public func updateModel(state: String, detail: String) {
         model = (state, detail, clock())
+        modelReady.set(state == "ready")
     }
 
     /// The model's size as the backend's probe last gave it, for the model it was given for.

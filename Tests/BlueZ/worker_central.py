@@ -602,7 +602,7 @@ async def sc_long(args):
     if msg is None:
         return
     span = chunk_checks(s, first, len(raw), s.mtu, pacing, f"{len(raw)}-byte response at MTU {s.mtu}",
-                        until=s.resp.messages[i][0], by=args.get("by", "chunks"))
+                        until=s.resp.messages[i][0], by=args.get("by", os.environ.get("BT_PACING_BY", "chunks")))
     if args.get("throughput") and span > 0:
         rate = int(len(raw) / span)
         print(f"# throughput: {rate} bytes/s ({len(raw)} bytes in {span:.2f}s at MTU {s.mtu}, "

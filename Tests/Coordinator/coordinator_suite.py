@@ -865,8 +865,7 @@ def model_server_down_then_back(model):
         w.start(); w.cli("mode", "on")
         check(wait_for(lambda: w.status()["backend"]["modelState"] == "ready", timeout=20), "the model is ready first")
         fixture.stop()
-        # The probe must have seen the server gone: until the next pull's answer, the status
-        # may still show the start-up hold (model-unavailable) from before the model was ready.
+        # The probe must have seen the server gone (modelState), not only the hold named.
         check(wait_for(lambda: w.status()["backend"]["modelState"] != "ready"
                        and "model-unavailable" in (w.status()["coordinator"].get("deferredReason") or ""), timeout=40),
               "with the model server gone, pulls are held (model-unavailable)", w.status()["coordinator"])
@@ -885,6 +884,37 @@ def model_server_down_then_back(model):
         fixture = OllamaFixture(model.url, *laptop, port=port)
         check(wait_for(lambda: answered_once_ok(c, ids), timeout=90), "back up: all 6 answered ok exactly once", c.results()["counts"])
         never_banned(c, "model server down 20 s")
+    finally:
+        w.cleanup(); c.stop(); fixture.stop()
+
+
+@scenario("model-ready-wakes")
+def model_ready_wakes_the_pull_loop(model):
+    """Held for the model with a 60 s pull interval: once the probe sees the model ready,
+    the hold clears from status and the worker pulls at once, not at the interval's end."""
+    fixture = OllamaFixture(model.url, "--loaded")
+    port = fixture.port
+    fixture.stop()
+    c = Coordinator()
+    w = Worker(c.url, {"kind": "ollama", "url": fixture.url, "model": "tiny"},
+               extra={"coordinator": {"pullIntervalMs": 60000}})
+    try:
+        w.start(); w.cli("mode", "on")
+        check(wait_for(lambda: "model-unavailable" in (w.status()["coordinator"].get("deferredReason") or "")
+                       and w.status()["backend"]["modelState"] == "unavailable", timeout=30),
+              "with no model server, pulls are held (model-unavailable)", w.status())
+        ids = c.submit("asked while the model server was down")
+        time.sleep(1)
+        fixture = OllamaFixture(model.url, "--loaded", port=port)
+        # The probe looks again 2, 4, 8, 16 s after its first miss.
+        check(wait_for(lambda: w.status()["backend"]["modelState"] == "ready", timeout=40), "the probe sees the model ready")
+        ready_at = time.monotonic()
+        check(wait_for(lambda: answered_once_ok(c, ids), timeout=30), "the queued subtask is answered", c.results()["counts"])
+        waited = time.monotonic() - ready_at
+        check(waited < 20, f"pulled when the hold lifted, not at the 60 s interval's end ({waited:.1f} s after ready)", waited)
+        check(not (w.status()["coordinator"].get("deferredReason") or "").startswith("held:"),
+              "status no longer shows the hold", w.status()["coordinator"])
+        never_banned(c, "model server back")
     finally:
         w.cleanup(); c.stop(); fixture.stop()
 
@@ -1024,7 +1054,7 @@ def sandbox_required(model):
 SCENARIOS = [the_whole_loop, token_lifecycle, forbidden_and_blacklisted, malformed_oversized_hanging_and_gone,
              power_deferred, held_policy, crash_safety, sigterm_grace, stop_extends_systemds_timeout, ollama_backend, backend_key,
              hostile_id, full_disk, largest_values_across_kill, model_switch, own_load,
-             model_server_down_then_back, model_missing, slow_model_short_timeout, failing_model_is_released, heartbeat_gap_after_mode_off,
+             model_server_down_then_back, model_ready_wakes_the_pull_loop, model_missing, slow_model_short_timeout, failing_model_is_released, heartbeat_gap_after_mode_off,
              bhv_restarts, sandbox_required]
 
 
