@@ -133,9 +133,13 @@ public struct ControlServer: Service {
         let answer: JSONValue
         switch request {
         case .ping: answer = ControlAnswer.ok(["pong": true])
-        case .status: answer = ControlAnswer.ok(await daemon.statusJSON())
+        case .status:
+            await daemon.freshenIdleReading()
+            answer = ControlAnswer.ok(await daemon.statusJSON())
         case .getMode: answer = ControlAnswer.ok(await daemon.modeJSON())
         case .setMode(let mode):
+            // The charge gate decides on the host as it is now, not as it was at the last read.
+            await daemon.freshenIdleReading()
             let who = "\(userName(uid: peerUID)) (uid \(peerUID))"
             let result = await daemon.request(.operatorSet(mode, by: who))
             if case .refused(let message) = result.outcome {

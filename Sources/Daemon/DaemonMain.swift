@@ -60,7 +60,7 @@ public enum DaemonMain {
         var reader = TelemetryReader(root: paths.sysfsRoot, own: OwnProcesses(root: paths.sysfsRoot, serverPort: LoopbackServer.port(of: config.backend.url),
                                                                              workerPID: getpid(),
                                                                              derivedUnits: OwnProcesses.derivedUnits(backendKind: config.backend.kind.rawValue)))
-        await daemon.updateReading(reader.read(), monotonicMs: Int64(monotonicNanoseconds() / 1_000_000))
+        await daemon.updateReading(reader.read(), monotonicMs: Int64(monotonicNanoseconds() / 1_000_000), fresh: true)
 
         let readGroupGID = groupID(named: config.control.readGroup)
         if readGroupGID == nil {

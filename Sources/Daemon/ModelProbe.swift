@@ -93,6 +93,8 @@ public struct ModelProbeService: Service {
                 let wait = interval
                 let loading = loads.isRunning
                 _ = await race({
+                    // Mode off: nothing to probe until a working mode is selected (the other side).
+                    if !selected && !loading { await suspendUntilCancelled(); return }
                     if loading {
                         // Task.value cannot be cancelled, so the signal is what is awaited.
                         _ = await race({ try? await Task.sleep(nanoseconds: wait) }, { await loads.idle.wait(for: true) })

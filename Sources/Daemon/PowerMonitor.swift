@@ -4,7 +4,8 @@ import Telemetry
 import WorkerCore
 
 /// Keeps the power reading fresh: at once on a power-supply uevent (plug, unplug), and
-/// every `interval` as well (batteries drain and CPUs heat without announcing it).
+/// every `interval` as well while a working mode is selected (batteries drain and CPUs
+/// heat without announcing it); in mode off only on uevents and when asked.
 public struct PowerMonitorService: Service {
     public let name = "power-monitor"
     let daemon: WorkerDaemon
@@ -52,17 +53,26 @@ public struct PowerMonitorService: Service {
                 }
             }
             let interval = intervalNanoseconds
+            let working = daemon.workingModeSelected
             group.addTask {
                 while true {
+                    // Mode off decides nothing: no periodic read (no /proc scan, no sysfs
+                    // walk) until a working mode is selected, which gets a fresh one at once.
+                    // Uevents and asked-for reads still come through in mode off.
+                    if !working.value {
+                        await working.wait(for: true)
+                        try Task.checkCancellation()
+                        continuation.yield(.timer)
+                    }
                     try await Task.sleep(nanoseconds: interval)
-                    continuation.yield(.timer)
+                    if working.value { continuation.yield(.timer) }
                 }
             }
             var reader = self.reader
             for await trigger in triggers {
                 if case .uevent(let what) = trigger { logger.debug("power-supply uevent: \(what)") }
                 let reading = reader.read()
-                await daemon.updateReading(reading, monotonicMs: Int64(monotonicNanoseconds() / 1_000_000))
+                await daemon.updateReading(reading, monotonicMs: Int64(monotonicNanoseconds() / 1_000_000), fresh: true)
             }
         }
     }

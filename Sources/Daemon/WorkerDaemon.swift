@@ -56,6 +56,10 @@ public actor WorkerDaemon {
     public nonisolated let powerRereadRequested = StateSignal(false)
     public nonisolated let pathRereadRequested = StateSignal(false)
     private var readingAtMonotonicMs: Int64 = 0
+    /// When the host was last read (monotonic), and how many times: a policy change decides
+    /// again on the last reading without reading the host.
+    private var freshReadAtMs: Int64 = 0
+    private var powerReads: Int64 = 0
     private(set) var powerDecision: PowerDecision?
     private(set) var holdCounters = HoldCounters()
     /// modes-and-power §2.2 at start: the persisted mode stays selected but idle until power returns.
@@ -315,9 +319,26 @@ public actor WorkerDaemon {
 
     // MARK: Power
 
+    /// In mode off nothing reads the host periodically; `status` asks for a read when the
+    /// last one is older than `maxAgeMs` and waits up to `waitMs` for it, so what it shows
+    /// is current without a timer waking the daemon all day.
+    public func freshenIdleReading(maxAgeMs: Int64 = 1_000, waitMs: Int64 = 500) async {
+        guard !workingModeSelected.value else { return }
+        let asked = Int64(monotonicNanoseconds() / 1_000_000)
+        guard asked - freshReadAtMs > maxAgeMs else { return }
+        powerRereadRequested.set(true)
+        while freshReadAtMs < asked && Int64(monotonicNanoseconds() / 1_000_000) - asked < waitMs {
+            try? await Task.sleep(nanoseconds: 5_000_000)
+        }
+    }
+
     /// A new telemetry reading: decides the policy (hysteresis needs the previous
     /// decision and a monotonic clock) and opens the start-up charge gate when power returns.
-    public func updateReading(_ raw: PowerReading, monotonicMs: Int64) {
+    public func updateReading(_ raw: PowerReading, monotonicMs: Int64, fresh: Bool = false) {
+        if fresh {
+            powerReads += 1
+            freshReadAtMs = monotonicMs
+        }
         rawReading = raw
         var new = raw
         new.telemetry.lowPowerMode = HostServices.lowPowerMode(platformProfile: raw.telemetry.lowPowerMode, activeProfile: host.activeProfile)
@@ -720,8 +741,8 @@ public actor WorkerDaemon {
             network: path.map { StatusSnapshot.Network(path: $0, sinceMs: pathSinceMs) },
             lastHook: lastHook.map { StatusSnapshot.Hook(name: $0.name, outcome: $0.outcome.description, succeeded: $0.outcome.succeeded, timeMs: $0.timeMs) },
             host: host, hostHold: host.hold(onMetered: config.network.onMetered),
-            power: StatusSnapshot.Power(telemetry: reading?.telemetry, ageMs: monotonicNow - readingAtMonotonicMs, decision: powerDecision,
-                                        monotonicNowMs: monotonicNow, chargeGateBlocked: gateBlocked, held: holdCounters),
+            power: StatusSnapshot.Power(telemetry: reading?.telemetry, ageMs: monotonicNow - freshReadAtMs, decision: powerDecision,
+                                        monotonicNowMs: monotonicNow, chargeGateBlocked: gateBlocked, held: holdCounters, reads: powerReads),
             policy: policy, policySources: sources,
             coordinatorURL: config.coordinator.url, coordinator: coordinator, conduct: conduct,
             bluetooth: bluetooth, bluetoothConfiguredAdapter: config.bluetooth.adapter, bluetoothMaxClients: config.bluetooth.maxClients,

@@ -66,9 +66,13 @@ public struct StatusSnapshot: Sendable, Equatable {
         /// Rule 2.2: the restored mode waits for external power.
         public var chargeGateBlocked: Bool
         public var held: HoldCounters
+        /// Reads of the host's power state since the daemon started: periodic while a working
+        /// mode is selected; in mode off only on a uevent or when `status` finds it stale.
+        public var reads: Int64
 
         public init(telemetry: PowerTelemetry?, ageMs: Int64, decision: PowerDecision?, monotonicNowMs: Int64,
-                    chargeGateBlocked: Bool, held: HoldCounters) {
+                    chargeGateBlocked: Bool, held: HoldCounters, reads: Int64 = 0) {
+            self.reads = reads
             self.telemetry = telemetry
             self.ageMs = ageMs
             self.decision = decision
@@ -302,6 +306,7 @@ public struct StatusReport: Sendable {
         if let decision = power.decision { object["decision"] = decision.json(nowMs: power.monotonicNowMs) }
         object["chargeGate"] = power.chargeGateBlocked ? "blocked: connect power to start" : "open"
         object["held"] = power.held.json
+        object["reads"] = .int(power.reads)
         return .object(object)
     }
 

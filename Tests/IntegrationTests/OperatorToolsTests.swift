@@ -138,7 +138,10 @@ import WorkerCore
         let daemon = try DaemonHarness(config: Self.exampleLike)
         let credentials = daemon.root + "/credentials"
         try FileManager.default.createDirectory(atPath: credentials, withIntermediateDirectories: true)
-        try daemon.start(extraEnvironment: ["CREDENTIALS_DIRECTORY": credentials])
+        // A quiet fake host on mains: this machine's own load (cpu-busy) must not be the hold
+        // that `status` names below.
+        let laptop = try FakeLaptop(in: daemon.root, onMains: true, batteryPct: 100)
+        try daemon.start(extraEnvironment: ["CREDENTIALS_DIRECTORY": credentials], extraArguments: ["--sysfs-root", laptop.root])
         let credential = credentials + "/registration-token"
         let script = "printf '%s\\n' \"$TOKEN\" | \"$BIN\" enroll --coordinator \"$URL\" --token-stdin --on --timeout 30 --config \"$CONFIG\" --credential \"$CRED\" --runtime-dir \"$RUN\""
         let result = try runCommand("/bin/sh", ["-c", script], environment: [

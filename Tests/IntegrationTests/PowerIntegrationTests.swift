@@ -125,6 +125,27 @@ extension DaemonHarness {
         _ = try daemon.stop()
     }
 
+    @Test func modeOffReadsTheHostOnlyWhenStatusAsks() throws {
+        let daemon = try DaemonHarness()
+        let laptop = try FakeLaptop(in: daemon.root, onMains: false, batteryPct: 80)
+        try daemon.startWithSysfs(laptop.root)
+        func power() throws -> JSONValue? {
+            try JSON.parse(try daemon.cli(["status", "--json"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines))["power"]
+        }
+        let first = try power()
+        #expect(first?["telemetry"]?["batteryPct"] == 80)
+        // A working mode re-reads every 5 s; mode off must not: 7 s later only the read this
+        // status asks for (its reading is stale) has been made.
+        try laptop.set(onMains: false, batteryPct: 42)
+        sleep(7)
+        let later = try power()
+        let before = first?["reads"]?.intValue ?? -1, after = later?["reads"]?.intValue ?? -1
+        #expect(after == before + 1, "mode off: no periodic read (\(before) reads, then \(after))")
+        #expect(later?["telemetry"]?["batteryPct"] == 42, "status shows the host as it is now")
+        #expect(later?["ageMs"]?.intValue.map { $0 < 1_000 } == true, "a fresh reading: \(String(describing: later?["ageMs"]))")
+        _ = try daemon.stop()
+    }
+
     @Test func policySetPersistsValidatesAndShowsItsSource() throws {
         let daemon = try DaemonHarness(config: #"{"policy": {"maxCpuUsagePct": 80}}"#)
         let laptop = try FakeLaptop(in: daemon.root, onMains: true, batteryPct: 90)

@@ -49,7 +49,7 @@ enum DocumentedStatus {
     static let decision = Shape.object(required: ["allowed": .bool, "reason": .string, "forMs": .int],
                                        optional: ["explanation": .string, "waitingFor": .string, "resumeInMs": .int])
     static let power = Shape.object(
-        required: ["telemetry": .nullable(.map(of: .any)), "chargeGate": .string, "held": .map(of: .int)],
+        required: ["telemetry": .nullable(.map(of: .any)), "chargeGate": .string, "held": .map(of: .int), "reads": .int],
         optional: ["ageMs": .int, "decision": decision])
     static let policy = Shape.map(of: .object(required: ["value": .any, "source": .string]))
     /// What the coordinator's behaviour monitor has seen of this worker: always there.
