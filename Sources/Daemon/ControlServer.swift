@@ -19,11 +19,15 @@ public struct ControlServer: Service {
     let readGroupName: String
     let places: ControlPlaces
     let idleTimeoutNanoseconds: UInt64
+    /// The daemon's reload (the SIGHUP one), for the `reload` request; nil: refused.
+    let reload: (@Sendable () async -> Void)?
     /// A connection that sends no whole request line for this long is closed.
     public static let defaultIdleTimeoutMs: Int64 = 5_000
 
     public init(listener: UnixListener, daemon: WorkerDaemon, logger: Logger, daemonUID: UInt32, readGroupName: String, readGroupGID: UInt32?,
-                quota: ControlQuota = ControlQuota(), idleTimeoutMs: Int64 = ControlServer.defaultIdleTimeoutMs) {
+                quota: ControlQuota = ControlQuota(), idleTimeoutMs: Int64 = ControlServer.defaultIdleTimeoutMs,
+                reload: (@Sendable () async -> Void)? = nil) {
+        self.reload = reload
         self.listener = listener
         self.daemon = daemon
         self.logger = logger
@@ -158,6 +162,13 @@ public struct ControlServer: Service {
             switch await daemon.changePolicy(change, by: "\(userName(uid: peerUID)) (uid \(peerUID))") {
             case .success(let policy): answer = ControlAnswer.ok(policy)
             case .failure(let error): answer = error.json
+            }
+        case .reload:
+            if let reload {
+                await reload()
+                answer = ControlAnswer.ok(await daemon.configReload?.json ?? .null)
+            } else {
+                answer = ControlError(.refused, "this daemon was started without a config file to reload").json
             }
         case .events(let follow, let limit):
             if follow { return await streamEvents(limit: limit, on: connection) }

@@ -80,7 +80,8 @@ public enum DaemonMain {
 
         var services: [any Service] = [
             ControlServer(listener: listener, daemon: daemon, logger: logger.labeled("control"),
-                          daemonUID: getuid(), readGroupName: config.control.readGroup, readGroupGID: readGroupGID),
+                          daemonUID: getuid(), readGroupName: config.control.readGroup, readGroupGID: readGroupGID,
+                          reload: { [logger] in await reload(daemon: daemon, paths: paths, load: reloadConfig, logger: logger, asked: "asked on the control socket") }),
         ]
         let backend = ModelBackend(config: config.backend)
         services.append(ModelProbeService(daemon: daemon, backend: backend, logger: logger.labeled("backend")))
@@ -119,9 +120,9 @@ public enum DaemonMain {
     /// One reload, framed for systemd as `RELOADING=1` (with the monotonic time it
     /// began, which systemd 253+ requires and older versions ignore) … `READY=1`: a
     /// `systemctl reload` returns once the daemon has taken or refused the file.
-    static func reload(daemon: WorkerDaemon, paths: DaemonPaths, load: ConfigLoader?, logger: Logger) async {
+    static func reload(daemon: WorkerDaemon, paths: DaemonPaths, load: ConfigLoader?, logger: Logger, asked: String = "received SIGHUP") async {
         ServiceManager.notify("RELOADING=1\nMONOTONIC_USEC=\(monotonicNanoseconds() / 1_000)\nSTATUS=reloading \(paths.configPath)")
-        logger.notice("received SIGHUP: reloading \(paths.configPath)")
+        logger.notice("\(asked): reloading \(paths.configPath)")
         switch load?() ?? .failure(ConfigReloadFailure(["this daemon was started without a config loader"])) {
         case .success(var file):
             if file.backend.apiKey == nil { file.backend.apiKey = ModelBackend.credentialAPIKey() }

@@ -388,3 +388,51 @@ struct TasksCommand: Command {
         }
     }
 }
+
+// MARK: - reload
+
+struct ReloadCommand: Command {
+    static let name = "reload"
+    static let summary = "re-read the config file and wait until it is applied or refused"
+    static let usage = """
+        Usage: edgecoder-worker reload [--json] [--runtime-dir D]
+
+        Asks the running daemon to re-read its config file, as SIGHUP does, and returns once
+        the file is applied or refused: what the unit's ExecReload= runs, so that `systemctl
+        reload edgecoder-worker` returns only then (systemd 252 has no Type=notify-reload).
+        Prints what was applied and what waits for a restart. Exit 0 when applied (or
+        nothing changed), 2 when the file was refused (the running config is kept; the
+        reasons on stderr), 69 without a daemon, 77 without the right to change it.
+        """
+    let json: Bool
+    let runtimeDirectory: String
+
+    init(_ arguments: inout Arguments) throws(UsageError) {
+        json = arguments.flag("--json")
+        runtimeDirectory = try WorkerCLI.runtimeDirectory(&arguments)
+        guard arguments.positionals().isEmpty else { throw UsageError("reload takes no arguments") }
+    }
+
+    func run() async -> Int32 {
+        withDaemon(runtimeDirectory) { (client) throws(ControlClient.Failure) -> Int32 in
+            let result = try client.call(.reload)
+            let outcome = result["outcome"]?.stringValue ?? "unknown"
+            let problems = result["problems"]?.arrayValue?.compactMap(\.stringValue) ?? []
+            if outcome == "refused" {
+                // Under --json the same reasons as one error object on stdout.
+                let message = "the config file was refused, the running config is kept: " + problems.joined(separator: "; ")
+                return Output.fail(ExitCode.invalidConfig, message,
+                                   text: (["edgecoder-worker: the config file was refused, the running config is kept:"] + problems.map { "  \($0)" }).joined(separator: "\n"))
+            }
+            if json {
+                Output.printJSON(result)
+            } else {
+                let applied = result["applied"]?.arrayValue?.compactMap(\.stringValue) ?? []
+                let waiting = result["needsRestart"]?.arrayValue?.compactMap(\.stringValue) ?? []
+                print(applied.isEmpty ? "reloaded: nothing to apply" : "reloaded: applied \(applied.joined(separator: ", "))")
+                if !waiting.isEmpty { print("needs a restart to apply: \(waiting.joined(separator: ", "))") }
+            }
+            return ExitCode.ok
+        }
+    }
+}

@@ -35,7 +35,7 @@ once. Files over 1 MiB are refused. Durations are in milliseconds.
     static let rest = #"""
 ## 2. Reload
 
-`systemctl reload edgecoder-worker` (or `kill -HUP` of the daemon) reads the
+`systemctl reload edgecoder-worker` (`edgecoder-worker reload`, or `kill -HUP` of the daemon) reads the
 file again without a restart. An invalid or unreadable file is refused: the running
 config is kept, the reason (every problem, with its key) is logged and shown in
 `status` (`daemon.configReload`, `config reload refused` in the summary) until a later

@@ -13,12 +13,15 @@ public enum ControlRequest: Sendable, Equatable {
     case tasks(limit: Int?)
     case policyShow
     case policyChange(PolicyOverrides.Change)
+    /// Re-read the config file, as SIGHUP does, answered once it is applied or refused:
+    /// what `systemctl reload` runs, so that it returns only when the reload is done.
+    case reload
     case ping
 
     /// Whether the request changes the daemon (and so needs the changing privilege).
     public var changes: Bool {
         switch self {
-        case .setMode, .policyChange: return true
+        case .setMode, .policyChange, .reload: return true
         default: return false
         }
     }
@@ -42,6 +45,7 @@ public enum ControlRequest: Sendable, Equatable {
         case .policyShow: return ["cmd": "policy"]
         case .policyChange(.set(let key, let value)): return ["cmd": "policy", "set": .string(key), "value": value]
         case .policyChange(.unset(let key)): return ["cmd": "policy", "unset": .string(key)]
+        case .reload: return ["cmd": "reload"]
         case .ping: return ["cmd": "ping"]
         }
     }
@@ -75,6 +79,9 @@ public enum ControlRequest: Sendable, Equatable {
         case "ping":
             if let error = unexpected(["cmd"]) { return .failure(error) }
             return .success(.ping)
+        case "reload":
+            if let error = unexpected(["cmd"]) { return .failure(error) }
+            return .success(.reload)
         case "mode":
             if let error = unexpected(["cmd", "set"]) { return .failure(error) }
             guard let set = object["set"] else { return .success(.getMode) }

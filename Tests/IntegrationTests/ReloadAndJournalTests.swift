@@ -77,6 +77,31 @@ import WorkerCore
         #expect(try daemon.stop().status == 0)
     }
 
+    /// `edgecoder-worker reload` (the unit's ExecReload=) returns only once the file is applied
+    /// or refused, with the outcome in its exit code: no race with the status read after it.
+    @Test func theReloadCommandReturnsTheOutcomeOnceItIsDone() throws {
+        let daemon = try DaemonHarness(config: #"{"policy": {"minBatteryPct": 20}}"#)
+        try daemon.start()
+        try #"{"policy": {"minBatteryPct": 26}, "bluetooth": {"maxClients": 3}}"#.write(toFile: daemon.configPath, atomically: true, encoding: .utf8)
+        let applied = try daemon.cli(["reload"])
+        #expect(applied.status == 0, "\(applied.stderr)")
+        #expect(applied.stdout.contains("reloaded: applied policy.minBatteryPct"), "\(applied.stdout)")
+        #expect(applied.stdout.contains("needs a restart to apply: bluetooth.maxClients"), "\(applied.stdout)")
+        #expect(daemon.notify?.waitFor("READY=1", timeout: 10) != nil, "framed by RELOADING=1 … READY=1 as a SIGHUP's")
+        #expect(try status(daemon)["policy"]?["minBatteryPct"]?["value"]?.intValue == 26, "applied before the command returned")
+        #expect(daemon.stderr.contains("asked on the control socket: reloading"))
+
+        try #"{"policy": {"minBatteryPct": 400}}"#.write(toFile: daemon.configPath, atomically: true, encoding: .utf8)
+        let refused = try daemon.cli(["reload"])
+        #expect(refused.status == 2, "a refused file: exit 2 (\(refused.stdout))")
+        #expect(refused.stderr.contains("policy.minBatteryPct"), "the reason on stderr: \(refused.stderr)")
+        let asJSON = try daemon.cli(["reload", "--json"])
+        #expect(asJSON.status == 2 && asJSON.stdout.contains("\"invalid-config\""), "\(asJSON.stdout)")
+        #expect(try status(daemon)["policy"]?["minBatteryPct"]?["value"]?.intValue == 26, "the running config is kept")
+        #expect(try daemon.stop().status == 0)
+        #expect(try daemon.cli(["reload"]).status == 69, "no daemon")
+    }
+
     @Test func manySighupsInARowNeverStopTheDaemonNorArmTheForcedExit() throws {
         let daemon = try DaemonHarness()
         try daemon.start()

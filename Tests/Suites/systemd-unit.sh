@@ -166,7 +166,7 @@ check "RestartSec= is set and non-zero (got '$(last_value RestartSec)')" gt_usec
 check "TimeoutStopSec= longer than the 10 s drain grace (got '$(last_value TimeoutStopSec)')" \
     gt_usec "$(last_value TimeoutStopSec)" 10000000
 check "KillSignal=SIGTERM" eq KillSignal SIGTERM
-check "ExecReload= sends SIGHUP to the main process (systemctl reload re-reads the config)" eq ExecReload '/bin/kill -HUP $MAINPID'
+check "ExecReload= runs 'edgecoder-worker reload' (returns once the config is applied or refused)" eq ExecReload '/usr/local/bin/edgecoder-worker reload --runtime-dir /run/edgecoder-worker'
 check "MemoryMax= is set (got '$(last_value MemoryMax)')" bash -c '[[ $1 =~ ^[0-9]+[KMG]$ ]]' _ "$(last_value MemoryMax)"
 exec_start=$(last_value ExecStart)
 check "ExecStart= runs '/usr/local/bin/edgecoder-worker run' (prefix replaceable by the Makefile; got '$exec_start')" \

@@ -171,6 +171,9 @@ else
   echo '{"coordinator": {"heartbeatIntervalMs": "soon"}}' | cat >"$CONF"
   systemctl reload $UNIT; rc=$?
   echo "# systemctl reload with a bad config: exit $rc; status: $(stj '.daemon.configReload' | cut -c1-200)"
+  check "systemctl reload fails on a refused config (ExecReload= is edgecoder-worker reload: exit $rc)" test "$rc" -ne 0
+  check "ExecReload= asks over the control socket, not with a signal" \
+    bash -c "journalctl -b -u $UNIT -o cat --no-pager | grep -q 'asked on the control socket: reloading'"
   check "the bad config is refused and the running one kept: outcome refused, same process, still active" \
     test "$(reload_outcome) $(prop MainPID) $(prop ActiveState)" = "refused $pid0 active"
   check "the refusal names the key (coordinator.heartbeatIntervalMs)" \
