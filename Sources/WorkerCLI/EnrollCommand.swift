@@ -181,11 +181,8 @@ struct EnrollCommand: Command {
                 }
                 client = try await reconnect()
             } else {
-                let previous = status["daemon"]?["configReload"]?["at"]
-                guard pid > 0, kill(pid, SIGHUP) == 0 else {
-                    return fail(ExitCode.failure, "cannot signal the daemon (pid \(pid)) to reload: \(String(cString: strerror(errno))); run 'systemctl reload edgecoder-worker'")
-                }
-                let reload = try await waitForReload(&client, after: previous)
+                // Answered once the file is applied or refused (the `reload` request).
+                let reload = try client.call(.reload)
                 if reload["outcome"]?.stringValue == "refused" {
                     return fail(ExitCode.invalidConfig, "the daemon refused the config: \((reload["problems"]?.arrayValue ?? []).compactMap(\.stringValue).joined(separator: "; "))")
                 }
@@ -202,15 +199,6 @@ struct EnrollCommand: Command {
                 return fail(failure.code == .refused ? ExitCode.refused : failure.code == .forbidden ? ExitCode.permission : ExitCode.failure, failure.message)
             }
         }
-    }
-
-    func waitForReload(_ client: inout ControlClient, after previous: JSONValue?) async throws(ControlClient.Failure) -> JSONValue {
-        for _ in 0..<100 {
-            let reload = try client.call(.status)["daemon"]?["configReload"] ?? .null
-            if case .object = reload, reload["at"] != previous { return reload }
-            try? await Task.sleep(for: .milliseconds(100))
-        }
-        throw .unavailable("the daemon did not reload within 10 s")
     }
 
     func reconnect() async throws(ControlClient.Failure) -> ControlClient {
