@@ -125,7 +125,9 @@ for _ in $(seq 60); do
   [[ -n "$slow_port" ]] && break
   sleep 0.5
 done
-coproc COORD { exec python3 Tests/DevCoordinator/dev_coordinator.py --port 0 2>>"$results/coordinator.log"; }
+# The coordinator wants a registration token: the guest joins it with `enroll --token-stdin`.
+enroll_token="tok-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
+coproc COORD { exec python3 Tests/DevCoordinator/dev_coordinator.py --port 0 --registration-token "$enroll_token" 2>>"$results/coordinator.log"; }
 coord_pid=$COORD_PID
 read -r -t 30 line <&"${COORD[0]}"
 coord_port="${line##*:}"
@@ -144,7 +146,7 @@ boot_vm() {
   Tests/BlueZ/vm/run-in-vm.sh --systemd --controllers 2 \
     --host-port "$coord_port" --host-port "$llama_port" --host-port "$slow_port" --timeout "${EDGECODER_SD_TIMEOUT:-900}" \
     --results "$results" "${share_deb[@]}" \
-    --env "DEB=$deb" --env "COORD_PORT=$coord_port" --env "LLAMA_PORT=$llama_port" --env "SLOW_PORT=$slow_port" \
+    --env "DEB=$deb" --env "COORD_PORT=$coord_port" --env "LLAMA_PORT=$llama_port" --env "SLOW_PORT=$slow_port" --env "ENROLL_TOKEN=$enroll_token" \
     Tests/Systemd/deb-guest.sh
 }
 boot_vm

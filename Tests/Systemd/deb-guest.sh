@@ -127,9 +127,10 @@ rm -f $PROM
 # ------------------------------------------------------------------ mode on
 phase "mode on against the dev coordinator on the host"
 check "the guest reaches the dev coordinator ($COORD)" dev -o /dev/null "$COORD/_dev/state"
+# The package's placeholder URL; `enroll` below points the worker at the coordinator.
 cat >/etc/edgecoder-worker/config.json <<EOF
 {"agentId": "$WORKER_AGENT_ID",
- "coordinator": {"url": "$COORD", "allowInsecureHttp": true, "heartbeatIntervalMs": 2000,
+ "coordinator": {"url": "https://coordinator.example", "allowInsecureHttp": true, "heartbeatIntervalMs": 2000,
                  "pullIntervalMs": 1000, "stopGraceMs": 5000},
  "backend": {"kind": "openai", "url": "$LLAMA", "model": "tiny", "timeoutMs": 120000, "maxTokens": 16},
  "bluetooth": {"adapter": "hci0", "maxClients": 1},
@@ -139,11 +140,22 @@ EOF
 check "config check accepts the new config" edgecoder-worker config check
 systemctl restart $UNIT
 check "the daemon restarts with the new config" systemctl is-active --quiet $UNIT
-check "mode on is accepted" test "$(edgecoder-worker mode on 2>/dev/null | head -n1)" = on
-if wait_for 60 "registered" bash -c '[[ "$(edgecoder-worker status --json | jq .coordinator.registered)" == true ]]'; then
-  ok "the worker registers with the coordinator (status)"
+out="$(edgecoder-worker mode on 2>&1)"; rc=$?
+check "mode on with the placeholder coordinator.url is refused (exit 3): $(head -n1 <<<"$out")" test $rc -eq 3
+out="$(printf '%s\n' "$ENROLL_TOKEN" | edgecoder-worker enroll --coordinator "$COORD" --token-stdin --on --timeout 90 2>&1)"; rc=$?
+printf '%s\n' "$out" | sed 's/^/# enroll: /'
+check "enroll --coordinator URL --token-stdin --on: registered (exit $rc)" \
+  bash -c '[[ $1 == 0 ]] && grep -q "registered with" <<<"$2"' _ "$rc" "$out"
+CRED=/etc/credstore/edgecoder-worker.registration-token
+check "the token is in the credential file only, 0600 root" \
+  bash -c '[[ "$(stat -c "%a %U" "$1")" == "600 root" && "$(cat "$1")" == "$2" ]]' _ "$CRED" "$ENROLL_TOKEN"
+check "the token is not in the config, enroll's output or the journal" \
+  bash -c '! grep -q "$1" /etc/edgecoder-worker/config.json && ! grep -q "$1" <<<"$2" && ! journalctl -b --no-pager -o cat | grep -q "$1"' _ "$ENROLL_TOKEN" "$out"
+check "coordinator.url is written into the config" test "$(jq -r .coordinator.url /etc/edgecoder-worker/config.json)" = "$COORD"
+if wait_for 60 "status exits 0" edgecoder-worker status; then
+  ok "status exits 0: registered, the model ready"
 else
-  not_ok "the worker registers with the coordinator: $(stj .coordinator | cut -c1-300)"
+  not_ok "status exits 0: registered, the model ready (exit $(edgecoder-worker status >/dev/null 2>&1; echo $?): $(stj .coordinator | cut -c1-300))"
 fi
 check "the coordinator saw the registration of $WORKER_AGENT_ID" \
   bash -c '[[ "$(curl -sf "$1/_dev/state" | jq -r "[.registrations[].agentId] | index(\"$2\")")" != null ]]' _ "$COORD" "$WORKER_AGENT_ID"
@@ -208,6 +220,8 @@ if wait_for 30 "the subtask running" running_is "$id"; then
   check "systemd counts the stop a success (Result=$(prop Result): no SIGKILL, no timeout)" test "$(prop Result)" = success
   check "the journal has no stop timeout" bash -c "! journalctl -b -u $UNIT --no-pager | grep -qiE 'stop-sigterm.*timed out|killing process'"
   check "the result of the subtask was posted during the stop" delivered "$id"
+  edgecoder-worker status >/dev/null 2>&1; rc=$?
+  check "status exits 69 with the daemon stopped (exit $rc)" test $rc -eq 69
 else
   not_ok "the subtask runs on the slow model server: $(stj .coordinator | cut -c1-300)"
 fi
@@ -217,6 +231,18 @@ systemctl daemon-reload && systemctl start $UNIT
 wait_for 60 "registered" bash -c '[[ "$(edgecoder-worker status --json | jq .coordinator.registered)" == true ]]'
 check "and exactly once, the restarted daemon posts nothing more" \
   bash -c 'sleep 3; [[ "$(curl -sf "$1/_dev/results" | jq -r --arg id "$2" ".counts[\$id]")" == 1 ]]' _ "$COORD" "$id"
+# No model server where the config says: status exits 3 and names the model.
+jq '.backend.url = "http://127.0.0.1:9"' /tmp/config.llama | cat >"$CONF"
+systemctl restart $UNIT
+held_for_model() { edgecoder-worker status >/dev/null 2>/tmp/status.err; [[ $? == 3 ]] && grep -q model /tmp/status.err; }
+if wait_for 60 "status exits 3" held_for_model; then
+  ok "status exits 3 with no model server, the reason on stderr ($(head -c 150 /tmp/status.err))"
+else
+  not_ok "status exits 3 with no model server (exit $(edgecoder-worker status >/dev/null 2>&1; echo $?): $(head -c 200 /tmp/status.err))"
+fi
+cat /tmp/config.llama >"$CONF"
+systemctl restart $UNIT
+wait_for 60 "registered" bash -c '[[ "$(edgecoder-worker status --json | jq .coordinator.registered)" == true ]]'
 
 # ------------------------------------------------------------------ suspend
 phase "logind: a forged PrepareForSleep, then systemctl suspend (pm_test freezer)"
