@@ -831,13 +831,16 @@ public struct PeripheralMachine: Sendable {
         // At most one rejection per write (protocol-bluetooth §3): a write of 254 bad objects costs one
         // notification and one log line, not 254.
         let rejections = events.filter { if case .rejected = $0 { true } else { false } }.count
-        var rejected = 0
-        for event in events {
+        // The one answered is the first that names an id, else the first: a client
+        // matches answers by id (the tail of a request whose first chunks were lost can
+        // follow a piece of garbage without one).
+        let answered = events.firstIndex { if case .rejected(_?, _) = $0 { true } else { false } }
+            ?? events.firstIndex { if case .rejected = $0 { true } else { false } }
+        for (index, event) in events.enumerated() {
             switch event {
             case .rejected(let id, let error):
                 status.requestsRejected += 1
-                rejected += 1
-                guard rejected == 1 else { continue }
+                guard index == answered else { continue }
                 out.append(.log(.info, "request from \(client) rejected: \(error)\(rejections > 1 ? " (and \(rejections - 1) more bad object(s) in the same write, answered once)" : "")"))
                 enqueue(.response, BluetoothMessage.rejection(id: id, error: error), client: client, rejection: true)
             case .cancel(let id):
