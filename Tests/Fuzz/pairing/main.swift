@@ -21,7 +21,7 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> Int32 {
     let decision = window.decide(request, nowMs: Int64(input.byte()))
     let address = PairingWindow.address(ofDevice: path, under: "/org/bluez/hci0")
     // The daemon's Just Works agent: accepts only Just Works, only for hci0's devices.
-    if case .accept(let accepted) = JustWorksAgent.answer(request, adapterPath: "/org/bluez/hci0") {
+    if case .accept(let accepted) = JustWorksAgent.answer(request, adapterPath: "/org/bluez/hci0", transport: .le) {
         check(accepted == address && request == .authorization(device: path), "the agent accepted \(request)")
     }
     if let address {
