@@ -28,6 +28,17 @@ import Testing
         #expect(error.contains("508"), "\(error)")
     }
 
+    @Test func theVMSuitesTailWithSpacesAfterColonsIsAnsweredWithItsId() {
+        // What Tests/BlueZ/worker_central.py's bad-input phase sends (Python's json.dumps).
+        let text = #"{"prompt": ""# + String(repeating: "a", count: 1_073) + #"", "maxTokens": 8, "id": "mac-proxy-1"}"#
+        #expect(text.utf8.count == 1_124)
+        var assembler = RequestAssembler()
+        let events = Self.arriving(text).flatMap { assembler.feed($0, nowMs: 0) }
+        guard case .rejected(let id, let error)? = events.first, events.count == 1 else { Issue.record("\(events)"); return }
+        #expect(id == "mac-proxy-1")
+        #expect(error.hasPrefix("malformed_request:") && error.contains("at most 508 bytes per write"))
+    }
+
     @Test func aTailWithoutTheIdStillSaysWhichChunkSizeWorks() {
         let text = #"{"id":"first","prompt":""# + Self.prompt + #"","maxTokens":512}"#
         var assembler = RequestAssembler()
