@@ -106,7 +106,9 @@ enum BlueZBus {
                                    rssi: device["RSSI"]?.integerValue.flatMap { Int(exactly: $0) },
                                    uuids: device["UUIDs"]?.arrayValue?.compactMap(\.stringValue),
                                    servicesResolved: device["ServicesResolved"]?.boolValue,
-                                   bonded: device["Bonded"]?.boolValue ?? device["Paired"]?.boolValue)
+                                   bonded: device["Bonded"]?.boolValue ?? device["Paired"]?.boolValue,
+                                   addressType: device["AddressType"]?.stringValue,
+                                   classOfDevice: device["Class"]?.integerValue.flatMap { UInt32(exactly: $0) })
         }
         if let service = interfaces[BlueZInterfaceName.gattService.rawValue]?.stringKeyedEntries,
            let uuid = service["UUID"]?.stringValue, let device = service["Device"]?.stringValue {

@@ -190,6 +190,20 @@ public actor GattPeripheral: BusDriving {
                         logger.debug("disconnected \(address)")
                     }
                 }
+            case .removeDevice(let adapterPath, let device, let address):
+                // Asynchronous like Disconnect: bluetoothd disconnects the device first if
+                // it is still connected, which can take seconds.
+                try? bus?.call(destination: "org.bluez", path: adapterPath, interface: "org.bluez.Adapter1", member: "RemoveDevice",
+                               arguments: [.objectPath(device)], timeoutUsec: 30_000_000) { [logger] result in
+                    switch result {
+                    case .failure(let error) where error.name == "org.bluez.Error.DoesNotExist":
+                        logger.debug("\(address) was already forgotten by bluetoothd")
+                    case .failure(let error):
+                        logger.warning("cannot remove the bond of \(address): \(error); remove it with bluetoothctl remove \(address)")
+                    case .success:
+                        logger.info("removed the bond of \(address)")
+                    }
+                }
             case .notify(let role, let chunk):
                 notify(GattLayout.characteristic(role).path, chunk)
             case .serve(let ticket, let request, let client):

@@ -216,7 +216,9 @@ struct ConfigCommand: Command {
         Validates a config file without starting anything. Prints every problem with
         the key's path; exit 0 when valid, 2 when not. A valid file that cannot join a
         coordinator (coordinator.url is the example placeholder) is still valid: a
-        warning says so on stderr, and 'mode on' refuses it.
+        warning says so on stderr, and 'mode on' refuses it. So is bluetooth.allowedClients
+        "bonded" or an address list with bluetooth.security "open": a warning says that
+        an unencrypted link proves no address.
 
           --config F   the file (default $EDGECODER_WORKER_CONFIG or \(Defaults.config))
           --json       one JSON object: {"valid": bool, "file": "...", "problems": [{"path", "message"}], "warnings": [...]}
@@ -239,13 +241,15 @@ struct ConfigCommand: Command {
         case .success(let config):
             // A placeholder address is valid JSON and a daemon runs with it (modes off and
             // bluetooth), so the file stays valid (exit 0); `mode on` refuses it.
-            let warnings = [CoordinatorPlaceholder.problem(config.coordinator.url)].compactMap { $0 }
+            // So is an admission by address over an unencrypted link: valid, proving nothing.
+            let warnings = [CoordinatorPlaceholder.problem(config.coordinator.url).map { (path: "coordinator.url", message: $0) },
+                            AllowedClientsWarning.of(config).map { (path: $0.path, message: $0.message) }].compactMap { $0 }
             if json {
                 Output.printJSON(["valid": true, "file": .string(path), "problems": [],
-                                  "warnings": .array(warnings.map { ["path": "coordinator.url", "message": .string($0)] })])
+                                  "warnings": .array(warnings.map { ["path": .string($0.path), "message": .string($0.message)] })])
             } else {
                 print("\(path): valid")
-                for warning in warnings { printErr("\(path): warning: \(warning)") }
+                for warning in warnings { printErr("\(path): warning: \(warning.message)") }
             }
             return ExitCode.ok
         case .failure(let failure):

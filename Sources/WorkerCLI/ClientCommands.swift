@@ -238,7 +238,7 @@ struct StatusCommand: Command {
                 }
                 if let answerer = bluetooth["pairingAgent"]?.stringValue {
                     let registered = bluetooth["pairingAgentRegistered"] == true ? "registered, " : ""
-                    lines.append("          pairings answered by the \(answerer) (\(registered)accepted \(bluetooth["pairingsAccepted"]?.intValue ?? 0), refused \(bluetooth["pairingsRefused"]?.intValue ?? 0)): \(bluetooth["pairingAgentReason"]?.stringValue ?? "")")
+                    lines.append("          pairings answered by the \(answerer) (\(registered)accepted \(bluetooth["pairingsAccepted"]?.intValue ?? 0), refused \(bluetooth["pairingsRefused"]?.intValue ?? 0), unused bonds removed \(bluetooth["agentBondsRemoved"]?.intValue ?? 0)): \(bluetooth["pairingAgentReason"]?.stringValue ?? "")")
                 }
                 lines.append("          requests served \(bluetooth["requestsServed"]?.intValue ?? 0), failed \(bluetooth["requestsFailed"]?.intValue ?? 0), rejected as bad input \(bluetooth["requestsRejected"]?.intValue ?? 0), queued \(bluetooth["queued"]?.intValue ?? 0)")
             }

@@ -245,7 +245,8 @@ struct DoctorCommand: Command {
 
         Exit 0 when it found no problem, 1 when it found one (listed under "problems";
         a host without a battery or a temperature sensor, or without Bluetooth outside
-        mode bluetooth, is advice, not a problem).
+        mode bluetooth, is advice, not a problem; so is the warning that
+        bluetooth.allowedClients proves nothing under bluetooth.security "open").
         """
     let json: Bool
     let root: String
@@ -261,17 +262,18 @@ struct DoctorCommand: Command {
 
     /// Who answers pairings with the config file's bluetooth keys on this host (what the
     /// daemon decides when its Bluetooth session starts), and advice when nobody would.
-    func pairingAgentReport() -> (json: JSONValue, advice: String?) {
+    func pairingAgentReport() -> (json: JSONValue, advice: String?, warning: String?) {
         let boot = SystemdBootTarget.read()
         var object = JSONObject([("defaultTarget", .optional(boot.defaultTarget)), ("displayManager", .bool(boot.displayManager))])
-        guard case .success(let config) = loadConfig(path: configPath, explicit: false) else { return (.object(object), nil) }
+        guard case .success(let config) = loadConfig(path: configPath, explicit: false) else { return (.object(object), nil, nil) }
         let bluetooth = config.bluetooth
         let choice = PairingAgentChoice.decide(security: bluetooth.security, allowedClients: bluetooth.allowedClients,
                                                setting: bluetooth.pairingAgent, boot: boot)
         object["answerer"] = .string(choice.answerer.rawValue)
         object["reason"] = .string(choice.reason)
-        guard bluetooth.security == .encrypted, bluetooth.pairingAgent == .host, !boot.isGraphicalDesktop else { return (.object(object), nil) }
-        return (.object(object), "bluetooth: security is encrypted and bluetooth.pairingAgent is host, but this host has no desktop (\(boot.description)) whose agent could answer: a client that never paired is refused until it pairs in edgecoder-worker bluetooth pair; set bluetooth.pairingAgent to auto to let the worker accept Just Works pairings")
+        let warning = AllowedClientsWarning.of(config).map { "bluetooth: " + $0.message }
+        guard bluetooth.security == .encrypted, bluetooth.pairingAgent == .host, !boot.isGraphicalDesktop else { return (.object(object), nil, warning) }
+        return (.object(object), "bluetooth: security is encrypted and bluetooth.pairingAgent is host, but this host has no desktop (\(boot.description)) whose agent could answer: a client that never paired is refused until it pairs in edgecoder-worker bluetooth pair; set bluetooth.pairingAgent to auto to let the worker accept Just Works pairings", warning)
     }
 
     func run() async -> Int32 {
@@ -349,6 +351,11 @@ struct DoctorCommand: Command {
         let pairing = pairingAgentReport()
         bluetoothReport["pairingAgent"] = pairing.json
         if let problem = pairing.advice { advice.append(problem) }
+        // A warning, as in config check: listed, not counted as a problem for the exit code.
+        if let warning = pairing.warning {
+            advice.append(warning)
+            notes.append(warning)
+        }
         report["bluetooth"] = .object(bluetoothReport)
         report["model"] = model.json
         // Mode on's own holds, and what the coordinator's behaviour monitor would find.

@@ -26,9 +26,16 @@ public struct BlueZInterfaces: Sendable, Equatable {
         public var servicesResolved: Bool?
         /// BlueZ's `Bonded` (5.66 and later), else `Paired`.
         public var bonded: Bool?
+        /// `AddressType`: "public" or "random" (only LE uses random addresses).
+        public var addressType: String?
+        /// `Class`: the Class of Device, which only Bluetooth Classic (BR/EDR) carries.
+        public var classOfDevice: UInt32?
         public init(address: String? = nil, adapter: String? = nil, connected: Bool? = nil, name: String? = nil, rssi: Int? = nil,
-                    uuids: [String]? = nil, servicesResolved: Bool? = nil, bonded: Bool? = nil) {
+                    uuids: [String]? = nil, servicesResolved: Bool? = nil, bonded: Bool? = nil,
+                    addressType: String? = nil, classOfDevice: UInt32? = nil) {
             self.bonded = bonded
+            self.addressType = addressType
+            self.classOfDevice = classOfDevice
             self.address = address
             self.adapter = adapter
             self.connected = connected
@@ -105,6 +112,9 @@ public struct BlueZObjects: Sendable, Equatable {
         public var uuids: [String] = []
         public var servicesResolved = false
         public var bonded = false
+        /// What decides whether the worker's Just Works agent may pair it (`DeviceTransport`).
+        public var addressType: String?
+        public var classOfDevice: UInt32?
         public init(address: String, adapter: String, connected: Bool, name: String? = nil, rssi: Int? = nil) {
             self.address = address
             self.adapter = adapter
@@ -175,6 +185,8 @@ public struct BlueZObjects: Sendable, Equatable {
         if let uuids = properties.uuids { device.uuids = uuids.map { $0.lowercased() } }
         if let resolved = properties.servicesResolved { device.servicesResolved = resolved }
         if let bonded = properties.bonded { device.bonded = bonded }
+        if let type = properties.addressType { device.addressType = type }
+        if let cod = properties.classOfDevice { device.classOfDevice = cod }
     }
 
     /// The worker service's characteristics on a remote `device`, by role; nil until every

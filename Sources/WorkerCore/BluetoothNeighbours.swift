@@ -104,3 +104,34 @@ public enum ClientRefusal: String, Sendable, Equatable {
         JSONValue.object(JSONObject([("id", .string("")), ("ok", .bool(false)), ("error", .string(error(maxClients: maxClients)))])).serializedBytes
     }
 }
+
+/// `bluetooth.allowedClients` naming devices (`bonded` or an address list) while
+/// `bluetooth.security` is `open`: valid, but the admission proves nothing. On an
+/// unencrypted link a device's address is whatever it claims (any controller can send
+/// another's public address), and a bond is checked only by encrypting with its key, which
+/// `open` never asks for; so a stranger claiming a listed or bonded address is admitted.
+/// `config check` and `doctor` say so as a warning (the file stays valid: exit 0).
+public struct AllowedClientsWarning: Sendable, Equatable {
+    public let path: String
+    public let message: String
+
+    public static func of(security: BluetoothSecurity, allowedClients: BluetoothAllowedClients) -> AllowedClientsWarning? {
+        guard security == .open else { return nil }
+        let message: String
+        switch allowedClients {
+        case .any:
+            return nil
+        case .bonded:
+            message = "bluetooth.allowedClients is bonded, but security is open: a bond is only checked by encrypting with its key, which an open link never does, so any device can claim a bonded device's address and be admitted; set bluetooth.security to \"encrypted\" (or \"authenticated\") so that only the device holding the key gets through"
+        case .addresses:
+            // With `encrypted` alone a stranger could still pair anew under a listed address
+            // (the worker's agent accepts Just Works): the bond is what proves a client.
+            message = "bluetooth.allowedClients lists addresses, but security is open: on an unencrypted link any device can claim a listed address and be admitted; to admit only known clients set bluetooth.security to \"encrypted\" (or \"authenticated\") with allowedClients \"bonded\", and pair each client once (edgecoder-worker bluetooth pair)"
+        }
+        return AllowedClientsWarning(path: "bluetooth.allowedClients", message: message)
+    }
+
+    public static func of(_ config: WorkerConfig) -> AllowedClientsWarning? {
+        of(security: config.bluetooth.security, allowedClients: config.bluetooth.allowedClients)
+    }
+}

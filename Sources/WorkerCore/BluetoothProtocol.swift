@@ -73,14 +73,18 @@ public struct JSONObjectFramer: Sendable {
         case object([UInt8])
         /// An object over `maxBytes`, skipped without being stored.
         case tooLarge
-        /// Bytes between objects that cannot start one (reported once per run).
-        case garbage
+        /// Bytes between objects that cannot start one, reported once per run: the run's
+        /// bytes within the write that started it (at most `garbageKeptBytes`), so that
+        /// the tail of a request whose first writes were lost can still name its id.
+        case garbage([UInt8])
         /// A partial object idle for `idleDropMs`, dropped; its bytes so far.
         case dropped([UInt8])
     }
 
     public let maxBytes: Int
     public let idleDropMs: Int64
+    /// A garbage run's bytes kept for its report: more than one ATT write (512 bytes).
+    public static let garbageKeptBytes = 1_024
 
     private var buffer: [UInt8] = []
     private var depth = 0
@@ -101,17 +105,24 @@ public struct JSONObjectFramer: Sendable {
     public mutating func feed(_ bytes: some Collection<UInt8>, nowMs: Int64) -> [Event] {
         var events = tick(nowMs: nowMs)
         lastByteAtMs = nowMs
+        // The garbage run this write started: reported when it ends here or with the write.
+        var run: [UInt8]?
         for byte in bytes {
             if depth == 0 && !discarding {
                 // Between objects: whitespace is ignored; anything but '{' is garbage,
                 // reported once and skipped up to the next '{'.
-                if byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 { continue }
+                let blank = byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09
                 guard byte == UInt8(ascii: "{") else {
-                    if !skippingGarbage {
-                        events.append(.garbage)
+                    if !blank && !skippingGarbage {
                         skippingGarbage = true
+                        run = []
                     }
+                    if let kept = run?.count, kept < Self.garbageKeptBytes { run?.append(byte) }
                     continue
+                }
+                if let garbage = run {
+                    events.append(.garbage(garbage))
+                    run = nil
                 }
                 skippingGarbage = false
                 inString = false
@@ -135,6 +146,7 @@ public struct JSONObjectFramer: Sendable {
                 }
             }
         }
+        if let garbage = run { events.append(.garbage(garbage)) }
         return events
     }
 
@@ -182,6 +194,14 @@ public struct RequestAssembler: Sendable {
 
     public var isPartial: Bool { framer.isPartial }
 
+    /// How much of a garbage run is searched for an id.
+    public static let garbageScanBytes = JSONObjectFramer.garbageKeptBytes
+
+    /// Why a request can arrive broken on Debian 12: bluetoothd before 5.69 refuses a
+    /// written value over 508 bytes (ATT error 0x0D), so a client writing 512-byte chunks
+    /// (EdgeCoder's Mac proxy) loses every full chunk and only its short tail arrives.
+    public static let chunkHint = "; if the client writes more than 508 bytes at a time, bluetoothd before 5.69 (Debian 12 has 5.66) refuses those writes and the request arrives with pieces missing: write at most 508 bytes per write"
+
     /// Feeds one write; returns every request completed (or rejected) by it, in order.
     public mutating func feed(_ bytes: some Collection<UInt8>, nowMs: Int64) -> [AssemblerEvent] {
         framer.feed(bytes, nowMs: nowMs).map(interpret)
@@ -198,9 +218,12 @@ public struct RequestAssembler: Sendable {
         switch event {
         case .object(let bytes): return RequestAssembler.decode(bytes)
         case .tooLarge: return .rejected(id: nil, error: "too_large: the request is over \(maxRequestBytes) bytes (bluetooth.maxRequestBytes)")
-        case .garbage: return .rejected(id: nil, error: "malformed_request: a request must be a JSON object starting with '{'")
+        case .garbage(let bytes):
+            // The tail of a request whose first writes were lost: its id, when the tail
+            // carries it, lets the client match the answer (EdgeCoder's proxy drops others).
+            return .rejected(id: RequestAssembler.partialID(bytes), error: "malformed_request: a request must be a JSON object starting with '{'" + Self.chunkHint)
         case .dropped(let partial):
-            return .rejected(id: RequestAssembler.partialID(partial), error: "incomplete_request: no more bytes for \(idleDropMs) ms; the partial request was dropped")
+            return .rejected(id: RequestAssembler.partialID(partial), error: "incomplete_request: no more bytes for \(idleDropMs) ms; the partial request was dropped" + Self.chunkHint)
         }
     }
 
@@ -211,7 +234,7 @@ public struct RequestAssembler: Sendable {
             value = try JSON.parse(bytes, maxDepth: 16)
         } catch {
             let kind = error.reason == .invalidUTF8 ? "invalid_utf8" : "malformed_json"
-            return .rejected(id: partialID(bytes), error: "\(kind): \(error)")
+            return .rejected(id: partialID(bytes), error: "\(kind): \(error)" + chunkHint)
         }
         let id = value["id"]?.stringValue.flatMap { Subtask.isSafeID($0) ? $0 : nil }
         guard let id else { return .rejected(id: nil, error: "missing_id: the request needs an \"id\" string") }
@@ -349,7 +372,9 @@ public struct RequestAssembler: Sendable {
     /// The id of a broken request, when a `"id":"…"` pair can be found in its bytes.
     static func partialID(_ bytes: [UInt8]) -> String? {
         let key = Array(#""id""#.utf8)
-        guard bytes.count > key.count, let start = (0...(bytes.count - key.count)).first(where: { Array(bytes[$0..<($0 + key.count)]) == key }) else { return nil }
+        // Compared in place: a broken object can be `maxRequestBytes` long.
+        guard bytes.count > key.count,
+              let start = (0...(bytes.count - key.count)).first(where: { at in key.indices.allSatisfy { bytes[at + $0] == key[$0] } }) else { return nil }
         var i = start + key.count
         while i < bytes.count, bytes[i] == 0x20 || bytes[i] == UInt8(ascii: ":") { i += 1 }
         guard i < bytes.count, bytes[i] == UInt8(ascii: "\"") else { return nil }

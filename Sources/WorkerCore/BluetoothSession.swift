@@ -85,6 +85,9 @@ public struct BluetoothStatus: Sendable, Equatable {
     /// Pairings the worker's agent accepted and refused in this session.
     public var pairingsAccepted: Int64 = 0
     public var pairingsRefused: Int64 = 0
+    /// Bonds the worker's agent made and removed again: their device never used the
+    /// service within `bluetooth.clientIdleSec`.
+    public var agentBondsRemoved: Int64 = 0
 
     public init() {}
 
@@ -120,6 +123,7 @@ public struct BluetoothStatus: Sendable, Equatable {
         object["pairingAgentReason"] = .string(pairingAgentReason)
         object["pairingsAccepted"] = .int(pairingsAccepted)
         object["pairingsRefused"] = .int(pairingsRefused)
+        object["agentBondsRemoved"] = .int(agentBondsRemoved)
         return .object(object)
     }
 

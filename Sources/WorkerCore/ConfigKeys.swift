@@ -112,7 +112,7 @@ public struct ConfigKey: Sendable, Equatable {
         ConfigKey("bluetooth.allowedClients", #"`"any"`, `"bonded"` or a list of addresses"#, #"`"any"`"#,
                   #"devices that may become clients; others are told `not_allowed`, disconnected and counted (`clientsNotAllowed`)"#),
         ConfigKey("bluetooth.clientIdleSec", #"5–86400"#, #"120"#,
-                  #"a client without a request for this long loses its slot to a device that wants it (`clientsEvicted`)"#),
+                  #"a client without a request for this long loses its slot to a device that wants it (`clientsEvicted`); a device the worker's pairing agent paired that has not used the service after this long has its bond removed (`agentBondsRemoved`)"#),
         ConfigKey("hooks.networkRestored", #"string"#, #"none"#,
                   #"command run when the network returns after a downgrade"#),
         ConfigKey("hooks.timeoutMs", #"100–600000"#, #"10000"#,

@@ -111,14 +111,10 @@ public enum JustWorksAgent {
         case reject(String)
     }
 
-    /// `adapterPath`: the adapter the worker serves on (nil while it has none).
-    public static func answer(_ request: PairingWindow.Request, adapterPath: String?) -> Answer {
-        let device: String
-        switch request {
-        case .confirmation(let d, _), .authorization(let d), .passkey(let d), .displayPasskey(let d, _, _),
-             .pinCode(let d), .displayPinCode(let d, _), .authorizeService(let d, _):
-            device = d
-        }
+    /// `adapterPath`: the adapter the worker serves on (nil while it has none);
+    /// `transport`: what bluetoothd shows of the device (`DeviceTransport.of`).
+    public static func answer(_ request: PairingWindow.Request, adapterPath: String?, transport: DeviceTransport) -> Answer {
+        let device = request.device
         // The default agent hears about every adapter of the host: another adapter's
         // devices (a laptop's mouse, a phone pairing with another app) are not the worker's.
         guard let adapterPath, let address = PairingWindow.address(ofDevice: device, under: adapterPath) else {
@@ -126,6 +122,12 @@ public enum JustWorksAgent {
         }
         switch request {
         case .authorization:
+            // bluetoothd 5.66 asks the same RequestAuthorization for a Classic (BR/EDR)
+            // Secure Simple Pairing: accepting it would give any stranger in range a
+            // persistent Classic bond, which the worker, an LE peripheral, never needs.
+            if case .notLE(let why) = transport {
+                return .reject("\(address) is not known to be an LE device (\(why)); the worker's agent pairs LE devices only, pair it with edgecoder-worker bluetooth pair if it must be")
+            }
             return .accept(address: address)
         case .confirmation:
             return .reject("\(address) asks for numeric comparison; the worker's agent accepts Just Works only (security encrypted), pair it with edgecoder-worker bluetooth pair")
@@ -136,5 +138,37 @@ public enum JustWorksAgent {
         case .authorizeService(_, let uuid):
             return .reject("\(address) asks to use service \(PairingWindow.printable(uuid)); the worker's agent only pairs")
         }
+    }
+}
+
+/// Whether a device bluetoothd asks the agent about is an LE device, as far as what
+/// bluetoothd 5.66 shows of it tells (it has no bearer property before 5.8x): `AddressType`
+/// "random" exists only on LE; "public" is LE unless the device has a `Class` (a Class of
+/// Device reaches bluetoothd only from Classic inquiry and Classic connections, so the
+/// device was seen on BR/EDR: a Classic or dual-mode device, whose pairing may make a
+/// Classic bond). Anything else is not known to be LE, and refused. Pure.
+public enum DeviceTransport: Sendable, Equatable {
+    case le
+    /// Why it is not known to be LE, in words for the journal and the refusal.
+    case notLE(String)
+
+    public static func of(addressType: String?, classOfDevice: UInt32?) -> DeviceTransport {
+        switch addressType {
+        case "random":
+            return .le
+        case "public":
+            guard let cod = classOfDevice else { return .le }
+            return .notLE("it has a Class of Device, 0x\(String(cod, radix: 16)), so bluetoothd saw it on Bluetooth Classic")
+        case nil:
+            return .notLE("bluetoothd shows no AddressType for it")
+        case let other?:
+            return .notLE("its AddressType is \"\(PairingWindow.printable(other))\", neither public nor random")
+        }
+    }
+
+    /// `device`: bluetoothd's object for it (nil when the worker knows none).
+    public static func of(_ device: BlueZObjects.Device?) -> DeviceTransport {
+        guard let device else { return .notLE("bluetoothd shows no such device") }
+        return of(addressType: device.addressType, classOfDevice: device.classOfDevice)
     }
 }

@@ -24,6 +24,15 @@ public struct PairingWindow: Sendable {
         case displayPinCode(device: String, pinCode: String)
         /// AuthorizeService: a Classic profile connection of an untrusted device.
         case authorizeService(device: String, uuid: String)
+
+        /// The device object the call is about.
+        public var device: String {
+            switch self {
+            case .confirmation(let d, _), .authorization(let d), .passkey(let d), .displayPasskey(let d, _, _),
+                 .pinCode(let d), .displayPinCode(let d, _), .authorizeService(let d, _):
+                d
+            }
+        }
     }
 
     /// What the operator is asked; its answer goes back to the held call.

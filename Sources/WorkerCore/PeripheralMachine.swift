@@ -148,6 +148,9 @@ public struct PeripheralMachine: Sendable {
         case register(Registered, adapterPath: String, epoch: Int)
         case unregister(Registered, adapterPath: String)
         case disconnect(device: String, address: String)
+        /// Adapter1.RemoveDevice: bluetoothd forgets the device and its bond (a bond the
+        /// worker's agent made for a device that never used the service).
+        case removeDevice(adapterPath: String, device: String, address: String)
         /// One notification chunk (PropertiesChanged on the characteristic's Value).
         case notify(GattLayout.Role, [UInt8])
         /// Run a request on the model; answer with `.partial` (streamed requests) and `.served(ticket:…)`.
@@ -221,6 +224,12 @@ public struct PeripheralMachine: Sendable {
     /// there and the adapter is usable.
     public private(set) var agent = Registration.none
     var agentRetryAtMs: Int64 = 0
+    /// Devices the agent accepted a pairing of, by path, with when: each is removed
+    /// (its bond with it) unless it uses the service within `limits.clientIdleMs`.
+    public private(set) var agentBonds: [String: Int64] = [:]
+    /// A flood of pairings from random addresses removes the oldest unused bonds early
+    /// rather than keeping a table without bound.
+    public static let maxAgentBonds = 64
     /// Bumped whenever bluetoothd's side is lost: answers to older calls are ignored.
     public private(set) var epoch = 0
     var retryAtMs: Int64 = 0
@@ -401,7 +410,11 @@ public struct PeripheralMachine: Sendable {
             statusForcedAtMs = now + settings.laterClientStatusDelayMs
         case .deviceDisconnected(let path), .deviceRemoved(let path):
             deviceGone(path, &out)
-            if case .deviceRemoved = fact { reconcile(now: now, &out) }
+            if case .deviceRemoved = fact {
+                // bluetoothd forgot it (and its bond): nothing of the agent's is left to remove.
+                agentBonds.removeValue(forKey: path)
+                reconcile(now: now, &out)
+            }
         case .adapterDiscovering, .remoteObjectsRemoved, .deviceChanged:
             reconcile(now: now, &out)
         }
@@ -574,16 +587,43 @@ public struct PeripheralMachine: Sendable {
                 out.append(.reply(.error(name: "org.bluez.Error.Rejected", message: "the worker's pairing agent is not registered")))
                 return
             }
-            switch JustWorksAgent.answer(request, adapterPath: adapterPath) {
+            let device = request.device
+            switch JustWorksAgent.answer(request, adapterPath: adapterPath, transport: DeviceTransport.of(follower.objects.devices[device])) {
             case .accept(let address):
                 status.pairingsAccepted += 1
                 out.append(.log(.notice, "accepted a Just Works pairing from \(address) (the worker's pairing agent)"))
                 out.append(.reply(.empty))
+                // A client already using the service keeps its (renewed) bond.
+                if sessions[device] == nil { rememberAgentBond(device, address: address, now: now, &out) }
             case .reject(let why):
                 status.pairingsRefused += 1
                 out.append(.log(.info, "refused a pairing request: \(why)"))
                 out.append(.reply(.error(name: "org.bluez.Error.Rejected", message: why)))
             }
+        }
+    }
+
+    mutating func rememberAgentBond(_ device: String, address: String, now: Int64, _ out: inout [Command]) {
+        if agentBonds[device] == nil, agentBonds.count >= Self.maxAgentBonds,
+           let oldest = agentBonds.min(by: { ($0.value, $0.key) < ($1.value, $1.key) }) {
+            removeAgentBond(oldest.key, why: "\(Self.maxAgentBonds) unused bonds of the worker's agent are waiting; the oldest goes first", &out)
+        }
+        agentBonds[device] = now
+    }
+
+    /// Removes the bond the agent made for `device` (it never used the service).
+    mutating func removeAgentBond(_ device: String, why: String, _ out: inout [Command]) {
+        guard agentBonds.removeValue(forKey: device) != nil, let known = follower.objects.devices[device] else { return }
+        status.agentBondsRemoved += 1
+        out.append(.log(.notice, "removing the bond of \(known.address): \(why)"))
+        out.append(.removeDevice(adapterPath: known.adapter, device: device, address: known.address))
+    }
+
+    /// Bonds of the agent whose device has not used the service within clientIdleSec.
+    mutating func expireAgentBonds(now: Int64, _ out: inout [Command]) {
+        let idleMs = settings.limits.clientIdleMs
+        for (device, pairedAt) in agentBonds.sorted(by: { ($0.value, $0.key) < ($1.value, $1.key) }) where now - pairedAt >= idleMs {
+            removeAgentBond(device, why: "paired by the worker's agent \((now - pairedAt) / 1000) s ago and never used the service (bluetooth.clientIdleSec)", &out)
         }
     }
 
@@ -750,6 +790,8 @@ public struct PeripheralMachine: Sendable {
             out.append(.disconnect(device: idle, address: gone.address))
         }
         sessions[device] = Session(address: address, assembler: RequestAssembler(maxRequestBytes: settings.maxRequestBytes), mtu: nil, lastActiveAtMs: now)
+        // It uses the service: a bond the agent made for it is the operator's to keep.
+        agentBonds.removeValue(forKey: device)
         out.append(.log(.info, "client \(address) connected"))
         return nil
     }
@@ -831,13 +873,16 @@ public struct PeripheralMachine: Sendable {
         // At most one rejection per write (protocol-bluetooth §3): a write of 254 bad objects costs one
         // notification and one log line, not 254.
         let rejections = events.filter { if case .rejected = $0 { true } else { false } }.count
-        var rejected = 0
-        for event in events {
+        // The one answered is the first that names an id, else the first: a client
+        // matches answers by id (the tail of a request whose first chunks were lost can
+        // follow a piece of garbage without one).
+        let answered = events.firstIndex { if case .rejected(_?, _) = $0 { true } else { false } }
+            ?? events.firstIndex { if case .rejected = $0 { true } else { false } }
+        for (index, event) in events.enumerated() {
             switch event {
             case .rejected(let id, let error):
                 status.requestsRejected += 1
-                rejected += 1
-                guard rejected == 1 else { continue }
+                guard index == answered else { continue }
                 out.append(.log(.info, "request from \(client) rejected: \(error)\(rejections > 1 ? " (and \(rejections - 1) more bad object(s) in the same write, answered once)" : "")"))
                 enqueue(.response, BluetoothMessage.rejection(id: id, error: error), client: client, rejection: true)
             case .cancel(let id):
@@ -1037,6 +1082,7 @@ public struct PeripheralMachine: Sendable {
         guard now >= housekeepingDueAtMs else { return }
         housekeepingDueAtMs = now + settings.housekeepingMs
         coolDowns = coolDowns.filter { $0.value > now }
+        expireAgentBonds(now: now, &out)
         for device in sessions.keys.sorted() {
             guard var session = sessions[device] else { continue }
             let events = session.assembler.tick(nowMs: now)

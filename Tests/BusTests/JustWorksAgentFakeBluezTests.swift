@@ -21,6 +21,8 @@ import WorkerCore
         var settings = peripheralSettings(on: daemon)
         settings.retryMs = 200
         settings.pairingAgent = PairingAgentChoice(answerer: .worker, reason: "bluetooth.pairingAgent is worker")
+        // Short, so that the bond of the accepted device, which never uses the service, goes.
+        settings.limits.clientIdleMs = 1_500
         let host = RecordingHost()
         let peripheral = GattPeripheral(settings: settings, host: host, logger: Logger(label: "test", level: .error))
         let session = Task { await peripheral.run() }
@@ -68,6 +70,9 @@ import WorkerCore
         guard case .failure(let denied)? = intruded else { Issue.record("the intruder's call was obeyed: \(String(describing: intruded))"); return }
         #expect(denied.name == "org.freedesktop.DBus.Error.AccessDenied")
         await eventually("the counts in status") { let last = await host.last; return last?.pairingsAccepted == 1 && last?.pairingsRefused == 6 }
+        // #26 row 8: the accepted device never used the service: its bond is removed.
+        await eventually("the unused bond removed") { bluez.with { $0.removedDevices } == [Self.dev] }
+        await eventually("counted in status") { await host.last?.agentBondsRemoved == 1 }
 
         // bluetoothd goes away and comes back: the agent is registered and the default again.
         bluez.releaseName()

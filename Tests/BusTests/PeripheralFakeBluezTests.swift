@@ -26,6 +26,8 @@ final class FakeBluez: @unchecked Sendable {
         var agentUnregistered = false
         var agentCapability: String?
         var agentRegistrations = 0
+        /// Devices the worker asked to forget (Adapter1.RemoveDevice).
+        var removedDevices: [String] = []
     }
     let lock = NSLock()
     var log = Log()
@@ -89,7 +91,18 @@ final class FakeBluez: @unchecked Sendable {
                     DBusDictEntry(key: .string("org.bluez.GattManager1"), value: .properties([])),
                     DBusDictEntry(key: .string("org.bluez.LEAdvertisingManager1"), value: .properties([])),
                 ])),
+                // A nearby LE device (public address, no Class of Device), not connected.
+                DBusDictEntry(key: .objectPath("/org/bluez/hci0/dev_00_AA_01_01_00_01"), value: .dictionary(keySignature: "s", valueSignature: "a{sv}", [
+                    DBusDictEntry(key: .string("org.bluez.Device1"), value: .properties([
+                        ("Address", .string("00:AA:01:01:00:01")), ("AddressType", .string("public")),
+                        ("Adapter", .objectPath("/org/bluez/hci0")), ("Connected", .bool(false)),
+                    ])),
+                ])),
             ])])
+        case ("/org/bluez/hci0", "RemoveDevice"):
+            let device = (try? message.arguments())?.first?.stringValue ?? ""
+            with { $0.removedDevices.append(device) }
+            return .reply([])
         case ("/org/bluez/hci0", "RegisterApplication"):
             // Like bluetoothd: read the application's objects before answering.
             let sender = message.sender ?? ""

@@ -24,4 +24,18 @@ else
 fi
 sed 's#"allowInsecureHttp": false#"allowInsecureHttp": true#' "$tmp/cleartext.json" > "$tmp/allowed.json"
 if out=$("$bin" config check --config "$tmp/allowed.json" 2>&1); then ok "coordinator.allowInsecureHttp true accepts it"; else not_ok "allowInsecureHttp: $out"; fi
+# Issue #26 row 9: an address list under security open is valid (exit 0) but warned about.
+printf '{"bluetooth": {"security": "open", "allowedClients": ["AA:BB:CC:DD:EE:FF"]}}\n' > "$tmp/open-list.json"
+out=$("$bin" config check --config "$tmp/open-list.json" 2>&1); rc=$?
+if [ $rc -eq 0 ] && grep -q 'warning: bluetooth.allowedClients lists addresses, but security is open' <<<"$out"; then
+  ok "allowedClients as a list under security open: valid, with a warning"
+else
+  not_ok "open with a list: rc=$rc: $out"
+fi
+out=$("$bin" config check --json --config "$tmp/open-list.json" 2>/dev/null); rc=$?
+if [ $rc -eq 0 ] && grep -q '"path":"bluetooth.allowedClients"' <<<"${out// /}"; then
+  ok "config check --json lists the warning with its path"
+else
+  not_ok "open with a list, --json: rc=$rc: $out"
+fi
 tap_done

@@ -65,7 +65,7 @@ import Testing
     static let dev = "/org/bluez/hci0/dev_00_AA_01_01_00_01"
 
     @Test func justWorksOfTheAdaptersDeviceIsAcceptedWithItsAddress() {
-        #expect(JustWorksAgent.answer(.authorization(device: Self.dev), adapterPath: Self.hci0) == .accept(address: "00:AA:01:01:00:01"))
+        #expect(JustWorksAgent.answer(.authorization(device: Self.dev), adapterPath: Self.hci0, transport: .le) == .accept(address: "00:AA:01:01:00:01"))
     }
 
     @Test(arguments: [
@@ -77,7 +77,7 @@ import Testing
         .authorizeService(device: dev, uuid: "0000110b-0000-1000-8000-00805f9b34fb"),
     ])
     func everythingButJustWorksIsRefused(_ request: PairingWindow.Request) {
-        guard case .reject(let why) = JustWorksAgent.answer(request, adapterPath: Self.hci0) else {
+        guard case .reject(let why) = JustWorksAgent.answer(request, adapterPath: Self.hci0, transport: .le) else {
             Issue.record("\(request) was accepted"); return
         }
         #expect(why.hasPrefix("00:AA:01:01:00:01 asks"))
@@ -93,7 +93,7 @@ import Testing
         "",
     ])
     func justWorksOfAnyOtherObjectIsRefused(_ device: String) {
-        guard case .reject(let why) = JustWorksAgent.answer(.authorization(device: device), adapterPath: Self.hci0) else {
+        guard case .reject(let why) = JustWorksAgent.answer(.authorization(device: device), adapterPath: Self.hci0, transport: .le) else {
             Issue.record("\(device) was accepted"); return
         }
         #expect(why.contains("is not a device of the worker's adapter /org/bluez/hci0"))
@@ -101,6 +101,6 @@ import Testing
     }
 
     @Test func withoutAnAdapterNothingIsAccepted() {
-        #expect(JustWorksAgent.answer(.authorization(device: Self.dev), adapterPath: nil) == .reject("/org/bluez/hci0/dev_00_AA_01_01_00_01 is not a device of the worker's adapter"))
+        #expect(JustWorksAgent.answer(.authorization(device: Self.dev), adapterPath: nil, transport: .le) == .reject("/org/bluez/hci0/dev_00_AA_01_01_00_01 is not a device of the worker's adapter"))
     }
 }

@@ -231,6 +231,18 @@ import Testing
         #expect(h.all.filter { if case .log(.info, let line) = $0 { line.contains("rejected") } else { false } }.count == 1)
     }
 
+    @Test func theOneAnswerToABadWriteIsTheRejectionThatNamesAnId() {
+        // Issue #26 row 14: garbage, then the tail of a request that names its id, in one
+        // write: the client matches answers by id, so that one is answered.
+        var h = Self.harness()
+        _ = h.write(#"lost {"x": } more","id":"tail-9"}"#, from: 1, mtu: 517)
+        let messages = H.messages(H.notified(h.all) + H.notified(h.advance(2_000)))
+        #expect(messages.count == 1)
+        #expect(messages.first?["id"]?.stringValue == "tail-9")
+        #expect(messages.first?["error"]?.stringValue?.contains("508") == true)
+        #expect(h.machine.status.requestsRejected == 3)
+    }
+
     @Test func aClientsOutboundQueueHoldsAtMostFourDroppingTheOldestRejections() {
         var h = Self.harness(pacingMs: 1_000)
         for n in 1...6 { _ = h.write(#"{"id":"bad\#(n)"}"#, from: 1, mtu: 23) }

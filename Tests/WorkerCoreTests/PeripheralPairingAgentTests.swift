@@ -52,6 +52,7 @@ import Testing
         var h = Self.started(Self.worker)
         h.on(.bluez(.managedObjects([H.hci0: H.adapter()])))
         h.on(.registration(.agent, epoch: h.machine.epoch, .accepted))
+        h.on(.bluez(.interfacesAdded(path: H.device(1), BlueZInterfaces(device: .init(adapter: H.hci0, connected: true, addressType: "random")))))
         let accepted = h.on(.call(sender: H.bluez, .agent(.request(.authorization(device: H.device(1))))))
         #expect(Self.reply(accepted) == .empty)
         #expect(H.logs(accepted).contains("accepted a Just Works pairing from 00:AA:01:01:00:01 (the worker's pairing agent)"))

@@ -85,6 +85,7 @@ enum DocumentedStatus {
         "registrations": .int, "configuredAdapter": .nullable(.string), "maxClients": .int,
         "pacing": .string, "attBearers": .nullable(.int), "pairingAgent": .string, "pairingAgentRegistered": .bool,
         "pairingAgentReason": .string, "pairingsAccepted": .int, "pairingsRefused": .int,
+        "agentBondsRemoved": .int,
     ])
     static let configReload = Shape.object(required: [
         "at": .string, "outcome": .string, "problems": .array(of: .string), "applied": .array(of: .string), "needsRestart": .array(of: .string),

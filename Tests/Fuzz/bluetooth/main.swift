@@ -39,7 +39,8 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> Int32 {
                 check(bytes.count <= limit, "an object of \(bytes.count) bytes over the limit \(limit)")
                 check(bytes.first == UInt8(ascii: "{"), "an object that does not start with '{'")
             case .dropped(let bytes): check(bytes.count <= limit, "a dropped partial of \(bytes.count) bytes over \(limit)")
-            case .tooLarge, .garbage: break
+            case .tooLarge: break
+            case .garbage(let bytes): check(bytes.count <= JSONObjectFramer.garbageKeptBytes, "a garbage report of \(bytes.count) bytes")
             }
         }
     }

@@ -1,6 +1,7 @@
 // libFuzzer target: what `edgecoder-worker bluetooth pair` reads from outside — the
 // operator's terminal (TerminalLines, then isYes/passkey) and bluetoothd's device paths
-// (PairingWindow.address(ofDevice:), decide; the daemon's JustWorksAgent.answer). Any bytes:
+// (PairingWindow.address(ofDevice:), decide; the daemon's JustWorksAgent.answer and
+// DeviceTransport). Any bytes:
 // no crash, a yes only for y/yes, a passkey only in 0…999999, never a question about (nor an
 // acceptance of) another adapter's device.
 import WorkerCore
@@ -21,8 +22,20 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> Int32 {
     let decision = window.decide(request, nowMs: Int64(input.byte()))
     let address = PairingWindow.address(ofDevice: path, under: "/org/bluez/hci0")
     // The daemon's Just Works agent: accepts only Just Works, only for hci0's devices.
-    if case .accept(let accepted) = JustWorksAgent.answer(request, adapterPath: "/org/bluez/hci0") {
+    if case .accept(let accepted) = JustWorksAgent.answer(request, adapterPath: "/org/bluez/hci0", transport: .le) {
         check(accepted == address && request == .authorization(device: path), "the agent accepted \(request)")
+    }
+    // The LE-only rule (#26 row 8): bluetoothd's AddressType is any string here; LE only
+    // for "random", or "public" without a Class of Device; a refusal never echoes control bytes.
+    let cod: UInt32? = sizes.first.flatMap { $0 % 2 == 0 ? UInt32($0) : nil }
+    switch DeviceTransport.of(addressType: path, classOfDevice: cod) {
+    case .le:
+        check(path == "random" || (path == "public" && cod == nil), "LE from \(path.debugDescription), class \(String(describing: cod))")
+    case .notLE(let why):
+        check(!why.unicodeScalars.contains { $0.value < 0x20 || $0.value == 0x7F }, "a control byte in \(why.debugDescription)")
+        if case .accept = JustWorksAgent.answer(request, adapterPath: "/org/bluez/hci0", transport: .notLE(why)) {
+            check(false, "the agent accepted a device not known to be LE")
+        }
     }
     if let address {
         check(address.utf8.count == 17 && path.hasPrefix("/org/bluez/hci0/dev_"), "address \(address) from \(path.debugDescription)")

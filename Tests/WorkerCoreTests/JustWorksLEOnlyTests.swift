@@ -1,0 +1,177 @@
+import Testing
+@testable import WorkerCore
+
+/// Issue #26 row 8: the worker's Just Works agent pairs LE devices only (a stranger in
+/// range must not get a persistent Bluetooth Classic bond), decided from what bluetoothd
+/// shows of the device; and the bonds it made for devices that never used the service
+/// within `bluetooth.clientIdleSec` are removed, so they do not pile up.
+@Suite struct DeviceTransportRules {
+    @Test func aRandomAddressIsLEWhateverElseIsShown() {
+        #expect(DeviceTransport.of(addressType: "random", classOfDevice: nil) == .le)
+        // Only LE uses random addresses: a Class on it changes nothing.
+        #expect(DeviceTransport.of(addressType: "random", classOfDevice: 0x5A020C) == .le)
+    }
+
+    @Test func aPublicAddressWithoutAClassOfDeviceIsLE() {
+        #expect(DeviceTransport.of(addressType: "public", classOfDevice: nil) == .le)
+    }
+
+    @Test func aPublicAddressWithAClassOfDeviceWasSeenOnClassic() throws {
+        guard case .notLE(let why) = DeviceTransport.of(addressType: "public", classOfDevice: 0x5A020C) else {
+            Issue.record("a device with a Class of Device taken for LE"); return
+        }
+        #expect(why.contains("Bluetooth Classic"))
+        #expect(why.contains("0x5a020c"))
+    }
+
+    @Test(arguments: [nil, "", "Public", "le-random", "random ", "\u{1B}[2Jpublic"] as [String?])
+    func aMissingOrUnknownAddressTypeIsNotLE(_ type: String?) {
+        guard case .notLE(let why) = DeviceTransport.of(addressType: type, classOfDevice: nil) else {
+            Issue.record("\(String(describing: type)) taken for LE"); return
+        }
+        #expect(why.contains("AddressType"))
+        #expect(!why.contains("\u{1B}"), "bus text is never echoed raw")
+    }
+
+    @Test func anUnknownDeviceIsNotLE() {
+        guard case .notLE(let why) = DeviceTransport.of(nil) else { Issue.record("an unknown device taken for LE"); return }
+        #expect(why.contains("bluetoothd shows no such device"))
+        var device = BlueZObjects.Device(address: "00:AA:01:01:00:01", adapter: "/org/bluez/hci0", connected: true)
+        device.addressType = "public"
+        #expect(DeviceTransport.of(device) == .le)
+        device.classOfDevice = 0x000104
+        #expect(DeviceTransport.of(device) != .le)
+    }
+
+    static let hci0 = "/org/bluez/hci0"
+    static let dev = "/org/bluez/hci0/dev_00_AA_01_01_00_01"
+
+    @Test func justWorksIsAcceptedOverLEAndRefusedOtherwiseSayingWhy() {
+        #expect(JustWorksAgent.answer(.authorization(device: Self.dev), adapterPath: Self.hci0, transport: .le) == .accept(address: "00:AA:01:01:00:01"))
+        let refused = JustWorksAgent.answer(.authorization(device: Self.dev), adapterPath: Self.hci0, transport: .notLE("it has a Class of Device"))
+        guard case .reject(let why) = refused else { Issue.record("a Classic device was accepted"); return }
+        #expect(why.hasPrefix("00:AA:01:01:00:01 is not known to be an LE device (it has a Class of Device)"))
+        #expect(why.contains("edgecoder-worker bluetooth pair"))
+    }
+
+    @Test func anotherAdaptersDeviceIsRefusedForThatEvenOverLE() {
+        guard case .reject(let why) = JustWorksAgent.answer(.authorization(device: "/org/bluez/hci1/dev_00_AA_01_01_00_01"), adapterPath: Self.hci0, transport: .le) else {
+            Issue.record("accepted"); return
+        }
+        #expect(why.contains("is not a device of the worker's adapter"))
+    }
+}
+
+@Suite struct AgentBondCleanupTests {
+    typealias H = PeripheralHarness
+    static let worker = PairingAgentChoice(answerer: .worker, reason: "bluetooth.pairingAgent is worker")
+
+    static func device(_ n: Int, addressType: String? = "public", classOfDevice: UInt32? = nil) -> BlueZInterfaces {
+        BlueZInterfaces(device: .init(address: "00:AA:01:01:00:0\(n)", adapter: H.hci0, connected: true,
+                                      addressType: addressType, classOfDevice: classOfDevice))
+    }
+
+    static func removals(_ commands: [PeripheralMachine.Command]) -> [String] {
+        commands.compactMap { if case .removeDevice(let adapter, let device, _) = $0, adapter == H.hci0 { device } else { nil } }
+    }
+
+    /// Serving with the agent registered, clientIdleSec 120.
+    static func serving() -> H {
+        var h = H(pairingAgent: worker)
+        h.bringUp()
+        h.on(.registration(.agent, epoch: h.machine.epoch, .accepted))
+        return h
+    }
+
+    static func pair(_ h: inout H, _ n: Int, addressType: String? = "public", classOfDevice: UInt32? = nil) -> PeripheralMachine.Reply? {
+        h.on(.bluez(.interfacesAdded(path: H.device(n), device(n, addressType: addressType, classOfDevice: classOfDevice))))
+        return H.replies(h.on(.call(sender: H.bluez, .agent(.request(.authorization(device: H.device(n))))))).first
+    }
+
+    static func bonded(_ h: inout H, _ n: Int) {
+        h.on(.bluez(.propertiesChanged(path: H.device(n), BlueZInterfaces(device: .init(bonded: true)))))
+    }
+
+    @Test func aClassicDeviceIsRefusedAndCounted() {
+        var h = Self.serving()
+        guard case .error(let name, let message)? = Self.pair(&h, 1, classOfDevice: 0x5A020C) else { Issue.record("a Classic device was accepted"); return }
+        #expect(name == "org.bluez.Error.Rejected")
+        #expect(message.contains("Bluetooth Classic"))
+        #expect(h.machine.status.pairingsRefused == 1 && h.machine.status.pairingsAccepted == 0)
+        #expect(h.machine.agentBonds.isEmpty)
+    }
+
+    @Test func aDeviceBluetoothdDoesNotShowIsRefused() {
+        var h = Self.serving()
+        let reply = H.replies(h.on(.call(sender: H.bluez, .agent(.request(.authorization(device: H.device(3))))))).first
+        guard case .error(_, let message)? = reply else { Issue.record("an unknown device was accepted"); return }
+        #expect(message.contains("bluetoothd shows no such device"))
+    }
+
+    @Test func aBondThatNeverUsedTheServiceIsRemovedAfterClientIdleSecOnce() {
+        var h = Self.serving()
+        #expect(Self.pair(&h, 1, addressType: "random") == .empty)
+        Self.bonded(&h, 1)
+        #expect(h.machine.agentBonds[H.device(1)] != nil)
+        #expect(Self.removals(h.advance(119_000)).isEmpty, "not before clientIdleSec")
+        let due = h.advance(2_000)
+        #expect(Self.removals(due) == [H.device(1)])
+        #expect(H.logs(due).contains { $0.hasPrefix("removing the bond of 00:AA:01:01:00:01: paired by the worker's agent 120 s ago") })
+        #expect(h.machine.status.agentBondsRemoved == 1)
+        #expect(Self.removals(h.advance(300_000)).isEmpty, "removed once")
+        #expect(h.machine.agentBonds.isEmpty)
+    }
+
+    @Test func aBondWhoseDeviceUsedTheServiceIsKept() {
+        var h = Self.serving()
+        #expect(Self.pair(&h, 1) == .empty)
+        Self.bonded(&h, 1)
+        h.advance(30_000)
+        _ = h.write(#"{"id":"a","prompt":"p"}"#, from: 1)
+        #expect(h.machine.agentBonds.isEmpty, "it used the service: its bond is the operator's to keep")
+        #expect(Self.removals(h.advance(600_000)).isEmpty)
+    }
+
+    @Test func aDeviceThatLeavesWithoutUsingTheServiceStillHasItsBondRemoved() {
+        var h = Self.serving()
+        #expect(Self.pair(&h, 2) == .empty)
+        Self.bonded(&h, 2)
+        h.on(.bluez(.propertiesChanged(path: H.device(2), BlueZInterfaces(device: .init(connected: false)))))
+        #expect(Self.removals(h.advance(121_000)) == [H.device(2)])
+    }
+
+    @Test func aDeviceBluetoothdForgotIsNotRemovedAgain() {
+        var h = Self.serving()
+        #expect(Self.pair(&h, 1) == .empty)
+        h.on(.bluez(.interfacesRemoved(path: H.device(1), [.device])))
+        #expect(h.machine.agentBonds.isEmpty)
+        #expect(Self.removals(h.advance(200_000)).isEmpty)
+    }
+
+    @Test func bondsTheAgentDidNotMakeAreNeverRemoved() {
+        var h = Self.serving()
+        h.on(.bluez(.interfacesAdded(path: H.device(4), Self.device(4))))
+        Self.bonded(&h, 4)
+        #expect(Self.removals(h.advance(600_000)).isEmpty, "a bond from a pairing window or the desktop is the operator's")
+    }
+
+    @Test func aRefusedPairingLeavesNothingToRemove() {
+        var h = Self.serving()
+        _ = h.on(.call(sender: H.bluez, .agent(.request(.confirmation(device: H.device(1), passkey: 1)))))
+        #expect(h.machine.agentBonds.isEmpty)
+    }
+
+    @Test func theRecordsAreBoundedAgainstAFloodOfRandomAddresses() {
+        var h = Self.serving()
+        func hex(_ value: Int) -> String { let text = String(value, radix: 16, uppercase: true); return text.count == 1 ? "0" + text : text }
+        var removed: [String] = []
+        let paths = (0..<(PeripheralMachine.maxAgentBonds + 20)).map { "/org/bluez/hci0/dev_C0_00_00_00_\(hex($0 / 256))_\(hex($0 % 256))" }
+        for path in paths {
+            h.on(.bluez(.interfacesAdded(path: path, BlueZInterfaces(device: .init(adapter: H.hci0, connected: true, addressType: "random")))))
+            removed += Self.removals(h.on(.call(sender: H.bluez, .agent(.request(.authorization(device: path))))))
+        }
+        #expect(h.machine.agentBonds.count == PeripheralMachine.maxAgentBonds)
+        // The oldest unused bonds go first, at once, instead of a table without bound.
+        #expect(removed == Array(paths.prefix(20)))
+    }
+}
