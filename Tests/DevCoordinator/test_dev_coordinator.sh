@@ -312,8 +312,16 @@ check "control endpoints still answer while down" code 200
 req "$U" POST /_dev/switch '{"mode":"hang"}'
 req "$U" POST /heartbeat '{"agentId":"agent-1"}' "${H[@]}" --max-time 1
 check "hang: no answer within the client timeout (curl 28)" bash -c '[ "$0" = 28 ]' "$RC"
-# a hung request released by switching back is answered
-( sleep 0.6; curl -s -o /dev/null -X POST -d '{"mode":"normal"}' "$U/_dev/switch" ) &
+# a hung request released by switching back is answered: switched back 0.6 s after the
+# coordinator holds it (hungNow), not after this script forks (a loaded host once started the
+# request after the switch, which then answered at once)
+hung_now() { curl -s "$U/_dev/state" | "$PY" -c 'import json,sys; print(json.load(sys.stdin).get("hungNow", 0))' 2>/dev/null; }
+HUNG0="$(hung_now)"   # the request cut off above may still be held
+( for _ in $(seq 100); do
+    [ "$(hung_now)" -gt "${HUNG0:-0}" ] 2>/dev/null && break
+    sleep 0.05
+  done
+  sleep 0.6; curl -s -o /dev/null -X POST -d '{"mode":"normal"}' "$U/_dev/switch" ) &
 BG=$!
 req "$U" POST /heartbeat '{"agentId":"agent-1"}' "${H[@]}"
 check "hang: answered once switched back" bash -c '[ "$0" = 200 ] && "$PY" -c "import sys; sys.exit(0 if float(sys.argv[1])>=0.5 else 1)" "$1"' "$CODE" "$TIME"
