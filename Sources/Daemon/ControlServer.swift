@@ -148,6 +148,12 @@ public struct ControlServer: Service {
             }
         case .tasks(let limit):
             answer = ControlAnswer.ok(await daemon.tasksJSON(limit: limit))
+        case .task(let id):
+            if let task = await daemon.taskJSON(id: id) {
+                answer = ControlAnswer.ok(task)
+            } else {
+                answer = ControlError(.notFound, "no task with id '\(printable(id))': the daemon keeps the newest \(TaskHistory.keepPerSource) per source; 'edgecoder-worker tasks' lists them").json
+            }
         case .policyShow:
             answer = ControlAnswer.ok(await daemon.policyJSON())
         case .policyChange(let change):

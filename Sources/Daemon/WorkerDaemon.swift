@@ -142,6 +142,11 @@ public actor WorkerDaemon {
         case .recovered(let file): recovered.append(file)
         }
         tasks.markRunningInterrupted(atMs: now)
+        // Whole-text files of tasks the history no longer keeps (a stop between the two writes).
+        let keptTexts = tasks.textFileNames
+        for name in files.directory.names() where TaskText.isFileName(name) && !keptTexts.contains(name) {
+            try? files.directory.remove(name)
+        }
 
         var persistedModel: ActiveModel?
         switch files.loadJSON(WorkerStateFiles.activeModelFile, nowMs: now, decode: { ActiveModel.from(json: $0) }) {
@@ -636,8 +641,39 @@ public actor WorkerDaemon {
     }
 
     public func upsertTask(_ record: TaskRecord) {
-        tasks.upsert(record)
+        if let text = record.text {
+            writer.submit(TaskText.fileName(source: record.source, id: record.id)) { Array((text.json.serialized + "\n").utf8) }
+        }
+        for gone in tasks.upsert(record) {
+            writer.submitRemoval(TaskText.fileName(source: gone.source, id: gone.id))
+        }
         submitTasks()
+    }
+
+    /// One task whole for `tasks show`: the history's record with the whole prompt and
+    /// answer from its file (`promptCut`/`outputCut` when they were over the limit;
+    /// `wholeText` false when the file is gone and the previews are all there is); nil
+    /// when the history has no task with that id.
+    public func taskJSON(id: String) async -> JSONValue? {
+        guard let record = tasks.record(id: id) else { return nil }
+        // The file may still be queued behind the writer.
+        await writer.flush()
+        let name = TaskText.fileName(source: record.source, id: record.id)
+        let text = (try? writer.directory.read(name, limit: TaskText.maxFileBytes))
+            .flatMap { $0 }.flatMap { try? JSON.parse($0) }.flatMap(TaskText.from(json:))
+        var object = record.json.objectValue ?? JSONObject()
+        object["wholeText"] = .bool(text != nil)
+        if let text {
+            object["prompt"] = .string(text.prompt)
+            object["promptBytes"] = .int(Int64(text.promptBytes))
+            object["promptCut"] = .bool(text.promptCut)
+            if let output = text.output, let bytes = text.outputBytes {
+                object["output"] = .string(output)
+                object["outputBytes"] = .int(Int64(bytes))
+                object["outputCut"] = .bool(text.outputCut)
+            }
+        }
+        return ["task": .object(object)]
     }
 
     private func submitTasks() {

@@ -11,6 +11,8 @@ public enum ControlRequest: Sendable, Equatable {
     case setMode(Mode)
     case events(follow: Bool, limit: Int?)
     case tasks(limit: Int?)
+    /// One task whole (`tasks show ID`).
+    case task(id: String)
     case policyShow
     case policyChange(PolicyOverrides.Change)
     case ping
@@ -39,12 +41,16 @@ public enum ControlRequest: Sendable, Equatable {
             var object = JSONObject([("cmd", "tasks")])
             if let limit { object["limit"] = .int(limit) }
             return .object(object)
+        case .task(let id): return ["cmd": "task", "id": .string(id)]
         case .policyShow: return ["cmd": "policy"]
         case .policyChange(.set(let key, let value)): return ["cmd": "policy", "set": .string(key), "value": value]
         case .policyChange(.unset(let key)): return ["cmd": "policy", "unset": .string(key)]
         case .ping: return ["cmd": "ping"]
         }
     }
+
+    /// Longest task id `task` takes; coordinator and Bluetooth ids are far shorter.
+    public static let maxTaskIDBytes = 1024
 
     /// Longest request line the daemon reads; anything longer is not from our client.
     public static let maxLineBytes = 65_536
@@ -103,6 +109,12 @@ public enum ControlRequest: Sendable, Equatable {
                 limit = Int(n)
             }
             return .success(.tasks(limit: limit))
+        case "task":
+            if let error = unexpected(["cmd", "id"]) { return .failure(error) }
+            guard let id = object["id"]?.stringValue, !id.isEmpty, id.utf8.count <= ControlRequest.maxTaskIDBytes else {
+                return .failure(ControlError(.badRequest, "\"id\" must be a non-empty string of at most \(ControlRequest.maxTaskIDBytes) bytes"))
+            }
+            return .success(.task(id: id))
         case "policy":
             if let error = unexpected(["cmd", "set", "value", "unset"]) { return .failure(error) }
             switch (object["set"], object["value"], object["unset"]) {
@@ -126,6 +138,8 @@ public struct ControlError: Error, Sendable, Equatable {
         case forbidden
         case refused
         case tooLong = "too-long"
+        /// What the request names does not exist (`task` with an id the history lacks).
+        case notFound = "not-found"
         case busy
         case internalError = "internal"
     }

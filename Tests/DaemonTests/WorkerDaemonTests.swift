@@ -107,6 +107,46 @@ import WorkerCore
         #expect(file(WorkerStateFiles.tasksFile)?.contains("\"t1\"") == true)
     }
 
+    @Test func aTaskIsShownWholeFromItsOwnFileAndTheFileGoesWithTheRecord() async throws {
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let daemon = try daemon()
+        let prompt = "first line\n" + String(repeating: "p", count: TaskText.limitBytes)
+        var record = TaskRecord(id: "whole", source: .coordinator, origin: "task-1", prompt: prompt, startedAtMs: 1_000)
+        await daemon.upsertTask(record)
+        record.finish(ok: true, output: "the answer, whole: " + String(repeating: "a", count: 2_000), error: nil, atMs: 2_000)
+        await daemon.upsertTask(record)
+        let shown = try #require(await daemon.taskJSON(id: "whole")?["task"])
+        #expect(shown["wholeText"] == true && shown["state"] == "done" && shown["origin"] == "task-1")
+        #expect(shown["prompt"]?.stringValue == TaskText.cut(prompt) && shown["promptCut"] == true)
+        #expect(shown["promptBytes"]?.intValue == Int64(prompt.utf8.count))
+        #expect(shown["output"]?.stringValue?.count == 2_019 && shown["outputCut"] == false)
+        #expect(file(WorkerStateFiles.tasksFile)?.contains(String(repeating: "a", count: 501)) == false, "the history keeps previews")
+        // Posted: the record comes back from the history without its text; the file stays whole.
+        await daemon.markTaskPosted("whole", ok: true)
+        #expect(await daemon.taskJSON(id: "whole")?["task"]?["output"]?.stringValue?.count == 2_019)
+        #expect(await daemon.taskJSON(id: "missing") == nil)
+        // Trimmed from the history: its file goes too.
+        let name = TaskText.fileName(source: .coordinator, id: "whole")
+        #expect(file(name) != nil)
+        for i in 0..<TaskHistory.keepPerSource {
+            await daemon.upsertTask(TaskRecord(id: "later-\(i)", source: .coordinator, origin: "t", prompt: "p", startedAtMs: 3_000))
+        }
+        await daemon.writer.flush()
+        #expect(file(name) == nil)
+        #expect(await daemon.taskJSON(id: "whole") == nil)
+        #expect(await daemon.taskJSON(id: "later-0")?["task"]?["prompt"] == "p")
+    }
+
+    @Test func aTaskWhoseFileIsGoneShowsItsPreviews() async throws {
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let daemon = try daemon()
+        await daemon.upsertTask(TaskRecord(id: "b1", source: .bluetooth, origin: "00:AA", prompt: "hello", startedAtMs: 1_000))
+        await daemon.writer.flush()
+        try FileManager.default.removeItem(atPath: dir + "/" + TaskText.fileName(source: .bluetooth, id: "b1"))
+        let shown = try #require(await daemon.taskJSON(id: "b1")?["task"])
+        #expect(shown["wholeText"] == false && shown["prompt"] == "hello" && shown["promptBytes"] == nil)
+    }
+
     @Test func aStateDirectoryThatCannotBeWrittenShowsInStatusAndTheLog() async throws {
         let logs = MemoryLogHandler()
         let daemon = try daemon(logs: logs)

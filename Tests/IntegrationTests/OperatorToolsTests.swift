@@ -195,3 +195,50 @@ import WorkerCore
         #expect(argv.status == 64, "no token on the command line")
     }
 }
+
+/// `tasks show ID` against the real daemon: the history and the whole-text files a previous
+/// run left in the state directory are what it prints after a restart; an unknown id exits 4.
+@Suite struct TaskShownWhole {
+    @Test func aTaskFromThePreviousRunIsPrintedWholeAndAnUnknownIdExits4() throws {
+        let daemon = try DaemonHarness()
+        try FileManager.default.createDirectory(atPath: daemon.stateDirectory, withIntermediateDirectories: true)
+        let prompt = "Write a function.\n" + String(repeating: "word ", count: 400) + "\u{1b}[2J end"
+        let answer = "func f() {}\n" + String(repeating: "é", count: TaskText.limitBytes)
+        var record = TaskRecord(id: "sub-7", source: .coordinator, origin: "task-3", prompt: prompt, startedAtMs: 1_700_000_000_000)
+        record.finish(ok: true, output: answer, error: nil, atMs: 1_700_000_002_500)
+        let text = try #require(record.text)
+        var history = TaskHistory()
+        history.upsert(record)
+        try history.json.serialized.write(toFile: daemon.stateDirectory + "/tasks.json", atomically: true, encoding: .utf8)
+        try text.json.serialized.write(toFile: daemon.stateDirectory + "/" + TaskText.fileName(source: .coordinator, id: "sub-7"),
+                                       atomically: true, encoding: .utf8)
+        // A text file whose task the history no longer has is removed at start.
+        let orphan = daemon.stateDirectory + "/" + TaskText.fileName(source: .bluetooth, id: "gone")
+        try text.json.serialized.write(toFile: orphan, atomically: true, encoding: .utf8)
+        try daemon.start()
+
+        let shown = try daemon.cli(["tasks", "show", "sub-7"])
+        #expect(shown.status == 0, "\(shown.stderr)")
+        #expect(shown.stdout.hasPrefix("task sub-7\nsource:   coordinator (coordinator task task-3)\nstate:    done\n"), "\(shown.stdout.prefix(300))")
+        #expect(shown.stdout.contains("--- prompt (\(prompt.utf8.count) bytes) ---\nWrite a function.\nword word"))
+        #expect(shown.stdout.contains("\\u{1b}[2J end\n") && !shown.stdout.contains("\u{1b}"), "control characters are shown, not sent to the terminal")
+        #expect(shown.stdout.contains("--- answer (\(answer.utf8.count) bytes; cut: the first \(TaskText.cut(answer).utf8.count) kept) ---\nfunc f() {}\n"))
+
+        let json = try daemon.cli(["tasks", "show", "sub-7", "--json"])
+        let task = try #require(try JSON.parse(Array(json.stdout.utf8))["task"])
+        #expect(task["prompt"]?.stringValue == prompt && task["promptCut"] == false)
+        #expect(task["output"]?.stringValue == TaskText.cut(answer) && task["outputCut"] == true)
+        #expect(task["outputBytes"]?.intValue == Int64(answer.utf8.count) && task["wholeText"] == true)
+
+        let unknown = try daemon.cli(["tasks", "show", "sub-8"])
+        #expect(unknown.status == 4)
+        #expect(unknown.stderr.contains("no task with id 'sub-8'"), "\(unknown.stderr)")
+        let unknownJSON = try daemon.cli(["tasks", "show", "sub-8", "--json"])
+        #expect(unknownJSON.status == 4)
+        #expect(try JSON.parse(Array(unknownJSON.stdout.utf8))["error"]?["code"] == "not-found")
+        #expect(try daemon.cli(["tasks", "show"]).status == 64)
+        #expect(try daemon.cli(["tasks", "show", "a", "b"]).status == 64)
+        #expect(!FileManager.default.fileExists(atPath: orphan))
+        _ = try daemon.stop()
+    }
+}

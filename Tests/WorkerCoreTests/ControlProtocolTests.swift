@@ -9,7 +9,9 @@ import Testing
         #expect(try parse(#"{"cmd":"mode"}"#).get() == .getMode)
         #expect(try parse(#"{"cmd":"mode","set":"bluetooth"}"#).get() == .setMode(.bluetooth))
         #expect(try parse(#"{"cmd":"events","follow":true,"limit":5}"#).get() == .events(follow: true, limit: 5))
+        #expect(try parse(#"{"cmd":"task","id":"s-1"}"#).get() == .task(id: "s-1"))
         for request in [ControlRequest.status, .getMode, .setMode(.on), .events(follow: false, limit: nil), .ping, .policyShow,
+                        .task(id: "x\n\"y\""), .task(id: String(repeating: "i", count: ControlRequest.maxTaskIDBytes)),
                         .policyChange(.set(key: "minBatteryPct", value: 40)), .policyChange(.unset(key: "minBatteryPct"))] {
             #expect(try parse(request.json.serialized).get() == request)
         }
@@ -24,6 +26,12 @@ import Testing
         (#"{"cmd": "mode", "set": "turbo"}"#, .badRequest),
         (#"{"cmd": "status", "extra": 1}"#, .badRequest),
         (#"{"cmd": "events", "limit": 0}"#, .badRequest),
+        (#"{"cmd": "task"}"#, .badRequest),
+        (#"{"cmd": "task", "id": ""}"#, .badRequest),
+        (#"{"cmd": "task", "id": 7}"#, .badRequest),
+        (#"{"cmd": "task", "id": ["a"]}"#, .badRequest),
+        (#"{"cmd": "task", "id": "a", "limit": 1}"#, .badRequest),
+        ("{\"cmd\": \"task\", \"id\": \"" + String(repeating: "i", count: 1025) + "\"}", .badRequest),
         (#"{"cmd": "events", "follow": "yes"}"#, .badRequest),
         (#"{"cmd": "policy", "set": "minBatteryPct"}"#, .badRequest),
         (#"{"cmd": "policy", "set": 5, "value": 1}"#, .badRequest),

@@ -1,0 +1,50 @@
+import Testing
+@testable import WorkerCLI
+import WorkerCore
+
+@Suite struct TasksShowArguments {
+    func parse(_ words: [String]) throws(UsageError) -> TasksCommand {
+        var arguments = Arguments(words)
+        let command = try TasksCommand(&arguments)
+        try arguments.finish()
+        return command
+    }
+
+    @Test func showTakesOneIdAndTheListTakesNone() throws {
+        #expect(try parse([]).showID == nil)
+        #expect(try parse(["show", "sub-1", "--json"]).showID == "sub-1")
+        #expect(try parse(["--limit", "3"]).limit == 3)
+        // An id that looks odd is still an id; `--` lets one start with a dash.
+        #expect(try parse(["show", "--", "-x"]).showID == "-x")
+    }
+
+    @Test(arguments: [["show"], ["show", "a", "b"], ["list"], ["sub-1"], ["show", "a", "--limit", "2"],
+                      ["show", String(repeating: "i", count: ControlRequest.maxTaskIDBytes + 1)]])
+    func everythingElseIsAUsageError(words: [String]) {
+        #expect(throws: UsageError.self) { try parse(words) }
+    }
+
+    @Test func theTextPrintsTheHeaderThenPromptAndAnswerWithTheirSizes() {
+        let task: JSONValue = [
+            "id": "s1", "source": "bluetooth", "origin": "00:AA", "state": "failed", "started": "2026-12-04 16:00:00 UTC",
+            "durationMs": 1500, "error": "held", "wholeText": true,
+            "prompt": "two\nlines", "promptBytes": 9, "promptCut": false,
+            "output": "cut here", "outputBytes": 100_000, "outputCut": true,
+        ]
+        let text = TasksCommand.wholeText(task)
+        #expect(text.hasPrefix("task s1\nsource:   bluetooth (client 00:AA)\nstate:    failed\n"))
+        #expect(text.contains("error:    held\n"))
+        #expect(text.contains("--- prompt (9 bytes) ---\ntwo\nlines\n--- answer (100000 bytes; cut: the first 8 kept) ---\ncut here\n"))
+        #expect(!text.contains("not kept"))
+        let previews = TasksCommand.wholeText(["id": "s2", "source": "coordinator", "origin": "t", "state": "running", "wholeText": false, "prompt": "p"])
+        #expect(previews.contains("the whole text is not kept") && previews.hasSuffix("--- prompt ---\np\n"))
+        #expect(TasksCommand.wholeText(.null).hasPrefix("task ?\n"))
+    }
+
+    @Test func controlCharactersAreShownNotSentToTheTerminal() {
+        #expect(TasksCommand.terminalSafe("a\tb\nc") == "a\tb\nc")
+        #expect(TasksCommand.terminalSafe("\u{1b}[2J\u{7}\r\u{9b}x\u{7f}") == "\\u{1b}[2J\\u{7}\\u{d}\\u{9b}x\\u{7f}")
+        #expect(TasksCommand.terminalSafe("") == "")
+        #expect(TasksCommand.terminalSafe("é👍🏽") == "é👍🏽")
+    }
+}
