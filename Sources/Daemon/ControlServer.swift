@@ -135,9 +135,15 @@ public struct ControlServer: Service {
         case .ping: answer = ControlAnswer.ok(["pong": true])
         case .status: answer = ControlAnswer.ok(await daemon.statusJSON())
         case .getMode: answer = ControlAnswer.ok(await daemon.modeJSON())
-        case .setMode(let mode):
+        case .setMode, .pause:
             let who = "\(userName(uid: peerUID)) (uid \(peerUID))"
-            let result = await daemon.request(.operatorSet(mode, by: who))
+            let modeRequest: ModeRequest
+            switch request {
+            case .pause(let forMs): modeRequest = .operatorPause(forMs: forMs, by: who)
+            case .setMode(let mode): modeRequest = .operatorSet(mode, by: who)
+            default: preconditionFailure("only mode requests reach here")
+            }
+            let result = await daemon.request(modeRequest)
             if case .refused(let message) = result.outcome {
                 answer = ControlError(.refused, message).json
             } else {

@@ -54,6 +54,8 @@ public actor WorkerDaemon {
     /// power reading, a new dump of the network path (after a resume).
     public nonisolated let heartbeatRequested = StateSignal(false)
     public nonisolated let powerRereadRequested = StateSignal(false)
+    /// Set when a pause begins, moves or ends: the pause timer sleeps until the new deadline.
+    public nonisolated let pauseChanged = StateSignal(false)
     public nonisolated let pathRereadRequested = StateSignal(false)
     private var readingAtMonotonicMs: Int64 = 0
     private(set) var powerDecision: PowerDecision?
@@ -247,12 +249,15 @@ public actor WorkerDaemon {
     @discardableResult
     public func request(_ request: ModeRequest) async -> ModeRequestResult {
         let previous = modeState
-        let decision = ModeRules.decide(request, current: modeState, context: modeContext())
+        let context = modeContext()
+        let decision = ModeRules.decide(request, current: modeState, context: context)
         let now = clock()
         let modeChanged = decision.state != modeState
         if modeChanged { modeState = decision.state }
-        // A mode chosen now passed the gate (or is off): nothing waits for power.
-        if decision.outcome == .changed { gateBlocked = false }
+        // A mode chosen now passed the gate (or is off): nothing waits for power. A pause's
+        // end returns to a mode nobody chose now: it waits for power as after a restart.
+        if decision.outcome == .changed { gateBlocked = request == .pauseEnded && modeState.mode != .off && context.chargeGateClosed }
+        if previous.pause != modeState.pause { pauseChanged.set(true) }
         let events = decision.events.map { record($0, now: now) }
         updateServiceStatus()
         switch decision.outcome {
@@ -281,8 +286,22 @@ public actor WorkerDaemon {
     }
 
     private func requestedMode(_ request: ModeRequest) -> Mode? {
-        if case .operatorSet(let mode, _) = request { return mode }
-        return nil
+        switch request {
+        case .operatorSet(let mode, _): return mode
+        case .operatorPause: return .off
+        // The only refusal at a pause's end is mode on's (the placeholder coordinator).
+        case .pauseEnded: return .on
+        default: return nil
+        }
+    }
+
+    /// How long until the current pause ends (ms, by the daemon's clock), or nil when there is none.
+    public var pauseLeftMs: Int64? { modeState.pause.map { $0.untilMs - clock() } }
+
+    /// The pause timer's tick: returns to the paused mode once the deadline has passed.
+    public func endPauseIfDue() async {
+        guard let until = modeState.pause?.untilMs, clock() >= until else { return }
+        await request(.pauseEnded)
     }
 
     /// Appends an event, hands the log to the writer and wakes `events --follow` readers.

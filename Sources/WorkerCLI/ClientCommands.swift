@@ -94,20 +94,34 @@ struct ModeCommand: Command {
     static let name = "mode"
     static let summary = "show or set the compute mode: off, on, bluetooth"
     static let usage = """
-        Usage: edgecoder-worker mode [off|on|bluetooth] [--json] [--runtime-dir D]
+        Usage: edgecoder-worker mode [off|on|bluetooth] [--for DURATION] [--json] [--runtime-dir D]
 
         Without an argument, prints the mode's name alone on the first line, then why
         and since when, and the state of its runtime. With one, sets it (root or the
         daemon's user only). A refused change (the charge gate) prints the reason and
         exits 3; the mode stays as it was.
+
+          --for DURATION   with off only: a pause (30m, 2h, 1h30m; 1s to 30d). The mode
+                           returns to the one before at the deadline, across restarts;
+                           status shows when (resumesAt). A later 'mode X' cancels it.
         """
     let target: Mode?
+    /// `--for`: the pause's length in milliseconds.
+    let pauseMs: Int64?
     let json: Bool
     let runtimeDirectory: String
 
     init(_ arguments: inout Arguments) throws(UsageError) {
         json = arguments.flag("--json")
         runtimeDirectory = try WorkerCLI.runtimeDirectory(&arguments)
+        if let text = try arguments.option("--for") {
+            switch PauseDuration.parse(text) {
+            case .success(let ms): pauseMs = ms
+            case .failure(let error): throw UsageError("--for: \(error.message)")
+            }
+        } else {
+            pauseMs = nil
+        }
         let positionals = arguments.positionals()
         guard positionals.count <= 1 else { throw UsageError("expected at most one mode, got \(positionals.count) arguments") }
         if let name = positionals.first {
@@ -116,11 +130,13 @@ struct ModeCommand: Command {
         } else {
             target = nil
         }
+        if pauseMs != nil && target != .off { throw UsageError("--for goes with 'mode off' (a pause that returns to the mode before)") }
     }
 
     func run() async -> Int32 {
         withDaemon(runtimeDirectory) { (client) throws(ControlClient.Failure) -> Int32 in
-            let result = try client.call(target.map { .setMode($0) } ?? .getMode)
+            let request: ControlRequest = pauseMs.map { .pause(forMs: $0) } ?? target.map { .setMode($0) } ?? .getMode
+            let result = try client.call(request)
             if json {
                 Output.printJSON(result)
                 return ExitCode.ok
@@ -138,6 +154,11 @@ struct ModeCommand: Command {
         var text = "selected since \(mode["since"]?.stringValue ?? "?")"
         if let since = mode["sinceMs"]?.intValue { text += " (\(formatDuration(milliseconds: wallClockMilliseconds() - since)) ago)" }
         text += ": \(mode["reason"]?.stringValue ?? "")"
+        if let resumes = mode["resumesMode"]?.stringValue {
+            text += "\npaused: back to \(resumes) at \(mode["resumesAt"]?.stringValue ?? "?")"
+            if let at = mode["resumesAtMs"]?.intValue { text += " (in \(formatDuration(milliseconds: max(0, at - wallClockMilliseconds()))))" }
+            text += "; 'edgecoder-worker mode X' cancels it"
+        }
         if let runtime = mode["runtime"] {
             text += "\nruntime: \(runtime["state"]?.stringValue ?? "?") — \(runtime["reason"]?.stringValue ?? "")"
         }

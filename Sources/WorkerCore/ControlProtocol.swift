@@ -9,6 +9,8 @@ public enum ControlRequest: Sendable, Equatable {
     case status
     case getMode
     case setMode(Mode)
+    /// `mode off --for`: off for `forMs`, then back to the mode before.
+    case pause(forMs: Int64)
     case events(follow: Bool, limit: Int?)
     case tasks(limit: Int?)
     /// One task whole (`tasks show ID`).
@@ -20,7 +22,7 @@ public enum ControlRequest: Sendable, Equatable {
     /// Whether the request changes the daemon (and so needs the changing privilege).
     public var changes: Bool {
         switch self {
-        case .setMode, .policyChange: return true
+        case .setMode, .pause, .policyChange: return true
         default: return false
         }
     }
@@ -33,6 +35,7 @@ public enum ControlRequest: Sendable, Equatable {
         case .status: return ["cmd": "status"]
         case .getMode: return ["cmd": "mode"]
         case .setMode(let mode): return ["cmd": "mode", "set": .string(mode.rawValue)]
+        case .pause(let forMs): return ["cmd": "mode", "set": "off", "forMs": .int(forMs)]
         case .events(let follow, let limit):
             var object = JSONObject([("cmd", "events"), ("follow", .bool(follow))])
             if let limit { object["limit"] = .int(limit) }
@@ -82,10 +85,20 @@ public enum ControlRequest: Sendable, Equatable {
             if let error = unexpected(["cmd"]) { return .failure(error) }
             return .success(.ping)
         case "mode":
-            if let error = unexpected(["cmd", "set"]) { return .failure(error) }
-            guard let set = object["set"] else { return .success(.getMode) }
+            if let error = unexpected(["cmd", "set", "forMs"]) { return .failure(error) }
+            guard let set = object["set"] else {
+                if object["forMs"] != nil { return .failure(ControlError(.badRequest, "\"forMs\" goes with \"set\": \"off\"")) }
+                return .success(.getMode)
+            }
             guard let name = set.stringValue, let mode = Mode(rawValue: name) else {
                 return .failure(ControlError(.badRequest, "\"set\" must be one of \"off\", \"on\", \"bluetooth\", got \(printable(set.serialized))"))
+            }
+            if let value = object["forMs"] {
+                guard mode == .off else { return .failure(ControlError(.badRequest, "\"forMs\" goes with \"set\": \"off\" only")) }
+                guard let forMs = value.intValue, forMs >= PauseDuration.minimumMs, forMs <= PauseDuration.maximumMs else {
+                    return .failure(ControlError(.badRequest, "\"forMs\" must be an integer in \(PauseDuration.minimumMs)…\(PauseDuration.maximumMs)"))
+                }
+                return .success(.pause(forMs: forMs))
             }
             return .success(.setMode(mode))
         case "events":

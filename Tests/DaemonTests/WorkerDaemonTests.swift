@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 import Logging
 @testable import Daemon
@@ -135,6 +136,41 @@ import WorkerCore
         #expect(file(name) == nil)
         #expect(await daemon.taskJSON(id: "whole") == nil)
         #expect(await daemon.taskJSON(id: "later-0")?["task"]?["prompt"] == "p")
+    }
+
+    @Test func aPauseEndsAtItsDeadlineAndOutlivesARestart() async throws {
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let now = Mutex<Int64>(1_000)
+        let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
+        func start() throws -> WorkerDaemon {
+            WorkerDaemon(config: WorkerConfig(), paths: paths, directory: try StateDirectory(path: dir),
+                         logger: Logger(label: "test", handler: MemoryLogHandler()), clock: { now.withLock { $0 } })
+        }
+        let first = try start()
+        await first.request(.operatorSet(.bluetooth, by: "test"))
+        first.pauseChanged.set(false)
+        await first.request(.operatorPause(forMs: 60_000, by: "test"))
+        #expect(await first.currentMode == .off)
+        #expect(first.pauseChanged.value, "the timer is woken for the new deadline")
+        #expect(await first.pauseLeftMs == 60_000)
+        let paused = await first.modeJSON()
+        #expect(paused["resumesMode"] == "bluetooth" && paused["resumesAtMs"]?.intValue == 61_000)
+        await first.stop(reason: "restart")
+
+        now.withLock { $0 = 30_000 }
+        let second = try start()
+        #expect(await second.currentMode == .off)
+        #expect(second.pauseChanged.value == false)
+        #expect(await second.pauseLeftMs == 31_000, "the deadline came back from the mode file")
+        await second.endPauseIfDue()
+        #expect(await second.currentMode == .off)
+        now.withLock { $0 = 61_000 }
+        await second.endPauseIfDue()
+        #expect(await second.currentMode == .bluetooth)
+        #expect(second.pauseChanged.value)
+        #expect(await second.pauseLeftMs == nil)
+        #expect(await second.modeJSON()["resumesAt"] == nil)
+        #expect(await second.recentEvents(limit: 1).last?.reason == "the pause ended: back to bluetooth")
     }
 
     @Test func aTaskWhoseFileIsGoneShowsItsPreviews() async throws {

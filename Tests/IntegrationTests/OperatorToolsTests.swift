@@ -242,3 +242,49 @@ import WorkerCore
         _ = try daemon.stop()
     }
 }
+
+/// `mode off --for DURATION` against the real daemon: the pause shows in status, outlives a
+/// restart, ends by itself at its deadline, and a later mode cancels it.
+@Suite struct ModePause {
+    @Test func aPauseReturnsToTheModeBeforeAtItsDeadlineAcrossARestart() throws {
+        let daemon = try DaemonHarness()
+        try daemon.start()
+        #expect(try daemon.cli(["mode", "bluetooth"]).status == 0)
+        let pause = try daemon.cli(["mode", "off", "--for", "1h"])
+        #expect(pause.status == 0, "\(pause.stderr)")
+        #expect(pause.stdout.hasPrefix("off\nchanged from bluetooth\n") && pause.stdout.contains("paused: back to bluetooth at "), "\(pause.stdout)")
+        let status = try JSON.parse(Array(try daemon.cli(["status", "--json"]).stdout.utf8))
+        let resumesAtMs = try #require(status["mode"]?["resumesAtMs"]?.intValue)
+        #expect(status["mode"]?["resumesMode"] == "bluetooth" && status["mode"]?["resumesAt"]?.stringValue?.hasSuffix("Z") == true)
+        #expect(abs(resumesAtMs - (Int64(Date().timeIntervalSince1970 * 1000) + 3_600_000)) < 10_000)
+
+        _ = try daemon.stop()
+        try daemon.start()
+        let restarted = try JSON.parse(Array(try daemon.cli(["mode", "--json"]).stdout.utf8))
+        #expect(restarted["mode"] == "off" && restarted["resumesAtMs"]?.intValue == resumesAtMs, "the pause outlives a restart")
+
+        // A shorter pause moves the deadline; the daemon returns by itself.
+        #expect(try daemon.cli(["mode", "off", "--for", "2s"]).status == 0)
+        var mode = ""
+        let deadline = Date().addingTimeInterval(10)
+        while Date() < deadline {
+            mode = try daemon.cli(["mode"]).stdout.split(separator: "\n").first.map(String.init) ?? ""
+            if mode == "bluetooth" { break }
+            usleep(200_000)
+        }
+        #expect(mode == "bluetooth", "the pause did not end: \(daemon.stderr.suffix(500))")
+        let events = try daemon.cli(["events", "--limit", "3"]).stdout
+        #expect(events.contains("the pause ended: back to bluetooth"), "\(events)")
+
+        // A later mode cancels a pause.
+        #expect(try daemon.cli(["mode", "off", "--for", "1h"]).status == 0)
+        #expect(try daemon.cli(["mode", "off"]).status == 0)
+        #expect(try JSON.parse(Array(try daemon.cli(["mode", "--json"]).stdout.utf8))["resumesAt"] == nil)
+        // Off already: nothing to return to.
+        let refused = try daemon.cli(["mode", "off", "--for", "1h"])
+        #expect(refused.status == 3 && refused.stderr.contains("already off"), "\(refused.stderr)")
+        #expect(try daemon.cli(["mode", "on", "--for", "1h"]).status == 64)
+        #expect(try daemon.cli(["mode", "off", "--for", "1x"]).status == 64)
+        _ = try daemon.stop()
+    }
+}

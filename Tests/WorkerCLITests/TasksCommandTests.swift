@@ -1,6 +1,7 @@
 import Testing
 @testable import WorkerCLI
 import WorkerCore
+import Posix
 
 @Suite struct TasksShowArguments {
     func parse(_ words: [String]) throws(UsageError) -> TasksCommand {
@@ -46,5 +47,35 @@ import WorkerCore
         #expect(TasksCommand.terminalSafe("\u{1b}[2J\u{7}\r\u{9b}x\u{7f}") == "\\u{1b}[2J\\u{7}\\u{d}\\u{9b}x\\u{7f}")
         #expect(TasksCommand.terminalSafe("") == "")
         #expect(TasksCommand.terminalSafe("é👍🏽") == "é👍🏽")
+    }
+}
+
+@Suite struct ModePauseArguments {
+    func parse(_ words: [String]) throws(UsageError) -> ModeCommand {
+        var arguments = Arguments(words)
+        let command = try ModeCommand(&arguments)
+        try arguments.finish()
+        return command
+    }
+
+    @Test func forGoesWithOffAndIsReadAsADuration() throws {
+        let pause = try parse(["off", "--for", "1h30m"])
+        #expect(pause.target == .off && pause.pauseMs == 5_400_000)
+        #expect(try parse(["off", "--for=30m"]).pauseMs == 1_800_000)
+        #expect(try parse(["off"]).pauseMs == nil)
+    }
+
+    @Test(arguments: [["on", "--for", "1h"], ["bluetooth", "--for", "1h"], ["--for", "1h"], ["off", "--for", "soon"],
+                      ["off", "--for", ""], ["off", "--for"], ["off", "--for", "0s"], ["off", "--for", "99d"]])
+    func everythingElseIsAUsageError(words: [String]) {
+        #expect(throws: UsageError.self) { try parse(words) }
+    }
+
+    @Test func describeShowsWhenThePauseEnds() {
+        let mode: JSONValue = ["mode": "off", "since": "x", "reason": "paused", "resumesMode": "on", "resumesAt": "2026-12-04 18:00:00 UTC",
+                               "resumesAtMs": .int(wallClockMilliseconds() + 3_600_000)]
+        let text = ModeCommand.describe(mode)
+        #expect(text.contains("paused: back to on at 2026-12-04 18:00:00 UTC (in ") && text.contains("cancels it"))
+        #expect(!ModeCommand.describe(["mode": "on", "reason": "set"]).contains("paused"))
     }
 }
