@@ -27,17 +27,23 @@ private extension String {
     }
 }
 
-/// The lines of the completion's `case` branch for one command.
-private func completionBranch(_ script: String, _ name: String) -> String {
+/// The lines of a generated script's `case` branch for one command: after the line
+/// `NAME)` at `indent` spaces, up to its `;;` four spaces further in.
+private func caseBranch(_ script: String, _ name: String, indent: Int) -> String {
+    let label = String(repeating: " ", count: indent) + "\(name))"
+    let end = String(repeating: " ", count: indent + 4) + ";;"
     var lines: [Substring] = []
     var inside = false
     for line in script.split(separator: "\n") {
-        if line == "        \(name))" { inside = true; continue }
-        if inside && line.hasPrefix("            ;;") { break }
+        if line == label { inside = true; continue }
+        if inside && line.hasPrefix(end) { break }
         if inside { lines.append(line) }
     }
     return lines.joined(separator: "\n")
 }
+
+/// The bash completion's `case` branch for one command.
+private func completionBranch(_ script: String, _ name: String) -> String { caseBranch(script, name, indent: 8) }
 
 @Suite struct ManualGeneration {
     @Test func everyCommandAndEveryOptionOfTheTableIsInTheManPageAndTheCompletion() {
@@ -128,17 +134,8 @@ private func completionBranch(_ script: String, _ name: String) -> String {
     }
 }
 
-/// The zsh completion's `_arguments` block for one command (between `NAME)` and `;;`).
-private func zshBranch(_ script: String, _ name: String) -> String {
-    var lines: [Substring] = []
-    var inside = false
-    for line in script.split(separator: "\n") {
-        if line == "                \(name))" { inside = true; continue }
-        if inside && line.hasPrefix("                    ;;") { break }
-        if inside { lines.append(line) }
-    }
-    return lines.joined(separator: "\n")
-}
+/// The zsh completion's `_arguments` block for one command.
+private func zshBranch(_ script: String, _ name: String) -> String { caseBranch(script, name, indent: 16) }
 
 /// The fish completion's lines whose condition is the command `name`.
 private func fishLines(_ script: String, _ name: String) -> String {

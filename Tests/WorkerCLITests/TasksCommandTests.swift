@@ -3,13 +3,16 @@ import Testing
 import WorkerCore
 import Posix
 
+/// A command read from `words` as the CLI reads it: its own options, then nothing left over.
+private func parseCommand<C: Command>(_ words: [String]) throws(UsageError) -> C {
+    var arguments = Arguments(words)
+    let command = try C(&arguments)
+    try arguments.finish()
+    return command
+}
+
 @Suite struct TasksShowArguments {
-    func parse(_ words: [String]) throws(UsageError) -> TasksCommand {
-        var arguments = Arguments(words)
-        let command = try TasksCommand(&arguments)
-        try arguments.finish()
-        return command
-    }
+    func parse(_ words: [String]) throws(UsageError) -> TasksCommand { try parseCommand(words) }
 
     @Test func showTakesOneIdAndTheListTakesNone() throws {
         #expect(try parse([]).showID == nil)
@@ -51,12 +54,7 @@ import Posix
 }
 
 @Suite struct ModePauseArguments {
-    func parse(_ words: [String]) throws(UsageError) -> ModeCommand {
-        var arguments = Arguments(words)
-        let command = try ModeCommand(&arguments)
-        try arguments.finish()
-        return command
-    }
+    func parse(_ words: [String]) throws(UsageError) -> ModeCommand { try parseCommand(words) }
 
     @Test func forGoesWithOffAndIsReadAsADuration() throws {
         let pause = try parse(["off", "--for", "1h30m"])
