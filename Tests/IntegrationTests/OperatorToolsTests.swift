@@ -288,3 +288,35 @@ import WorkerCore
         _ = try daemon.stop()
     }
 }
+
+/// `identity reset` against the real daemon and its state directory.
+@Suite struct IdentityResetting {
+    @Test func resetForgetsTheAgentIdAndTheMeshTokenButWaitsWhileModeOnRuns() throws {
+        let daemon = try DaemonHarness(config: #"{"coordinator": {"url": "http://127.0.0.1:9"}, "backend": {"url": "http://127.0.0.1:9"}}"#)
+        try daemon.start()
+        let agentID = try #require(try JSON.parse(Array(try daemon.cli(["status", "--json"]).stdout.utf8))["agentId"]?.stringValue)
+        let deadline = Date().addingTimeInterval(5)
+        while daemon.readState("agent-id") == nil && Date() < deadline { usleep(50_000) }
+        try "a-mesh-token".write(toFile: daemon.stateDirectory + "/mesh-token", atomically: true, encoding: .utf8)
+        #expect(try daemon.cli(["mode", "on"]).status == 0)
+
+        let refused = try daemon.cli(["identity", "reset"])
+        #expect(refused.status == 3 && refused.stderr.contains("mode on is running"), "\(refused.stderr)")
+        #expect(daemon.readState("agent-id") != nil && daemon.readState("mesh-token") != nil)
+
+        let forced = try daemon.cli(["identity", "reset", "--force", "--json"])
+        #expect(forced.status == 0, "\(forced.stderr)")
+        let answer = try JSON.parse(Array(forced.stdout.utf8))
+        #expect(answer["forgot"] == ["agent-id", "mesh-token"] && answer["restartNeeded"] == true)
+        #expect(answer["previousAgentId"]?.stringValue == agentID && answer["stateDirectory"]?.stringValue == daemon.stateDirectory)
+        #expect(daemon.readState("agent-id") == nil && daemon.readState("mesh-token") == nil)
+        #expect(try daemon.cli(["mode", "off"]).status == 0)
+        _ = try daemon.stop()
+
+        // Without a daemon, the state directory named: nothing left to forget.
+        let alone = try daemon.cli(["identity", "reset", "--state-dir", daemon.stateDirectory])
+        #expect(alone.status == 0 && alone.stdout.hasPrefix("nothing to forget"), "\(alone.stdout)")
+        #expect(try daemon.cli(["identity"]).status == 64)
+        #expect(try daemon.cli(["identity", "reset", "extra"]).status == 64)
+    }
+}

@@ -168,3 +168,18 @@ import Testing
         #expect(problem.count < 600 && !problem.contains("\u{0}") && !problem.contains("\u{7}"))
     }
 }
+
+/// `identity reset`: refused in mode on unless forced, whatever else the daemon says.
+@Suite struct IdentityResetRefusal {
+    @Test func onlyModeOnWithoutForceIsRefused() {
+        #expect(IdentityReset.refusal(status: nil, force: false) == nil, "no daemon: nothing runs with the id")
+        #expect(IdentityReset.refusal(status: ["mode": ["mode": "off"]], force: false) == nil)
+        #expect(IdentityReset.refusal(status: ["mode": ["mode": "bluetooth"]], force: false) == nil)
+        let on: JSONValue = ["mode": ["mode": "on", "runtime": ["state": "blocked"]]]
+        #expect(IdentityReset.refusal(status: on, force: false)?.contains("--force") == true)
+        #expect(IdentityReset.refusal(status: on, force: true) == nil)
+        // A status object without a mode (an older or broken daemon) does not block the reset.
+        #expect(IdentityReset.refusal(status: ["mode": 5], force: false) == nil)
+        #expect(IdentityReset.files == ["agent-id", "mesh-token"])
+    }
+}
