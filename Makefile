@@ -17,12 +17,18 @@ SYSUSERS_DIR     ?= $(PREFIX)/lib/sysusers.d
 TMPFILES_DIR     ?= $(PREFIX)/lib/tmpfiles.d
 MAN1_DIR         ?= $(PREFIX)/share/man/man1
 COMPLETION_DIR   ?= $(PREFIX)/share/bash-completion/completions
-# The man page and bash completion, printed by the release binary from its command table.
+# zsh reads $(PREFIX)/share/zsh/site-functions for /usr/local; Debian's package uses
+# /usr/share/zsh/vendor-completions (debian/rules). fish reads /usr/share's
+# vendor_completions.d, and /usr/local/share's when XDG_DATA_DIRS names it.
+ZSH_COMPLETION_DIR  ?= $(PREFIX)/share/zsh/site-functions
+FISH_COMPLETION_DIR ?= $(PREFIX)/share/fish/vendor_completions.d
+# The man page and the shell completions, printed by the release binary from its command table.
 GEN              ?= .build/gen
 
 # Debian packages: the C libraries we link, and the tools the tests drive.
 APT_PACKAGES := pkg-config libcurl4-openssl-dev libbluetooth-dev libsystemd-dev \
-                util-linux systemd iproute2 python3 python3-venv curl openssl dbus-daemon
+                util-linux systemd iproute2 python3 python3-venv curl openssl dbus-daemon \
+                zsh fish
 # What `make deb` needs on top (the systemd-deb suite runs `make deb` itself).
 DEB_TOOLS    := debhelper dpkg-dev lintian
 
@@ -89,8 +95,10 @@ lanes:
 
 # The fast loop (about 3 min): every unit and integration test, and the suites that need
 # no VM, model server or network namespace (docs, config examples, the dev coordinator,
-# metrics against a real daemon: about 6 s once prometheus_client is in .cache).
-CHECK_SUITES := Tests/Suites/docs.sh Tests/Suites/config-examples.sh Tests/Suites/dev-coordinator.sh Tests/Suites/metrics.sh
+# metrics against a real daemon: about 6 s once prometheus_client is in .cache; the
+# shell completions in real bash, zsh and fish: about 3 s).
+CHECK_SUITES := Tests/Suites/docs.sh Tests/Suites/config-examples.sh Tests/Suites/dev-coordinator.sh Tests/Suites/metrics.sh \
+                Tests/Suites/completion.sh
 check: deps
 	$(SWIFT) build --build-tests
 	@$(MAKE) --no-print-directory unit
@@ -157,6 +165,8 @@ generated:
 	@mkdir -p $(GEN)
 	$(RELEASE_BIN) internal man > $(GEN)/edgecoder-worker.1
 	$(RELEASE_BIN) internal completion bash > $(GEN)/edgecoder-worker.bash
+	$(RELEASE_BIN) internal completion zsh > $(GEN)/_edgecoder-worker
+	$(RELEASE_BIN) internal completion fish > $(GEN)/edgecoder-worker.fish
 
 # What `install` copies, without building (debian/rules calls it after its own build).
 install-files:
@@ -174,6 +184,8 @@ install-files:
 	install -m0644 systemd/tmpfiles.d/edgecoder-worker.conf $(DESTDIR)$(TMPFILES_DIR)/edgecoder-worker.conf
 	install -D -m0644 $(GEN)/edgecoder-worker.1 $(DESTDIR)$(MAN1_DIR)/edgecoder-worker.1
 	install -D -m0644 $(GEN)/edgecoder-worker.bash $(DESTDIR)$(COMPLETION_DIR)/edgecoder-worker
+	install -D -m0644 $(GEN)/_edgecoder-worker $(DESTDIR)$(ZSH_COMPLETION_DIR)/_edgecoder-worker
+	install -D -m0644 $(GEN)/edgecoder-worker.fish $(DESTDIR)$(FISH_COMPLETION_DIR)/edgecoder-worker.fish
 	install -D -m0644 README.md $(DESTDIR)$(PREFIX)/share/doc/edgecoder-worker/README.md
 	install -D -m0644 CHANGELOG.md $(DESTDIR)$(PREFIX)/share/doc/edgecoder-worker/CHANGELOG.md
 	for f in $$(cd docs && find . -name '*.md' | sort); do \

@@ -141,11 +141,17 @@ public struct ControlServer: Service {
             await daemon.freshenIdleReading()
             answer = ControlAnswer.ok(await daemon.statusJSON())
         case .getMode: answer = ControlAnswer.ok(await daemon.modeJSON())
-        case .setMode(let mode):
+        case .setMode, .pause:
             // The charge gate decides on the host as it is now, not as it was at the last read.
             await daemon.freshenIdleReading()
             let who = "\(userName(uid: peerUID)) (uid \(peerUID))"
-            let result = await daemon.request(.operatorSet(mode, by: who))
+            let modeRequest: ModeRequest
+            switch request {
+            case .pause(let forMs): modeRequest = .operatorPause(forMs: forMs, by: who)
+            case .setMode(let mode): modeRequest = .operatorSet(mode, by: who)
+            default: preconditionFailure("only mode requests reach here")
+            }
+            let result = await daemon.request(modeRequest)
             if case .refused(let message) = result.outcome {
                 answer = ControlError(.refused, message).json
             } else {
@@ -156,6 +162,12 @@ public struct ControlServer: Service {
             }
         case .tasks(let limit):
             answer = ControlAnswer.ok(await daemon.tasksJSON(limit: limit))
+        case .task(let id):
+            if let task = await daemon.taskJSON(id: id) {
+                answer = ControlAnswer.ok(task)
+            } else {
+                answer = ControlError(.notFound, "no task with id '\(printable(id))': the daemon keeps the newest \(TaskHistory.keepPerSource) per source; 'edgecoder-worker tasks' lists them").json
+            }
         case .policyShow:
             answer = ControlAnswer.ok(await daemon.policyJSON())
         case .policyChange(let change):

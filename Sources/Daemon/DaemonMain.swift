@@ -91,6 +91,7 @@ public enum DaemonMain {
         services.append(PathMonitorService(daemon: daemon, logger: logger.labeled("path"), graceMs: config.network.pathLossGraceMs,
                                            hook: config.hooks.networkRestored.map { ($0, config.hooks.timeoutMs) }))
         services.append(HostBusService(daemon: daemon, logger: logger.labeled("host")))
+        services.append(PauseTimerService(daemon: daemon))
         if let usec = ServiceManager.watchdogMicroseconds() {
             services.append(WatchdogService(intervalMicroseconds: usec, daemon: daemon, notify: { ServiceManager.notify($0) }))
         }

@@ -54,6 +54,8 @@ public actor WorkerDaemon {
     /// power reading, a new dump of the network path (after a resume).
     public nonisolated let heartbeatRequested = StateSignal(false)
     public nonisolated let powerRereadRequested = StateSignal(false)
+    /// Set when a pause begins, moves or ends: the pause timer sleeps until the new deadline.
+    public nonisolated let pauseChanged = StateSignal(false)
     public nonisolated let pathRereadRequested = StateSignal(false)
     private var readingAtMonotonicMs: Int64 = 0
     /// When the host was last read (monotonic), and how many times: a policy change decides
@@ -146,6 +148,11 @@ public actor WorkerDaemon {
         case .recovered(let file): recovered.append(file)
         }
         tasks.markRunningInterrupted(atMs: now)
+        // Whole-text files of tasks the history no longer keeps (a stop between the two writes).
+        let keptTexts = tasks.textFileNames
+        for name in files.directory.names() where TaskText.isFileName(name) && !keptTexts.contains(name) {
+            try? files.directory.remove(name)
+        }
 
         var persistedModel: ActiveModel?
         switch files.loadJSON(WorkerStateFiles.activeModelFile, nowMs: now, decode: { ActiveModel.from(json: $0) }) {
@@ -246,12 +253,15 @@ public actor WorkerDaemon {
     @discardableResult
     public func request(_ request: ModeRequest) async -> ModeRequestResult {
         let previous = modeState
-        let decision = ModeRules.decide(request, current: modeState, context: modeContext())
+        let context = modeContext()
+        let decision = ModeRules.decide(request, current: modeState, context: context)
         let now = clock()
         let modeChanged = decision.state != modeState
         if modeChanged { modeState = decision.state }
-        // A mode chosen now passed the gate (or is off): nothing waits for power.
-        if decision.outcome == .changed { gateBlocked = false }
+        // A mode chosen now passed the gate (or is off): nothing waits for power. A pause's
+        // end returns to a mode nobody chose now: it waits for power as after a restart.
+        if decision.outcome == .changed { gateBlocked = request == .pauseEnded && modeState.mode != .off && context.chargeGateClosed }
+        if previous.pause != modeState.pause { pauseChanged.set(true) }
         let events = decision.events.map { record($0, now: now) }
         updateServiceStatus()
         switch decision.outcome {
@@ -280,8 +290,22 @@ public actor WorkerDaemon {
     }
 
     private func requestedMode(_ request: ModeRequest) -> Mode? {
-        if case .operatorSet(let mode, _) = request { return mode }
-        return nil
+        switch request {
+        case .operatorSet(let mode, _): return mode
+        case .operatorPause: return .off
+        // The only refusal at a pause's end is mode on's (the placeholder coordinator).
+        case .pauseEnded: return .on
+        default: return nil
+        }
+    }
+
+    /// How long until the current pause ends (ms, by the daemon's clock), or nil when there is none.
+    public var pauseLeftMs: Int64? { modeState.pause.map { $0.untilMs - clock() } }
+
+    /// The pause timer's tick: returns to the paused mode once the deadline has passed.
+    public func endPauseIfDue() async {
+        guard let until = modeState.pause?.untilMs, clock() >= until else { return }
+        await request(.pauseEnded)
     }
 
     /// Appends an event, hands the log to the writer and wakes `events --follow` readers.
@@ -657,8 +681,39 @@ public actor WorkerDaemon {
     }
 
     public func upsertTask(_ record: TaskRecord) {
-        tasks.upsert(record)
+        if let text = record.text {
+            writer.submit(TaskText.fileName(source: record.source, id: record.id)) { Array((text.json.serialized + "\n").utf8) }
+        }
+        for gone in tasks.upsert(record) {
+            writer.submitRemoval(TaskText.fileName(source: gone.source, id: gone.id))
+        }
         submitTasks()
+    }
+
+    /// One task whole for `tasks show`: the history's record with the whole prompt and
+    /// answer from its file (`promptCut`/`outputCut` when they were over the limit;
+    /// `wholeText` false when the file is gone and the previews are all there is); nil
+    /// when the history has no task with that id.
+    public func taskJSON(id: String) async -> JSONValue? {
+        guard let record = tasks.record(id: id) else { return nil }
+        // The file may still be queued behind the writer.
+        await writer.flush()
+        let name = TaskText.fileName(source: record.source, id: record.id)
+        let text = (try? writer.directory.read(name, limit: TaskText.maxFileBytes))
+            .flatMap { $0 }.flatMap { try? JSON.parse($0) }.flatMap(TaskText.from(json:))
+        var object = record.json.objectValue ?? JSONObject()
+        object["wholeText"] = .bool(text != nil)
+        if let text {
+            object["prompt"] = .string(text.prompt)
+            object["promptBytes"] = .int(Int64(text.promptBytes))
+            object["promptCut"] = .bool(text.promptCut)
+            if let output = text.output, let bytes = text.outputBytes {
+                object["output"] = .string(output)
+                object["outputBytes"] = .int(Int64(bytes))
+                object["outputCut"] = .bool(text.outputCut)
+            }
+        }
+        return ["task": .object(object)]
     }
 
     private func submitTasks() {

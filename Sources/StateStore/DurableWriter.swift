@@ -70,6 +70,11 @@ public final class DurableWriter: Sendable {
         }
     }
 
+    /// Removes `name` (absent is fine) without waiting; a failure is reported like `submit`'s.
+    public func submitRemoval(_ name: String) {
+        queue.enqueue(name, .remove, waiter: nil)
+    }
+
     /// Returns once nothing is queued or being written: everything submitted before
     /// the call is durable (or has failed and been reported). Awaited at shutdown.
     public func flush() async {

@@ -12,6 +12,8 @@ enum ExitCode {
     static let failure: Int32 = 1
     static let invalidConfig: Int32 = 2
     static let refused: Int32 = 3
+    /// What the command names does not exist (`tasks show` with an unknown id).
+    static let notFound: Int32 = 4
     static let usage: Int32 = 64
     static let daemonUnavailable: Int32 = 69
     static let permission: Int32 = 77

@@ -25,7 +25,8 @@ protocol Command {
 var commands: [any Command.Type] {
     [
     RunCommand.self, ModeCommand.self, StatusCommand.self, TasksCommand.self, EventsCommand.self, PolicyCommand.self,
-    TelemetryCommand.self, MetricsCommand.self, DoctorCommand.self, ConfigCommand.self, ReloadCommand.self, EnrollCommand.self, ProxyCommand.self, BluetoothCommand.self, VersionCommand.self,
+    TelemetryCommand.self, MetricsCommand.self, DoctorCommand.self, ConfigCommand.self, ReloadCommand.self, EnrollCommand.self, IdentityCommand.self,
+    ProxyCommand.self, BluetoothCommand.self, VersionCommand.self,
     ]
 }
 

@@ -80,6 +80,7 @@ func withDaemon(_ arguments: String, _ body: (inout ControlClient) throws(Contro
             switch failure.code {
             case .forbidden: exit = ExitCode.permission
             case .refused: exit = ExitCode.refused
+            case .notFound: exit = ExitCode.notFound
             default: exit = ExitCode.failure
             }
             return Output.fail(exit, failure.message, text: failure.code == .refused ? failure.message : "edgecoder-worker: \(failure.message)")
@@ -93,20 +94,34 @@ struct ModeCommand: Command {
     static let name = "mode"
     static let summary = "show or set the compute mode: off, on, bluetooth"
     static let usage = """
-        Usage: edgecoder-worker mode [off|on|bluetooth] [--json] [--runtime-dir D]
+        Usage: edgecoder-worker mode [off|on|bluetooth] [--for DURATION] [--json] [--runtime-dir D]
 
         Without an argument, prints the mode's name alone on the first line, then why
         and since when, and the state of its runtime. With one, sets it (root or the
         daemon's user only). A refused change (the charge gate) prints the reason and
         exits 3; the mode stays as it was.
+
+          --for DURATION   with off only: a pause (30m, 2h, 1h30m; 1s to 30d). The mode
+                           returns to the one before at the deadline, across restarts;
+                           status shows when (resumesAt). A later 'mode X' cancels it.
         """
     let target: Mode?
+    /// `--for`: the pause's length in milliseconds.
+    let pauseMs: Int64?
     let json: Bool
     let runtimeDirectory: String
 
     init(_ arguments: inout Arguments) throws(UsageError) {
         json = arguments.flag("--json")
         runtimeDirectory = try WorkerCLI.runtimeDirectory(&arguments)
+        if let text = try arguments.option("--for") {
+            switch PauseDuration.parse(text) {
+            case .success(let ms): pauseMs = ms
+            case .failure(let error): throw UsageError("--for: \(error.message)")
+            }
+        } else {
+            pauseMs = nil
+        }
         let positionals = arguments.positionals()
         guard positionals.count <= 1 else { throw UsageError("expected at most one mode, got \(positionals.count) arguments") }
         if let name = positionals.first {
@@ -115,11 +130,13 @@ struct ModeCommand: Command {
         } else {
             target = nil
         }
+        if pauseMs != nil && target != .off { throw UsageError("--for goes with 'mode off' (a pause that returns to the mode before)") }
     }
 
     func run() async -> Int32 {
         withDaemon(runtimeDirectory) { (client) throws(ControlClient.Failure) -> Int32 in
-            let result = try client.call(target.map { .setMode($0) } ?? .getMode)
+            let request: ControlRequest = pauseMs.map { .pause(forMs: $0) } ?? target.map { .setMode($0) } ?? .getMode
+            let result = try client.call(request)
             if json {
                 Output.printJSON(result)
                 return ExitCode.ok
@@ -137,6 +154,11 @@ struct ModeCommand: Command {
         var text = "selected since \(mode["since"]?.stringValue ?? "?")"
         if let since = mode["sinceMs"]?.intValue { text += " (\(formatDuration(milliseconds: wallClockMilliseconds() - since)) ago)" }
         text += ": \(mode["reason"]?.stringValue ?? "")"
+        if let resumes = mode["resumesMode"]?.stringValue {
+            text += "\npaused: back to \(resumes) at \(mode["resumesAt"]?.stringValue ?? "?")"
+            if let at = mode["resumesAtMs"]?.intValue { text += " (in \(formatDuration(milliseconds: max(0, at - wallClockMilliseconds()))))" }
+            text += "; 'edgecoder-worker mode X' cancels it"
+        }
         if let runtime = mode["runtime"] {
             text += "\nruntime: \(runtime["state"]?.stringValue ?? "?") — \(runtime["reason"]?.stringValue ?? "")"
         }
@@ -350,26 +372,54 @@ struct EventsCommand: Command {
 
 struct TasksCommand: Command {
     static let name = "tasks"
-    static let summary = "recent tasks, coordinator and Bluetooth"
+    static let summary = "recent tasks, coordinator and Bluetooth; tasks show ID prints one whole"
     static let usage = """
         Usage: edgecoder-worker tasks [--json] [--limit N] [--runtime-dir D]
+               edgecoder-worker tasks show ID [--json] [--runtime-dir D]
 
         The newest tasks (50 per source are kept across restarts), oldest first: id,
         source, the coordinator's task id or the Bluetooth client, state, start, duration,
         and the prompt's beginning. --json prints {"tasks": [...]}.
+
+        show ID prints one of them whole: its prompt and its answer, each kept up to
+        64 KiB (a longer one is cut, with a note of its size). --json prints
+        {"task": {...}} with promptBytes, promptCut, outputBytes and outputCut. An id the
+        daemon does not keep exits 4.
         """
     let json: Bool
     let limit: Int?
+    /// `show ID`: the task to print whole.
+    let showID: String?
     let runtimeDirectory: String
 
     init(_ arguments: inout Arguments) throws(UsageError) {
         json = arguments.flag("--json")
         limit = try arguments.number("--limit", in: 1...1_000)
         runtimeDirectory = try WorkerCLI.runtimeDirectory(&arguments)
+        switch arguments.positionals() {
+        case []: showID = nil
+        case ["show"]: throw UsageError("tasks show needs a task id ('edgecoder-worker tasks' lists them)")
+        case let words where words.count == 2 && words[0] == "show":
+            guard words[1].utf8.count <= ControlRequest.maxTaskIDBytes else {
+                throw UsageError("a task id is at most \(ControlRequest.maxTaskIDBytes) bytes")
+            }
+            guard limit == nil else { throw UsageError("--limit lists tasks; tasks show prints one") }
+            showID = words[1]
+        case let words: throw UsageError("unexpected argument '\(printable(words.joined(separator: " ")))'; did you mean 'tasks show ID'?")
+        }
     }
 
     func run() async -> Int32 {
         withDaemon(runtimeDirectory) { (client) throws(ControlClient.Failure) -> Int32 in
+            if let showID {
+                let result = try client.call(.task(id: showID))
+                if json {
+                    Output.printJSON(result)
+                } else {
+                    print(TasksCommand.wholeText(result["task"] ?? .null), terminator: "")
+                }
+                return ExitCode.ok
+            }
             let result = try client.call(.tasks(limit: limit))
             if json {
                 Output.printJSON(result)
@@ -386,6 +436,48 @@ struct TasksCommand: Command {
             }
             return ExitCode.ok
         }
+    }
+
+    /// `tasks show`'s text: a header of fields, then the prompt and the answer as they are
+    /// (the model's own newlines kept), each under a line that gives its size and any cut.
+    static func wholeText(_ task: JSONValue) -> String {
+        func field(_ key: String) -> String { task[key]?.stringValue ?? "?" }
+        let source = field("source")
+        var out = "task \(printable(field("id")))\n"
+        out += "source:   \(source) (\(source == "bluetooth" ? "client" : "coordinator task") \(printable(field("origin"))))\n"
+        out += "state:    \(field("state"))\n"
+        out += "started:  \(field("started"))\n"
+        if let ended = task["ended"]?.stringValue { out += "ended:    \(ended)\n" }
+        if let duration = task["durationMs"]?.intValue { out += "duration: \(formatDuration(milliseconds: duration))\n" }
+        if let error = task["error"]?.stringValue { out += "error:    \(printable(error))\n" }
+        if task["wholeText"]?.boolValue != true {
+            out += "(the whole text is not kept for this task: the previews follow)\n"
+        }
+        func section(_ title: String, _ textKey: String, _ bytesKey: String, _ cutKey: String) -> String {
+            guard let text = task[textKey]?.stringValue else { return "" }
+            var head = "--- \(title)"
+            if let bytes = task[bytesKey]?.intValue {
+                head += " (\(bytes) bytes" + (task[cutKey]?.boolValue == true ? "; cut: the first \(text.utf8.count) kept" : "") + ")"
+            }
+            return head + " ---\n" + terminalSafe(text) + (text.hasSuffix("\n") || text.isEmpty ? "" : "\n")
+        }
+        out += section("prompt", "prompt", "promptBytes", "promptCut")
+        out += section("answer", "output", "outputBytes", "outputCut")
+        return out
+    }
+
+    /// Text for a terminal: newlines and tabs kept, every other control character (an
+    /// escape sequence a prompt could carry to repaint the operator's screen) shown as `\u{…}`.
+    static func terminalSafe(_ text: String) -> String {
+        var out = ""
+        for scalar in text.unicodeScalars {
+            if scalar == "\n" || scalar == "\t" || !(scalar.value < 0x20 || scalar.value == 0x7F || (0x80...0x9F).contains(scalar.value)) {
+                out.unicodeScalars.append(scalar)
+            } else {
+                out += "\\u{\(String(scalar.value, radix: 16))}"
+            }
+        }
+        return out
     }
 }
 

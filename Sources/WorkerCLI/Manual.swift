@@ -2,10 +2,10 @@ import Daemon
 import Posix
 import WorkerCore
 
-// The man page and the bash completion are printed from the command table (`commands`)
+// The man page and the shell completions are printed from the command table (`commands`)
 // and each command's usage text, the same text `--help` prints, so that neither can
 // drift from the binary they ship with. `make deb` and `make install` run
-// `edgecoder-worker internal man` and `internal completion bash` on the built binary.
+// `edgecoder-worker internal man` and `internal completion bash|zsh|fish` on the built binary.
 
 /// What the man page and the completion need of one command, read from its usage text.
 struct CommandSynopsis: Equatable {
@@ -213,6 +213,9 @@ enum Manual {
             ".B \(ExitCode.refused)",
             "the daemon refused the change (for example the charge gate)",
             ".TP",
+            ".B \(ExitCode.notFound)",
+            "no such task (tasks show)",
+            ".TP",
             ".B \(ExitCode.usage)",
             "usage error",
             ".TP",
@@ -255,8 +258,8 @@ enum Manual {
             out += "            opts=\"\(synopsis.options.map(\.name).joined(separator: " "))\"\n"
             out += "            valued=\"\(valued.map(\.name).joined(separator: " "))\"\n"
             out += "            words=\"\(synopsis.words.joined(separator: " "))\"\n"
-            let files = valued.filter { $0.value == "F" || $0.value == "FILE" }.map(\.name)
-            let directories = valued.filter { $0.value == "D" || $0.value == "DIR" }.map(\.name)
+            let files = valued.filter { OptionValueKind(placeholder: $0.value ?? "") == .file }.map(\.name)
+            let directories = valued.filter { OptionValueKind(placeholder: $0.value ?? "") == .directory }.map(\.name)
             if !files.isEmpty || !directories.isEmpty {
                 out += "            case \"$prev\" in\n"
                 if !files.isEmpty {
@@ -358,34 +361,36 @@ enum Manual {
 
 // MARK: - internal
 
-/// `edgecoder-worker internal man|completion bash|config-reference`: build-time output,
+/// `edgecoder-worker internal man|completion bash|zsh|fish|config-reference`: build-time output,
 /// not in `--help`.
 struct InternalCommand: Command {
     static let name = "internal"
-    static let summary = "build-time output: the man page, the bash completion, the configuration reference"
+    static let summary = "build-time output: the man page, the shell completions, the configuration reference"
     static let usage = """
         Usage: edgecoder-worker internal man
-               edgecoder-worker internal completion bash
+               edgecoder-worker internal completion bash|zsh|fish
                edgecoder-worker internal config-reference
                edgecoder-worker internal metrics-from-status < STATUS.json
 
-        Prints edgecoder-worker(1) in roff or the bash completion script, both generated
+        Prints edgecoder-worker(1) in roff or the bash, zsh or fish completion, all generated
         from the command table (used by `make install` and `make deb`), or
         docs/reference/configuration.md, generated from the config's key table
         (`edgecoder-worker internal config-reference > docs/reference/configuration.md`).
         metrics-from-status renders `metrics` from a `status --json` object on stdin, without
         a daemon: the metrics suite feeds it hostile values for Prometheus' own parser.
         """
-    enum Output { case man, bash, configReference, metricsFromStatus }
+    enum Output { case man, bash, zsh, fish, configReference, metricsFromStatus }
     let output: Output
 
     init(_ arguments: inout Arguments) throws(UsageError) {
         switch arguments.positionals() {
         case ["man"]: output = .man
         case ["completion", "bash"]: output = .bash
+        case ["completion", "zsh"]: output = .zsh
+        case ["completion", "fish"]: output = .fish
         case ["config-reference"]: output = .configReference
         case ["metrics-from-status"]: output = .metricsFromStatus
-        default: throw UsageError("expected 'man', 'completion bash', 'config-reference' or 'metrics-from-status'")
+        default: throw UsageError("expected 'man', 'completion bash|zsh|fish', 'config-reference' or 'metrics-from-status'")
         }
     }
 
@@ -393,6 +398,8 @@ struct InternalCommand: Command {
         switch output {
         case .man: print(Manual.manPage(), terminator: "")
         case .bash: print(Manual.bashCompletion(), terminator: "")
+        case .zsh: print(Manual.zshCompletion(), terminator: "")
+        case .fish: print(Manual.fishCompletion(), terminator: "")
         case .configReference: print(ConfigReference.markdown(), terminator: "")
         case .metricsFromStatus:
             let status: JSONValue

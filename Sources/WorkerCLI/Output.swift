@@ -31,6 +31,7 @@ enum Output {
         switch exit {
         case ExitCode.invalidConfig: return "invalid-config"
         case ExitCode.refused: return "refused"
+        case ExitCode.notFound: return "not-found"
         case ExitCode.usage: return "usage"
         case ExitCode.daemonUnavailable: return "daemon-unavailable"
         case ExitCode.permission: return "permission-denied"

@@ -243,6 +243,9 @@ struct DoctorCommand: Command {
         mean), asks the daemon for its policy and state (or reads the config when the
         daemon is not running), and explains what the policy decides and why.
 
+        It also checks /etc/machine-id, from which the agent id is derived: missing,
+        empty or not an id is a problem (cloned images share one identity).
+
         Exit 0 when it found no problem, 1 when it found one (listed under "problems";
         a host without a battery or a temperature sensor, or without Bluetooth outside
         mode bluetooth, is advice, not a problem; so is the warning that
@@ -321,6 +324,10 @@ struct DoctorCommand: Command {
             ?? environment("EDGECODER_WORKER_STATE_DIR") ?? Defaults.stateDirectory
         let state = examineStateDirectory(stateDirectory, daemonProblem: daemonStatus["daemon"]?["persistenceProblem"]?.stringValue)
         advice.append(contentsOf: state.advice)
+        // Below --sysfs-root too, so that tests point it at a fake tree.
+        let machineIDPath = (root.hasSuffix("/") ? root : root + "/") + "etc/machine-id"
+        let machineID = MachineIDCheck.problem(try? readFile(machineIDPath, limit: MachineIDCheck.readLimit), path: machineIDPath)
+        if let machineID { advice.append(machineID) }
 
         if let adapter = daemonStatus["bluetooth"]?["configuredAdapter"]?.stringValue { configuredAdapter = adapter }
         let bluetooth = await BluetoothDoctor.report(configuredAdapter: configuredAdapter)
@@ -346,6 +353,7 @@ struct DoctorCommand: Command {
             advice.append("\(reason): \(hold["explanation"]?.stringValue ?? "")")
         }
         report["stateDirectory"] = state.json
+        report["machineId"] = ["path": .string(machineIDPath), "problem": .optional(machineID)]
         var bluetoothReport = bluetooth.json.objectValue ?? JSONObject()
         if let service = daemonStatus["bluetooth"] { bluetoothReport["service"] = service }
         let pairing = pairingAgentReport()

@@ -9,8 +9,12 @@ public enum ControlRequest: Sendable, Equatable {
     case status
     case getMode
     case setMode(Mode)
+    /// `mode off --for`: off for `forMs`, then back to the mode before.
+    case pause(forMs: Int64)
     case events(follow: Bool, limit: Int?)
     case tasks(limit: Int?)
+    /// One task whole (`tasks show ID`).
+    case task(id: String)
     case policyShow
     case policyChange(PolicyOverrides.Change)
     /// Re-read the config file, as SIGHUP does, answered once it is applied or refused:
@@ -21,7 +25,7 @@ public enum ControlRequest: Sendable, Equatable {
     /// Whether the request changes the daemon (and so needs the changing privilege).
     public var changes: Bool {
         switch self {
-        case .setMode, .policyChange, .reload: return true
+        case .setMode, .pause, .policyChange, .reload: return true
         default: return false
         }
     }
@@ -34,6 +38,7 @@ public enum ControlRequest: Sendable, Equatable {
         case .status: return ["cmd": "status"]
         case .getMode: return ["cmd": "mode"]
         case .setMode(let mode): return ["cmd": "mode", "set": .string(mode.rawValue)]
+        case .pause(let forMs): return ["cmd": "mode", "set": "off", "forMs": .int(forMs)]
         case .events(let follow, let limit):
             var object = JSONObject([("cmd", "events"), ("follow", .bool(follow))])
             if let limit { object["limit"] = .int(limit) }
@@ -42,6 +47,7 @@ public enum ControlRequest: Sendable, Equatable {
             var object = JSONObject([("cmd", "tasks")])
             if let limit { object["limit"] = .int(limit) }
             return .object(object)
+        case .task(let id): return ["cmd": "task", "id": .string(id)]
         case .policyShow: return ["cmd": "policy"]
         case .policyChange(.set(let key, let value)): return ["cmd": "policy", "set": .string(key), "value": value]
         case .policyChange(.unset(let key)): return ["cmd": "policy", "unset": .string(key)]
@@ -49,6 +55,9 @@ public enum ControlRequest: Sendable, Equatable {
         case .ping: return ["cmd": "ping"]
         }
     }
+
+    /// Longest task id `task` takes; coordinator and Bluetooth ids are far shorter.
+    public static let maxTaskIDBytes = 1024
 
     /// Longest request line the daemon reads; anything longer is not from our client.
     public static let maxLineBytes = 65_536
@@ -83,10 +92,20 @@ public enum ControlRequest: Sendable, Equatable {
             if let error = unexpected(["cmd"]) { return .failure(error) }
             return .success(.reload)
         case "mode":
-            if let error = unexpected(["cmd", "set"]) { return .failure(error) }
-            guard let set = object["set"] else { return .success(.getMode) }
+            if let error = unexpected(["cmd", "set", "forMs"]) { return .failure(error) }
+            guard let set = object["set"] else {
+                if object["forMs"] != nil { return .failure(ControlError(.badRequest, "\"forMs\" goes with \"set\": \"off\"")) }
+                return .success(.getMode)
+            }
             guard let name = set.stringValue, let mode = Mode(rawValue: name) else {
                 return .failure(ControlError(.badRequest, "\"set\" must be one of \"off\", \"on\", \"bluetooth\", got \(printable(set.serialized))"))
+            }
+            if let value = object["forMs"] {
+                guard mode == .off else { return .failure(ControlError(.badRequest, "\"forMs\" goes with \"set\": \"off\" only")) }
+                guard let forMs = value.intValue, forMs >= PauseDuration.minimumMs, forMs <= PauseDuration.maximumMs else {
+                    return .failure(ControlError(.badRequest, "\"forMs\" must be an integer in \(PauseDuration.minimumMs)…\(PauseDuration.maximumMs)"))
+                }
+                return .success(.pause(forMs: forMs))
             }
             return .success(.setMode(mode))
         case "events":
@@ -110,6 +129,12 @@ public enum ControlRequest: Sendable, Equatable {
                 limit = Int(n)
             }
             return .success(.tasks(limit: limit))
+        case "task":
+            if let error = unexpected(["cmd", "id"]) { return .failure(error) }
+            guard let id = object["id"]?.stringValue, !id.isEmpty, id.utf8.count <= ControlRequest.maxTaskIDBytes else {
+                return .failure(ControlError(.badRequest, "\"id\" must be a non-empty string of at most \(ControlRequest.maxTaskIDBytes) bytes"))
+            }
+            return .success(.task(id: id))
         case "policy":
             if let error = unexpected(["cmd", "set", "value", "unset"]) { return .failure(error) }
             switch (object["set"], object["value"], object["unset"]) {
@@ -133,6 +158,8 @@ public struct ControlError: Error, Sendable, Equatable {
         case forbidden
         case refused
         case tooLong = "too-long"
+        /// What the request names does not exist (`task` with an id the history lacks).
+        case notFound = "not-found"
         case busy
         case internalError = "internal"
     }

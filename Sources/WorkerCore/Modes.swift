@@ -15,13 +15,26 @@ public struct ModeState: Sendable, Equatable {
     /// When `network-restored` was recorded for the current downgrade (modes-and-power §2.4), so it
     /// is noted once per outage, not at every restart.
     public var restoredAtMs: Int64?
+    /// Set while mode `off` is a pause (`mode off --for`): the mode to return to, and when.
+    public var pause: Pause?
 
-    public init(mode: Mode, sinceMs: Int64, reason: String, downgraded: Bool = false, restoredAtMs: Int64? = nil) {
+    /// A pause's end: at `untilMs` (wall clock) the mode returns to `resumeMode`.
+    public struct Pause: Sendable, Equatable {
+        public var resumeMode: Mode
+        public var untilMs: Int64
+        public init(resumeMode: Mode, untilMs: Int64) {
+            self.resumeMode = resumeMode
+            self.untilMs = untilMs
+        }
+    }
+
+    public init(mode: Mode, sinceMs: Int64, reason: String, downgraded: Bool = false, restoredAtMs: Int64? = nil, pause: Pause? = nil) {
         self.mode = mode
         self.sinceMs = sinceMs
         self.reason = reason
         self.downgraded = downgraded
         self.restoredAtMs = restoredAtMs
+        self.pause = pause
     }
 
     /// A fresh install starts in `off` (modes-and-power §2.1).
@@ -32,6 +45,7 @@ public struct ModeState: Sendable, Equatable {
     public var json: JSONValue {
         var object = JSONObject([("mode", .string(mode.rawValue)), ("sinceMs", .int(sinceMs)), ("reason", .string(reason)), ("downgraded", .bool(downgraded))])
         if let restoredAtMs { object["restoredAtMs"] = .int(restoredAtMs) }
+        if let pause { object["pause"] = ["resumeMode": .string(pause.resumeMode.rawValue), "untilMs": .int(pause.untilMs)] }
         return .object(object)
     }
 
@@ -40,8 +54,16 @@ public struct ModeState: Sendable, Equatable {
             let since = value["sinceMs"]?.intValue,
             let reason = value["reason"]?.stringValue
         else { return nil }
+        // A pause is only ever written on mode off, to return to another mode.
+        var pause: Pause?
+        if let resume = value["pause"]?["resumeMode"]?.stringValue.flatMap(Mode.init(rawValue:)), resume != .off, mode == .off,
+           let until = value["pause"]?["untilMs"]?.intValue {
+            pause = Pause(resumeMode: resume, untilMs: until)
+        } else if value["pause"] != nil {
+            return nil
+        }
         return ModeState(mode: mode, sinceMs: since, reason: reason, downgraded: value["downgraded"]?.boolValue ?? false,
-                         restoredAtMs: value["restoredAtMs"]?.intValue)
+                         restoredAtMs: value["restoredAtMs"]?.intValue, pause: pause)
     }
 }
 
@@ -49,6 +71,10 @@ public struct ModeState: Sendable, Equatable {
 public enum ModeRequest: Sendable, Equatable {
     /// `edgecoder-worker mode X` from an operator (with a note on who, for the event).
     case operatorSet(Mode, by: String)
+    /// `edgecoder-worker mode off --for DURATION`: off now, back to the mode before at the deadline.
+    case operatorPause(forMs: Int64, by: String)
+    /// The daemon's pause timer: the deadline may have passed.
+    case pauseEnded
     /// The network path was lost while in `on` (modes-and-power §2.3).
     case pathLost(reason: String)
     /// The network path is satisfied again (modes-and-power §2.4).
@@ -113,13 +139,44 @@ public enum ModeRules {
                     outcome: .refused(message: chargeGateMessage), state: current,
                     events: [EventDraft(kind: .modeRefused, from: current.mode, to: target, reason: "not-charging: runOnlyWhileCharging is set and the host is on battery (\(who))")])
             }
-            if target == current.mode && !(target == .bluetooth && current.downgraded) {
+            // `mode off` during a pause ends the pause: the operator chose off for good.
+            if target == current.mode && !(target == .bluetooth && current.downgraded) && current.pause == nil {
                 return ModeDecision(outcome: .unchanged, state: current, events: [])
             }
             // Choosing `bluetooth` explicitly ends a downgrade: the operator now owns it.
             let next = ModeState(mode: target, sinceMs: now, reason: "set by \(who)", downgraded: false)
             return ModeDecision(outcome: .changed, state: next,
                                 events: [EventDraft(kind: .modeChange, from: current.mode, to: target, reason: "set by \(who)")])
+
+        case .operatorPause(let forMs, let who):
+            // A second pause moves the deadline and keeps the mode the first would return to.
+            let resume = current.pause?.resumeMode ?? current.mode
+            guard resume != .off else {
+                let message = "mode off --for returns to the mode before it, and the mode is already off: use 'mode off', or choose a mode first"
+                return ModeDecision(outcome: .refused(message: message), state: current,
+                                    events: [EventDraft(kind: .modeRefused, from: current.mode, to: .off, reason: "\(message) (\(who))")])
+            }
+            let until = now + forMs
+            let reason = "paused by \(who) for \(PauseDuration.format(milliseconds: forMs)): back to \(resume.rawValue) at \(formatUTC(milliseconds: until))"
+            let next = ModeState(mode: .off, sinceMs: current.mode == .off ? current.sinceMs : now, reason: reason,
+                                 pause: ModeState.Pause(resumeMode: resume, untilMs: until))
+            return ModeDecision(outcome: .changed, state: next, events: [EventDraft(kind: .modeChange, from: current.mode, to: .off, reason: reason)])
+
+        case .pauseEnded:
+            guard let pause = current.pause, current.mode == .off, now >= pause.untilMs else {
+                return ModeDecision(outcome: .unchanged, state: current, events: [])
+            }
+            if pause.resumeMode == .on, let problem = context.coordinatorProblem {
+                // The pause is over either way; off stays, saying why.
+                let next = ModeState(mode: .off, sinceMs: current.sinceMs, reason: "the pause ended, but mode on is refused: \(problem)")
+                return ModeDecision(outcome: .refused(message: problem), state: next,
+                                    events: [EventDraft(kind: .modeRefused, from: .off, to: .on, reason: "the pause ended: \(problem)")])
+            }
+            // With the charge gate closed the mode is selected and its runtime waits for
+            // power, as after a restart (the daemon blocks it).
+            let reason = "the pause ended: back to \(pause.resumeMode.rawValue)"
+            return ModeDecision(outcome: .changed, state: ModeState(mode: pause.resumeMode, sinceMs: now, reason: reason),
+                                events: [EventDraft(kind: .modeChange, from: .off, to: pause.resumeMode, reason: reason)])
 
         case .pathLost(let reason):
             if current.mode == .bluetooth && current.downgraded && current.restoredAtMs != nil {

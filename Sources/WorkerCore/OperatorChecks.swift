@@ -224,3 +224,40 @@ public enum ConfigEdit {
         }
     }
 }
+
+/// `doctor`'s look at `/etc/machine-id`, from which the agent id is derived (an HMAC of
+/// it, `ConfigKeys` agentId): missing, empty or not yet initialised, the id falls back to
+/// random digits that change with every fresh state directory, and a cloned SD-card image
+/// whose machine id was kept shares one agent id with every copy.
+public enum MachineIDCheck {
+    /// What is read of the file at most; a machine id is 33 bytes.
+    public static let readLimit = 4096
+
+    /// The problem with the file's content (nil bytes: the file could not be read), or nil.
+    public static func problem(_ bytes: [UInt8]?, path: String = "/etc/machine-id") -> String? {
+        let why = "the agent id is derived from it, so every copy of a cloned image shares one id at the coordinator"
+        let fix = "run 'rm -f \(path) && systemd-machine-id-setup' (each clone, before the worker's first start), then 'edgecoder-worker identity reset' where the worker already ran"
+        guard let bytes else { return "\(path) is missing: \(why) unless each host gets its own; \(fix)" }
+        var text = String(decoding: bytes, as: UTF8.self)
+        while text.last?.isWhitespace == true { text.removeLast() }
+        if text.isEmpty { return "\(path) is empty: systemd fills it at the next boot, so the agent id may change then; \(why); \(fix)" }
+        if text == "uninitialized" { return "\(path) is 'uninitialized': the first boot has not finished; \(fix)" }
+        let isID = text.utf8.count == 32 && text.utf8.allSatisfy { ($0 >= 48 && $0 <= 57) || ($0 >= 97 && $0 <= 102) }
+        return isID ? nil : "\(path) is not a machine id (32 lowercase hex digits): '\(printable(text, limit: 40))'; \(fix)"
+    }
+}
+
+/// `identity reset`'s decisions: which state files make the identity, and when the reset
+/// waits for the operator.
+public enum IdentityReset {
+    /// The agent id and the mesh token (StateStore's WorkerStateFiles names).
+    public static let files = ["agent-id", "mesh-token"]
+
+    /// Why the reset is refused, from the running daemon's `status --json` (nil: no daemon
+    /// answered), or nil. In mode on (running or held) a coordinator knows the worker by
+    /// this id: the operator stops it first, or insists.
+    public static func refusal(status: JSONValue?, force: Bool) -> String? {
+        guard !force, let status, status["mode"]?["mode"]?.stringValue == "on" else { return nil }
+        return "mode on is running with this agent id at the coordinator: stop the daemon first (systemctl stop edgecoder-worker), or pass --force"
+    }
+}

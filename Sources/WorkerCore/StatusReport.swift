@@ -274,6 +274,11 @@ public struct StatusReport: Sendable {
             object["networkRestoredAt"] = .string(formatUTC(milliseconds: restored))
             object["networkRestoredNotice"] = "the network path is back; the worker stays in bluetooth until an operator runs 'edgecoder-worker mode on'"
         }
+        if let pause = mode.pause {
+            object["resumesAt"] = .string(formatUTC(milliseconds: pause.untilMs))
+            object["resumesAtMs"] = .int(pause.untilMs)
+            object["resumesMode"] = .string(pause.resumeMode.rawValue)
+        }
         return .object(object)
     }
 

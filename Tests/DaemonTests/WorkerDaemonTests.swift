@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 import Logging
 @testable import Daemon
@@ -105,6 +106,81 @@ import WorkerCore
         #expect(events.contains("hook 49 exited with status 0"))
         #expect(events.contains("test stop"))
         #expect(file(WorkerStateFiles.tasksFile)?.contains("\"t1\"") == true)
+    }
+
+    @Test func aTaskIsShownWholeFromItsOwnFileAndTheFileGoesWithTheRecord() async throws {
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let daemon = try daemon()
+        let prompt = "first line\n" + String(repeating: "p", count: TaskText.limitBytes)
+        var record = TaskRecord(id: "whole", source: .coordinator, origin: "task-1", prompt: prompt, startedAtMs: 1_000)
+        await daemon.upsertTask(record)
+        record.finish(ok: true, output: "the answer, whole: " + String(repeating: "a", count: 2_000), error: nil, atMs: 2_000)
+        await daemon.upsertTask(record)
+        let shown = try #require(await daemon.taskJSON(id: "whole")?["task"])
+        #expect(shown["wholeText"] == true && shown["state"] == "done" && shown["origin"] == "task-1")
+        #expect(shown["prompt"]?.stringValue == TaskText.cut(prompt) && shown["promptCut"] == true)
+        #expect(shown["promptBytes"]?.intValue == Int64(prompt.utf8.count))
+        #expect(shown["output"]?.stringValue?.count == 2_019 && shown["outputCut"] == false)
+        #expect(file(WorkerStateFiles.tasksFile)?.contains(String(repeating: "a", count: 501)) == false, "the history keeps previews")
+        // Posted: the record comes back from the history without its text; the file stays whole.
+        await daemon.markTaskPosted("whole", ok: true)
+        #expect(await daemon.taskJSON(id: "whole")?["task"]?["output"]?.stringValue?.count == 2_019)
+        #expect(await daemon.taskJSON(id: "missing") == nil)
+        // Trimmed from the history: its file goes too.
+        let name = TaskText.fileName(source: .coordinator, id: "whole")
+        #expect(file(name) != nil)
+        for i in 0..<TaskHistory.keepPerSource {
+            await daemon.upsertTask(TaskRecord(id: "later-\(i)", source: .coordinator, origin: "t", prompt: "p", startedAtMs: 3_000))
+        }
+        await daemon.writer.flush()
+        #expect(file(name) == nil)
+        #expect(await daemon.taskJSON(id: "whole") == nil)
+        #expect(await daemon.taskJSON(id: "later-0")?["task"]?["prompt"] == "p")
+    }
+
+    @Test func aPauseEndsAtItsDeadlineAndOutlivesARestart() async throws {
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let now = Mutex<Int64>(1_000)
+        let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
+        func start() throws -> WorkerDaemon {
+            WorkerDaemon(config: WorkerConfig(), paths: paths, directory: try StateDirectory(path: dir),
+                         logger: Logger(label: "test", handler: MemoryLogHandler()), clock: { now.withLock { $0 } })
+        }
+        let first = try start()
+        await first.request(.operatorSet(.bluetooth, by: "test"))
+        first.pauseChanged.set(false)
+        await first.request(.operatorPause(forMs: 60_000, by: "test"))
+        #expect(await first.currentMode == .off)
+        #expect(first.pauseChanged.value, "the timer is woken for the new deadline")
+        #expect(await first.pauseLeftMs == 60_000)
+        let paused = await first.modeJSON()
+        #expect(paused["resumesMode"] == "bluetooth" && paused["resumesAtMs"]?.intValue == 61_000)
+        await first.stop(reason: "restart")
+
+        now.withLock { $0 = 30_000 }
+        let second = try start()
+        #expect(await second.currentMode == .off)
+        #expect(second.pauseChanged.value == false)
+        #expect(await second.pauseLeftMs == 31_000, "the deadline came back from the mode file")
+        await second.endPauseIfDue()
+        #expect(await second.currentMode == .off)
+        now.withLock { $0 = 61_000 }
+        await second.endPauseIfDue()
+        #expect(await second.currentMode == .bluetooth)
+        #expect(second.pauseChanged.value)
+        #expect(await second.pauseLeftMs == nil)
+        #expect(await second.modeJSON()["resumesAt"] == nil)
+        #expect(await second.recentEvents(limit: 1).last?.reason == "the pause ended: back to bluetooth")
+    }
+
+    @Test func aTaskWhoseFileIsGoneShowsItsPreviews() async throws {
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let daemon = try daemon()
+        await daemon.upsertTask(TaskRecord(id: "b1", source: .bluetooth, origin: "00:AA", prompt: "hello", startedAtMs: 1_000))
+        await daemon.writer.flush()
+        try FileManager.default.removeItem(atPath: dir + "/" + TaskText.fileName(source: .bluetooth, id: "b1"))
+        let shown = try #require(await daemon.taskJSON(id: "b1")?["task"])
+        #expect(shown["wholeText"] == false && shown["prompt"] == "hello" && shown["promptBytes"] == nil)
     }
 
     @Test func aStateDirectoryThatCannotBeWrittenShowsInStatusAndTheLog() async throws {

@@ -198,3 +198,128 @@ import WorkerCore
         #expect(argv.status == 64, "no token on the command line")
     }
 }
+
+/// `tasks show ID` against the real daemon: the history and the whole-text files a previous
+/// run left in the state directory are what it prints after a restart; an unknown id exits 4.
+@Suite struct TaskShownWhole {
+    @Test func aTaskFromThePreviousRunIsPrintedWholeAndAnUnknownIdExits4() throws {
+        let daemon = try DaemonHarness()
+        try FileManager.default.createDirectory(atPath: daemon.stateDirectory, withIntermediateDirectories: true)
+        let prompt = "Write a function.\n" + String(repeating: "word ", count: 400) + "\u{1b}[2J end"
+        let answer = "func f() {}\n" + String(repeating: "é", count: TaskText.limitBytes)
+        var record = TaskRecord(id: "sub-7", source: .coordinator, origin: "task-3", prompt: prompt, startedAtMs: 1_700_000_000_000)
+        record.finish(ok: true, output: answer, error: nil, atMs: 1_700_000_002_500)
+        let text = try #require(record.text)
+        var history = TaskHistory()
+        history.upsert(record)
+        try history.json.serialized.write(toFile: daemon.stateDirectory + "/tasks.json", atomically: true, encoding: .utf8)
+        try text.json.serialized.write(toFile: daemon.stateDirectory + "/" + TaskText.fileName(source: .coordinator, id: "sub-7"),
+                                       atomically: true, encoding: .utf8)
+        // A text file whose task the history no longer has is removed at start.
+        let orphan = daemon.stateDirectory + "/" + TaskText.fileName(source: .bluetooth, id: "gone")
+        try text.json.serialized.write(toFile: orphan, atomically: true, encoding: .utf8)
+        try daemon.start()
+
+        let shown = try daemon.cli(["tasks", "show", "sub-7"])
+        #expect(shown.status == 0, "\(shown.stderr)")
+        #expect(shown.stdout.hasPrefix("task sub-7\nsource:   coordinator (coordinator task task-3)\nstate:    done\n"), "\(shown.stdout.prefix(300))")
+        #expect(shown.stdout.contains("--- prompt (\(prompt.utf8.count) bytes) ---\nWrite a function.\nword word"))
+        #expect(shown.stdout.contains("\\u{1b}[2J end\n") && !shown.stdout.contains("\u{1b}"), "control characters are shown, not sent to the terminal")
+        #expect(shown.stdout.contains("--- answer (\(answer.utf8.count) bytes; cut: the first \(TaskText.cut(answer).utf8.count) kept) ---\nfunc f() {}\n"))
+
+        let json = try daemon.cli(["tasks", "show", "sub-7", "--json"])
+        let task = try #require(try JSON.parse(Array(json.stdout.utf8))["task"])
+        #expect(task["prompt"]?.stringValue == prompt && task["promptCut"] == false)
+        #expect(task["output"]?.stringValue == TaskText.cut(answer) && task["outputCut"] == true)
+        #expect(task["outputBytes"]?.intValue == Int64(answer.utf8.count) && task["wholeText"] == true)
+
+        let unknown = try daemon.cli(["tasks", "show", "sub-8"])
+        #expect(unknown.status == 4)
+        #expect(unknown.stderr.contains("no task with id 'sub-8'"), "\(unknown.stderr)")
+        let unknownJSON = try daemon.cli(["tasks", "show", "sub-8", "--json"])
+        #expect(unknownJSON.status == 4)
+        #expect(try JSON.parse(Array(unknownJSON.stdout.utf8))["error"]?["code"] == "not-found")
+        #expect(try daemon.cli(["tasks", "show"]).status == 64)
+        #expect(try daemon.cli(["tasks", "show", "a", "b"]).status == 64)
+        #expect(!FileManager.default.fileExists(atPath: orphan))
+        _ = try daemon.stop()
+    }
+}
+
+/// `mode off --for DURATION` against the real daemon: the pause shows in status, outlives a
+/// restart, ends by itself at its deadline, and a later mode cancels it.
+@Suite struct ModePause {
+    @Test func aPauseReturnsToTheModeBeforeAtItsDeadlineAcrossARestart() throws {
+        let daemon = try DaemonHarness()
+        try daemon.start()
+        #expect(try daemon.cli(["mode", "bluetooth"]).status == 0)
+        let pause = try daemon.cli(["mode", "off", "--for", "1h"])
+        #expect(pause.status == 0, "\(pause.stderr)")
+        #expect(pause.stdout.hasPrefix("off\nchanged from bluetooth\n") && pause.stdout.contains("paused: back to bluetooth at "), "\(pause.stdout)")
+        let status = try JSON.parse(Array(try daemon.cli(["status", "--json"]).stdout.utf8))
+        let resumesAtMs = try #require(status["mode"]?["resumesAtMs"]?.intValue)
+        #expect(status["mode"]?["resumesMode"] == "bluetooth" && status["mode"]?["resumesAt"]?.stringValue?.hasSuffix("Z") == true)
+        #expect(abs(resumesAtMs - (Int64(Date().timeIntervalSince1970 * 1000) + 3_600_000)) < 10_000)
+
+        _ = try daemon.stop()
+        try daemon.start()
+        let restarted = try JSON.parse(Array(try daemon.cli(["mode", "--json"]).stdout.utf8))
+        #expect(restarted["mode"] == "off" && restarted["resumesAtMs"]?.intValue == resumesAtMs, "the pause outlives a restart")
+
+        // A shorter pause moves the deadline; the daemon returns by itself.
+        #expect(try daemon.cli(["mode", "off", "--for", "2s"]).status == 0)
+        var mode = ""
+        let deadline = Date().addingTimeInterval(10)
+        while Date() < deadline {
+            mode = try daemon.cli(["mode"]).stdout.split(separator: "\n").first.map(String.init) ?? ""
+            if mode == "bluetooth" { break }
+            usleep(200_000)
+        }
+        #expect(mode == "bluetooth", "the pause did not end: \(daemon.stderr.suffix(500))")
+        let events = try daemon.cli(["events", "--limit", "3"]).stdout
+        #expect(events.contains("the pause ended: back to bluetooth"), "\(events)")
+
+        // A later mode cancels a pause.
+        #expect(try daemon.cli(["mode", "off", "--for", "1h"]).status == 0)
+        #expect(try daemon.cli(["mode", "off"]).status == 0)
+        #expect(try JSON.parse(Array(try daemon.cli(["mode", "--json"]).stdout.utf8))["resumesAt"] == nil)
+        // Off already: nothing to return to.
+        let refused = try daemon.cli(["mode", "off", "--for", "1h"])
+        #expect(refused.status == 3 && refused.stderr.contains("already off"), "\(refused.stderr)")
+        #expect(try daemon.cli(["mode", "on", "--for", "1h"]).status == 64)
+        #expect(try daemon.cli(["mode", "off", "--for", "1x"]).status == 64)
+        _ = try daemon.stop()
+    }
+}
+
+/// `identity reset` against the real daemon and its state directory.
+@Suite struct IdentityResetting {
+    @Test func resetForgetsTheAgentIdAndTheMeshTokenButWaitsWhileModeOnRuns() throws {
+        let daemon = try DaemonHarness(config: #"{"coordinator": {"url": "http://127.0.0.1:9"}, "backend": {"url": "http://127.0.0.1:9"}}"#)
+        try daemon.start()
+        let agentID = try #require(try JSON.parse(Array(try daemon.cli(["status", "--json"]).stdout.utf8))["agentId"]?.stringValue)
+        let deadline = Date().addingTimeInterval(5)
+        while daemon.readState("agent-id") == nil && Date() < deadline { usleep(50_000) }
+        try "a-mesh-token".write(toFile: daemon.stateDirectory + "/mesh-token", atomically: true, encoding: .utf8)
+        #expect(try daemon.cli(["mode", "on"]).status == 0)
+
+        let refused = try daemon.cli(["identity", "reset"])
+        #expect(refused.status == 3 && refused.stderr.contains("mode on is running"), "\(refused.stderr)")
+        #expect(daemon.readState("agent-id") != nil && daemon.readState("mesh-token") != nil)
+
+        let forced = try daemon.cli(["identity", "reset", "--force", "--json"])
+        #expect(forced.status == 0, "\(forced.stderr)")
+        let answer = try JSON.parse(Array(forced.stdout.utf8))
+        #expect(answer["forgot"] == ["agent-id", "mesh-token"] && answer["restartNeeded"] == true)
+        #expect(answer["previousAgentId"]?.stringValue == agentID && answer["stateDirectory"]?.stringValue == daemon.stateDirectory)
+        #expect(daemon.readState("agent-id") == nil && daemon.readState("mesh-token") == nil)
+        #expect(try daemon.cli(["mode", "off"]).status == 0)
+        _ = try daemon.stop()
+
+        // Without a daemon, the state directory named: nothing left to forget.
+        let alone = try daemon.cli(["identity", "reset", "--state-dir", daemon.stateDirectory])
+        #expect(alone.status == 0 && alone.stdout.hasPrefix("nothing to forget"), "\(alone.stdout)")
+        #expect(try daemon.cli(["identity"]).status == 64)
+        #expect(try daemon.cli(["identity", "reset", "extra"]).status == 64)
+    }
+}

@@ -209,5 +209,14 @@ extension DaemonHarness {
         #expect(holding == ["battery-low"])
         #expect((json["advice"]?.arrayValue ?? []).contains { $0.stringValue?.hasPrefix("battery-low") == true })
         #expect((json["problems"]?.arrayValue ?? []).contains { $0.stringValue?.hasPrefix("battery-low") == true })
+        // The fake tree has no etc/machine-id: a problem, with the fix.
+        #expect(json["machineId"]?["problem"]?.stringValue?.contains("machine-id is missing") == true)
+        #expect((json["problems"]?.arrayValue ?? []).contains { $0.stringValue?.contains("systemd-machine-id-setup") == true })
+        try FileManager.default.createDirectory(atPath: laptop.root + "/etc", withIntermediateDirectories: true)
+        try "0123456789abcdef0123456789abcdef\n".write(toFile: laptop.root + "/etc/machine-id", atomically: true, encoding: .utf8)
+        let again = try runCommand(workerBinary, ["doctor", "--json", "--sysfs-root", laptop.root, "--runtime-dir", dir + "/none", "--config", dir + "/none.json"])
+        let fixed = try JSON.parse(again.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+        #expect(fixed["machineId"]?["problem"] == .null)
+        #expect(!(fixed["problems"]?.arrayValue ?? []).contains { $0.stringValue?.contains("machine-id") == true })
     }
 }

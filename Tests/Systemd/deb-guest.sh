@@ -73,6 +73,14 @@ check "config.json is a conffile" bash -c 'dpkg-query -W -f="\${Conffiles}" edge
 check "man edgecoder-worker finds the page" bash -c 'man -w edgecoder-worker | grep -q edgecoder-worker.1'
 check "the man page names every command" bash -c 'p=$(man -P cat edgecoder-worker 2>/dev/null); for c in run mode status tasks events policy telemetry doctor config proxy version; do grep -q "^   $c\$" <<<"$p" || exit 1; done'
 check "bash completion completes the modes" bash -c 'source /usr/share/bash-completion/completions/edgecoder-worker; COMP_WORDS=(edgecoder-worker mode b); COMP_CWORD=2; _edgecoder_worker; [[ "${COMPREPLY[*]}" == bluetooth ]]'
+check "the package installs the zsh and fish completions" test -s /usr/share/zsh/vendor-completions/_edgecoder-worker -a -s /usr/share/fish/vendor_completions.d/edgecoder-worker.fish
+# Where the shells are installed, they find the files themselves (Tests/Suites/completion.sh drives zsh on a terminal).
+if command -v fish >/dev/null; then
+  check "fish completes 'st' to status from its vendor directory" bash -c '[[ "$(fish -c "complete -C \"edgecoder-worker st\"" | cut -f1)" == status ]]'
+fi
+if command -v zsh >/dev/null; then
+  check "zsh's compinit finds the completion on its default \$fpath" zsh -c 'autoload -U compinit; compinit -u -D; [[ $_comps[edgecoder-worker] == _edgecoder-worker ]]'
+fi
 check "journalctl -u shows the daemon's lines at their priorities (notice)" \
   bash -c "journalctl -b -u $UNIT -p notice -o cat --no-pager | grep -q ."
 
@@ -417,7 +425,8 @@ check "the unit is gone" bash -c "! systemctl cat $UNIT >/dev/null 2>&1"
 check "no process of edgecoder-worker is left" bash -c '! pgrep -u edgecoder-worker >/dev/null'
 for path in /var/lib/edgecoder-worker /etc/edgecoder-worker /run/edgecoder-worker /usr/bin/edgecoder-worker \
             /lib/systemd/system/$UNIT $PROXY_UNIT /usr/lib/sysusers.d/edgecoder-worker.conf /usr/lib/tmpfiles.d/edgecoder-worker.conf \
-            /usr/share/man/man1/edgecoder-worker.1.gz /usr/share/bash-completion/completions/edgecoder-worker; do
+            /usr/share/man/man1/edgecoder-worker.1.gz /usr/share/bash-completion/completions/edgecoder-worker \
+            /usr/share/zsh/vendor-completions/_edgecoder-worker /usr/share/fish/vendor_completions.d/edgecoder-worker.fish; do
   check "purge removed $path" test ! -e "$path"
 done
 check "dpkg forgets the package" bash -c '! dpkg-query -W edgecoder-worker >/dev/null 2>&1 || [[ "$(dpkg-query -W -f="\${db:Status-Status}" edgecoder-worker)" == not-installed ]]'

@@ -9,7 +9,11 @@ import Testing
         #expect(try parse(#"{"cmd":"mode"}"#).get() == .getMode)
         #expect(try parse(#"{"cmd":"mode","set":"bluetooth"}"#).get() == .setMode(.bluetooth))
         #expect(try parse(#"{"cmd":"events","follow":true,"limit":5}"#).get() == .events(follow: true, limit: 5))
+        #expect(try parse(#"{"cmd":"task","id":"s-1"}"#).get() == .task(id: "s-1"))
+        #expect(try parse(#"{"cmd":"mode","set":"off","forMs":60000}"#).get() == .pause(forMs: 60_000))
+        #expect(ControlRequest.pause(forMs: 1_000).changes)
         for request in [ControlRequest.status, .getMode, .setMode(.on), .events(follow: false, limit: nil), .ping, .policyShow,
+                        .task(id: "x\n\"y\""), .pause(forMs: PauseDuration.maximumMs), .task(id: String(repeating: "i", count: ControlRequest.maxTaskIDBytes)),
                         .policyChange(.set(key: "minBatteryPct", value: 40)), .policyChange(.unset(key: "minBatteryPct"))] {
             #expect(try parse(request.json.serialized).get() == request)
         }
@@ -24,6 +28,18 @@ import Testing
         (#"{"cmd": "mode", "set": "turbo"}"#, .badRequest),
         (#"{"cmd": "status", "extra": 1}"#, .badRequest),
         (#"{"cmd": "events", "limit": 0}"#, .badRequest),
+        (#"{"cmd": "task"}"#, .badRequest),
+        (#"{"cmd": "mode", "forMs": 60000}"#, .badRequest),
+        (#"{"cmd": "mode", "set": "on", "forMs": 60000}"#, .badRequest),
+        (#"{"cmd": "mode", "set": "off", "forMs": 999}"#, .badRequest),
+        (#"{"cmd": "mode", "set": "off", "forMs": 2592000001}"#, .badRequest),
+        (#"{"cmd": "mode", "set": "off", "forMs": "1h"}"#, .badRequest),
+        (#"{"cmd": "mode", "set": "off", "forMs": -1}"#, .badRequest),
+        (#"{"cmd": "task", "id": ""}"#, .badRequest),
+        (#"{"cmd": "task", "id": 7}"#, .badRequest),
+        (#"{"cmd": "task", "id": ["a"]}"#, .badRequest),
+        (#"{"cmd": "task", "id": "a", "limit": 1}"#, .badRequest),
+        ("{\"cmd\": \"task\", \"id\": \"" + String(repeating: "i", count: 1025) + "\"}", .badRequest),
         (#"{"cmd": "events", "follow": "yes"}"#, .badRequest),
         (#"{"cmd": "policy", "set": "minBatteryPct"}"#, .badRequest),
         (#"{"cmd": "policy", "set": 5, "value": 1}"#, .badRequest),

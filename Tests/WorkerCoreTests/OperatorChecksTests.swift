@@ -139,3 +139,47 @@ import Testing
         #expect(live.restartKeys == ["coordinator.url"])
     }
 }
+
+/// `doctor`'s /etc/machine-id check: the agent id is derived from it.
+@Suite struct MachineIDChecks {
+    @Test(arguments: ["0123456789abcdef0123456789abcdef\n", "0123456789abcdef0123456789abcdef"])
+    func aMachineIdIsFine(text: String) {
+        #expect(MachineIDCheck.problem(Array(text.utf8)) == nil)
+    }
+
+    @Test func aMissingEmptyOrUninitialisedFileIsAProblemThatSaysWhyAndWhatToDo() throws {
+        let missing = try #require(MachineIDCheck.problem(nil))
+        #expect(missing.contains("/etc/machine-id is missing") && missing.contains("cloned image") && missing.contains("systemd-machine-id-setup"))
+        #expect(MachineIDCheck.problem([])?.contains("is empty") == true)
+        #expect(MachineIDCheck.problem(Array(" \n\n".utf8))?.contains("is empty") == true)
+        #expect(MachineIDCheck.problem(Array("uninitialized\n".utf8))?.contains("first boot") == true)
+        #expect(MachineIDCheck.problem(nil, path: "/fake/etc/machine-id")?.hasPrefix("/fake/etc/machine-id is missing") == true)
+    }
+
+    @Test(arguments: ["0123456789ABCDEF0123456789ABCDEF", "0123456789abcdef0123456789abcde", "0123456789abcdef0123456789abcdef0",
+                      "g123456789abcdef0123456789abcdef", "0123456789abcdef 123456789abcdef", "\u{1b}[2J0123456789abcdef0123456789ab"])
+    func anythingElseIsNotAMachineId(text: String) throws {
+        let problem = try #require(MachineIDCheck.problem(Array(text.utf8)))
+        #expect(problem.contains("is not a machine id") && !problem.contains("\u{1b}"))
+    }
+
+    @Test func hostileBytesAreQuotedShortAndPrintable() throws {
+        let problem = try #require(MachineIDCheck.problem([0xFF, 0x00, 0x07] + Array(String(repeating: "x", count: 4000).utf8)))
+        #expect(problem.count < 600 && !problem.contains("\u{0}") && !problem.contains("\u{7}"))
+    }
+}
+
+/// `identity reset`: refused in mode on unless forced, whatever else the daemon says.
+@Suite struct IdentityResetRefusal {
+    @Test func onlyModeOnWithoutForceIsRefused() {
+        #expect(IdentityReset.refusal(status: nil, force: false) == nil, "no daemon: nothing runs with the id")
+        #expect(IdentityReset.refusal(status: ["mode": ["mode": "off"]], force: false) == nil)
+        #expect(IdentityReset.refusal(status: ["mode": ["mode": "bluetooth"]], force: false) == nil)
+        let on: JSONValue = ["mode": ["mode": "on", "runtime": ["state": "blocked"]]]
+        #expect(IdentityReset.refusal(status: on, force: false)?.contains("--force") == true)
+        #expect(IdentityReset.refusal(status: on, force: true) == nil)
+        // A status object without a mode (an older or broken daemon) does not block the reset.
+        #expect(IdentityReset.refusal(status: ["mode": 5], force: false) == nil)
+        #expect(IdentityReset.files == ["agent-id", "mesh-token"])
+    }
+}
