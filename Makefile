@@ -154,7 +154,7 @@ demo: build
 	bash Tests/Coordinator/demo.sh
 
 # The generated page of docs/: the configuration reference, printed from the config's key
-# table (Sources/WorkerCore/ConfigKeys.swift); Tests/Suites/docs.sh fails when it is stale.
+# table (Sources/WorkerCore/Config/ConfigKeys.swift); Tests/Suites/docs.sh fails when it is stale.
 docs: build
 	$(BIN) internal config-reference > docs/reference/configuration.md
 
@@ -203,7 +203,7 @@ install-files:
 deb: deps
 	@$(MAKE) --no-print-directory deps APT_PACKAGES="$(DEB_TOOLS)"
 	dpkg-checkbuilddeps
-	@v=$$(sed -n 's/^public let workerVersion = "\(.*\)"$$/\1/p' Sources/WorkerCore/Version.swift); \
+	@v=$$(sed -n 's/^public let workerVersion = "\(.*\)"$$/\1/p' Sources/WorkerCore/Support/Version.swift); \
 	  test "$$(dpkg-parsechangelog -S Version)" = "$$v" || \
 	  { echo "debian/changelog's version is not workerVersion ($$v): add a changelog entry (dch -v $$v)"; exit 1; }
 	rm -rf .build/deb

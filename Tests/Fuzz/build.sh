@@ -67,7 +67,7 @@ build_module() {
     swiftc -parse-as-library -emit-library -static -wmo -module-name "$name" \
         -emit-module -emit-module-path "$OUT/$name.swiftmodule" -o "$lib.tmp" \
         -sanitize=fuzzer,address "$OPT" -enable-testing -suppress-warnings -swift-version 6 \
-        -I "$OUT" "${C_INCLUDES[@]}" Sources/"$name"/*.swift 2>&1 | grep -v "Cannot export local symbol" >&2 || true
+        -I "$OUT" "${C_INCLUDES[@]}" $(find Sources/"$name" -name "*.swift" | sort) 2>&1 | grep -v "Cannot export local symbol" >&2 || true
     [ -f "$lib.tmp" ] || { echo "fuzz build: module $name failed" >&2; exit 1; }
     mv "$lib.tmp" "$lib"
 }

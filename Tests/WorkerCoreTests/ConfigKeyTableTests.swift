@@ -23,7 +23,7 @@ import Testing
     /// ones (the least indented) naming sections, and the policy keys it hands to PowerPolicy.
     static func decoderKeys() throws -> Set<String> {
         let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("Sources/WorkerCore/Config.swift")
+            .deletingLastPathComponent().appendingPathComponent("Sources/WorkerCore/Config/Config.swift")
         let text = try String(contentsOf: source, encoding: .utf8)
         guard let start = text.range(of: "public static func decode("),
               let end = text.range(of: "\n    }\n", range: start.upperBound..<text.endIndex) else {
