@@ -177,9 +177,7 @@ check "RuntimeDirectory=edgecoder-worker" eq RuntimeDirectory edgecoder-worker
 check "RuntimeDirectoryMode=0755 (group edgecoder must reach control.sock)" eq RuntimeDirectoryMode 0755
 check "ConfigurationDirectory=edgecoder-worker" eq ConfigurationDirectory edgecoder-worker
 check "LoadCredential= loads the model server's key (backend-api-key) from the credstore" \
-    has_line LoadCredential backend-api-key:/etc/credstore/edgecoder-worker.backend-api-key
-check "LoadCredential= loads the registration token from the credstore" \
-    has_line LoadCredential registration-token:/etc/credstore/edgecoder-worker.registration-token
+    has_line LoadCredential backend-api-key:edgecoder-worker.backend-api-key
 check "User=edgecoder-worker" eq User edgecoder-worker
 check "no DynamicUser=yes (static sysusers user)" not_yes DynamicUser
 check "SupplementaryGroups includes bluetooth (BlueZ D-Bus policy)" has_item SupplementaryGroups bluetooth
