@@ -155,10 +155,10 @@ printf '%s\n' "$out" | sed 's/^/# enroll: /'
 check "enroll --coordinator URL --token-stdin --on: registered (exit $rc)" \
   bash -c '[[ $1 == 0 ]] && grep -q "registered with" <<<"$2"' _ "$rc" "$out"
 CRED=/etc/credstore/edgecoder-worker.registration-token
-mp=$(prop MainPID)
-echo "# the daemon (pid $mp) sees: $(nsenter -t "$mp" -m ls -l /run/credentials/$UNIT/ 2>&1 | tr '\n' ' '); env: $(tr '\0' '\n' </proc/$mp/environ 2>/dev/null | grep CRED | tr '\n' ' ')"
-echo "# /etc/credstore: $(ls -la /etc/credstore 2>&1 | tr '\n' ' ')"
-journalctl -b -u $UNIT --no-pager -o cat | grep -i -E "credential|regist|token" | tail -n 8 | sed 's/^/# journal: /'
+# This VM's systemd hands units no credentials (LoadCredential= gives even a root transient
+# unit an empty $CREDENTIALS_DIRECTORY), so the coordinator here asks for no token; that the
+# daemon sends the credential's token is tested in-process (Tests/IntegrationTests).
+echo "# LoadCredential= in this VM: $(systemd-run --wait --pipe --quiet -p LoadCredential=x:$CRED sh -c 'ls -A "$CREDENTIALS_DIRECTORY" | wc -l' 2>&1 | tr '\n' ' ') file(s) in a transient unit's credentials"
 check "the token is in the credential file only, 0600 root" \
   bash -c '[[ "$(stat -c "%a %U" "$1")" == "600 root" && "$(cat "$1")" == "$2" ]]' _ "$CRED" "$ENROLL_TOKEN"
 check "the token is not in the config, enroll's output or the journal" \
