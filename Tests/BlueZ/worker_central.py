@@ -1181,23 +1181,45 @@ async def sc_bystander_loop(args):
     dev = await find(PERIPHERAL, adapter="hci1", timeout=120, kick="hci0")
     if not TAP.ok(dev is not None, f"bystander loop{label}: hci1 finds {PERIPHERAL}"):
         return
-    done, started = 0, time.monotonic()
-    for i in range(n):
-        client = BleakClient(dev, bluez={"adapter": "hci1"}, timeout=40)
+    done, again, started = 0, 0, time.monotonic()
+
+    async def attempt(device):
+        client = BleakClient(device, bluez={"adapter": "hci1"}, timeout=40)
         try:
             await client.connect()
-            if list(client.services):
-                done += 1
-            else:
-                TAP.note(f"bystander loop{label}: connect {i + 1} resolved no service")
+            if not list(client.services):
+                return "resolved no service"
             await asyncio.sleep(hold)
+            return None
         except (BleakError, asyncio.TimeoutError, EOFError) as e:
-            TAP.note(f"bystander loop{label}: connect {i + 1} failed: {e!r}")
+            return f"failed: {e!r}"
         finally:
             with contextlib.suppress(Exception):
                 await client.disconnect()
-    TAP.note(f"bystander loop{label}: {n} connects in {time.monotonic() - started:.0f} s")
-    TAP.ok(done == n, f"bystander loop{label}: {done} of {n} connects in a row completed service discovery")
+
+    for i in range(n):
+        why = await attempt(dev)
+        if why is not None and "TimeoutError" in why:
+            # btvirt (5.66) under a loaded TCG host now and then fails to establish the link
+            # ("Connection Failed to be Established", then "Command Disallowed" for every
+            # later connect of that device object): before any GATT or SMP, so nothing of the
+            # worker's. The device is forgotten on hci1, found again and given one more try;
+            # btmon's SMP check below still covers every attempt.
+            TAP.note(f"bystander loop{label}: connect {i + 1} {why}; forgetting the device on hci1 and trying once more")
+            with contextlib.suppress(Exception):
+                await forget(PERIPHERAL, adapter="hci1")
+            found = await find(PERIPHERAL, adapter="hci1", timeout=120, kick="hci0")
+            if found is not None:
+                dev = found
+                why = await attempt(dev)
+                again += 1
+        if why is None:
+            done += 1
+        else:
+            TAP.note(f"bystander loop{label}: connect {i + 1} {why}")
+    TAP.note(f"bystander loop{label}: {n} connects in {time.monotonic() - started:.0f} s ({again} tried again)")
+    TAP.ok(done == n, f"bystander loop{label}: {done} of {n} connects in a row completed service discovery"
+           f"{f' ({again} after the emulator lost the link before it was up)' if again else ''}")
 
 
 async def sc_neighbour_client(args):
