@@ -5,9 +5,9 @@
 # discovery with no pairing attempt toward it in btmon (bystanders); bluetooth.security and
 # the pairing agent and window (security). It is Tests/Suites/bluetooth.sh with those three
 # phases, which that suite leaves out, so that `make test` runs the two VMs side by side.
-# bystanders stays after neighbours: run alone in a fresh VM (no pad connection from hci2
-# first), its loop lost connects to btvirt ("Connection Failed to be Established", then
-# "Command Disallowed") in two full runs of two.
+# The bystander loop pauses a second between connects: the worker's kernel re-arms its
+# advertising 35-50 ms after each link ends, and a connect btvirt receives in that gap fails
+# at once and leaves hci1 unable to reach the worker (see sc_bystander_loop).
 # security comes last: after its pairings, Debian 12's guest kernel has crashed in
 # hci_chan_del (list_del) when bluetoothd closed its sockets later (the restart phase).
 # Environment: as bluetooth.sh.

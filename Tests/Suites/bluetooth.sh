@@ -17,7 +17,7 @@
 # (rounds of the proxy phase's first-piece measurement, medians printed; default 1),
 # EDGECODER_BT_STAMP_LOGS=1 (each line of daemon.log and proxy.log carries the wall clock
 # it was logged at, as stamps.log: to follow one request through), EDGECODER_BT_KEEP=1
-# (keep the results folder after a pass), EDGECODER_BT_TIMEOUT (VM seconds, default 3000),
+# (keep the results folder after a pass), EDGECODER_BT_TIMEOUT (VM seconds, default 1800),
 # EDGECODER_LLAMA_CTX (default here 20000: answers of 15000 tokens, over 64 KiB), EDGECODER_BT_RESPONSE_CAP
 # (seconds: caps every wait for a response, for a quick look at a daemon that does not
 # answer), BLUEZ_VM_* (run-in-vm.sh).
@@ -151,7 +151,7 @@ skip_phases=""
 [[ -z "${EDGECODER_BT_PHASES:-}" ]] && skip_phases="${EDGECODER_BT_SKIP_PHASES-neighbours bystanders security}"
 boot_vm() {
   BLUEZ_VM_MEM="${BLUEZ_VM_MEM:-1536}" Tests/BlueZ/vm/run-in-vm.sh \
-    --controllers 4 --host-port "$port" --timeout "${EDGECODER_BT_TIMEOUT:-3000}" --results "$results" "${share_bin[@]}" \
+    --controllers 4 --host-port "$port" --timeout "${EDGECODER_BT_TIMEOUT:-1800}" --results "$results" "${share_bin[@]}" \
     --env "WORKER_BIN=$bin" --env "LLAMA_PORT=$port" --env "BT_PHASES=${EDGECODER_BT_PHASES:-}" --env "BT_SKIP_PHASES=$skip_phases" --env "BT_PROXY_BENCH=${EDGECODER_BT_PROXY_BENCH:-0}" \
     --env "WORKER_RESPONSE_TIMEOUT_CAP=${EDGECODER_BT_RESPONSE_CAP:-}" \
     --env "BT_PACING_SET=${EDGECODER_BT_PACING_SET:-}" --env "BT_PACING_MTUS=${EDGECODER_BT_PACING_MTUS:-}" \

@@ -344,6 +344,24 @@ async def forget(address, adapter=CENTRAL_ADAPTER):
         bus.disconnect()
 
 
+async def power_cycle(adapter=CENTRAL_ADAPTER):
+    """Adapter1.Powered false, then true: the kernel drops every connection and
+    connection attempt it holds for ADAPTER, and powering on resets the controller (HCI
+    Reset), so btvirt forgets its side too."""
+    from dbus_fast import BusType, Message, Variant
+    from dbus_fast.aio import MessageBus
+    bus = await MessageBus(bus_type=BusType.SYSTEM).connect()
+    try:
+        for on in (False, True):
+            await bus.call(Message(
+                destination="org.bluez", path=f"/org/bluez/{adapter}",
+                interface="org.freedesktop.DBus.Properties", member="Set", signature="ssv",
+                body=["org.bluez.Adapter1", "Powered", Variant("b", on)]))
+            await asyncio.sleep(0.5)
+    finally:
+        bus.disconnect()
+
+
 async def att_mtu(client):
     """The connection's ATT MTU: bluetoothd's GattCharacteristic1.MTU of the first
     characteristic (BlueZ >= 5.62). bleak's mtu_size says 23 unless _acquire_mtu() ran,
