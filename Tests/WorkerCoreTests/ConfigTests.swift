@@ -183,6 +183,32 @@ import Testing
         #expect(problems(#"{"bluetooth": {"pairingAgent": "desktop"}}"#).first?.message == #"must be one of "auto", "worker", "host", got "desktop""#)
     }
 
+    @Test func executionKeysHaveTheirDefaultsAndAreRead() throws {
+        #expect(WorkerConfig().execution.mode == .auto && WorkerConfig().execution.engine == "podman" && WorkerConfig().execution.timeoutMs == 4_000)
+        let config = try WorkerConfig.parse(Array(#"{"execution": {"mode": "container", "engine": "/usr/bin/docker", "engineArguments": ["--runtime", "runc"], "image": "registry.example/sbx:2", "timeoutMs": 10000}}"#.utf8))
+        #expect(config.execution.mode == .container && config.execution.engine == "/usr/bin/docker")
+        #expect(config.execution.engineArguments == ["--runtime", "runc"] && config.execution.image == "registry.example/sbx:2" && config.execution.timeoutMs == 10_000)
+    }
+
+    @Test(arguments: [
+        (#"{"execution": {"mode": "docker"}}"#, "execution.mode", "must be one of"),
+        (#"{"execution": {"engine": "podman --remote"}}"#, "execution.engine", "without spaces"),
+        (#"{"execution": {"engine": ""}}"#, "execution.engine", "must not be empty"),
+        (#"{"execution": {"engineArguments": "--runtime runc"}}"#, "execution.engineArguments", "must be a list"),
+        (#"{"execution": {"engineArguments": ["a b"]}}"#, "execution.engineArguments[0]", "without spaces"),
+        (#"{"execution": {"engineArguments": [1]}}"#, "execution.engineArguments[0]", "must be a string"),
+        (#"{"execution": {"engineArguments": [\#(Array(repeating: "\"x\"", count: 33).joined(separator: ","))]}}"#, "execution.engineArguments", "at most 32"),
+        (#"{"execution": {"image": "--privileged"}}"#, "execution.image", "image name"),
+        (#"{"execution": {"image": "a\nb"}}"#, "execution.image", "image name"),
+        (#"{"execution": {"timeoutMs": 100}}"#, "execution.timeoutMs", "500…600000"),
+        (#"{"execution": {"network": true}}"#, "execution.network", "unknown key"),
+        (#"{"execution": []}"#, "execution", "must be an object"),
+    ])
+    func refusesABadExecutionKey(text: String, path: String, message: String) {
+        let found = problems(text)
+        #expect(found.contains { $0.path == path && $0.message.contains(message) }, "\(found)")
+    }
+
     @Test func reportsEveryProblemAtOnce() {
         let found = problems(#"{"x": 1, "coordinator": {"url": "gopher://a", "pullIntervalMs": true}, "policy": {"minBatteryPct": -5}}"#)
         #expect(found.map(\.path) == ["x", "coordinator.url", "coordinator.pullIntervalMs", "policy.minBatteryPct"])

@@ -96,6 +96,19 @@ public struct WorkerConfig: Sendable, Equatable {
     }
     public var bluetooth = Bluetooth()
 
+    /// Code subtasks: whether their programs run, and in what (docs/operating/sandbox.md).
+    public struct Execution: Sendable, Equatable {
+        public var mode: ExecutionMode = .auto
+        /// The container engine's command: a name looked up on `PATH` or an absolute path.
+        public var engine = "podman"
+        /// Global arguments before `run` (`--runtime runc` where crun cannot run).
+        public var engineArguments: [String] = []
+        public var image = "localhost/edgecoder-sandbox:1"
+        public var timeoutMs: Int64 = 4_000
+        public init() {}
+    }
+    public var execution = Execution()
+
     public struct Hooks: Sendable, Equatable {
         public var networkRestored: String?
         public var timeoutMs: Int64 = 10_000
@@ -328,6 +341,24 @@ extension WorkerConfig {
                     default: reader.unknown(path)
                     }
                 }
+            case "execution":
+                guard let object = reader.object(value, path: path) else { return }
+                reader.members(of: object, path: path) { reader, key, value, path in
+                    switch key {
+                    case "mode": reader.choice(value, path: path, ExecutionMode.self).map { config.execution.mode = $0 }
+                    case "engine":
+                        if let engine = reader.string(value, path: path, maxLength: 256, nonEmpty: true) {
+                            if ConfigReader.isCommandWord(engine) { config.execution.engine = engine } else { reader.problem(path, "must be a command name or an absolute path without spaces, got \"\(printable(engine))\"") }
+                        }
+                    case "engineArguments": reader.words(value, path: path, max: 32).map { config.execution.engineArguments = $0 }
+                    case "image":
+                        if let image = reader.string(value, path: path, maxLength: 256, nonEmpty: true) {
+                            if ConfigReader.isCommandWord(image), !image.hasPrefix("-") { config.execution.image = image } else { reader.problem(path, "must be an image name like \"localhost/edgecoder-sandbox:1\", got \"\(printable(image))\"") }
+                        }
+                    case "timeoutMs": reader.int(value, path: path, 500...600_000).map { config.execution.timeoutMs = $0 }
+                    default: reader.unknown(path)
+                    }
+                }
             case "hooks":
                 guard let object = reader.object(value, path: path) else { return }
                 reader.members(of: object, path: path) { reader, key, value, path in
@@ -489,6 +520,30 @@ struct ConfigReader {
             if !hosts.contains(text.lowercased()) { hosts.append(text.lowercased()) }
         }
         return hosts
+    }
+
+    /// Printable ASCII without spaces: one word of a command line, never split or quoted.
+    static func isCommandWord(_ text: String) -> Bool {
+        !text.isEmpty && text.unicodeScalars.allSatisfy { $0.value > 0x20 && $0.value < 0x7F }
+    }
+
+    /// A list of command-line words (`execution.engineArguments`).
+    mutating func words(_ value: JSONValue, path: String, max: Int) -> [String]? {
+        guard case .array(let items) = value else {
+            problem(path, "must be a list of strings like [\"--runtime\", \"runc\"], got \(value.typeDescription)")
+            return nil
+        }
+        guard items.count <= max else { problem(path, "must list at most \(max) arguments, got \(items.count)"); return nil }
+        var words: [String] = []
+        for (index, item) in items.enumerated() {
+            guard let word = string(item, path: "\(path)[\(index)]", maxLength: 1024, nonEmpty: true) else { return nil }
+            guard ConfigReader.isCommandWord(word) else {
+                problem("\(path)[\(index)]", "must be printable ASCII without spaces, got \"\(printable(word))\"")
+                return nil
+            }
+            words.append(word)
+        }
+        return words
     }
 
     /// `bluetooth.allowedClients`: `"any"`, `"bonded"` or a list of device addresses.

@@ -68,6 +68,9 @@ public struct Subtask: Sendable, Equatable {
     public var kind: String
     public var input: String
     public var timeoutMs: Int64
+    /// The language of the program a code subtask asks for (EdgeCoder's coordinator sends
+    /// one with every subtask); nil when absent: the model's text answers it.
+    public var language: CodeLanguage? = nil
 
     /// Bounds on what we accept from a coordinator.
     public static let maxInputBytes = 1_048_576
@@ -96,7 +99,18 @@ public struct Subtask: Sendable, Equatable {
         }
         var timeout = defaultTimeoutMs
         if let given = value["timeoutMs"]?.doubleValue, given.isFinite, given >= 1 { timeout = Int64(min(given, 86_400_000)) }
-        return .success(Subtask(id: id, taskID: taskID, kind: value["kind"]?.stringValue ?? "single_step", input: input, timeoutMs: timeout))
+        var language: CodeLanguage?
+        switch value["language"] {
+        case nil, .null?: language = nil
+        case .string(let name)?:
+            guard let known = CodeLanguage(rawValue: name) else {
+                return .failure(.unrunnable(id: id, taskID: taskID, reason: "malformed_subtask: language \"\(printable(name, limit: 32))\" is not one of python, javascript"))
+            }
+            language = known
+        case let other?:
+            return .failure(.unrunnable(id: id, taskID: taskID, reason: "malformed_subtask: language is \(other.typeDescription), not a string"))
+        }
+        return .success(Subtask(id: id, taskID: taskID, kind: value["kind"]?.stringValue ?? "single_step", input: input, timeoutMs: timeout, language: language))
     }
 
     /// Ids end up in file names and logs: printable ASCII without separators, bounded.
@@ -280,6 +294,7 @@ public enum RecoveryPlan {
             if subtask.kind.utf8.count <= JournalEntry.maxKindBytes { stored["kind"] = .string(subtask.kind) }
             stored["input"] = .string(subtask.input)
             stored["timeoutMs"] = .int(subtask.timeoutMs)
+            if let language = subtask.language { stored["language"] = .string(language.rawValue) }
             return ["pulledAtMs": .int(pulledAtMs), "subtask": .object(stored)]
         }
 
