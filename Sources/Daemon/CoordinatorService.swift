@@ -134,7 +134,8 @@ actor CoordinatorLink {
             }
             let telemetry = await daemon.powerTelemetryJSON()
             let body = CoordinatorWire.register(agentID: agentID, version: workerVersion, registrationToken: await registrationToken(),
-                                                provider: config.backend.kind, telemetry: telemetry)
+                                                provider: config.backend.kind, telemetry: telemetry,
+                                                sandboxMode: await daemon.execution.decision.sandboxMode)
             switch try await call(.register, body) {
             case .registered(let token):
                 registered = true
@@ -189,7 +190,8 @@ actor CoordinatorLink {
     func heartbeatBody() async -> JSONValue {
         let swapping = await daemon.modelSwitch?.inProgress ?? false
         return CoordinatorWire.heartbeat(agentID: agentID, telemetry: await daemon.powerTelemetryJSON(), activeModel: await daemon.activeModel,
-                                         activeModelParamSize: await daemon.activeModelParamSize, modelSwapInProgress: swapping)
+                                         activeModelParamSize: await daemon.activeModelParamSize, modelSwapInProgress: swapping,
+                                         sandboxMode: await daemon.execution.decision.sandboxMode)
     }
 
     /// A heartbeat the coordinator took: the conduct record learns it, and a gap it reveals holds work.
@@ -302,6 +304,10 @@ public struct CoordinatorService: Service {
     let clock: any WorkerClock
     /// The service manager's notification socket (sd_notify), for EXTEND_TIMEOUT_USEC.
     let notify: @Sendable (String) -> Void
+    /// Where code subtasks' programs run; nil: never (every subtask answered as text).
+    let sandbox: (any ProgramSandbox)?
+    /// While no container engine is usable, mode on looks again this often.
+    let sandboxRecheckMs: Int64
 
     /// While a stop waits for a subtask, systemd is told this often that the stop goes on.
     static let stopExtensionStepMs: Int64 = 5_000
@@ -310,7 +316,10 @@ public struct CoordinatorService: Service {
     /// paces heartbeats, pulls and backoff and stamps the journal; `notify` reaches systemd.
     public init(daemon: WorkerDaemon, config: WorkerConfig, directory: StateDirectory, logger: Logger,
                 transport: any HTTPTransport = HTTPClient.shared, clock: any WorkerClock = SystemClock(),
-                notify: @escaping @Sendable (String) -> Void = { ServiceManager.notify($0) }) {
+                notify: @escaping @Sendable (String) -> Void = { ServiceManager.notify($0) },
+                sandbox: (any ProgramSandbox)? = nil, sandboxRecheckMs: Int64 = 60_000) {
+        self.sandbox = sandbox
+        self.sandboxRecheckMs = sandboxRecheckMs
         self.daemon = daemon
         self.config = config
         self.directory = directory
@@ -354,6 +363,10 @@ public struct CoordinatorService: Service {
         let journal = WorkJournal(writer: daemon.writer)
         await link.update { $0.outboxDepth = journal.outboxDepth }
         logger.info("coordinator session starting (\(config.coordinator.url ?? "?"))")
+        // The registration says whether programs run in a container (sandboxMode), so the
+        // engine is looked at first; the look is bounded by its own timeouts.
+        await daemon.forgetSandbox()
+        _ = try? await stop.cancelling { await checkSandbox() }
         while !stop.isTriggered {
             do {
                 // Registration and the heartbeat loop end at once on stop; the work loop
@@ -381,12 +394,49 @@ public struct CoordinatorService: Service {
         logger.info("coordinator session stopped")
     }
 
+    /// Looks at the container engine (when `execution.mode` may use it) and publishes what
+    /// it found; a change of `sandboxMode` is sent with a heartbeat at once.
+    func checkSandbox() async {
+        guard let sandbox else {
+            await daemon.updateSandbox(.unusable("this daemon was started without a container sandbox"))
+            return
+        }
+        guard await daemon.config.execution.mode != .text else {
+            await daemon.updateSandbox(.unusable("not looked at: execution.mode is text"))
+            return
+        }
+        let before = await daemon.execution.decision.sandboxMode
+        let found = await sandbox.check()
+        await daemon.updateSandbox(found)
+        if case .unusable(let why) = found { logger.warning("no container engine for code subtasks: \(why)") }
+        if await daemon.execution.decision.sandboxMode != before { daemon.heartbeatRequested.set(true) }
+    }
+
+    /// Beside the heartbeats: while no engine is usable, looks again every
+    /// `sandboxRecheckMs` (an image built meanwhile is taken without a restart); while one
+    /// is, only when a run says the engine failed.
+    func watchSandbox() async throws {
+        guard sandbox != nil else { return }
+        let asked = daemon.sandboxCheckRequested
+        while true {
+            let usable = if case .usable = await daemon.execution.sandbox { true } else { false }
+            let clock = self.clock, wait = sandboxRecheckMs
+            _ = try await race({
+                if usable { await suspendUntilCancelled() } else { try await clock.sleep(milliseconds: wait) }
+            }, { await asked.wait(for: true) })
+            try Task.checkCancellation()
+            asked.set(false)
+            await checkSandbox()
+        }
+    }
+
     /// Every heartbeatIntervalMs, with telemetry; 401 re-registers, blacklisting stops.
     /// A model switch asked in an answer runs beside the heartbeats, which go on.
     func heartbeats(_ link: CoordinatorLink) async throws {
         let switcher = ModelSwitcher(link: link, daemon: daemon, backend: backend, config: config, clock: clock,
                                      logger: logger, holdPollMs: config.coordinator.pullIntervalMs)
         try await withThrowingDiscardingTaskGroup { group in
+            group.addTask { try await watchSandbox() }
             while true {
                 try await heartbeat(link)
                 link.firstHeartbeat.set(true)
@@ -613,14 +663,27 @@ public struct CoordinatorService: Service {
         // The subtask's timeoutMs is advisory: the coordinator takes a late result, and an
         // answer cut at it would be a failure the swarm gains nothing from. The operator's
         // backend.timeoutMs bounds it.
-        let request = ModelRequest(prompt: subtask.input, maxTokens: Int(config.backend.maxTokens), timeoutMs: config.backend.timeoutMs)
         let backend = self.backend.using(model: await daemon.activeModel)
         let clock = self.clock
         let grace = config.coordinator.stopGraceMs
-        // The generation races the stop plus its grace; losing leaves the journal entry.
-        let outcome: Result<ModelOutput, ModelError>?
-        switch await race({ () async -> Result<ModelOutput, ModelError> in
-            do throws(ModelError) { return .success(try await backend.generate(request)) } catch { return .failure(error) }
+        // A code subtask's program runs in the container when one is in force; otherwise
+        // (and for a subtask without a language) the model's text answers it.
+        let coder: CodeSubtaskRunner? = if let sandbox, subtask.language != nil, await daemon.execution.decision.answering == .container {
+            CodeSubtaskRunner(backend: backend, sandbox: sandbox, maxTokens: Int(config.backend.maxTokens), timeoutMs: config.backend.timeoutMs)
+        } else {
+            nil
+        }
+        if coder != nil { logger.info("subtask \(subtask.id) is \(subtask.language?.rawValue ?? "?") code: its program runs in the sandbox", [("subtask", subtask.id)]) }
+        // The work races the stop plus its grace; losing leaves the journal entry.
+        let outcome: SubtaskFault?
+        switch await race({ () async -> SubtaskFault in
+            if let coder, let language = subtask.language {
+                let loop = await coder.run(task: subtask.input, language: language)
+                if case .success(.engineFailed) = loop { daemon.sandboxCheckRequested.set(true) }
+                return SubtaskFault.classify(loop)
+            }
+            let request = ModelRequest(prompt: subtask.input, maxTokens: Int(config.backend.maxTokens), timeoutMs: config.backend.timeoutMs)
+            do throws(ModelError) { return SubtaskFault.classify(.success(try await backend.generate(request))) } catch { return SubtaskFault.classify(Result<ModelOutput, ModelError>.failure(error)) }
         }, {
             await stop.wait()
             // Cancelled (not stopped) when the answer won the race: nothing to extend.
@@ -639,7 +702,22 @@ public struct CoordinatorService: Service {
         }
         let ended = clock.wallMs()
         let result: SubtaskResult
-        switch SubtaskFault.classify(outcome) {
+        switch outcome {
+        case .program(true, let output, let error):
+            await daemon.updateConduct { $0.localSuccess() }
+            result = SubtaskResult(subtaskID: subtask.id, taskID: subtask.taskID, ok: true, output: output, error: error, durationMs: ended - started)
+            if let rules = await monitorWouldFlag(result) {
+                logger.warning("subtask \(subtask.id)'s program printed \(output.utf16.count) characters in \(result.durationMs) ms; the coordinator's monitor may count it (\(rules))", [("subtask", subtask.id)])
+            }
+        case .program(false, let output, let error):
+            // The model did its part; the program failed as it would on any agent.
+            await daemon.updateConduct { $0.localSuccess() }
+            result = SubtaskResult(subtaskID: subtask.id, taskID: subtask.taskID, ok: false, output: output, error: error ?? "the program failed", durationMs: ended - started)
+            if let rules = await monitorWouldFlag(result) {
+                logger.warning("subtask \(subtask.id)'s program failed but the failure is not posted: the coordinator's monitor would count it (\(rules)); released", [("subtask", subtask.id)])
+                try await release(subtask, journal: journal, record: &record, why: "program failed", fault: false, counted: .monitorWouldFlag)
+                return
+            }
         case .none(let text):
             await daemon.updateConduct { $0.localSuccess() }
             result = SubtaskResult(subtaskID: subtask.id, taskID: subtask.taskID, ok: true, output: text, durationMs: ended - started)
@@ -737,6 +815,8 @@ public struct CoordinatorService: Service {
             return (hold.reason, "until \(formatUTC(milliseconds: hold.untilMs)): \(hold.reason.explanation)", false)
         }
         if let model = await daemon.modelNotReady { return (.modelUnavailable, model.why, !model.probed) }
+        let execution = await daemon.execution
+        if execution.decision.answering == .held { return (.sandboxUnavailable, execution.decision.why, execution.sandbox == .unknown) }
         return nil
     }
 

@@ -1,4 +1,5 @@
 import ModelBackend
+import WorkerCore
 
 /// Whose fault a subtask's failure is, which decides what the coordinator hears of it. A
 /// result, ok or not, completes the subtask for the whole swarm, so a failure of this host
@@ -8,6 +9,10 @@ import ModelBackend
 enum SubtaskFault: Equatable {
     /// No fault: the model's text, posted as `ok: true`.
     case none(String)
+    /// A code subtask's program ran: posted as it ended (`ok` its exit status, `output`
+    /// its stdout, `error` its stderr). A failing program is the subtask's outcome, not
+    /// this host's fault: any agent running it would post the same.
+    case program(ok: Bool, output: String, error: String?)
     /// The subtask's own: answered `ok: false` with this reason.
     case subtask(String)
     /// The host's: released, counted towards the circuit breaker. `backendDown` when the
@@ -29,6 +34,15 @@ enum SubtaskFault: Equatable {
         case .failure(let error):
             if case .rejected(let status) = error.kind, inputRefusals.contains(status) { return .subtask(error.wireText) }
             return .host(error.wireText, backendDown: error.kind == .unavailable || error.kind == .modelNotFound)
+        }
+    }
+
+    static func classify(_ outcome: Result<CodeLoop.Outcome, ModelError>) -> SubtaskFault {
+        switch outcome {
+        case .success(.answered(let ok, let output, let error, _)): return .program(ok: ok, output: output, error: error)
+        case .success(.noProgram(let why)): return .host("model_no_program: \(why)", backendDown: false)
+        case .success(.engineFailed(let why)): return .host("sandbox_unavailable: \(why)", backendDown: false)
+        case .failure(let error): return classify(Result<ModelOutput, ModelError>.failure(error))
         }
     }
 }

@@ -531,6 +531,39 @@ public actor WorkerDaemon {
         }
     }
 
+    // MARK: Code subtasks
+
+    /// What the last look at the container engine found, and when (mode on looks).
+    private var sandbox: (availability: SandboxAvailability, atMs: Int64?) = (.unknown, nil)
+    /// Set to ask mode on to look at the container engine again (a run the engine failed).
+    public nonisolated let sandboxCheckRequested = StateSignal(false)
+    /// True once mode on's first look at the engine is done (or none is needed).
+    public nonisolated let sandboxChecked = StateSignal(false)
+
+    public func updateSandbox(_ availability: SandboxAvailability) {
+        let before = execution.decision
+        sandbox = (availability, clock())
+        sandboxChecked.set(true)
+        let after = execution.decision
+        if after != before {
+            logger.notice("code subtasks: \(after.why) (sandboxMode \(after.sandboxMode))")
+            record(EventDraft(kind: .executionChanged, reason: "\(after.answering.rawValue): \(after.why)"))
+        }
+        updateServiceStatus()
+    }
+
+    /// A new mode-on session looks at the engine afresh.
+    public func forgetSandbox() {
+        sandbox = (.unknown, nil)
+        sandboxChecked.set(false)
+    }
+
+    /// How code subtasks are answered now.
+    public var execution: ExecutionStatus {
+        ExecutionStatus(mode: config.execution.mode, engine: config.execution.engine, image: config.execution.image,
+                        sandbox: sandbox.availability, checkedAtMs: sandbox.atMs)
+    }
+
     public func updateModel(state: String, detail: String) {
         model = (state, detail, clock())
         modelReady.set(state == "ready")
@@ -806,7 +839,7 @@ public actor WorkerDaemon {
                                             configuredModel: config.backend.model, switchedModel: switchedModel, modelSwitch: modelSwitch),
             activeRuntimes: Set(Mode.allCases.filter { runtimeActive($0) }),
             recovered: recovered.map { StatusSnapshot.RecoveredFile(file: $0.file, movedTo: $0.movedTo, problem: $0.problem, timeMs: $0.timeMs) },
-            eventCount: eventLog.events.count, lastEventSeq: eventLog.nextSeq - 1, counters: counters)
+            eventCount: eventLog.events.count, lastEventSeq: eventLog.nextSeq - 1, counters: counters, execution: execution)
     }
 
     /// One line for systemd's STATUS= and the first line of `status`.

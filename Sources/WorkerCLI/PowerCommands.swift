@@ -366,6 +366,21 @@ struct DoctorCommand: Command {
         }
         report["bluetooth"] = .object(bluetoothReport)
         report["model"] = model.json
+        // Code subtasks: whether their programs run, as mode on last found the engine.
+        if let execution = daemonStatus["execution"] {
+            report["execution"] = execution
+            let why = execution["why"]?.stringValue ?? ""
+            switch execution["answering"]?.stringValue {
+            case "held"?:
+                advice.append("\(LocalHoldReason.sandboxUnavailable.rawValue): \(why); 'edgecoder-worker sandbox check' says what the engine answers, 'edgecoder-worker sandbox build' makes the image")
+            case "text"? where execution["mode"]?.stringValue == ExecutionMode.auto.rawValue && execution["sandbox"]?.stringValue == "unusable":
+                // Work goes on as text: listed, not counted as a problem.
+                let note = "code subtasks are answered as text: \(why); the coordinator keeps its tenants' work for agents with a sandbox ('edgecoder-worker sandbox build' makes the image)"
+                advice.append(note)
+                notes.append(note)
+            default: break
+            }
+        }
         // Mode on's own holds, and what the coordinator's behaviour monitor would find.
         if let coordinator = daemonStatus["coordinator"], let conduct = coordinator["conduct"] {
             report["coordinatorConduct"] = conduct

@@ -12,7 +12,7 @@ Usage: coordinator_suite.py BINARY [--only NAME[,NAMEâ€¦]] [--except NAME[,NAMEâ
 workers and model server, as in a serial run), and prints each one's lines whole when it
 ends. own-load measures the host's CPU: run it alone (--only own-load), never beside others.
 """
-import json, os, shutil, signal, socket, subprocess, sys, tempfile, time, urllib.request
+import contextlib, json, os, shutil, signal, socket, subprocess, sys, tempfile, time, urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -1051,11 +1051,105 @@ def sandbox_required(model):
         w.cleanup(); c.stop()
 
 
+class CoderModel:
+    """Tests/ModelServer/coder_model.py: a stand-in model that writes the programs the
+    subtask's text scripts (the tiny llama.cpp model writes random words)."""
+    def __init__(self, delay_ms=300):
+        self.log = tempfile.mktemp(prefix="ecw-coder-", suffix=".jsonl")
+        self.process = subprocess.Popen([sys.executable, os.path.join(ROOT, "Tests/ModelServer/coder_model.py"), "--port", "0",
+                                         "--delay-ms", str(delay_ms), "--log", self.log],
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.url = self.process.stdout.readline().strip().split(" ")[-1]
+
+    def prompts(self):
+        try:
+            with open(self.log) as f:
+                return [json.loads(line)["prompt"] for line in f]
+        except FileNotFoundError:
+            return []
+
+    def stop(self):
+        self.process.terminate()
+        self.process.wait(timeout=5)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.log)
+
+
+def sandbox_execution(mode):
+    """execution.* for the container engine of this host: ECW_SANDBOX_ENGINE_ARGS (a JSON
+    list, e.g. ["--runtime","runc"] where crun cannot run) and ECW_SANDBOX_IMAGE."""
+    execution = {"mode": mode, "engineArguments": json.loads(os.environ.get("ECW_SANDBOX_ENGINE_ARGS", "[]"))}
+    if os.environ.get("ECW_SANDBOX_IMAGE"):
+        execution["image"] = os.environ["ECW_SANDBOX_IMAGE"]
+    return execution
+
+
+TENANT = {"projectId": "p", "tenantId": "acme", "resourceClass": "cpu", "priority": 50}
+
+
+@scenario("code")
+def code_subtasks(model):
+    """#29: code subtasks as EdgeCoder's swarm workers do them. With execution.mode text the
+    worker registers sandboxMode none and a tenant's subtask stays queued (sandboxRequired);
+    with a usable container engine it registers docker, gets the work, and posts what the
+    programs printed: a broken first program is fixed by the reflection (python and
+    javascript), a program that fails twice is posted as failed with its stderr.
+    Needs the sandbox image (Tests/Suites/sandbox.sh builds it and runs this)."""
+    coder = CoderModel()
+    c = Coordinator()
+    backend = {"kind": "openai", "url": coder.url, "model": "coder"}
+    w = Worker(c.url, backend, extra={"execution": sandbox_execution("text")})
+    try:
+        w.start(); w.cli("mode", "on")
+        check(wait_for(lambda: c.state()["registrations"], timeout=20) and c.state()["registrations"][-1]["body"].get("sandboxMode") == "none",
+              "execution.mode text: registered with sandboxMode none", c.state()["registrations"][-1:])
+        c.dev("POST", "/_dev/subtasks", [{"id": "py-1", "language": "python", "projectMeta": TENANT,
+                                          "input": "Print the sum of 1 to 10.\nfirst: print(sum(range(1, 11))\nprogram: print(sum(range(1, 11)))"}])
+        check(wait_for(lambda: w.status()["power"]["held"].get("sandbox-required", 0) >= 1, timeout=20),
+              "a tenant's subtask is kept from it (sandboxRequired)", w.status()["power"]["held"])
+        check(w.status()["execution"]["answering"] == "text", "status: code subtasks answered as text", w.status()["execution"])
+        check(w.stop() == 0, "stopped")
+
+        w2 = Worker(c.url, backend, extra={"execution": sandbox_execution("container"), "coordinator": {"pullIntervalMs": 1000}})
+        w.cleanup()
+        w = w2
+        w.start(); w.cli("mode", "on")
+        check(wait_for(lambda: any(r["body"].get("sandboxMode") == "docker" for r in c.state()["registrations"]), timeout=60),
+              "with a usable engine: registered with sandboxMode docker", [r["body"].get("sandboxMode") for r in c.state()["registrations"]])
+        c.dev("POST", "/_dev/subtasks", [
+            {"id": "js-1", "language": "javascript", "projectMeta": TENANT,
+             "input": "Print twice the sum of 1, 2 and 3.\nfirst: console.log([1, 2, 3].reduce((a, b) => a + b) * 2\nprogram: console.log([1, 2, 3].reduce((a, b) => a + b, 0) * 2)"},
+            {"id": "fail-1", "language": "python", "projectMeta": TENANT,
+             "input": "Fail on purpose.\nprogram: import sys\\nprint('half way')\\nsys.stderr.write('boom on purpose\\n')\\nsys.exit(3)"},
+        ])
+        ids = ["py-1", "js-1", "fail-1"]
+        check(delivered(c, ids, timeout=180), "the three code subtasks are claimed, run and posted", json.dumps(c.results())[:600])
+        by_id = {r["subtaskId"]: r for r in c.results()["results"]}
+        py, js, fail = by_id.get("py-1", {}), by_id.get("js-1", {}), by_id.get("fail-1", {})
+        check(py.get("ok") is True and py.get("output") == "55\n", "python: the broken program was fixed by the reflection; output is its stdout", py)
+        check(js.get("ok") is True and js.get("output") == "12\n", "javascript: the same, run by node", js)
+        check(fail.get("ok") is False and fail.get("output") == "half way\n" and "boom on purpose" in (fail.get("error") or ""),
+              "a program that fails twice: ok false, its stdout and its stderr", fail)
+        prompts = coder.prompts()
+        reflections = [p for p in prompts if "What went wrong" in p]
+        check(any("print(sum(range(1, 11))" in p and "SyntaxError" in p for p in reflections),
+              "the reflection showed the model its program and python's SyntaxError", [p[-300:] for p in reflections][:2])
+        check(sum(1 for p in prompts if "numbered list of steps" in p) == 3, "one plan per subtask", len(prompts))
+        beats = [h["body"].get("sandboxMode") for h in c.state()["heartbeats"][-3:]]
+        check(beats and all(b == "docker" for b in beats), "heartbeats say sandboxMode docker", beats)
+        execution = w.status()["execution"]
+        check(execution["answering"] == "container" and execution["sandboxMode"] == "docker", "status: code subtasks run in a container", execution)
+        shown = w.cli("tasks", "show", "py-1", "--json")
+        check(shown.returncode == 0 and json.loads(shown.stdout)["task"]["output"] == "55\n", "tasks show py-1 has the program's output", shown.stdout[:300])
+    finally:
+        w.cleanup(); c.stop(); coder.stop()
+
+
 SCENARIOS = [the_whole_loop, token_lifecycle, forbidden_and_blacklisted, malformed_oversized_hanging_and_gone,
              power_deferred, held_policy, crash_safety, sigterm_grace, stop_extends_systemds_timeout, ollama_backend, backend_key,
              hostile_id, full_disk, largest_values_across_kill, model_switch, own_load,
              model_server_down_then_back, model_ready_wakes_the_pull_loop, model_missing, slow_model_short_timeout, failing_model_is_released, heartbeat_gap_after_mode_off,
-             bhv_restarts, sandbox_required]
+             bhv_restarts, sandbox_required, code_subtasks]
 
 
 def chosen():

@@ -8,4 +8,4 @@
 set -u
 cd "$(dirname "$0")/../.."
 exec python3 Tests/Coordinator/coordinator_suite.py "${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}" \
-  --jobs "${EDGECODER_COORDINATOR_JOBS:-4}" --except own-load
+  --jobs "${EDGECODER_COORDINATOR_JOBS:-4}" --except own-load,code

@@ -285,7 +285,7 @@ private struct Drive {
     @Test func jsonListsEveryReasonInOrderAndRoundTrips() {
         var counters = HoldCounters()
         counters.record(.cpuBusy, count: 7)
-        #expect(counters.json.serialized == #"{"not-charging":0,"draining":0,"battery-low":0,"low-power-mode":0,"thermal":0,"cpu-busy":7,"state-unwritable":0,"metered":0,"host-sleeping":0,"model-unavailable":0,"local-failures":0,"heartbeat-gap":0,"sandbox-required":0}"#)
+        #expect(counters.json.serialized == #"{"not-charging":0,"draining":0,"battery-low":0,"low-power-mode":0,"thermal":0,"cpu-busy":7,"state-unwritable":0,"metered":0,"host-sleeping":0,"model-unavailable":0,"local-failures":0,"heartbeat-gap":0,"sandbox-required":0,"sandbox-unavailable":0}"#)
         #expect(HoldCounters.from(json: counters.json) == counters)
     }
 

@@ -108,8 +108,11 @@ enum DocumentedStatus {
         "coordinator": coordinator, "backend": backend, "bluetooth": bluetooth, "daemon": daemon, "host": host,
         "recoveredStateFiles": .array(of: .object(required: ["file": .string, "movedTo": .string, "problem": .string, "time": .string])),
         "events": .object(required: ["count": .int, "lastSeq": .int]),
-        "counters": counters,
+        "counters": counters, "execution": execution,
     ])
+    static let execution = Shape.object(
+        required: ["mode": .string, "answering": .string, "sandboxMode": .string, "why": .string, "engine": .string, "image": .string, "sandbox": .string],
+        optional: ["sandboxDetail": .string, "checkedAt": .string])
     static let counters = Shape.object(required: [
         "subtasksDone": .int, "subtasksFailed": .int, "subtasksReleased": .map(of: .int), "heartbeatsSent": .int, "heartbeatsFailed": .int,
     ])

@@ -8,7 +8,7 @@ public enum CoordinatorWire {
     public static let maxBodyBytes = 1_048_576
 
     public static func register(agentID: String, version: String, registrationToken: String?,
-                                provider: WorkerConfig.BackendKind, telemetry: JSONValue) -> JSONValue {
+                                provider: WorkerConfig.BackendKind, telemetry: JSONValue, sandboxMode: String = "none") -> JSONValue {
         var body = JSONObject([
             ("agentId", .string(agentID)), ("os", "linux"), ("version", .string(version)), ("mode", "swarm-only"),
         ])
@@ -17,19 +17,23 @@ public enum CoordinatorWire {
         body["clientType"] = .string(clientType)
         body["maxConcurrentTasks"] = 1
         body["powerTelemetry"] = telemetry
+        // `docker` only while programs run in a container: the coordinator then gives
+        // this agent a tenant's subtasks, which need a sandbox.
+        body["sandboxMode"] = .string(sandboxMode)
         return .object(body)
     }
 
     /// `activeModelParamSize` (billions of parameters, a number in the coordinator's
     /// schema) goes only with `activeModel`, and only when known, positive and finite.
     public static func heartbeat(agentID: String, telemetry: JSONValue, activeModel: String?, activeModelParamSize: Double? = nil,
-                                 modelSwapInProgress: Bool = false) -> JSONValue {
+                                 modelSwapInProgress: Bool = false, sandboxMode: String = "none") -> JSONValue {
         var body = JSONObject([("agentId", .string(agentID)), ("powerTelemetry", telemetry)])
         if let activeModel {
             body["activeModel"] = .string(activeModel)
             if let size = activeModelParamSize, size.isFinite, size > 0 { body["activeModelParamSize"] = .double(size) }
         }
         body["modelSwapInProgress"] = .bool(modelSwapInProgress)
+        body["sandboxMode"] = .string(sandboxMode)
         return .object(body)
     }
 

@@ -23,6 +23,8 @@ public enum EventKind: String, Sendable, CaseIterable {
     case workHeld = "work-held"
     /// Pulls in mode on resumed after such a hold.
     case workResumed = "work-resumed"
+    /// How code subtasks are answered changed (a container engine found or lost).
+    case executionChanged = "execution-changed"
 }
 
 /// An event before the log numbers and times it.

@@ -166,14 +166,17 @@ public struct StatusSnapshot: Sendable, Equatable {
     public var lastEventSeq: Int64
     /// What the daemon counted since it started (`metrics`).
     public var counters: WorkCounters
+    /// How code subtasks are answered.
+    public var execution: ExecutionStatus
 
     public init(nowMs: Int64, agentID: String, daemon: Daemon, mode: ModeState, runtime: RuntimeState, network: Network? = nil,
                 lastHook: Hook? = nil, host: HostServices? = nil, hostHold: LocalHoldReason? = nil, power: Power, policy: PowerPolicy, policySources: [String: PolicySource] = [:],
                 coordinatorURL: String? = nil, coordinator: CoordinatorStatus? = nil, conduct: CoordinatorConduct = CoordinatorConduct(), bluetooth: BluetoothStatus = BluetoothStatus(),
                 bluetoothConfiguredAdapter: String? = nil, bluetoothMaxClients: Int64, backend: Backend,
                 activeRuntimes: Set<Mode> = [], recovered: [RecoveredFile] = [], eventCount: Int = 0, lastEventSeq: Int64 = 0,
-                counters: WorkCounters = WorkCounters()) {
+                counters: WorkCounters = WorkCounters(), execution: ExecutionStatus = ExecutionStatus()) {
         self.counters = counters
+        self.execution = execution
         self.nowMs = nowMs
         self.agentID = agentID
         self.daemon = daemon
@@ -222,6 +225,8 @@ public struct StatusReport: Sendable {
                 line += "; new work held: \(hold.reason.rawValue) until \(formatUTC(milliseconds: hold.untilMs))"
             } else if let state = s.backend.modelState, state != "ready" {
                 line += "; new work held: \(LocalHoldReason.modelUnavailable.rawValue) (model backend \(state))"
+            } else if s.execution.decision.answering == .held {
+                line += "; new work held: \(LocalHoldReason.sandboxUnavailable.rawValue)"
             }
         }
         if let path = s.network?.path { line += path.satisfied ? "; network via \(path.interface ?? "?")" : "; network lost" }
@@ -249,6 +254,7 @@ public struct StatusReport: Sendable {
             "coordinator": coordinatorJSON,
             "bluetooth": bluetoothJSON,
             "backend": backendJSON,
+            "execution": s.execution.json,
             "policy": PowerPolicy.showJSON(s.policy, sources: s.policySources),
             "daemon": daemonJSON,
             "host": hostJSON,

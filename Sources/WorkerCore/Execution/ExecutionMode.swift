@@ -59,3 +59,41 @@ public struct ExecutionDecision: Sendable, Equatable {
         }
     }
 }
+
+/// `status`'s `execution`: the configured mode, what the last look at the engine found,
+/// and the decision that follows.
+public struct ExecutionStatus: Sendable, Equatable {
+    public var mode: ExecutionMode
+    public var engine: String
+    public var image: String
+    public var sandbox: SandboxAvailability
+    /// When the engine was last looked at (nil: not yet).
+    public var checkedAtMs: Int64?
+
+    public init(mode: ExecutionMode = .auto, engine: String = "podman", image: String = "localhost/edgecoder-sandbox:1",
+                sandbox: SandboxAvailability = .unknown, checkedAtMs: Int64? = nil) {
+        self.mode = mode
+        self.engine = engine
+        self.image = image
+        self.sandbox = sandbox
+        self.checkedAtMs = checkedAtMs
+    }
+
+    public var decision: ExecutionDecision { .decide(mode: mode, sandbox: sandbox) }
+
+    public var json: JSONValue {
+        let decision = self.decision
+        var object = JSONObject([
+            ("mode", .string(mode.rawValue)), ("answering", .string(decision.answering.rawValue)),
+            ("sandboxMode", .string(decision.sandboxMode)), ("why", .string(decision.why)),
+            ("engine", .string(engine)), ("image", .string(image)),
+        ])
+        switch sandbox {
+        case .unknown: object["sandbox"] = "unknown"
+        case .usable(let what): object["sandbox"] = "usable"; object["sandboxDetail"] = .string(what)
+        case .unusable(let why): object["sandbox"] = "unusable"; object["sandboxDetail"] = .string(why)
+        }
+        if let checkedAtMs { object["checkedAt"] = .string(formatUTC(milliseconds: checkedAtMs)) }
+        return .object(object)
+    }
+}

@@ -229,6 +229,8 @@ public enum LocalHoldReason: String, Sendable, CaseIterable {
     case heartbeatGap = "heartbeat-gap"
     /// The coordinator keeps the work it has for agents with a sandbox (`sandboxRequired`).
     case sandboxRequired = "sandbox-required"
+    /// `execution.mode` is `container` and no container engine is usable.
+    case sandboxUnavailable = "sandbox-unavailable"
 
     /// What it means and what clears it, for `status` and `doctor`.
     public var explanation: String {
@@ -246,7 +248,9 @@ public enum LocalHoldReason: String, Sendable, CaseIterable {
         case .heartbeatGap:
             return "heartbeats stopped for over 4 minutes while this worker had claimed work in the last hour (suspend, mode off, lost path); the coordinator's monitor counts that gap at each registration and result until it leaves its one-hour window, so pulls wait until then (coordinator.gapGuard false turns this off)"
         case .sandboxRequired:
-            return "the coordinator answered sandboxRequired: its queued work needs an agent that runs code in a sandbox"
+            return "the coordinator answered sandboxRequired: its queued work needs an agent that runs code in a sandbox (execution.mode auto or container, with a usable container engine: see doctor)"
+        case .sandboxUnavailable:
+            return "execution.mode is container and no container engine can run the sandbox image (see execution in status, or doctor; 'edgecoder-worker sandbox build' makes the image); pulls resume once it can"
         }
     }
 }
