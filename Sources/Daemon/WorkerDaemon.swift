@@ -350,11 +350,16 @@ public actor WorkerDaemon {
         guard !workingModeSelected.value else { return }
         let asked = Int64(monotonicNanoseconds() / 1_000_000)
         guard asked - freshReadAtMs > maxAgeMs else { return }
+        freshRead.set(false)
         powerRereadRequested.set(true)
-        while freshReadAtMs < asked && Int64(monotonicNanoseconds() / 1_000_000) - asked < waitMs {
-            try? await Task.sleep(nanoseconds: 5_000_000)
-        }
+        // The power monitor's read sets the signal (updateReading, fresh); the actor is
+        // free meanwhile, so that read can land.
+        let read = freshRead
+        _ = await race({ await read.wait(for: true) }, { try? await Task.sleep(nanoseconds: UInt64(waitMs) * 1_000_000) })
     }
+
+    /// Set by each fresh read of the host, for `freshenIdleReading` to wait on.
+    private nonisolated let freshRead = StateSignal(false)
 
     /// A new telemetry reading: decides the policy (hysteresis needs the previous
     /// decision and a monotonic clock) and opens the start-up charge gate when power returns.
@@ -362,6 +367,7 @@ public actor WorkerDaemon {
         if fresh {
             powerReads += 1
             freshReadAtMs = monotonicMs
+            freshRead.set(true)
         }
         rawReading = raw
         var new = raw
