@@ -137,6 +137,7 @@ struct SandboxCommand: Command {
         switch run.ending {
         case .exited: break
         case .engineFailed(let why): printErr("edgecoder-worker: \(why)")
+        case .killed(9): printErr("edgecoder-worker: the program was killed by signal 9 (the memory limit's kill, or its own)")
         default: printErr("edgecoder-worker: the program was \(run.ending)")
         }
         if run.droppedBytes > 0 { printErr("edgecoder-worker: output cut: \(run.droppedBytes) more bytes were dropped") }
@@ -163,7 +164,11 @@ struct SandboxCommand: Command {
 
     private func build(_ recipe: SandboxImage.Recipe) async -> Int32 {
         let workDirectory = environment("TMPDIR") ?? "/var/tmp"
-        let steps = await SandboxImage.build(recipe, workDirectory: workDirectory) { print($0) }
+        let steps = await SandboxImage.build(recipe, workDirectory: workDirectory) { line in
+            // At once, as it happens: a step takes minutes.
+            print(line)
+            fflush(nil)
+        }
         var total: Int64 = 0
         for step in steps {
             total += step.durationMs
