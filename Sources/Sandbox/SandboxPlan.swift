@@ -38,7 +38,7 @@ extension ContainerSandbox {
         public var pids = 50
         /// Of stdout and of stderr, each.
         public var outputLimitBytes = 65_536
-        /// The writable tmpfs at /tmp; it counts against the memory limit.
+        /// The writable tmpfs at /tmp, and the size of /dev/shm; they count against the memory limit.
         public var tmpfsMiB = 64
 
         public init(engine: String = "podman", engineArguments: [String] = [], image: String = "localhost/edgecoder-sandbox:1",
@@ -121,6 +121,9 @@ extension ContainerSandbox {
         }
         arguments += [
             "--tmpfs", "/tmp:rw,size=\(settings.tmpfsMiB)m,mode=1777,noexec,nosuid,nodev",
+            // /dev/shm is the other writable place (python's multiprocessing needs it): a
+            // private tmpfs like /tmp, as small.
+            "--shm-size=\(settings.tmpfsMiB)m",
             "--memory=\(settings.memoryMiB)m",
             "--memory-swap=\(settings.memoryMiB)m",
             "--cpus=\(cpusText(settings.cpus))",

@@ -15,7 +15,7 @@ import WorkerCore
     @Test func aRunIsolatesTheProgramAsTheIssueAsks() {
         let arguments = Self.arguments()
         for flag in ["--rm", "--interactive", "--pull=never", "--log-driver=none", "--network=none", "--read-only", "--read-only-tmpfs=false",
-                     "--memory=256m", "--memory-swap=256m", "--cpus=0.5", "--pids-limit=50", "--cap-drop=all", "--security-opt=no-new-privileges"] {
+                     "--memory=256m", "--memory-swap=256m", "--shm-size=64m", "--cpus=0.5", "--pids-limit=50", "--cap-drop=all", "--security-opt=no-new-privileges"] {
             #expect(arguments.contains(flag), "missing \(flag) in \(arguments)")
         }
         #expect(adjacent(arguments, "--user", "65534:65534"))
