@@ -66,7 +66,7 @@ let package = Package(
         .testTarget(name: "LoggingTests", dependencies: ["Logging", "Systemd"]),
         .testTarget(name: "PosixTests", dependencies: ["Posix", "Logging", "CWorkerShims"]),
         .testTarget(name: "SandboxTests", dependencies: ["Sandbox", "WorkerCore", "Posix"]),
-        .testTarget(name: "WorkerCLITests", dependencies: ["WorkerCLI", "Logging"]),
+        .testTarget(name: "WorkerCLITests", dependencies: ["WorkerCLI", "Logging", "Sandbox", "WorkerCore"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -29,7 +29,8 @@ struct SandboxCommand: Command {
 
           --language L      python or javascript
           --engine E        the container engine, a name on PATH or a path (default podman; docker works)
-          --engine-arg A    an argument before the engine's subcommand, repeatable (--engine-arg=--runtime=runc)
+          --engine-arg A    an argument before the engine's subcommand, repeatable; one that starts
+                            with a dash goes after = (runtime runc where crun cannot run: the sandbox docs)
           --image T         the image programs run in (default localhost/edgecoder-sandbox:1)
           --tag T           the name build gives the image (default localhost/edgecoder-sandbox:1)
           --timeout-ms N    the time limit, from the engine's start (default 4000; 100 to 600000)
