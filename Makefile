@@ -142,6 +142,7 @@ bench: release
 	.build/release/worker-bench
 	bash Tests/Bench/stream_bench.sh
 	bash Tests/Bench/bluetooth_bench.sh $(RELEASE_BIN)
+	bash Tests/Bench/sandbox_bench.sh $(RELEASE_BIN)
 
 # libFuzzer targets (Tests/Fuzz), each run for FUZZ_SECONDS from its seed corpus; what they
 # find stays in .build/fuzz/run, a crash is kept in Tests/Fuzz/<target>/regressions/.
