@@ -74,8 +74,9 @@ public struct ContainerSandbox: Sendable {
         }.value
     }
 
-    /// Whether programs can run: the engine is there, the image is in its store and a
-    /// trivial program prints what it should. The text says which engine and image, or why not.
+    /// Whether programs can run: the engine is there, the image is in its store, and a
+    /// trivial program runs and finds the memory, pids and CPU limits in force. The text
+    /// says which engine and image, or why not.
     public func check() async -> SandboxAvailability {
         if let problem = settings.problems.first { return .unusable(problem) }
         let engine: String
@@ -90,12 +91,13 @@ public struct ContainerSandbox: Sendable {
             let said = ContainerSandbox.firstLine(inspect.stderr.text).map { " (\(settings.engine) said: \($0))" } ?? ""
             return .unusable("the image \(settings.image) is not in \(settings.engine)'s store\(said): build it with `edgecoder-worker sandbox build` as the user the worker runs as")
         }
-        let probe = await run(.python, code: "print(6 * 7)\n")
-        guard probe.ending == .exited(0), probe.stdout == "42\n" else {
+        let probe = await run(.python, code: ContainerSandbox.limitsProbe)
+        guard probe.ending == .exited(0), probe.stdout.hasPrefix("memory ") else {
             let said = ContainerSandbox.firstLine(probe.stderr).map { ": \($0)" } ?? ""
             return .unusable("a trivial program in \(settings.image) \(probe.ending)\(said)")
         }
-        return .usable("\(settings.engine) with \(settings.image), a trivial program in \(probe.durationMs) ms")
+        if let problem = ContainerSandbox.limitsProblem(probeOutput: probe.stdout, settings: settings) { return .unusable(problem) }
+        return .usable("\(settings.engine) with \(settings.image), its limits in force, a trivial program in \(probe.durationMs) ms")
     }
 
     static func firstLine(_ text: String) -> String? {

@@ -28,7 +28,7 @@ public enum SandboxImage {
                 problems.append("the suite must be a Debian release name like bookworm, got '\(printable(suite))'")
             }
             if let mirror, !(mirror.hasPrefix("http://") || mirror.hasPrefix("https://") || mirror.hasPrefix("file:/")) || mirror.contains(" ") {
-                problems.append("the mirror must be an http(s) or file URL, got '\(printable(mirror ?? ""))'")
+                problems.append("the mirror must be an http(s) or file URL, got '\(printable(mirror))'")
             }
             return problems
         }
@@ -100,7 +100,7 @@ public enum SandboxImage {
         guard template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) != nil else {
             return [Step(name: "bootstrap", durationMs: 0, failure: "cannot make a directory in \(workDirectory): \(String(cString: strerror(errno)))")]
         }
-        let directory = String(cString: template)
+        let directory = String(decoding: template.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self)
         let tar = directory + "/rootfs.tar"
         defer {
             unlink(tar)

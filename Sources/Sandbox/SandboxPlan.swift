@@ -184,6 +184,57 @@ extension ContainerSandbox {
         "DOCKER_HOST", "DOCKER_CONFIG", "DOCKER_CONTEXT", "DOCKER_CERT_PATH", "DOCKER_TLS_VERIFY",
     ]
 
+    /// The program `check` runs: it prints the memory, pids and CPU limits its own cgroup
+    /// has (cgroup v2 files first, then v1's), so that a sandbox whose engine ignores them
+    /// (rootless podman on cgroup v1 does, with a warning) is never taken for usable.
+    public static let limitsProbe = """
+        def first(*paths):
+            for path in paths:
+                try:
+                    return open(path).read().split()
+                except OSError:
+                    pass
+            return ["none"]
+        print("memory", first("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")[0])
+        print("pids", first("/sys/fs/cgroup/pids.max", "/sys/fs/cgroup/pids/pids.max")[0])
+        v2 = first("/sys/fs/cgroup/cpu.max")
+        if v2 == ["none"]:
+            v2 = first("/sys/fs/cgroup/cpu/cpu.cfs_quota_us") + first("/sys/fs/cgroup/cpu/cpu.cfs_period_us")
+        print("cpu", *v2[:2])
+
+        """
+
+    /// What is wrong with the limits `limitsProbe` printed, one sentence; nil when each is
+    /// in force and no looser than the settings. Anything unreadable, missing or `max`
+    /// (no limit) is a problem.
+    public static func limitsProblem(probeOutput: String, settings: Settings) -> String? {
+        var seen: [String: [Substring]] = [:]
+        for line in probeOutput.split(separator: "\n").prefix(16) {
+            let words = line.split(separator: " ")
+            if let key = words.first, seen[String(key)] == nil { seen[String(key)] = Array(words.dropFirst()) }
+        }
+        var problems: [String] = []
+        let memoryLimit = Int64(settings.memoryMiB) << 20
+        if let text = seen["memory"]?.first, let bytes = Int64(text), bytes > 0 {
+            if bytes > memoryLimit { problems.append("memory \(bytes >> 20) MiB, not \(settings.memoryMiB)") }
+        } else {
+            problems.append("no memory limit (\(printable(seen["memory"]?.first.map(String.init) ?? "nothing", limit: 40)))")
+        }
+        if let text = seen["pids"]?.first, let pids = Int(text), pids > 0 {
+            if pids > settings.pids { problems.append("\(pids) pids, not \(settings.pids)") }
+        } else {
+            problems.append("no pids limit (\(printable(seen["pids"]?.first.map(String.init) ?? "nothing", limit: 40)))")
+        }
+        if let words = seen["cpu"], words.count == 2, let quota = Double(words[0]), let period = Double(words[1]), quota > 0, period > 0 {
+            if quota / period > settings.cpus * 1.01 { problems.append("\(cpusText(quota / period)) CPUs, not \(cpusText(settings.cpus))") }
+        } else {
+            problems.append("no CPU limit (\(printable(seen["cpu"]?.joined(separator: " ") ?? "nothing", limit: 40)))")
+        }
+        guard !problems.isEmpty else { return nil }
+        return "the engine does not enforce the sandbox's limits (inside the container: \(problems.joined(separator: ", "))); "
+            + "rootless podman ignores them on cgroup v1: use cgroup v2 or run the engine as root"
+    }
+
     /// How a run ended, from the engine client's end. The engine passes the program's exit
     /// status through; 128+N means the program was killed by signal N (137: SIGKILL, which
     /// is what the memory limit's OOM kill sends); 125 (the engine's own error), 126 (the

@@ -22,7 +22,8 @@ struct SandboxCommand: Command {
         half a CPU, 50 processes, user nobody, no capabilities, killed with its whole
         container at the time limit, stdout and stderr each cut at 64 KiB. Prints what the
         program printed and exits with its status; --json prints the run as one object.
-        check: says whether programs can run (the engine, the image, a trivial program).
+        check: says whether programs can run (the engine, the image, a trivial program that
+        finds the memory, pids and CPU limits in force).
         build: makes the image from Debian's packages (mmdebstrap, then the engine's import;
         minutes; no registry) and says where the time went. Run build and check as the user
         the worker runs as: each user has their own image store under rootless podman.

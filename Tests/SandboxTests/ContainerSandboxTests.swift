@@ -19,7 +19,7 @@ import WorkerCore
         init() throws {
             var template = Array("/tmp/sandbox-tests-XXXXXX".utf8CString)
             guard template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) != nil else { throw SystemError("mkdtemp", errno: errno) }
-            directory = String(cString: template)
+            directory = String(decoding: template.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self)
             let script = """
                 #!/bin/sh
                 d=\(directory)
@@ -31,7 +31,8 @@ import WorkerCore
                 env >"$d/env"
                 case "$(cat "$d/behaviour")" in
                   echo) cat ;;
-                  answer) cat >/dev/null; echo 42 ;;
+                  answer) cat >/dev/null; printf 'memory 268435456\\npids 50\\ncpu 50000 100000\\n' ;;
+                  unlimited) cat >/dev/null; printf 'memory max\\npids max\\ncpu max 100000\\n' ;;
                   sleep) cat >/dev/null; sleep 30 ;;
                   engine-error) echo "Error: localhost/x:1: image not known" >&2; exit 125 ;;
                   oom) exit 137 ;;
@@ -146,7 +147,7 @@ import WorkerCore
         let fake = try FakeEngine()
         try fake.behave("answer")
         guard case .usable(let what) = await fake.sandbox().check() else { Issue.record("not usable"); return }
-        #expect(what.hasPrefix("\(fake.engine) with localhost/edgecoder-sandbox:1, a trivial program in "))
+        #expect(what.hasPrefix("\(fake.engine) with localhost/edgecoder-sandbox:1, its limits in force, a trivial program in "))
         try fake.write("image", "absent")
         guard case .unusable(let why) = await fake.sandbox().check() else { Issue.record("usable without the image"); return }
         #expect(why.contains("is not in") && why.contains("image not known") && why.contains("sandbox build"))
@@ -154,5 +155,8 @@ import WorkerCore
         try fake.behave("echo")
         guard case .unusable(let wrong) = await fake.sandbox().check() else { Issue.record("usable with the wrong answer"); return }
         #expect(wrong.contains("a trivial program"))
+        try fake.behave("unlimited")
+        guard case .unusable(let unlimited) = await fake.sandbox().check() else { Issue.record("usable without limits"); return }
+        #expect(unlimited.hasPrefix("the engine does not enforce the sandbox's limits"))
     }
 }

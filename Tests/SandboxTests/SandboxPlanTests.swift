@@ -140,6 +140,38 @@ import WorkerCore
         #expect(!message.contains("\u{1b}"))
     }
 
+    @Test func limitsInForceAreUsable() {
+        let settings = Settings()
+        #expect(ContainerSandbox.limitsProblem(probeOutput: "memory 268435456\npids 50\ncpu 50000 100000\n", settings: settings) == nil)
+        // Tighter than asked is fine; cgroup v2's cpu.max and v1's quota and period print alike.
+        #expect(ContainerSandbox.limitsProblem(probeOutput: "memory 134217728\npids 10\ncpu 25000 100000\n", settings: settings) == nil)
+    }
+
+    @Test(arguments: [
+        ("memory max\npids max\ncpu max 100000\n", ["no memory limit (max)", "no pids limit (max)", "no CPU limit (max 100000)"]),
+        ("memory 9223372036854771712\npids 50\ncpu -1 100000\n", ["memory 8796093022207 MiB, not 256", "no CPU limit (-1 100000)"]),
+        ("memory 536870912\npids 100\ncpu 200000 100000\n", ["memory 512 MiB, not 256", "100 pids, not 50", "2 CPUs, not 0.5"]),
+        ("memory none\npids none\ncpu none\n", ["no memory limit (none)", "no pids limit (none)", "no CPU limit (none)"]),
+        ("", ["no memory limit (nothing)", "no pids limit (nothing)", "no CPU limit (nothing)"]),
+        ("garbage\u{0}\u{1b}[2J\n\n", ["no memory limit (nothing)"]),
+        ("memory 268435456 extra\npids 50\ncpu 50000\n", ["no CPU limit (50000)"]),
+        ("memory 0\npids 0\ncpu 0 0\n", ["no memory limit (0)", "no pids limit (0)", "no CPU limit (0 0)"]),
+        // The first line of each name counts: a later, tighter one cannot hide a missing limit.
+        ("memory max\nmemory 1\npids 50\ncpu 50000 100000\n", ["no memory limit (max)"]),
+    ])
+    func missingOrLooseLimitsAreNamed(output: String, expected: [String]) {
+        let problem = ContainerSandbox.limitsProblem(probeOutput: output, settings: Settings())
+        #expect(problem?.hasPrefix("the engine does not enforce the sandbox's limits") == true)
+        for part in expected { #expect(problem?.contains(part) == true, "\(part) not in \(problem ?? "nil")") }
+    }
+
+    @Test func aHugeOrHostileProbeOutputIsReadBoundedAndEchoedShort() {
+        let flood = String(repeating: "memory " + String(repeating: "9", count: 10_000) + "\n", count: 1_000)
+        let problem = ContainerSandbox.limitsProblem(probeOutput: flood, settings: Settings()) ?? ""
+        #expect(problem.contains("no memory limit"))
+        #expect(problem.count < 600)
+    }
+
     func adjacent(_ arguments: [String], _ a: String, _ b: String) -> Bool {
         zip(arguments, arguments.dropFirst()).contains { $0 == a && $1 == b }
     }
