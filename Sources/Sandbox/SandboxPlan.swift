@@ -104,7 +104,9 @@ extension ContainerSandbox {
     /// Every argument after the engine's command for one run: the global arguments, then
     /// `run` with the isolation, the image and the interpreter.
     public static func runArguments(_ settings: Settings, language: CodeLanguage, containerName: String) -> [String] {
-        var arguments = settings.engineArguments
+        // The engine's warnings go to the stderr the program's goes to: only its errors may
+        // (rootless podman on cgroup v1 warns on every run). Both podman and docker take it.
+        var arguments = ["--log-level=error"] + settings.engineArguments
         arguments += [
             "run", "--rm", "--interactive",
             "--name", containerName,

@@ -77,7 +77,7 @@ import WorkerCore
         #expect(run.stdout == program)
         #expect(run.durationMs >= 0 && run.droppedBytes == 0)
         let line = fake.read("log").split(separator: "\n").first.map(String.init) ?? ""
-        #expect(line.hasPrefix("run --rm --interactive --name edgecoder-sandbox-"))
+        #expect(line.hasPrefix("--log-level=error run --rm --interactive --name edgecoder-sandbox-"))
         #expect(line.hasSuffix(" localhost/edgecoder-sandbox:1 python3 -I -"))
     }
 
