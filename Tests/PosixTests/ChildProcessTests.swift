@@ -37,6 +37,17 @@ import Testing
         #expect(result.stderr.bytes.isEmpty)
     }
 
+    @Test func theChildSeesNoDescriptorOfOursButItsStdinStdoutAndStderr() async {
+        // Opened without O_CLOEXEC, as a library's socket might be.
+        let leaked = open("/dev/null", O_RDONLY)
+        defer { close(leaked) }
+        let result = await ChildProcess.run("/bin/sh", arguments: ["-c", "ls /proc/$$/fd; readlink /proc/$$/fd/0"], environment: [:],
+                                            stdin: Array("x".utf8), timeoutMs: 5_000, outputLimit: 1_000)
+        let lines = result.stdout.text.split(separator: "\n").map(String.init)
+        #expect(lines.dropLast().sorted() == ["0", "1", "2"], "open in the child: \(result.stdout.text)")
+        #expect(lines.last?.hasPrefix("/memfd:stdin") == true, "stdin is the memory file: \(result.stdout.text)")
+    }
+
     @Test func theChildSeesExactlyTheEnvironmentGiven() async {
         setenv("CREDENTIALS_DIRECTORY", "/run/credentials/x", 1)
         defer { unsetenv("CREDENTIALS_DIRECTORY") }
