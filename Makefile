@@ -28,7 +28,7 @@ GEN              ?= .build/gen
 # Debian packages: the C libraries we link, and the tools the tests drive.
 APT_PACKAGES := pkg-config libcurl4-openssl-dev libbluetooth-dev libsystemd-dev \
                 util-linux systemd iproute2 python3 python3-venv curl openssl dbus-daemon \
-                zsh fish
+                zsh fish podman runc uidmap mmdebstrap
 # What `make deb` needs on top (the systemd-deb suite runs `make deb` itself).
 DEB_TOOLS    := debhelper dpkg-dev lintian
 
@@ -88,8 +88,8 @@ test-prepare:
 LANE_VM    := Tests/Suites/bluetooth.sh
 LANE_VM2   := Tests/Suites/systemd-deb.sh Tests/Suites/bluetooth-security.sh
 LANE_ALONE := Tests/Suites/own-load.sh
-LANE_REST  := Tests/Suites/coordinator.sh Tests/Suites/fuzz.sh \
-	$(filter-out $(LANE_VM) $(LANE_VM2) $(LANE_ALONE) Tests/Suites/coordinator.sh Tests/Suites/fuzz.sh,$(sort $(wildcard Tests/Suites/*.sh)))
+LANE_REST  := Tests/Suites/coordinator.sh Tests/Suites/fuzz.sh Tests/Suites/sandbox.sh \
+	$(filter-out $(LANE_VM) $(LANE_VM2) $(LANE_ALONE) Tests/Suites/coordinator.sh Tests/Suites/fuzz.sh Tests/Suites/sandbox.sh,$(sort $(wildcard Tests/Suites/*.sh)))
 lanes:
 	@bash Tests/Suites/lib/run-suites.sh $(CURDIR)/$(BIN) --lane "$(LANE_VM)" --lane "$(LANE_VM2)" --lane "$(LANE_REST)" --alone "$(LANE_ALONE)"
 
@@ -142,6 +142,7 @@ bench: release
 	.build/release/worker-bench
 	bash Tests/Bench/stream_bench.sh
 	bash Tests/Bench/bluetooth_bench.sh $(RELEASE_BIN)
+	bash Tests/Bench/sandbox_bench.sh $(RELEASE_BIN)
 
 # libFuzzer targets (Tests/Fuzz), each run for FUZZ_SECONDS from its seed corpus; what they
 # find stays in .build/fuzz/run, a crash is kept in Tests/Fuzz/<target>/regressions/.

@@ -46,8 +46,10 @@ let package = Package(
         .target(name: "Daemon", dependencies: ["WorkerCore", "Logging", "Posix", "StateStore", "Systemd", "Telemetry", "HTTP", "ModelBackend", "BlueZ", "DBus"]),
         // The HTTP side of `edgecoder-worker proxy`, over any upstream (the BlueZ central).
         .target(name: "Proxy", dependencies: ["WorkerCore", "Logging", "Posix"]),
+        // Programs of code subtasks run in a container (podman or docker), and the image they run in.
+        .target(name: "Sandbox", dependencies: ["WorkerCore", "Posix", "Logging"]),
         // The operator's command line.
-        .target(name: "WorkerCLI", dependencies: ["WorkerCore", "Daemon", "Posix", "Logging", "HTTP", "BlueZ", "Telemetry", "Proxy", "ModelBackend", "StateStore"]),
+        .target(name: "WorkerCLI", dependencies: ["WorkerCore", "Daemon", "Sandbox", "Posix", "Logging", "HTTP", "BlueZ", "Telemetry", "Proxy", "ModelBackend", "StateStore"]),
         .executableTarget(name: "edgecoder-worker", dependencies: ["WorkerCLI"]),
         // Micro-benchmarks for `make bench` (not installed).
         .executableTarget(name: "worker-bench", dependencies: ["Telemetry", "WorkerCore", "Posix", "Daemon", "StateStore", "Logging", "ModelBackend"]),
@@ -63,7 +65,8 @@ let package = Package(
         .testTarget(name: "BusTests", dependencies: ["DBus", "BlueZ", "Posix", "WorkerCore"]),
         .testTarget(name: "LoggingTests", dependencies: ["Logging", "Systemd"]),
         .testTarget(name: "PosixTests", dependencies: ["Posix", "Logging", "CWorkerShims"]),
-        .testTarget(name: "WorkerCLITests", dependencies: ["WorkerCLI", "Logging"]),
+        .testTarget(name: "SandboxTests", dependencies: ["Sandbox", "WorkerCore", "Posix"]),
+        .testTarget(name: "WorkerCLITests", dependencies: ["WorkerCLI", "Logging", "Sandbox", "WorkerCore"]),
     ],
     swiftLanguageModes: [.v6]
 )

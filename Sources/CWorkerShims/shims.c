@@ -147,7 +147,7 @@ int ecw_netlink_open(int protocol, uint32_t groups, int rcvbuf) {
     return fd;
 }
 
-int ecw_spawn_shell(const char *command, char *const envp[], int stdout_fd, int *pidfd) {
+int ecw_spawn(const char *path, char *const argv[], char *const envp[], int stdin_fd, int stdout_fd, int stderr_fd, int *pidfd) {
     *pidfd = -1;
     posix_spawnattr_t attr;
     posix_spawnattr_init(&attr);
@@ -166,18 +166,19 @@ int ecw_spawn_shell(const char *command, char *const envp[], int stdout_fd, int 
     posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    if (stdout_fd >= 0) {
-        posix_spawn_file_actions_adddup2(&actions, stdout_fd, 1);
-        posix_spawn_file_actions_adddup2(&actions, stdout_fd, 2);
+    if (stdin_fd >= 0) {
+        posix_spawn_file_actions_adddup2(&actions, stdin_fd, 0);
+    } else {
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
     }
+    if (stdout_fd >= 0) posix_spawn_file_actions_adddup2(&actions, stdout_fd, 1);
+    if (stderr_fd >= 0) posix_spawn_file_actions_adddup2(&actions, stderr_fd, 2);
     // Not every descriptor is close-on-exec (libcurl's sockets, libraries' own): the
-    // hook must see none of the daemon's connections. glibc 2.34 and later.
+    // child must see none of the daemon's connections. glibc 2.34 and later.
     posix_spawn_file_actions_addclosefrom_np(&actions, 3);
 
     pid_t pid;
-    char *argv[] = {"/bin/sh", "-c", (char *)command, NULL};
-    int rc = posix_spawn(&pid, "/bin/sh", &actions, &attr, argv, envp);
+    int rc = posix_spawn(&pid, path, &actions, &attr, argv, envp);
     posix_spawn_file_actions_destroy(&actions);
     posix_spawnattr_destroy(&attr);
     if (rc != 0) return -rc;
@@ -189,6 +190,30 @@ int ecw_spawn_shell(const char *command, char *const envp[], int stdout_fd, int 
     }
 #endif
     return pid;
+}
+
+#include <sys/mman.h>
+
+int ecw_memfd_with(const char *name, const void *bytes, size_t length) {
+    int fd = memfd_create(name, MFD_CLOEXEC);
+    if (fd < 0) return -errno;
+    size_t done = 0;
+    while (done < length) {
+        ssize_t n = write(fd, (const char *)bytes + done, length - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            int saved = n < 0 ? errno : EIO;
+            close(fd);
+            return -saved;
+        }
+        done += (size_t)n;
+    }
+    if (lseek(fd, 0, SEEK_SET) != 0) {
+        int saved = errno;
+        close(fd);
+        return -saved;
+    }
+    return fd;
 }
 
 int ecw_reap(int pid, int *status) {

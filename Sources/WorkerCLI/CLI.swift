@@ -26,7 +26,7 @@ var commands: [any Command.Type] {
     [
     RunCommand.self, ModeCommand.self, StatusCommand.self, TasksCommand.self, EventsCommand.self, PolicyCommand.self,
     TelemetryCommand.self, MetricsCommand.self, DoctorCommand.self, ConfigCommand.self, ReloadCommand.self, EnrollCommand.self, IdentityCommand.self,
-    ProxyCommand.self, BluetoothCommand.self, VersionCommand.self,
+    ProxyCommand.self, BluetoothCommand.self, SandboxCommand.self, VersionCommand.self,
     ]
 }
 

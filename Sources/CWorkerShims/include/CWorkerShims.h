@@ -41,11 +41,16 @@ int ecw_accept_nonblocking(int fd);
 /// `groups`, with a receive buffer of `rcvbuf` bytes. Returns the fd or -errno.
 int ecw_netlink_open(int protocol, uint32_t groups, int rcvbuf);
 
-/// Spawns `/bin/sh -c command` in its own process group with default signal
-/// handling, stdin from /dev/null, stdout/stderr to `stdout_fd` (inherited when < 0),
-/// every other descriptor closed, and exactly `envp` as its environment.
+/// Spawns the program at `path` (an absolute path: no PATH search) with `argv` in its
+/// own process group with default signal handling, stdin from `stdin_fd` (/dev/null when
+/// < 0), stdout to `stdout_fd` and stderr to `stderr_fd` (each inherited when < 0), every
+/// other descriptor closed, and exactly `envp` as its environment.
 /// Returns the pid (and a pidfd in *pidfd, or -1) or -errno.
-int ecw_spawn_shell(const char *command, char *const envp[], int stdout_fd, int *pidfd);
+int ecw_spawn(const char *path, char *const argv[], char *const envp[], int stdin_fd, int stdout_fd, int stderr_fd, int *pidfd);
+
+/// A close-on-exec memory file (memfd_create) holding `length` bytes of `bytes`, its
+/// offset back at 0: a child's stdin that never blocks the writer. Returns the fd or -errno.
+int ecw_memfd_with(const char *name, const void *bytes, size_t length);
 
 /// Whether `pid` has exited, without reaping it (its pid, and so its process group's
 /// id, stays taken until `ecw_reap`): 1 with the exit code (or -1) and the signal that
