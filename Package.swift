@@ -43,7 +43,7 @@ let package = Package(
         // kernel's adapter view through libbluetooth.
         .target(name: "BlueZ", dependencies: ["DBus", "Posix", "WorkerCore", "Logging", "CBluetooth"]),
         // The daemon's wiring: services, control socket, the worker actor.
-        .target(name: "Daemon", dependencies: ["WorkerCore", "Logging", "Posix", "StateStore", "Systemd", "Telemetry", "HTTP", "ModelBackend", "BlueZ", "DBus"]),
+        .target(name: "Daemon", dependencies: ["WorkerCore", "Logging", "Posix", "StateStore", "Systemd", "Telemetry", "HTTP", "ModelBackend", "BlueZ", "DBus", "Sandbox"]),
         // The HTTP side of `edgecoder-worker proxy`, over any upstream (the BlueZ central).
         .target(name: "Proxy", dependencies: ["WorkerCore", "Logging", "Posix"]),
         // Programs of code subtasks run in a container (podman or docker), and the image they run in.

@@ -1,4 +1,5 @@
 import ModelBackend
+import Sandbox
 import WorkerCore
 
 /// Runs one program in isolation and says whether it can: the container sandbox
@@ -7,6 +8,8 @@ public protocol ProgramSandbox: Sendable {
     func run(_ language: CodeLanguage, code: String) async -> ProgramRun
     func check() async -> SandboxAvailability
 }
+
+extension ContainerSandbox: ProgramSandbox {}
 
 /// Drives `CodeLoop` with the model backend and the sandbox: the model's prompts go to
 /// the backend, its programs to the sandbox, until the loop is over.

@@ -1,5 +1,6 @@
 import Logging
 import ModelBackend
+import Sandbox
 import StateStore
 import WorkerCore
 
@@ -65,7 +66,8 @@ extension CoordinatorService: ModeRuntime {
 
     public static func make(_ context: ModeRuntimeContext) -> CoordinatorService {
         CoordinatorService(daemon: context.daemon, config: context.config, directory: context.directory,
-                           logger: context.logger.labeled("coordinator"))
+                           logger: context.logger.labeled("coordinator"),
+                           sandbox: ContainerSandbox(.init(context.config.execution), logger: context.logger.labeled("sandbox")))
     }
 }
 

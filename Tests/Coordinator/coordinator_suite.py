@@ -1120,7 +1120,7 @@ def code_subtasks(model):
             {"id": "js-1", "language": "javascript", "projectMeta": TENANT,
              "input": "Print twice the sum of 1, 2 and 3.\nfirst: console.log([1, 2, 3].reduce((a, b) => a + b) * 2\nprogram: console.log([1, 2, 3].reduce((a, b) => a + b, 0) * 2)"},
             {"id": "fail-1", "language": "python", "projectMeta": TENANT,
-             "input": "Fail on purpose.\nprogram: import sys\\nprint('half way')\\nsys.stderr.write('boom on purpose\\n')\\nsys.exit(3)"},
+             "input": "Fail on purpose.\nprogram: import sys\\nprint('half way')\\nsys.stderr.write('boom on purpose')\\nsys.exit(3)"},
         ])
         ids = ["py-1", "js-1", "fail-1"]
         check(delivered(c, ids, timeout=180), "the three code subtasks are claimed, run and posted", json.dumps(c.results())[:600])
