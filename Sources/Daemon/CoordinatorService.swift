@@ -406,9 +406,11 @@ public struct CoordinatorService: Service {
             return
         }
         let before = await daemon.execution.decision.sandboxMode
+        let previous = await daemon.execution.sandbox
         let found = await sandbox.check()
         await daemon.updateSandbox(found)
-        if case .unusable(let why) = found { logger.warning("no container engine for code subtasks: \(why)") }
+        // Said once per session and reason, not at every look of the minute.
+        if case .unusable(let why) = found, found != previous { logger.warning("no container engine for code subtasks: \(why)") }
         if await daemon.execution.decision.sandboxMode != before { daemon.heartbeatRequested.set(true) }
     }
 

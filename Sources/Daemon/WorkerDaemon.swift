@@ -551,7 +551,8 @@ public actor WorkerDaemon {
         sandbox = (availability, clock())
         sandboxChecked.set(true)
         let after = execution.decision
-        if after != before {
+        // What is answered how is the news; a new wording of the same reason is not.
+        if after.answering != before.answering {
             logger.notice("code subtasks: \(after.why) (sandboxMode \(after.sandboxMode))")
             record(EventDraft(kind: .executionChanged, reason: "\(after.answering.rawValue): \(after.why)"))
         }

@@ -1,8 +1,3 @@
-# --engine-arg=--runtime=runc → ["--runtime=runc"] for execution.engineArguments.
-engine_json=$(python3 -c 'import json, sys; print(json.dumps([a.split("=", 1)[1] for a in sys.argv[1:]]))' "${engine_args[@]}")
-run_tap "the coordinator suite's code scenario" env ECW_SANDBOX_ENGINE_ARGS="$engine_json" ECW_SANDBOX_IMAGE="$image" \
-  python3 Tests/Coordinator/coordinator_suite.py "$bin" --only code --jobs 1
-check "no container is left after the code scenario ($engine ps -a)" test -z "$(containers)"
 #!/usr/bin/env bash
 # The container sandbox of code subtasks (issue 29) with the real engine, driven through
 # the real binary (`edgecoder-worker sandbox run|check|build`): hostile programs against
@@ -259,13 +254,9 @@ check "no container is left at the end ($engine ps -a)" test -z "$(containers)"
 # --- the daemon's code loop against a coordinator, with this engine and image --------------
 # The coordinator suite's `code` scenario needs the image this suite builds, so it runs here
 # (coordinator.sh leaves it out), with the same engine arguments and image.
-if grep -q '@scenario("code")' Tests/Coordinator/coordinator_suite.py 2>/dev/null; then
-  # --engine-arg=--runtime=runc → ["--runtime=runc"] for execution.engineArguments.
-  engine_json=$(python3 -c 'import json, sys; print(json.dumps([a.split("=", 1)[1] for a in sys.argv[1:]]))' "${engine_args[@]}")
-  run_tap "the coordinator suite's code scenario" env ECW_SANDBOX_ENGINE_ARGS="$engine_json" ECW_SANDBOX_IMAGE="$image" \
-    python3 Tests/Coordinator/coordinator_suite.py "$bin" --only code --jobs 1
-  check "no container is left after the code scenario ($engine ps -a)" test -z "$(containers)"
-else
-  echo "# no code scenario in Tests/Coordinator/coordinator_suite.py: the daemon's code loop is not run here"
-fi
+# --engine-arg=--runtime=runc → ["--runtime=runc"] for execution.engineArguments.
+engine_json=$(python3 -c 'import json, sys; print(json.dumps([a.split("=", 1)[1] for a in sys.argv[1:]]))' "${engine_args[@]}")
+run_tap "the coordinator suite's code scenario" env ECW_SANDBOX_ENGINE_ARGS="$engine_json" ECW_SANDBOX_IMAGE="$image" \
+  python3 Tests/Coordinator/coordinator_suite.py "$bin" --only code --jobs 1
+check "no container is left after the code scenario ($engine ps -a)" test -z "$(containers)"
 tap_done; exit $?
