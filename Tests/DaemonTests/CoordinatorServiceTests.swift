@@ -31,7 +31,7 @@ final class CoordinatorBed: Sendable {
     /// `configure` changes the config before the daemon is made.
     init(jitter: @escaping @Sendable (ClosedRange<Int64>) -> Int64 = { $0.upperBound },
          fault: (@Sendable (_ name: String, _ removal: Bool) -> (any Error)?)? = nil,
-         configure: (inout WorkerConfig) -> Void = { _ in }) throws {
+         configure: (inout WorkerConfig) -> Void = { _ in }, sandbox: (any ProgramSandbox)? = nil) throws {
         clock = ManualClock(jitter: jitter)
         transport = ScriptedTransport(defaults: [
             "/register": .json(200, #"{"accepted":true,"meshToken":"mesh-1"}"#),
@@ -56,7 +56,7 @@ final class CoordinatorBed: Sendable {
         daemon = WorkerDaemon(config: config, paths: paths, directory: directory, logger: logger, clock: { clock.wallMs() }, writer: writer)
         let notified = self.notified
         service = CoordinatorService(daemon: daemon, config: config, directory: directory, logger: logger, transport: transport, clock: clock,
-                                     notify: { notified.append($0) })
+                                     notify: { notified.append($0) }, sandbox: sandbox)
     }
 
     var journal: WorkJournal { WorkJournal(writer: daemon.writer) }
@@ -545,6 +545,62 @@ final class MockDiskFailure: Sendable {
         #expect(await bed.clock.waitForSleep(CoordinatorBed.pullMs))
         #expect(bed.transport.calls(to: "/result").count == 1, "delivered once: the session remembers what the coordinator took")
         #expect(bed.transport.calls(to: "/api/generate").count == 1)
+        await bed.finish()
+    }
+}
+
+/// Stands in for the container engine in the one failure a test cannot cause on purpose at
+/// the right moment: the engine that passed the check is gone when the program runs.
+final class MockedVanishingEngine: ProgramSandbox, Sendable {
+    let checks = Mutex(0)
+    func check() async -> SandboxAvailability {
+        checks.withLock { $0 += 1 }
+        return .usable("mocked engine")
+    }
+    func run(_ language: CodeLanguage, code: String) async -> ProgramRun {
+        ProgramRun(ending: .engineFailed("mocked: the engine vanished"))
+    }
+}
+
+@Suite struct CodeSubtasksInProcess {
+    static let codeSubtask = #"{"id":"c1","taskId":"t1","input":"print one","language":"python","timeoutMs":30000}"#
+
+    @Test func aMockedEngineVanishingMidSubtaskReleasesItUnpostedAndLooksAtTheEngineAgain() async throws {
+        let engine = MockedVanishingEngine()
+        let bed = try CoordinatorBed(sandbox: engine)
+        bed.transport.script("/pull", .json(200, #"{"subtask":\#(Self.codeSubtask)}"#))
+        bed.start()
+        await eventually("the registration") { !bed.transport.calls(to: "/register").isEmpty }
+        #expect(bed.transport.calls(to: "/register").first?.body?["sandboxMode"] == "docker", "a usable engine is registered as docker")
+        await eventually("the release") { await bed.daemon.statusJSON()["counters"]?["subtasksReleased"]?["host-failure"] == 1 }
+        #expect(bed.transport.calls(to: "/result").isEmpty, "the host's fault completes nothing for the swarm")
+        #expect(bed.transport.calls(to: "/api/generate").count == 2, "a plan and a program were asked for, then the engine failed")
+        let task = try #require(await bed.daemon.tasksJSON(limit: 1)["tasks"]?.arrayValue?.first)
+        #expect(task["state"] == "released" && task["error"]?.stringValue?.hasPrefix("sandbox_unavailable: mocked: the engine vanished") == true, "\(task)")
+        await eventually("a second look at the engine") { engine.checks.withLock { $0 } >= 2 }
+        await bed.finish()
+    }
+
+    @Test func withoutASandboxACodeSubtaskIsAnsweredWithTheModelsText() async throws {
+        let bed = try CoordinatorBed()
+        bed.transport.script("/pull", .json(200, #"{"subtask":\#(Self.codeSubtask)}"#))
+        bed.start()
+        await eventually("the result") { !bed.transport.calls(to: "/result").isEmpty }
+        let result = try #require(bed.transport.calls(to: "/result").first?.body)
+        #expect(result["ok"] == true && result["output"] == "hi there")
+        #expect(bed.transport.calls(to: "/register").first?.body?["sandboxMode"] == "none")
+        #expect(await bed.daemon.statusJSON()["execution"]?["answering"] == "text")
+        await bed.finish()
+    }
+
+    @Test func executionModeContainerWithoutAnEngineHoldsPulls() async throws {
+        let bed = try CoordinatorBed(configure: { $0.execution.mode = .container })
+        bed.start()
+        await eventually("the hold") { await bed.daemon.statusJSON()["execution"]?["answering"] == "held" }
+        #expect(await bed.clock.waitForSleep(CoordinatorBed.pullMs))
+        #expect(bed.transport.calls(to: "/pull").isEmpty, "nothing is claimed that could not run")
+        let status = await bed.status
+        #expect(status["deferredReason"]?.stringValue?.contains("sandbox-unavailable") == true, "\(status)")
         await bed.finish()
     }
 }
