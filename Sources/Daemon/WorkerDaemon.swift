@@ -39,6 +39,8 @@ public actor WorkerDaemon {
     private(set) var modeState: ModeState
     private(set) var eventLog: EventLog
     public let agentID: String
+    /// Why the agent id looks copied from another machine, or nil.
+    let identityProblem: String?
     private(set) var recovered: [RecoveredStateFile]
     private var subscribers: [Int: AsyncStream<WorkerEvent>.Continuation] = [:]
     private var nextSubscriber = 0
@@ -208,6 +210,9 @@ public actor WorkerDaemon {
         if config.agentId == nil {
             self.writer.submit(WorkerStateFiles.agentIDFile, mode: WorkerStateFiles.agentIDMode, WorkerStateFiles.agentIDBytes(agentID))
         }
+        identityProblem = CopiedIdentityCheck.problem(agentID: agentID, configured: config.agentId != nil,
+                                                      machineSuffix: ServiceManager.machineAppSpecificID().map { String($0.prefix(12)) })
+        if let identityProblem { logger.warning(identityProblem) }
         self.writer.submit(WorkerStateFiles.modeFile, WorkerStateFiles.modeBytes(mode))
         self.writer.submit(WorkerStateFiles.eventsFile) { [log] in WorkerStateFiles.eventsBytes(log) }
     }
@@ -831,7 +836,7 @@ public actor WorkerDaemon {
             daemon: StatusSnapshot.Daemon(version: workerVersion, pid: Int64(getpidValue()), startedAtMs: startedAtMs,
                                           configPath: paths.configPath, stateDirectory: paths.stateDirectory,
                                           controlSocket: paths.controlSocket, persistenceProblem: persistenceProblem,
-                                          configReload: configReload),
+                                          configReload: configReload, identityProblem: identityProblem),
             mode: modeState, runtime: runtime,
             network: path.map { StatusSnapshot.Network(path: $0, sinceMs: pathSinceMs) },
             lastHook: lastHook.map { StatusSnapshot.Hook(name: $0.name, outcome: $0.outcome.description, succeeded: $0.outcome.succeeded, timeMs: $0.timeMs) },

@@ -328,6 +328,7 @@ struct DoctorCommand: Command {
         let machineIDPath = (root.hasSuffix("/") ? root : root + "/") + "etc/machine-id"
         let machineID = MachineIDCheck.problem(try? readFile(machineIDPath, limit: MachineIDCheck.readLimit), path: machineIDPath)
         if let machineID { advice.append(machineID) }
+        if let copied = daemonStatus["daemon"]?["identityProblem"]?.stringValue { advice.append(copied) }
 
         if let adapter = daemonStatus["bluetooth"]?["configuredAdapter"]?.stringValue { configuredAdapter = adapter }
         let bluetooth = await BluetoothDoctor.report(configuredAdapter: configuredAdapter)

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import Systemd
 import Testing
 import Logging
 @testable import Daemon
@@ -78,6 +79,21 @@ import WorkerCore
 
     func file(_ name: String) -> String? {
         (try? Data(contentsOf: URL(fileURLWithPath: dir + "/" + name))).map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    @Test func anAgentIdDerivedOnAnotherMachineIsReportedAtStart() async throws {
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let own = try #require(ServiceManager.machineAppSpecificID().map { String($0.prefix(12)) }, "this machine has a machine id")
+        let other = own == "000000000000" ? "111111111111" : "000000000000"
+        try WorkerStateFiles(directory: StateDirectory(path: dir)).saveAgentID("cloned-\(other)")
+        let logs = MemoryLogHandler()
+        let copied = try daemon(logs: logs)
+        let problem = await copied.statusJSON()["daemon"]?["identityProblem"]?.stringValue
+        #expect(problem?.contains("cloned-\(other)") == true)
+        #expect(await copied.statusLine().contains("agent id copied from another machine"))
+        #expect(logs.records.contains { $0.level == .warning && $0.message.contains("was not derived from this machine's id") })
+        try WorkerStateFiles(directory: StateDirectory(path: dir)).saveAgentID("host-\(own)")
+        #expect(await (try daemon()).statusJSON()["daemon"]?["identityProblem"] == .null, "its own id is not judged")
     }
 
     @Test func aModeChangeIsOnDiskWhenTheRequestReturns() async throws {

@@ -183,3 +183,22 @@ import Testing
         #expect(IdentityReset.files == ["agent-id", "mesh-token"])
     }
 }
+
+@Suite struct CopiedIdentityCheckTests {
+    @Test func aDerivedIdFromAnotherMachineIsNamed() throws {
+        let problem = try #require(CopiedIdentityCheck.problem(agentID: "pi-0123456789ab", configured: false, machineSuffix: "fedcba987654"))
+        #expect(problem.contains("pi-0123456789ab") && problem.contains("identity reset"))
+    }
+
+    @Test func thisMachinesIdAConfiguredIdOrAnUnknownMachineSayNothing() {
+        #expect(CopiedIdentityCheck.problem(agentID: "pi-0123456789ab", configured: false, machineSuffix: "0123456789ab") == nil)
+        #expect(CopiedIdentityCheck.problem(agentID: "pi-0123456789ab", configured: true, machineSuffix: "fedcba987654") == nil)
+        #expect(CopiedIdentityCheck.problem(agentID: "pi-0123456789ab", configured: false, machineSuffix: nil) == nil)
+        #expect(CopiedIdentityCheck.problem(agentID: "pi-0123456789ab", configured: false, machineSuffix: "short") == nil)
+    }
+
+    @Test(arguments: ["worker-7", "no-dash-here-ABCDEF012345", "node", "", "-", "x-0123456789abc", "x-0123456789aG"])
+    func anIdNotOfTheDerivedShapeIsNotJudged(id: String) {
+        #expect(CopiedIdentityCheck.problem(agentID: id, configured: false, machineSuffix: "fedcba987654") == nil)
+    }
+}

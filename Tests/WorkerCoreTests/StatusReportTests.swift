@@ -93,6 +93,7 @@ enum DocumentedStatus {
     static let daemon = Shape.object(required: [
         "version": .string, "pid": .int, "startedAt": .string, "uptimeMs": .int, "config": .string, "stateDirectory": .string,
         "controlSocket": .string, "persistenceProblem": .nullable(.string), "configReload": .nullable(configReload),
+        "identityProblem": .nullable(.string),
     ])
     static let presence = Shape.object(required: ["state": .string], optional: ["reason": .string])
     static let host = Shape.object(required: ["hold": .nullable(.object(required: ["reason": .string, "explanation": .string]))],

@@ -247,6 +247,24 @@ public enum MachineIDCheck {
     }
 }
 
+/// A state directory that came from another machine keeps that machine's identity: a
+/// cloned image whose `/etc/machine-id` was renewed (as `doctor` advises) but whose state
+/// directory was not reset. A derived agent id ends in 12 hex digits of the machine's
+/// app-specific id, so a suffix that is not this machine's says so.
+public enum CopiedIdentityCheck {
+    /// The problem, or nil. `configured`: the agent id is the config's (the operator's
+    /// choice, never judged); `machineSuffix`: the first 12 hex digits of this machine's
+    /// app-specific id (nil when it cannot be read: no judgement).
+    public static func problem(agentID: String, configured: Bool, machineSuffix: String?) -> String? {
+        guard !configured, let machineSuffix, machineSuffix.utf8.count == 12 else { return nil }
+        guard let dash = agentID.lastIndex(of: "-") else { return nil }
+        let suffix = agentID[agentID.index(after: dash)...]
+        let isDerived = suffix.utf8.count == 12 && suffix.utf8.allSatisfy { ($0 >= 48 && $0 <= 57) || ($0 >= 97 && $0 <= 102) }
+        guard isDerived, suffix != machineSuffix else { return nil }
+        return "the agent id \(agentID) was not derived from this machine's id (\(machineSuffix)…): the state directory was copied from another machine (a cloned image) or made before /etc/machine-id was set, and a coordinator takes every copy for one worker; stop the daemon, run 'edgecoder-worker identity reset', and start it again"
+    }
+}
+
 /// `identity reset`'s decisions: which state files make the identity, and when the reset
 /// waits for the operator.
 public enum IdentityReset {

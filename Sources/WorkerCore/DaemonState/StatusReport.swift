@@ -13,10 +13,14 @@ public struct StatusSnapshot: Sendable, Equatable {
         public var persistenceProblem: String?
         /// The last config reload, nil before the first.
         public var configReload: ConfigReloadStatus?
+        /// Why the agent id looks copied from another machine (CopiedIdentityCheck), or nil.
+        public var identityProblem: String?
 
         public init(version: String, pid: Int64, startedAtMs: Int64, configPath: String, stateDirectory: String,
-                    controlSocket: String, persistenceProblem: String? = nil, configReload: ConfigReloadStatus? = nil) {
+                    controlSocket: String, persistenceProblem: String? = nil, configReload: ConfigReloadStatus? = nil,
+                    identityProblem: String? = nil) {
             self.configReload = configReload
+            self.identityProblem = identityProblem
             self.version = version
             self.pid = pid
             self.startedAtMs = startedAtMs
@@ -235,6 +239,7 @@ public struct StatusReport: Sendable {
         if s.mode.restoredAtMs != nil { line += "; network restored: run 'edgecoder-worker mode on' to rejoin" }
         if !s.recovered.isEmpty { line += "; \(s.recovered.count) state file(s) recovered" }
         if s.daemon.persistenceProblem != nil { line += "; state not writable" }
+        if s.daemon.identityProblem != nil { line += "; agent id copied from another machine: run identity reset" }
         if let reload = s.daemon.configReload {
             if reload.outcome == .refused { line += "; config reload refused" }
             if !reload.restartKeys.isEmpty { line += "; restart to apply \(reload.restartKeys.joined(separator: ", "))" }
@@ -371,6 +376,7 @@ public struct StatusReport: Sendable {
         ])
         object["persistenceProblem"] = .optional(daemon.persistenceProblem)
         object["configReload"] = daemon.configReload?.json ?? .null
+        object["identityProblem"] = .optional(daemon.identityProblem)
         return .object(object)
     }
 }
