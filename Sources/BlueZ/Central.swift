@@ -21,6 +21,8 @@ public struct CentralSettings: Sendable {
     public var pinFirstWorker = false
     public var selection: String?
     public var onPinned: (@Sendable (String) -> Void)?
+    /// `proxy --list`: report the workers in range (`workersInRange()`), connect to none.
+    public var listOnly = false
 
     public init(adapter: String?, device: String?) {
         self.adapter = adapter
@@ -34,6 +36,7 @@ public struct CentralSettings: Sendable {
         settings.maxBackoffMs = maxBackoffMs
         settings.pinFirstWorker = pinFirstWorker
         settings.selection = selection
+        settings.listOnly = listOnly
         return settings
     }
 }
@@ -112,6 +115,14 @@ public actor GattCentral: BusDriving, ProxyUpstream {
         feed(.stop)
     }
 
+    /// With `listOnly`: what the scan found, once its window is over (`run()` must run).
+    public func workersInRange() async -> [CentralMachine.Sighting] {
+        if let sightings { return sightings }
+        return await withCheckedContinuation { listWaiters.append($0) }
+    }
+    private var sightings: [CentralMachine.Sighting]?
+    private var listWaiters: [CheckedContinuation<[CentralMachine.Sighting], Never>] = []
+
     // MARK: The machine
 
     private func feed(_ event: CentralMachine.Event) {
@@ -186,6 +197,10 @@ public actor GattCentral: BusDriving, ProxyUpstream {
             case .pinned(let address):
                 logger.notice("the worker \(address) is remembered: the proxy connects only to it from now on (--any or --forget to change)")
                 settings.onPinned?(address)
+            case .listed(let found):
+                sightings = found
+                for waiter in listWaiters { waiter.resume(returning: found) }
+                listWaiters = []
             }
         }
     }

@@ -17,6 +17,7 @@ struct ProxyCommand: Command {
     static let usage = """
         Usage: edgecoder-worker proxy [--port 11435] [--adapter hciN] [--device ADDRESS | --any] [--forget]
                                       [--state-dir DIR] [--allow-origin ORIGIN]... [--timeout-ms N] [--log-level L]
+               edgecoder-worker proxy --list [--adapter hciN] [--scan-ms N] [--json]
 
         A BlueZ central: scans for a worker in mode bluetooth (protocol-bluetooth §1's service), connects
         to it, subscribes to its answers and status, and reconnects with backoff when the
@@ -46,6 +47,9 @@ struct ProxyCommand: Command {
                               * matches any characters, e.g. https://*.example.com)
           --timeout-ms N      how long a request may wait for its answer (default 120000)
           --log-level L       debug, info, notice, warning, error (default info)
+          --list              scan, print the workers in range (address, RSSI, name), strongest
+                              first, and exit: 0 when one was found, 1 when none (serves nothing)
+          --scan-ms N         how long --list scans (default 5000)
 
         Requests whose Host is not a loopback name get 403 (DNS rebinding), so do requests
         from a web page whose Origin is not allowed. Requests are written in chunks of at
@@ -62,12 +66,21 @@ struct ProxyCommand: Command {
     let allowOrigins: [String]
     let timeoutMs: Int
     let level: LogLevel
+    /// `--list`: how long to scan; nil: serve.
+    let listScanMs: Int64?
+    let json: Bool
     /// Test only: a stand-in for the Bluetooth link (`StandInUpstream`), so real HTTP
     /// clients can be tested against the proxy on a machine without Bluetooth.
     let testUpstreamScript: String?
 
     init(_ arguments: inout Arguments) throws(UsageError) {
         port = try arguments.number("--port", in: 0...65_535) ?? 11_435
+        let list = arguments.flag("--list")
+        let scanMs = try arguments.number("--scan-ms", in: 500...120_000)
+        if scanMs != nil && !list { throw UsageError("--scan-ms goes with --list") }
+        listScanMs = list ? Int64(scanMs ?? 5_000) : nil
+        json = arguments.flag("--json")
+        if json && !list { throw UsageError("--json goes with --list (the proxy's own status is GET /status)") }
         adapter = try arguments.option("--adapter")
         if let adapter, !WorkerConfig.isAdapterName(adapter) { throw UsageError("--adapter must be an adapter name like hci0, got '\(printable(adapter))'") }
         device = try arguments.option("--device")
@@ -105,6 +118,7 @@ struct ProxyCommand: Command {
     static let pinFile = "proxy.json"
 
     func run() async -> Int32 {
+        if let listScanMs { return await list(scanMs: listScanMs) }
         // The daemon's choice of sink: journal fields under systemd (the user unit), plain
         // lines on a terminal, priority prefixes elsewhere.
         let logger = {
@@ -156,6 +170,41 @@ struct ProxyCommand: Command {
             group.cancelAll()
         }
         return ExitCode.ok
+    }
+
+    /// `--list`: one scan of `scanMs`, then the workers it heard, strongest first.
+    func list(scanMs: Int64) async -> Int32 {
+        var logger = DaemonMain.makeLogger(label: "proxy")
+        logger.level = level
+        var settings = CentralSettings(adapter: adapter, device: nil)
+        settings.listOnly = true
+        settings.scanWindowMs = scanMs
+        let central = GattCentral(settings: settings, logger: logger.labeled("central"))
+        let running = Task { await central.run() }
+        defer { running.cancel() }
+        // The scan's window plus the bus and adapter setup; an adapter that never comes
+        // up leaves the list empty, with the central's reason.
+        let found = await race({ await central.workersInRange() }, { try? await Task.sleep(nanoseconds: UInt64(scanMs + 15_000) * 1_000_000) })
+        let workers: [CentralMachine.Sighting]
+        switch found {
+        case .first(let list): workers = list
+        case .second:
+            let why = await central.currentStatus.problem ?? "the scan did not end"
+            return Output.fail(ExitCode.failure, "no scan: \(why)", text: "edgecoder-worker: no scan: \(why)")
+        }
+        if json {
+            Output.printJSON(["workers": .array(workers.map { worker in
+                .object(JSONObject([("address", .string(worker.address)), ("name", .optional(worker.name)),
+                                    ("rssi", worker.rssi.map { .int(Int64($0)) } ?? .null), ("connected", .bool(worker.connected))]))
+            })])
+        } else if workers.isEmpty {
+            print("no worker in range (scanned \(scanMs) ms)")
+        } else {
+            for worker in workers {
+                print("\(worker.address)  \(worker.rssi.map { "\($0) dBm" } ?? (worker.connected ? "connected" : "?"))  \(worker.name ?? "")")
+            }
+        }
+        return workers.isEmpty ? ExitCode.failure : ExitCode.ok
     }
 
     /// The worker selection: --device, --any, or the remembered worker (the first one the

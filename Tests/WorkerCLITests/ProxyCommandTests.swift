@@ -17,6 +17,15 @@ import Logging
         #expect(throws: UsageError.self) { try parse(["--allow-origin", "https://a.example/path"]) }
     }
 
+    @Test func listTakesAScanTimeAndJSONWhichServingDoesNot() throws {
+        #expect(try parse(["--list"]).listScanMs == 5_000)
+        #expect(try parse(["--list", "--scan-ms", "800", "--json"]).listScanMs == 800)
+        #expect(try parse([]).listScanMs == nil, "without --list the proxy serves")
+        for bad in [["--scan-ms", "800"], ["--json"], ["--list", "--scan-ms", "10"], ["--list", "--scan-ms", "x"]] {
+            #expect(throws: UsageError.self, "\(bad)") { try parse(bad) }
+        }
+    }
+
     @Test func deviceAndAnyExcludeEachOther() {
         do {
             _ = try parse(["--device", "00:AA:01:00:00:00", "--any"])

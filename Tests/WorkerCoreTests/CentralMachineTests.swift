@@ -126,6 +126,45 @@ struct CentralHarness {
         #expect(h.machine.status.deviceAddress == "00:AA:01:00:00:02")
     }
 
+    @Test func listOnlyReportsEveryWorkerInRangeStrongestFirstAndConnectsToNone() {
+        var settings = CentralMachine.Settings(adapter: nil, device: nil)
+        settings.listOnly = true
+        var h = H()
+        h.machine = CentralMachine(settings: settings, seed: 42)
+        h.start()
+        #expect(h.all.contains(.startDiscovery(adapterPath: H.hci1)))
+        h.on(.bluez(.interfacesAdded(path: H.worker(1), H.advertising(1, rssi: -70))))
+        h.on(.bluez(.interfacesAdded(path: H.worker(2), H.advertising(2, rssi: -40))))
+        // Remembered by bluetoothd from an earlier scan, not heard now: no RSSI.
+        var stale = H.advertising(3, rssi: -10)
+        stale.device?.rssi = nil
+        h.on(.bluez(.interfacesAdded(path: H.worker(3), stale)))
+        // Not a worker: another service.
+        var other = H.advertising(4, rssi: -30)
+        other.device?.uuids = ["0000180d-0000-1000-8000-00805f9b34fb"]
+        h.on(.bluez(.interfacesAdded(path: H.worker(4), other)))
+        #expect(!h.advance(2_000).contains { if case .listed = $0 { true } else { false } }, "not before the window ends")
+        let done = h.advance(600)
+        #expect(done.contains(.listed([
+            .init(address: "00:AA:01:00:00:02", name: "EdgeCoder-w2", rssi: -40, connected: false),
+            .init(address: "00:AA:01:00:00:01", name: "EdgeCoder-w1", rssi: -70, connected: false),
+        ])))
+        #expect(done.contains(.stopDiscovery(adapterPath: H.hci1)))
+        #expect(h.advance(60_000).isEmpty || !h.all.contains { if case .connect = $0 { true } else { false } }, "never a connect")
+        #expect(!h.all.contains { if case .connect = $0 { true } else { false } })
+        #expect(h.all.filter { if case .listed = $0 { true } else { false } }.count == 1, "one list")
+    }
+
+    @Test func listOnlyWithNoWorkerInRangeListsNothing() {
+        var settings = CentralMachine.Settings(adapter: nil, device: nil)
+        settings.listOnly = true
+        settings.scanWindowMs = 1_000
+        var h = H()
+        h.machine = CentralMachine(settings: settings, seed: 42)
+        h.start()
+        #expect(h.advance(1_100).contains(.listed([])))
+    }
+
     @Test func aNamedWorkerIsConnectedAtOnceWithoutWaitingForTheWindow() {
         var h = H(device: "00:aa:01:00:00:01")
         h.start()

@@ -20,6 +20,9 @@ public struct CentralMachine: Sendable {
         public var pinFirstWorker = false
         /// How the worker is chosen, as `status.selection` says (`remembered`, `device`, `any`).
         public var selection: String?
+        /// `proxy --list`: scan for `scanWindowMs`, report every worker in range
+        /// (`.listed`) and connect to none.
+        public var listOnly = false
 
         public init(adapter: String?, device: String?) {
             self.adapter = adapter
@@ -85,6 +88,24 @@ public struct CentralMachine: Sendable {
         case log(MachineLogLevel, String)
         /// The worker at this address is now the only one used (`pinFirstWorker`).
         case pinned(address: String)
+        /// `listOnly`: the workers the scan found, strongest first.
+        case listed([Sighting])
+    }
+
+    /// A worker seen by a scan: its address, the name it advertises, its signal.
+    public struct Sighting: Sendable, Equatable {
+        public var address: String
+        public var name: String?
+        public var rssi: Int?
+        /// Already connected to this adapter (bluetoothd then reports no RSSI).
+        public var connected: Bool
+
+        public init(address: String, name: String?, rssi: Int?, connected: Bool) {
+            self.address = address
+            self.name = name
+            self.rssi = rssi
+            self.connected = connected
+        }
     }
 
     struct Pending: Sendable {
@@ -125,6 +146,8 @@ public struct CentralMachine: Sendable {
     var characteristics: [GattLayout.Role: String] = [:]
     var subscribed: Set<String> = []
     var scanningSinceMs: Int64?
+    /// `listOnly`: the list was given; nothing more happens.
+    var listed = false
     var discoveryStarted = false
     var nextAttemptAtMs: Int64 = 0
     var backoffMs: Int64 = 1_000
@@ -326,6 +349,18 @@ public struct CentralMachine: Sendable {
                let found = follower.objects.workerCharacteristics(of: target) {
                 subscribe(found, &out)
             }
+        case .idle where settings.listOnly:
+            guard !listed else { return }
+            guard let since = scanningSinceMs, now - since >= settings.scanWindowMs else { return startDiscovery(adapterPath: path, now: now, &out) }
+            listed = true
+            // In range: heard in this scan (an RSSI) or linked now; a device bluetoothd only
+            // remembers from an earlier scan has neither.
+            let found = follower.objects.devices.values
+                .filter { $0.adapter == path && $0.uuids.contains(GattLayout.serviceUUID) && ($0.rssi != nil || $0.connected) }
+                .map { Sighting(address: $0.address.uppercased(), name: $0.name, rssi: $0.rssi, connected: $0.connected) }
+                .sorted { ($0.rssi ?? -999, $1.address) > ($1.rssi ?? -999, $0.address) }
+            stopDiscovery(&out)
+            out.append(.listed(found))
         case .idle:
             guard now >= nextAttemptAtMs else { return }
             let candidates = follower.objects.devices.filter { entry in
