@@ -114,7 +114,7 @@ public final class PairingAgent {
             }
         }
         if let held {
-            try? bus.replyError(to: held, DBusError(name: "org.bluez.Error.Canceled", message: "the pairing window closed"))
+            try? bus.replyError(to: held, DBusError(name: BlueZErrorName.canceled.rawValue, message: "the pairing window closed"))
             self.held = nil
         }
         // bluetoothd also drops the agent when this process leaves the bus; unregistering
@@ -199,7 +199,7 @@ public final class PairingAgent {
             try? bus.reply(to: call, [.uint32(passkey)])
         case .reject(let why):
             say("refused: \(why)")
-            try? bus.replyError(to: call, DBusError(name: "org.bluez.Error.Rejected", message: why))
+            try? bus.replyError(to: call, DBusError(name: BlueZErrorName.rejected.rawValue, message: why))
         }
     }
 
@@ -223,7 +223,7 @@ public final class PairingAgent {
             if window?.cancelPending() != nil, let call = held {
                 held = nil
                 say("bluetoothd cancelled the request (the client gave up or took too long)")
-                try? bus?.replyError(to: call, DBusError(name: "org.bluez.Error.Canceled", message: "cancelled"))
+                try? bus?.replyError(to: call, DBusError(name: BlueZErrorName.canceled.rawValue, message: "cancelled"))
             }
             return .reply([])
         case .malformed(let member):
@@ -231,7 +231,7 @@ public final class PairingAgent {
         case .request(let decoded):
             request = decoded
         }
-        guard var window else { return .error(DBusError(name: "org.bluez.Error.Rejected", message: "the pairing window is not open")) }
+        guard var window else { return .error(DBusError(name: BlueZErrorName.rejected.rawValue, message: "the pairing window is not open")) }
         let decision = window.decide(request, nowMs: Self.nowMs())
         self.window = window
         switch decision {
@@ -240,7 +240,7 @@ public final class PairingAgent {
             return .reply([])
         case .reject(let why):
             say("refused: \(why)")
-            return .error(DBusError(name: "org.bluez.Error.Rejected", message: why))
+            return .error(DBusError(name: BlueZErrorName.rejected.rawValue, message: why))
         case .ask(_, let prompt):
             // What was typed before the question belongs to no question: dropped.
             if !inputEnded { readInput(waiting: false) }

@@ -196,7 +196,7 @@ public actor GattPeripheral: BusDriving {
                 try? bus?.call(destination: "org.bluez", path: adapterPath, interface: "org.bluez.Adapter1", member: "RemoveDevice",
                                arguments: [.objectPath(device)], timeoutUsec: 30_000_000) { [logger] result in
                     switch result {
-                    case .failure(let error) where error.name == "org.bluez.Error.DoesNotExist":
+                    case .failure(let error) where error.name == BlueZErrorName.doesNotExist.rawValue:
                         logger.debug("\(address) was already forgotten by bluetoothd")
                     case .failure(let error):
                         logger.warning("cannot remove the bond of \(address): \(error); remove it with bluetoothctl remove \(address)")
@@ -252,7 +252,7 @@ public actor GattPeripheral: BusDriving {
             guard let bus else { throw BusFailure("register the pairing agent: no bus", -ENOTCONN) }
             try bus.call(destination: manager.destination, path: manager.path, interface: manager.interface, member: "RegisterAgent",
                          arguments: [.objectPath(GattObjects.agent), .string(JustWorksAgent.capability)]) { result in
-                if case .failure(let error) = result, error.name != "org.bluez.Error.AlreadyExists" {
+                if case .failure(let error) = result, error.name != BlueZErrorName.alreadyExists.rawValue {
                     self.feed(.registration(.agent, epoch: epoch, .refused("RegisterAgent: \(error)")))
                     return
                 }
@@ -276,7 +276,7 @@ public actor GattPeripheral: BusDriving {
     private static func answer(_ result: Result<[DBusValue], DBusError>) -> PeripheralMachine.RegistrationAnswer {
         switch result {
         case .success: .accepted
-        case .failure(let error) where error.name == "org.bluez.Error.AlreadyExists": .alreadyExists(error.message)
+        case .failure(let error) where error.name == BlueZErrorName.alreadyExists.rawValue: .alreadyExists(error.message)
         case .failure(let error): .refused("\(error)")
         }
     }

@@ -584,7 +584,7 @@ public struct PeripheralMachine: Sendable {
             out.append(.reply(.error(name: "org.freedesktop.DBus.Error.InvalidArgs", message: "unexpected arguments for \(member)")))
         case .request(let request):
             guard settings.pairingAgent.registersAgent, agent != .none, !stopping else {
-                out.append(.reply(.error(name: "org.bluez.Error.Rejected", message: "the worker's pairing agent is not registered")))
+                out.append(.reply(.error(name: BlueZErrorName.rejected.rawValue, message: "the worker's pairing agent is not registered")))
                 return
             }
             let device = request.device
@@ -598,7 +598,7 @@ public struct PeripheralMachine: Sendable {
             case .reject(let why):
                 status.pairingsRefused += 1
                 out.append(.log(.info, "refused a pairing request: \(why)"))
-                out.append(.reply(.error(name: "org.bluez.Error.Rejected", message: why)))
+                out.append(.reply(.error(name: BlueZErrorName.rejected.rawValue, message: why)))
             }
         }
     }
@@ -683,13 +683,13 @@ public struct PeripheralMachine: Sendable {
             case .refused(let why) where role == .response:
                 value = why.message(maxClients: settings.maxClients)
             case .refused(let why):
-                out.append(.reply(.error(name: "org.bluez.Error.NotAuthorized", message: why.error(maxClients: settings.maxClients))))
+                out.append(.reply(.error(name: BlueZErrorName.notAuthorized.rawValue, message: why.error(maxClients: settings.maxClients))))
                 return
             case .anonymous:
                 value = role == .status ? statusBytes : []
             }
             guard offset >= 0, offset <= value.count else {
-                out.append(.reply(.error(name: "org.bluez.Error.InvalidOffset", message: "offset \(offset) is past the value's \(value.count) bytes")))
+                out.append(.reply(.error(name: BlueZErrorName.invalidOffset.rawValue, message: "offset \(offset) is past the value's \(value.count) bytes")))
                 return
             }
             out.append(.reply(.value(Array(value[offset...]))))
@@ -700,7 +700,7 @@ public struct PeripheralMachine: Sendable {
             case .client:
                 out.append(.reply(expectsReply ? .empty : .noReply))
             case .refused(let why):
-                out.append(.reply(expectsReply ? .error(name: "org.bluez.Error.NotPermitted", message: why.error(maxClients: settings.maxClients)) : .noReply))
+                out.append(.reply(expectsReply ? .error(name: BlueZErrorName.notPermitted.rawValue, message: why.error(maxClients: settings.maxClients)) : .noReply))
                 return
             case .anonymous:
                 out.append(.reply(expectsReply ? .empty : .noReply))
@@ -714,7 +714,7 @@ public struct PeripheralMachine: Sendable {
             assembled(events, client: session.address, &out)
             badInput(events, device: device, now: now, &out)
         case .malformedWrite:
-            out.append(.reply(.error(name: "org.bluez.Error.InvalidArguments", message: "WriteValue takes (ay, a{sv})")))
+            out.append(.reply(.error(name: BlueZErrorName.invalidArguments.rawValue, message: "WriteValue takes (ay, a{sv})")))
         case .startNotify(let role):
             notifying.insert(role)
             if role == .status { out.append(.fetchStatusValues(force: true)) }
@@ -731,7 +731,7 @@ public struct PeripheralMachine: Sendable {
             retryAtMs = now + settings.retryMs
             out.append(.reply(.empty))
         case .unsupported(let member, let path):
-            out.append(.reply(.error(name: "org.bluez.Error.NotSupported", message: "\(member) is not supported on \(path)")))
+            out.append(.reply(.error(name: BlueZErrorName.notSupported.rawValue, message: "\(member) is not supported on \(path)")))
         }
     }
 
