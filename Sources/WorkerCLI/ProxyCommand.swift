@@ -17,7 +17,7 @@ struct ProxyCommand: Command {
     static let usage = """
         Usage: edgecoder-worker proxy [--port 11435] [--adapter hciN] [--device ADDRESS | --any] [--forget]
                                       [--state-dir DIR] [--allow-origin ORIGIN]... [--timeout-ms N] [--log-level L]
-               edgecoder-worker proxy --list [--adapter hciN] [--scan-ms N] [--json]
+               edgecoder-worker proxy --list [--adapter hciN] [--scan-ms N] [--device ADDRESS | --any] [--state-dir DIR] [--json]
 
         A BlueZ central: scans for a worker in mode bluetooth (protocol-bluetooth §1's service), connects
         to it, subscribes to its answers and status, and reconnects with backoff when the
@@ -48,7 +48,8 @@ struct ProxyCommand: Command {
           --timeout-ms N      how long a request may wait for its answer (default 120000)
           --log-level L       debug, info, notice, warning, error (default info)
           --list              scan, print the workers in range (address, RSSI, name), strongest
-                              first, and exit: 0 when one was found, 1 when none (serves nothing)
+                              first, the one the proxy would use with the same options marked,
+                              and exit: 0 when one was found, 1 when none (serves nothing)
           --scan-ms N         how long --list scans (default 5000)
 
         Requests whose Host is not a loopback name get 403 (DNS rebinding), so do requests
@@ -176,7 +177,7 @@ struct ProxyCommand: Command {
     func list(scanMs: Int64) async -> Int32 {
         var logger = DaemonMain.makeLogger(label: "proxy")
         logger.level = level
-        var settings = CentralSettings(adapter: adapter, device: nil)
+        var settings = CentralSettings(adapter: adapter, device: nil)  // a list is of every worker, whatever --device says
         settings.listOnly = true
         settings.scanWindowMs = scanMs
         let central = GattCentral(settings: settings, logger: logger.labeled("central"))
@@ -192,19 +193,41 @@ struct ProxyCommand: Command {
             let why = await central.currentStatus.problem ?? "the scan did not end"
             return Output.fail(ExitCode.failure, "no scan: \(why)", text: "edgecoder-worker: no scan: \(why)")
         }
+        let chosen = ProxyCommand.wouldUse(workers, device: device, any: any, remembered: forget ? nil : rememberedWorker())
         if json {
             Output.printJSON(["workers": .array(workers.map { worker in
                 .object(JSONObject([("address", .string(worker.address)), ("name", .optional(worker.name)),
-                                    ("rssi", worker.rssi.map { .int(Int64($0)) } ?? .null), ("connected", .bool(worker.connected))]))
+                                    ("rssi", worker.rssi.map { .int(Int64($0)) } ?? .null), ("connected", .bool(worker.connected)),
+                                    ("wouldUse", .bool(worker.address == chosen))]))
             })])
         } else if workers.isEmpty {
             print("no worker in range (scanned \(scanMs) ms)")
         } else {
             for worker in workers {
-                print("\(worker.address)  \(worker.rssi.map { "\($0) dBm" } ?? (worker.connected ? "connected" : "?"))  \(worker.name ?? "")")
+                let signal = worker.rssi.map { "\($0) dBm" } ?? (worker.connected ? "connected" : "?")
+                print("\(worker.address == chosen ? "*" : " ") \(worker.address)  \(signal)  \(worker.name ?? "")")
             }
+            if chosen != nil { print("(* the worker the proxy would use with these options)") }
         }
         return workers.isEmpty ? ExitCode.failure : ExitCode.ok
+    }
+
+    /// The address among `workers` that `proxy` with the same options would use: the
+    /// named one, else the remembered one, else the strongest (which it would then remember,
+    /// or with --any use this time). Nil when that one is not in range.
+    static func wouldUse(_ workers: [CentralMachine.Sighting], device: String?, any: Bool, remembered: String?) -> String? {
+        let target = device?.uppercased() ?? (any ? nil : remembered?.uppercased())
+        if let target { return workers.contains { $0.address == target } ? target : nil }
+        return workers.first?.address
+    }
+
+    /// The worker a previous `proxy` remembered in the state directory, if any.
+    func rememberedWorker() -> String? {
+        guard let path = Self.stateDirectory(given: stateDir, environment: { getenv($0).map { String(cString: $0) } }),
+              let directory = try? StateDirectory(path: path),
+              let bytes = try? directory.read(Self.pinFile, limit: 4_096),
+              let address = (try? JSON.parse(bytes))?["device"]?.stringValue, Self.isAddress(address) else { return nil }
+        return address
     }
 
     /// The worker selection: --device, --any, or the remembered worker (the first one the

@@ -85,7 +85,7 @@ else
 fi
 # proxy --list (#25): every worker in range, strongest first, named; nothing connected.
 # btvirt reports advertisements only at their edges: both are kicked while the scan runs.
-"$WORKER_BIN" proxy --list --adapter hci1 --scan-ms 6000 --json >"$VM_RESULTS/proxy-list.json" 2>>"$VM_RESULTS/proxy.log" &
+"$WORKER_BIN" proxy --list --adapter hci1 --scan-ms 6000 --state-dir "$PROXY_STATE" --json >"$VM_RESULTS/proxy-list.json" 2>>"$VM_RESULTS/proxy.log" &
 LIST_PID=$!
 for _ in 1 2 3 4 5 6 7 8; do kick_advertising hci0; kick_advertising hci3; sleep 0.5; done
 wait "$LIST_PID"
@@ -95,6 +95,8 @@ check "proxy --list exits 0 and lists both workers in range ($HCI0_ADDR, $HCI3_A
   [[ $LIST_EXIT == 0 ]] && jq -e --arg a '$HCI0_ADDR' --arg b '$HCI3_ADDR' '
     ([.workers[].address] | (index(\$a) != null) and (index(\$b) != null)) and
     all(.workers[]; (.name // \"\") | startswith(\"EdgeCoder-\"))' '$VM_RESULTS/proxy-list.json'"
+check "… marking the remembered one ($HCI0_ADDR) as the one the proxy would use" jq -e --arg a "$HCI0_ADDR" \
+  '[.workers[] | select(.wouldUse) | .address] == [$a]' "$VM_RESULTS/proxy-list.json"
 check "… and connects to neither (the second worker has no client)" test "$(other_cli status --json 2>/dev/null | jq '[.bluetooth.clients[]?] | length')" = 0
 check "restarted, the proxy uses only the remembered worker" start_proxy
 check "… /status names it pinned from the start" bash -c "curl -s $PROXY_URL/status | jq -e --arg a '$HCI0_ADDR' '.selection == \"remembered\" and .pinnedDevice == \$a'"

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import Logging
 @testable import WorkerCLI
+import WorkerCore
 
 /// `edgecoder-worker proxy`'s options and the remembered worker.
 @Suite struct ProxyCommandOptions {
@@ -24,6 +25,18 @@ import Logging
         for bad in [["--scan-ms", "800"], ["--json"], ["--list", "--scan-ms", "10"], ["--list", "--scan-ms", "x"]] {
             #expect(throws: UsageError.self, "\(bad)") { try parse(bad) }
         }
+    }
+
+    @Test func theListMarksTheWorkerTheProxyWouldUse() {
+        let strong = CentralMachine.Sighting(address: "00:AA:01:00:00:02", name: "EdgeCoder-a", rssi: -40, connected: false)
+        let weak = CentralMachine.Sighting(address: "00:AA:01:00:00:01", name: "EdgeCoder-b", rssi: -70, connected: false)
+        let workers = [strong, weak]
+        #expect(ProxyCommand.wouldUse(workers, device: nil, any: false, remembered: nil) == strong.address, "the strongest, then remembered")
+        #expect(ProxyCommand.wouldUse(workers, device: nil, any: false, remembered: "00:aa:01:00:00:01") == weak.address, "the remembered one")
+        #expect(ProxyCommand.wouldUse(workers, device: nil, any: true, remembered: weak.address) == strong.address, "--any: the strongest")
+        #expect(ProxyCommand.wouldUse(workers, device: weak.address, any: false, remembered: nil) == weak.address, "--device")
+        #expect(ProxyCommand.wouldUse(workers, device: "00:AA:01:00:00:09", any: false, remembered: nil) == nil, "the named one is not in range")
+        #expect(ProxyCommand.wouldUse([], device: nil, any: false, remembered: nil) == nil)
     }
 
     @Test func deviceAndAnyExcludeEachOther() {
