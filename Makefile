@@ -78,14 +78,14 @@ test-prepare:
 	Tests/ModelServer/prepare.sh >/dev/null
 	Tests/Proxy/prepare-clients.sh >/dev/null || [ $$? -eq 77 ]
 
-# The suites in lanes (Tests/Suites/lib/run-suites.sh): the BlueZ VM suite in one lane; the
-# systemd VM suite, then a BlueZ VM for the neighbours, bystanders and security phases, in a
-# second;
-# the coordinator suite, fuzzing and the quick suites in a third. Never more than two VMs at
+# The suites in lanes (Tests/Suites/lib/run-suites.sh): the BlueZ VM suite, then a BlueZ VM
+# for the neighbours and the open bystander loop, in one lane; the systemd VM suite, then a
+# BlueZ VM for the encrypted bystander loop and the security phases, in a second; the
+# coordinator suite, fuzzing, the sandbox and the quick suites in a third. Never more than two VMs at
 # once: with three, a TCG guest has hung while booting (soft lockups) on 2 cores. The lanes
 # after the first run at nice 10; then own-load alone (it measures the host's CPU). Same
 # result lines and summary as `suites`.
-LANE_VM    := Tests/Suites/bluetooth.sh
+LANE_VM    := Tests/Suites/bluetooth.sh Tests/Suites/bluetooth-neighbours.sh
 LANE_VM2   := Tests/Suites/systemd-deb.sh Tests/Suites/bluetooth-security.sh
 LANE_ALONE := Tests/Suites/own-load.sh
 LANE_REST  := Tests/Suites/coordinator.sh Tests/Suites/fuzz.sh Tests/Suites/sandbox.sh \

@@ -236,10 +236,12 @@ fi
 # (bluetoothd -d logs "bonding_attempt_complete() … status 0xe" at every disconnect: its own
 # bookkeeping, MGMT_STATUS_DISCONNECTED, not a bonding attempt: see bluetooth-pairing.md.)
 if has_phase bystanders; then
-  phase bystanders "${BT_BYSTANDER_CONNECTS:-50} connects in a row of a device that only connects, security open then encrypted: no pairing attempt"
+  # BT_BYSTANDER_LEVELS: which security levels (open, enc), so that make test can run the
+  # two loops (about 200 s each) in its two VM lanes.
+  phase bystanders "${BT_BYSTANDER_CONNECTS:-50} connects in a row of a device that only connects, security ${BT_BYSTANDER_LEVELS:-open enc}: no pairing attempt"
   write_config bysopen 1 65536 8
   write_config bysenc 1 65536 8 '"security": "encrypted"'
-  for level in open enc; do
+  for level in ${BT_BYSTANDER_LEVELS:-open enc}; do
     restart_with "bys$level"
     stdbuf -oL btmon -T >"$VM_RESULTS/btmon-bystanders-$level.log" 2>&1 &
     BTMON_PID=$!

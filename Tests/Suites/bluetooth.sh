@@ -13,6 +13,7 @@
 # Tests/BlueZ/worker-guest.sh), EDGECODER_BT_FLOOD_SECS (badflood floods this long, coming
 # back after each cut-off: the bench's one-minute flood), EDGECODER_BT_BYSTANDER_CONNECTS (the
 # bystanders phase's connects in a row per security level, default 50),
+# EDGECODER_BT_BYSTANDER_LEVELS (the bystanders phase's levels, default "open enc"),
 # EDGECODER_BT_PROXY_BENCH=1 (the proxy phase also prints its figures), EDGECODER_BT_PIECE_REPS
 # (rounds of the proxy phase's first-piece measurement, medians printed; default 1),
 # EDGECODER_BT_STAMP_LOGS=1 (each line of daemon.log and proxy.log carries the wall clock
@@ -145,8 +146,8 @@ cleanup() {
 trap 'cleanup; exit 130' INT TERM
 
 # ------------------------------------------------------------------ the VM
-# Without EDGECODER_BT_PHASES, every phase but those Tests/Suites/bluetooth-security.sh runs
-# in a VM of its own beside this one (EDGECODER_BT_SKIP_PHASES).
+# Without EDGECODER_BT_PHASES, every phase but those Tests/Suites/bluetooth-neighbours.sh and
+# bluetooth-security.sh run in VMs of their own (EDGECODER_BT_SKIP_PHASES).
 skip_phases=""
 [[ -z "${EDGECODER_BT_PHASES:-}" ]] && skip_phases="${EDGECODER_BT_SKIP_PHASES-neighbours bystanders security}"
 boot_vm() {
@@ -157,7 +158,7 @@ boot_vm() {
     --env "BT_PACING_SET=${EDGECODER_BT_PACING_SET:-}" --env "BT_PACING_MTUS=${EDGECODER_BT_PACING_MTUS:-}" \
     --env "BT_PACING_REPS=${EDGECODER_BT_PACING_REPS:-}" --env "BT_PACING_CHANNELS=${EDGECODER_BT_PACING_CHANNELS:-}" \
     --env "BT_PACING_WAIT=${EDGECODER_BT_PACING_WAIT:-}" --env "BT_FLOOD_SECS=${EDGECODER_BT_FLOOD_SECS:-}" \
-    --env "BT_BYSTANDER_CONNECTS=${EDGECODER_BT_BYSTANDER_CONNECTS:-50}" \
+    --env "BT_BYSTANDER_CONNECTS=${EDGECODER_BT_BYSTANDER_CONNECTS:-50}" --env "BT_BYSTANDER_LEVELS=${EDGECODER_BT_BYSTANDER_LEVELS:-open enc}" \
     --env "BT_STAMP_LOGS=${EDGECODER_BT_STAMP_LOGS:-0}" --env "BT_PIECE_REPS=${EDGECODER_BT_PIECE_REPS:-1}" \
     --env "PROXY_CLIENTS_PY=$proxy_py" \
     Tests/BlueZ/worker-guest.sh
