@@ -59,7 +59,7 @@ let package = Package(
         .testTarget(name: "TelemetryTests", dependencies: ["Telemetry", "WorkerCore"]),
         .testTarget(name: "HTTPTests", dependencies: ["HTTP", "Logging", "Posix"]),
         .testTarget(name: "ModelBackendTests", dependencies: ["ModelBackend", "WorkerCore"]),
-        .testTarget(name: "DaemonTests", dependencies: ["Daemon", "WorkerCore", "StateStore", "Logging", "BlueZ", "Posix", "ModelBackend", "HTTP", "Systemd"]),
+        .testTarget(name: "DaemonTests", dependencies: ["Daemon", "WorkerCore", "StateStore", "Logging", "BlueZ", "Posix", "ModelBackend", "HTTP", "Systemd", "Sandbox"]),
         .testTarget(name: "IntegrationTests", dependencies: ["WorkerCore"]),
         .testTarget(name: "ProxyTests", dependencies: ["Proxy", "BlueZ", "Posix", "Logging", "WorkerCore"]),
         .testTarget(name: "BusTests", dependencies: ["DBus", "BlueZ", "Posix", "WorkerCore"]),

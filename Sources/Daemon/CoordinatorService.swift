@@ -366,6 +366,7 @@ public struct CoordinatorService: Service {
         // The registration says whether programs run in a container (sandboxMode), so the
         // engine is looked at first; the look is bounded by its own timeouts.
         await daemon.forgetSandbox()
+        daemon.sandboxCheckRequested.set(false)  // this look answers any asked while mode on was stopped
         _ = try? await stop.cancelling { await checkSandbox() }
         while !stop.isTriggered {
             do {
@@ -414,15 +415,19 @@ public struct CoordinatorService: Service {
         if await daemon.execution.decision.sandboxMode != before { daemon.heartbeatRequested.set(true) }
     }
 
-    /// Beside the heartbeats: while no engine is usable, looks again every
-    /// `sandboxRecheckMs` (an image built meanwhile is taken without a restart); while one
-    /// is, only when a run says the engine failed.
+    /// Beside the heartbeats: while no engine is usable, looks again after
+    /// `sandboxRecheckMs`, doubling up to 16 times that (each look starts the engine: on a
+    /// host that never builds the image, a minute's look would cost more CPU than the
+    /// heartbeats); at once when asked (a reload, a run that says the engine failed). While
+    /// one is usable, only when asked.
     func watchSandbox() async throws {
         guard sandbox != nil else { return }
         let asked = daemon.sandboxCheckRequested
+        var misses = 0
         while true {
             let usable = if case .usable = await daemon.execution.sandbox { true } else { false }
-            let clock = self.clock, wait = sandboxRecheckMs
+            misses = usable ? 0 : misses + 1
+            let clock = self.clock, wait = sandboxRecheckMs << Int64(min(max(misses - 1, 0), 4))
             _ = try await race({
                 if usable { await suspendUntilCancelled() } else { try await clock.sleep(milliseconds: wait) }
             }, { await asked.wait(for: true) })

@@ -621,6 +621,8 @@ public actor WorkerDaemon {
         // From the raw reading, so a telemetry.deviceType taken out of the file is undone.
         if let base = rawReading ?? reading { updateReading(base, monotonicMs: max(readingAtMonotonicMs, Int64(monotonicNanoseconds() / 1_000_000))) }
         if plan.restartsBluetooth { bluetoothRestart.set(true) }
+        // A reload is also how an operator says "I built the sandbox image": look again.
+        sandboxCheckRequested.set(true)
         updateServiceStatus()
         return status
     }

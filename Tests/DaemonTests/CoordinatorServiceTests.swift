@@ -2,6 +2,7 @@ import Foundation
 import HTTP
 import Logging
 import Posix
+import Sandbox
 import Synchronization
 @testable import StateStore
 import Testing
@@ -590,6 +591,28 @@ final class MockedVanishingEngine: ProgramSandbox, Sendable {
         #expect(result["ok"] == true && result["output"] == "hi there")
         #expect(bed.transport.calls(to: "/register").first?.body?["sandboxMode"] == "none")
         #expect(await bed.daemon.statusJSON()["execution"]?["answering"] == "text")
+        await bed.finish()
+    }
+
+    @Test func withoutAnEngineModeOnLooksAgainLessAndLessOftenAndAtOnceWhenAsked() async throws {
+        // A real ContainerSandbox whose engine is not installed: unusable, found without a spawn.
+        let bed = try CoordinatorBed(sandbox: ContainerSandbox(.init(engine: "/nonexistent/podman")))
+        bed.start()
+        func checked() async -> Int64 { await bed.daemon.execution.checkedAtMs ?? -1 }
+        await eventually("the first look") { await checked() >= 0 }
+        #expect(await bed.daemon.execution.sandbox == .unusable("/nonexistent/podman is not an executable file (apt-get install podman)"))
+        for wait: Int64 in [60_000, 120_000, 240_000] {
+            #expect(await bed.clock.waitForSleep(wait), "the next look after \(wait) ms")
+            let before = await checked()
+            bed.clock.advance(by: wait)
+            await eventually("the look after \(wait) ms") { await checked() > before }
+        }
+        #expect(await bed.clock.waitForSleep(480_000))
+        let before = await checked()
+        bed.daemon.sandboxCheckRequested.set(true)
+        bed.clock.advance(by: 1)
+        await eventually("a look at once when asked (a reload)") { await checked() > before }
+        #expect(await bed.clock.waitForSleep(960_000), "asking is no success: the pause goes on growing, up to 16 minutes")
         await bed.finish()
     }
 
