@@ -92,6 +92,8 @@ import WorkerCore
         #expect(problem?.contains("cloned-\(other)") == true)
         #expect(await copied.statusLine().contains("agent id copied from another machine"))
         #expect(logs.records.contains { $0.level == .warning && $0.message.contains("was not derived from this machine's id") })
+        // The first daemon writes its id behind (the writer); done before this one is saved.
+        await copied.writer.flush()
         try WorkerStateFiles(directory: StateDirectory(path: dir)).saveAgentID("host-\(own)")
         #expect(await (try daemon()).statusJSON()["daemon"]?["identityProblem"] == .null, "its own id is not judged")
     }
