@@ -88,8 +88,14 @@ public struct ContainerSandbox: Sendable {
         let inspect = await ChildProcess.run(engine, arguments: ContainerSandbox.imageInspectArguments(settings), environment: environment,
                                              timeoutMs: 30_000, outputLimit: 4_096)
         guard inspect.outcome.succeeded else {
-            let said = ContainerSandbox.firstLine(inspect.stderr.text).map { " (\(settings.engine) said: \($0))" } ?? ""
-            return .unusable("the image \(settings.image) is not in \(settings.engine)'s store\(said): build it with `edgecoder-worker sandbox build` as the user the worker runs as")
+            let line = ContainerSandbox.firstLine(inspect.stderr.text)
+            guard let line, !ContainerSandbox.saysImageMissing(line) else {
+                let said = line.map { " (\(settings.engine) said: \($0))" } ?? ""
+                return .unusable("the image \(settings.image) is not in \(settings.engine)'s store\(said): build it with `edgecoder-worker sandbox build` as the user the worker runs as")
+            }
+            // The engine itself failed (a unit that forbids it what it needs, a broken store):
+            // building the image would not help, so say what it said.
+            return .unusable("\(settings.engine) could not look up the image \(settings.image) (\(inspect.outcome)): \(line)")
         }
         let probe = await run(.python, code: ContainerSandbox.limitsProbe)
         guard probe.ending == .exited(0), probe.stdout.hasPrefix("memory ") else {
@@ -98,6 +104,13 @@ public struct ContainerSandbox: Sendable {
         }
         if let problem = ContainerSandbox.limitsProblem(probeOutput: probe.stdout, settings: settings) { return .unusable(problem) }
         return .usable("\(settings.engine) with \(settings.image), its limits in force, a trivial program in \(probe.durationMs) ms")
+    }
+
+    /// Whether the engine's error says the image is not in its store (podman: "image not
+    /// known", docker: "No such image"), rather than that the engine could not work.
+    static func saysImageMissing(_ line: String) -> Bool {
+        let lower = line.lowercased()
+        return lower.contains("image not known") || lower.contains("no such image") || lower.contains("not found")
     }
 
     static func firstLine(_ text: String) -> String? {

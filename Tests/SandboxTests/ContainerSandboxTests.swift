@@ -2,7 +2,7 @@
 import Glibc
 #endif
 import Posix
-import Sandbox
+@testable import Sandbox
 import Testing
 import WorkerCore
 
@@ -141,6 +141,17 @@ import WorkerCore
         #expect(await missing.check() == .unusable("no-such-engine-here is not installed: no executable of that name on PATH (apt-get install podman)"))
         let badImage = ContainerSandbox(ContainerSandbox.Settings(image: "--privileged"))
         guard case .engineFailed = await badImage.run(.python, code: "").ending else { Issue.record("a hostile image ran"); return }
+    }
+
+    @Test(arguments: [
+        ("Error: inspecting object: localhost/x:1: image not known", true),
+        ("Error: No such image: localhost/x:1", true),
+        ("Error response from daemon: No such image: x:1", true),
+        ("Failed to set rlimits: setting new rlimits: operation not permitted", false),
+        ("Error: creating runtime static files directory: mkdir /nonexistent: permission denied", false),
+    ])
+    func anEngineThatFailsIsNotAnImageToBuild(line: String, missing: Bool) {
+        #expect(ContainerSandbox.saysImageMissing(line) == missing)
     }
 
     @Test func checkSaysWhatIsMissing() async throws {

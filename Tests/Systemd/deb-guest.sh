@@ -169,6 +169,14 @@ if wait_for 60 "status exits 0" edgecoder-worker status; then
 else
   not_ok "status exits 0: registered, the model ready (exit $(edgecoder-worker status >/dev/null 2>&1; echo $?): $(stj .coordinator | cut -c1-300))"
 fi
+# Code subtasks (#29): the dev coordinator gives every subtask a language (python, its
+# default). The shipped unit forbids what rootless podman needs (docs/operating/sandbox.md),
+# so execution.mode auto answers them with the model's text and says why.
+echo "# execution under the unit: $(stj .execution | cut -c1-400)"
+check "under the shipped unit code subtasks are answered as text (execution.mode auto, the engine not usable)" \
+  test "$(stj '[.execution.answering, .execution.sandbox] | join(" ")')" = '"text unusable"'
+check "… and the registration says sandboxMode none" \
+  bash -c '[[ "$(curl -sf "$1/_dev/state" | jq -r --arg a "$2" "[.registrations[] | select(.agentId == \$a) | .body.sandboxMode] | last")" == none ]]' _ "$COORD" "$WORKER_AGENT_ID"
 check "the coordinator saw the registration of $WORKER_AGENT_ID" \
   bash -c '[[ "$(curl -sf "$1/_dev/state" | jq -r "[.registrations[].agentId] | index(\"$2\")")" != null ]]' _ "$COORD" "$WORKER_AGENT_ID"
 id="$(dev -X POST -H 'content-type: application/json' -d '{"input": "def add(a, b):", "timeoutMs": 120000}' "$COORD/_dev/subtasks" | jq -r '.ids[0]')"
