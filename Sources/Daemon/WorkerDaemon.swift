@@ -548,13 +548,10 @@ public actor WorkerDaemon {
     private var sandbox: (availability: SandboxAvailability, atMs: Int64?) = (.unknown, nil)
     /// Set to ask mode on to look at the container engine again (a run the engine failed).
     public nonisolated let sandboxCheckRequested = StateSignal(false)
-    /// True once mode on's first look at the engine is done (or none is needed).
-    public nonisolated let sandboxChecked = StateSignal(false)
 
     public func updateSandbox(_ availability: SandboxAvailability) {
         let before = execution.decision
         sandbox = (availability, clock())
-        sandboxChecked.set(true)
         let after = execution.decision
         // What is answered how is the news; a new wording of the same reason is not.
         if after.answering != before.answering {
@@ -567,7 +564,6 @@ public actor WorkerDaemon {
     /// A new mode-on session looks at the engine afresh.
     public func forgetSandbox() {
         sandbox = (.unknown, nil)
-        sandboxChecked.set(false)
     }
 
     /// How code subtasks are answered now.

@@ -23,7 +23,7 @@ public enum SandboxImage {
         /// Why this recipe cannot be used; empty when it can.
         public var problems: [String] {
             var problems: [String] = []
-            if !ContainerSandbox.Settings.isWord(tag) || tag.hasPrefix("-") { problems.append("the tag must be an image name like localhost/edgecoder-sandbox:1, got '\(printable(tag))'") }
+            if !WorkerConfig.Execution.isWord(tag) || tag.hasPrefix("-") { problems.append("the tag must be an image name like localhost/edgecoder-sandbox:1, got '\(printable(tag))'") }
             if suite.isEmpty || !suite.unicodeScalars.allSatisfy({ ("a"..."z").contains($0) || ("0"..."9").contains($0) || $0 == "-" }) {
                 problems.append("the suite must be a Debian release name like bookworm, got '\(printable(suite))'")
             }

@@ -62,10 +62,10 @@ extension ContainerSandbox {
         /// image or engine that starts with `-` would be read by the engine as an option.
         public var problems: [String] {
             var problems: [String] = []
-            if !Settings.isWord(engine) || engine.hasPrefix("-") {
+            if !WorkerConfig.Execution.isWord(engine) || engine.hasPrefix("-") {
                 problems.append("the engine must be a command name or an absolute path, got '\(printable(engine))'")
             }
-            if !Settings.isWord(image) || image.hasPrefix("-") {
+            if !WorkerConfig.Execution.isWord(image) || image.hasPrefix("-") {
                 problems.append("the image must be a name like localhost/edgecoder-sandbox:1, got '\(printable(image))'")
             }
             if let bad = engineArguments.first(where: { $0.isEmpty || $0.unicodeScalars.contains { $0.value < 0x20 || $0.value == 0x7F } }) {
@@ -79,10 +79,6 @@ extension ContainerSandbox {
             if !(0...(64 << 20)).contains(outputLimitBytes) { problems.append("the output limit must be 0 to 64 MiB, got \(outputLimitBytes)") }
             if !(1...4_096).contains(tmpfsMiB) { problems.append("the /tmp size must be 1 to 4096 MiB, got \(tmpfsMiB)") }
             return problems
-        }
-
-        static func isWord(_ text: String) -> Bool {
-            !text.isEmpty && text.utf8.count <= 4_096 && text.unicodeScalars.allSatisfy { $0.value > 0x20 && $0.value < 0x7F }
         }
     }
 

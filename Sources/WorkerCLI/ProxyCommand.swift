@@ -224,9 +224,14 @@ struct ProxyCommand: Command {
     /// The worker a previous `proxy` remembered in the state directory, if any.
     func rememberedWorker() -> String? {
         guard let path = Self.stateDirectory(given: stateDir, environment: { getenv($0).map { String(cString: $0) } }),
-              let directory = try? StateDirectory(path: path),
-              let bytes = try? directory.read(Self.pinFile, limit: 4_096),
-              let address = (try? JSON.parse(bytes))?["device"]?.stringValue, Self.isAddress(address) else { return nil }
+              let directory = try? StateDirectory(path: path) else { return nil }
+        return Self.pinnedAddress(in: directory)
+    }
+
+    /// The address in `directory`'s pin file, when it holds a valid one.
+    static func pinnedAddress(in directory: StateDirectory) -> String? {
+        guard let bytes = try? directory.read(pinFile, limit: 4_096),
+              let address = (try? JSON.parse(bytes))?["device"]?.stringValue, isAddress(address) else { return nil }
         return address
     }
 
@@ -252,8 +257,7 @@ struct ProxyCommand: Command {
             try? directory.remove(Self.pinFile)
             logger.notice("forgot the remembered worker (\(path)/\(Self.pinFile))")
         }
-        if let bytes = try? directory.read(Self.pinFile, limit: 4_096), let address = (try? JSON.parse(bytes))?["device"]?.stringValue,
-           Self.isAddress(address) {
+        if let address = Self.pinnedAddress(in: directory) {
             logger.notice("using only the remembered worker \(address) (\(path)/\(Self.pinFile); --forget or --any to change)")
             settings.device = address.uppercased()
             return settings

@@ -106,6 +106,12 @@ public struct WorkerConfig: Sendable, Equatable {
         public var image = "localhost/edgecoder-sandbox:1"
         public var timeoutMs: Int64 = 4_000
         public init() {}
+
+        /// Printable ASCII without spaces, at most 4 KiB: one word of the engine's command
+        /// line, never split or quoted (the config's and the `sandbox` commands' check).
+        public static func isWord(_ text: String) -> Bool {
+            !text.isEmpty && text.utf8.count <= 4_096 && text.unicodeScalars.allSatisfy { $0.value > 0x20 && $0.value < 0x7F }
+        }
     }
     public var execution = Execution()
 
@@ -348,12 +354,12 @@ extension WorkerConfig {
                     case "mode": reader.choice(value, path: path, ExecutionMode.self).map { config.execution.mode = $0 }
                     case "engine":
                         if let engine = reader.string(value, path: path, maxLength: 256, nonEmpty: true) {
-                            if ConfigReader.isCommandWord(engine) { config.execution.engine = engine } else { reader.problem(path, "must be a command name or an absolute path without spaces, got \"\(printable(engine))\"") }
+                            if WorkerConfig.Execution.isWord(engine) { config.execution.engine = engine } else { reader.problem(path, "must be a command name or an absolute path without spaces, got \"\(printable(engine))\"") }
                         }
                     case "engineArguments": reader.words(value, path: path, max: 32).map { config.execution.engineArguments = $0 }
                     case "image":
                         if let image = reader.string(value, path: path, maxLength: 256, nonEmpty: true) {
-                            if ConfigReader.isCommandWord(image), !image.hasPrefix("-") { config.execution.image = image } else { reader.problem(path, "must be an image name like \"localhost/edgecoder-sandbox:1\", got \"\(printable(image))\"") }
+                            if WorkerConfig.Execution.isWord(image), !image.hasPrefix("-") { config.execution.image = image } else { reader.problem(path, "must be an image name like \"localhost/edgecoder-sandbox:1\", got \"\(printable(image))\"") }
                         }
                     case "timeoutMs": reader.int(value, path: path, 500...600_000).map { config.execution.timeoutMs = $0 }
                     default: reader.unknown(path)
@@ -522,11 +528,6 @@ struct ConfigReader {
         return hosts
     }
 
-    /// Printable ASCII without spaces: one word of a command line, never split or quoted.
-    static func isCommandWord(_ text: String) -> Bool {
-        !text.isEmpty && text.unicodeScalars.allSatisfy { $0.value > 0x20 && $0.value < 0x7F }
-    }
-
     /// A list of command-line words (`execution.engineArguments`).
     mutating func words(_ value: JSONValue, path: String, max: Int) -> [String]? {
         guard case .array(let items) = value else {
@@ -537,7 +538,7 @@ struct ConfigReader {
         var words: [String] = []
         for (index, item) in items.enumerated() {
             guard let word = string(item, path: "\(path)[\(index)]", maxLength: 1024, nonEmpty: true) else { return nil }
-            guard ConfigReader.isCommandWord(word) else {
+            guard WorkerConfig.Execution.isWord(word) else {
                 problem("\(path)[\(index)]", "must be printable ASCII without spaces, got \"\(printable(word))\"")
                 return nil
             }
