@@ -450,6 +450,9 @@ def crash_safety(model):
         [outboxed] = c.submit("killed while posting", timeout_ms=120000)
         outbox = os.path.join(w.dir, "state")
         check(wait_for(lambda: any(n.startswith("outbox-") for n in os.listdir(outbox)), timeout=30), "the result is in the outbox before it is posted")
+        # Kill only once the coordinator holds the post: killed earlier, the request can
+        # still sit unread in the listener's queue and be counted after the switch back.
+        check(wait_for(lambda: c.state()["hungNow"] >= 1, timeout=30), "the coordinator holds the post unanswered")
         w.stop(signal.SIGKILL)
         c.switch("normal")
         time.sleep(0.5)
@@ -817,6 +820,7 @@ def largest_values_across_kill(model):
         c.switch("hang", paths=["/result"])
         [posting] = c.dev("POST", "/_dev/subtasks", [{"input": big_input, "timeoutMs": 300000, "snapshotRef": "s" * (5 * 1024 * 1024)}])["ids"]
         check(wait_for(lambda: any(n.startswith("outbox-") for n in os.listdir(state)), timeout=60), "its result is in the outbox")
+        check(wait_for(lambda: c.state()["hungNow"] >= 1, timeout=60), "the coordinator holds its post unanswered")
         w.stop(signal.SIGKILL)
         c.switch("normal")
         w.start()

@@ -67,6 +67,7 @@ def orchestration_call(path):
         return parts[3], parts[4]
     return None
 AUTH_PATHS = ("/heartbeat", "/pull", "/result")
+TCP_CLOSE, TCP_CLOSE_WAIT = 7, 8  # the first byte of Linux's TCP_INFO (include/net/tcp_states.h)
 MODES = (
     "normal",
     "unauthorized-once",
@@ -891,6 +892,7 @@ class Handler(BaseHTTPRequestHandler):
     def parse_request(self):
         self.expect_continue = False
         self.sent_continue = False
+        self.held_body = None
         return super().parse_request()
 
     def handle_expect_100(self):
@@ -923,9 +925,17 @@ class Handler(BaseHTTPRequestHandler):
         except OSError:
             pass
 
-    def client_gone(self):
+    def client_gone(self, wait_s=0.0):
+        # The kernel's TCP state first: a request's unread body can sit in the socket ahead
+        # of the client's FIN, and a peek then sees data, not the end.
         try:
-            r, _, _ = select.select([self.connection], [], [], 0)
+            state = self.connection.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0]
+            if state in (TCP_CLOSE, TCP_CLOSE_WAIT):
+                return True
+        except (OSError, AttributeError):
+            pass
+        try:
+            r, _, _ = select.select([self.connection], [], [], wait_s)
             if not r:
                 return False
             return self.connection.recv(1, socket.MSG_PEEK) == b""
@@ -952,6 +962,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def read_body(self, limit):
         """Returns bytes, or None when over the limit (connection will be closed)."""
+        if self.held_body is not None:
+            data, self.held_body = self.held_body, None
+            return data
         te = (self.headers.get("Transfer-Encoding") or "").lower()
         if "chunked" in te:
             self.send_continue()
@@ -1192,10 +1205,28 @@ class Handler(BaseHTTPRequestHandler):
                     coord.lock.wait(min(left, 0.25))
             finally:
                 coord.hung -= 1
-        if self.client_gone():
+        if not self.read_held_body(coord.args.body_limit) or self.client_gone(wait_s=0.05):
             entry["outcome"] = "dropped-client-gone"
             raise Drop()
         entry["outcome"] = "released"
+
+    def read_held_body(self, limit):
+        """A gone client's FIN sits behind whatever of its body is still unread (and is not
+        even sent while the body fills the window), so the body is read before asking
+        whether the client is there. False when the body stops short: the client went."""
+        te = (self.headers.get("Transfer-Encoding") or "").lower()
+        if self.expect_continue or "chunked" in te:
+            return True
+        try:
+            n = int(self.headers.get("Content-Length") or "0")
+        except ValueError:
+            return True
+        if 0 < n <= limit:
+            data = self.rfile.read(n)
+            if len(data) != n:
+                return False
+            self.held_body = data
+        return True
 
     # -- handlers: return (status, body) ----------------------------------------------
 

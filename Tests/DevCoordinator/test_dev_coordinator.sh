@@ -329,6 +329,17 @@ wait "$BG"
 req "$U" POST /_dev/switch '{"mode":"hang","capSeconds":1}'
 req "$U" POST /heartbeat '{"agentId":"agent-1"}' "${H[@]}"
 check "hang: the cap closes the connection without an answer" bash -c '[ "$0" = 52 ] && "$PY" -c "import sys; sys.exit(0 if float(sys.argv[1])>=0.9 else 1)" "$1"' "$RC" "$TIME"
+# a held request whose client has gone is dropped unprocessed on the switch back, also when
+# its body (600 KB, more than the server's read buffer) still sits unread ahead of the FIN
+req "$U" POST /_dev/switch '{"mode":"hang"}'
+HB0="$(curl -s "$U/_dev/state" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["heartbeatCount"])')"
+"$PY" -c 'import json; print(json.dumps({"agentId": "agent-1", "pad": "p" * 600000}))' >"$WORK/big-heartbeat.json"
+req "$U" POST /heartbeat "@$WORK/big-heartbeat.json" "${H[@]}" --max-time 1
+req "$U" POST /_dev/switch '{"mode":"normal"}'
+sleep 0.5
+req "$U" GET /_dev/state ""
+check "hang: a gone client's request with an unread body is dropped, not processed" \
+  j "j['heartbeatCount'] == $HB0 and [r for r in j['requests'] if r['path'] == '/heartbeat'][-1]['outcome'] == 'dropped-client-gone'"
 
 # lost-answer: processed, then the connection is closed (a result is recorded, the worker sees no answer)
 req "$U" POST /_dev/switch '{"mode":"normal"}'
