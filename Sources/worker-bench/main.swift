@@ -10,6 +10,7 @@ import WorkerCore
 // `worker-bench state-writes` runs only the state-writes figures (the rest takes minutes).
 if CommandLine.arguments.dropFirst().first == "state-writes" {
     jsonBench()
+    jsonEscapesBench()
 
 await stateWritesBench()
     exit(0)
@@ -17,6 +18,7 @@ await stateWritesBench()
 // `worker-bench json` runs only the JSON object figures.
 if CommandLine.arguments.dropFirst().first == "json" {
     jsonBench()
+    jsonEscapesBench()
     exit(0)
 }
 // `worker-bench stream URL` measures streaming against a llama.cpp server at URL.

@@ -17,7 +17,7 @@ OUT=${FUZZ_BUILD:-$ROOT/.build/fuzz}
 OPT=${FUZZ_OPT:--O}
 mkdir -p "$OUT/include"
 
-ALL_TARGETS=(json config bluetooth rtnetlink uevent http coordinator modelwire dbus pairing)
+ALL_TARGETS=(json jsoncost config bluetooth rtnetlink uevent http coordinator modelwire dbus pairing)
 
 # The modules each target links, dependents before dependencies (static link order).
 modules_of() {

@@ -56,6 +56,31 @@ import Testing
         }
     }
 
+    @Test(arguments: [
+        (#""\n""#, "\n"),
+        (#""a\"b\\c\/d""#, "a\"b\\c/d"),
+        (#""\u00e9t\u00e9""#, "été"),
+        (#""é\n😀\ud83d\ude00x""#, "é\n😀😀x"),
+        (#""\b\f\r\t""#, "\u{08}\u{0C}\r\t"),
+        (#""plain é 😀""#, "plain é 😀"),
+        (#""""#, ""),
+    ])
+    func decodesEscapesBetweenRunsOfText(text: String, expected: String) throws {
+        #expect(try JSON.parse(text) == .string(expected))
+    }
+
+    @Test func rejectsInvalidUTF8AfterAnEscapeAtTheRunItStarts() {
+        // The run after an escape is checked as the run before one is.
+        let bytes: [UInt8] = Array("[\"a\\n".utf8) + [0xC3, 0x28] + Array("\"]".utf8)
+        do {
+            _ = try JSON.parse(bytes)
+            Issue.record("parsed invalid UTF-8")
+        } catch {
+            #expect(error.reason == .invalidUTF8)
+            #expect(error.offset == 5)
+        }
+    }
+
     @Test func refusesNestingBeyondTheLimit() {
         let deep = String(repeating: "[", count: 10_000) + String(repeating: "]", count: 10_000)
         do {

@@ -382,43 +382,50 @@ struct JSONParser {
 
     mutating func parseString() throws(JSONParseError) -> String {
         index += 1  // opening quote
-        var scalars = String.UnicodeScalarView()
         var runStart = index
-        // Plain runs are validated and appended in bulk; escapes one by one.
-        func flushRun(_ parser: inout JSONParser, upTo end: Int, into scalars: inout String.UnicodeScalarView) throws(JSONParseError) {
-            if end > runStart {
-                let run = UnsafeBufferPointer(rebasing: parser.bytes[runStart..<end])
-                guard let text = String(validating: run, as: UTF8.self) else {
-                    // Find the first bad byte for a precise message.
-                    throw parser.fail(.invalidUTF8, at: runStart)
-                }
-                scalars.append(contentsOf: text.unicodeScalars)
+        // A string without escapes is one validated run. Once there is an escape, the text
+        // is gathered as UTF-8 bytes and made a String once at the end: appending to a
+        // String's scalar view copied the whole string each time (quadratic in escapes).
+        var decoded: [UInt8]? = nil
+        func validatedRun(_ parser: JSONParser, upTo end: Int) throws(JSONParseError) -> UnsafeBufferPointer<UInt8> {
+            let run = UnsafeBufferPointer(rebasing: parser.bytes[runStart..<end])
+            guard String(validating: run, as: UTF8.self) != nil else {
+                throw parser.fail(.invalidUTF8, at: runStart)
             }
+            return run
         }
         while true {
             guard index < bytes.count else { throw fail(.unexpectedEnd) }
             let byte = bytes[index]
             if byte == UInt8(ascii: "\"") {
-                try flushRun(&self, upTo: index, into: &scalars)
+                if decoded == nil {
+                    let run = UnsafeBufferPointer(rebasing: bytes[runStart..<index])
+                    guard let text = String(validating: run, as: UTF8.self) else { throw fail(.invalidUTF8, at: runStart) }
+                    index += 1
+                    return text
+                }
+                decoded!.append(contentsOf: try validatedRun(self, upTo: index))
                 index += 1
-                return String(scalars)
+                return String(decoding: decoded!, as: UTF8.self)
             }
             if byte < 0x20 { throw fail(.controlCharacterInString) }
             if byte != UInt8(ascii: "\\") { index += 1; continue }
-            try flushRun(&self, upTo: index, into: &scalars)
+            if decoded == nil { decoded = [] }
+            if index > runStart { decoded!.append(contentsOf: try validatedRun(self, upTo: index)) }
             index += 1
             guard index < bytes.count else { throw fail(.unexpectedEnd) }
             let escape = bytes[index]
             index += 1
+            let scalar: Unicode.Scalar
             switch escape {
-            case UInt8(ascii: "\""): scalars.append("\"")
-            case UInt8(ascii: "\\"): scalars.append("\\")
-            case UInt8(ascii: "/"): scalars.append("/")
-            case UInt8(ascii: "b"): scalars.append("\u{08}")
-            case UInt8(ascii: "f"): scalars.append("\u{0C}")
-            case UInt8(ascii: "n"): scalars.append("\n")
-            case UInt8(ascii: "r"): scalars.append("\r")
-            case UInt8(ascii: "t"): scalars.append("\t")
+            case UInt8(ascii: "\""): scalar = "\""
+            case UInt8(ascii: "\\"): scalar = "\\"
+            case UInt8(ascii: "/"): scalar = "/"
+            case UInt8(ascii: "b"): scalar = "\u{08}"
+            case UInt8(ascii: "f"): scalar = "\u{0C}"
+            case UInt8(ascii: "n"): scalar = "\n"
+            case UInt8(ascii: "r"): scalar = "\r"
+            case UInt8(ascii: "t"): scalar = "\t"
             case UInt8(ascii: "u"):
                 let first = try parseHex4()
                 var code = first
@@ -434,11 +441,12 @@ struct JSONParser {
                 } else if (0xDC00...0xDFFF).contains(first) {
                     throw fail(.invalidEscape)
                 }
-                guard let scalar = Unicode.Scalar(code) else { throw fail(.invalidEscape) }
-                scalars.append(scalar)
+                guard let value = Unicode.Scalar(code) else { throw fail(.invalidEscape) }
+                scalar = value
             default:
                 throw fail(.invalidEscape, at: index - 1)
             }
+            UTF8.encode(scalar) { decoded!.append($0) }
             runStart = index
         }
     }
