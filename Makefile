@@ -172,15 +172,18 @@ generated:
 # What `install` copies, without building (debian/rules calls it after its own build).
 install-files:
 	install -D -m0755 $(RELEASE_BIN) $(DESTDIR)$(PREFIX)/bin/edgecoder-worker
-	install -d $(DESTDIR)$(SYSTEMD_UNIT_DIR) $(DESTDIR)$(SYSTEMD_USER_UNIT_DIR) $(DESTDIR)$(SYSUSERS_DIR) $(DESTDIR)$(TMPFILES_DIR)
+	install -d $(DESTDIR)$(SYSTEMD_UNIT_DIR) $(DESTDIR)$(SYSTEMD_USER_UNIT_DIR) $(DESTDIR)$(SYSUSERS_DIR) $(DESTDIR)$(TMPFILES_DIR) \
+	  $(DESTDIR)$(PREFIX)/libexec/edgecoder-worker
 	sed 's|/usr/local|$(PREFIX)|g' systemd/edgecoder-worker.service > $(DESTDIR)$(SYSTEMD_UNIT_DIR)/edgecoder-worker.service
 	chmod 0644 $(DESTDIR)$(SYSTEMD_UNIT_DIR)/edgecoder-worker.service
 # Opt-in units (not enabled): systemctl enable --now edgecoder-worker-metrics.timer
-	for unit in edgecoder-worker-metrics.service edgecoder-worker-metrics.timer; do \
+	for unit in edgecoder-worker-metrics.service edgecoder-worker-metrics.timer edgecoder-sandbox.socket edgecoder-sandbox.service; do \
 	  sed 's|/usr/local|$(PREFIX)|g' systemd/$$unit > $(DESTDIR)$(SYSTEMD_UNIT_DIR)/$$unit && chmod 0644 $(DESTDIR)$(SYSTEMD_UNIT_DIR)/$$unit || exit 1; \
 	done
 	sed 's|/usr/local|$(PREFIX)|g' systemd/edgecoder-worker-proxy.service > $(DESTDIR)$(SYSTEMD_USER_UNIT_DIR)/edgecoder-worker-proxy.service
 	chmod 0644 $(DESTDIR)$(SYSTEMD_USER_UNIT_DIR)/edgecoder-worker-proxy.service
+	sed 's|/usr/local|$(PREFIX)|g' systemd/sandbox-engine-prepare > $(DESTDIR)$(PREFIX)/libexec/edgecoder-worker/sandbox-engine-prepare
+	chmod 0755 $(DESTDIR)$(PREFIX)/libexec/edgecoder-worker/sandbox-engine-prepare
 	install -m0644 systemd/sysusers.d/edgecoder-worker.conf $(DESTDIR)$(SYSUSERS_DIR)/edgecoder-worker.conf
 	install -m0644 systemd/tmpfiles.d/edgecoder-worker.conf $(DESTDIR)$(TMPFILES_DIR)/edgecoder-worker.conf
 	install -D -m0644 $(GEN)/edgecoder-worker.1 $(DESTDIR)$(MAN1_DIR)/edgecoder-worker.1
@@ -197,6 +200,7 @@ install-files:
 	@echo "      copy $(PREFIX)/share/doc/edgecoder-worker/config.example.json to /etc/edgecoder-worker/config.json and edit it"
 	@echo "      systemctl daemon-reload && systemctl enable --now edgecoder-worker"
 	@echo "metrics for node_exporter's textfile collector (opt-in):  systemctl enable --now edgecoder-worker-metrics.timer"
+	@echo "code subtasks in containers (opt-in, needs podman and uidmap):  systemctl enable --now edgecoder-sandbox.socket (docs/operating/sandbox.md)"
 	@echo "the proxy, per user (a user unit):  systemctl --user daemon-reload && systemctl --user enable --now edgecoder-worker-proxy"
 
 # The Debian package, in .build/deb (debian/rules by hand rather than dpkg-buildpackage,

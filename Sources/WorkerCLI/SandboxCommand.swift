@@ -14,7 +14,7 @@ struct SandboxCommand: Command {
     static let summary = "the container that code subtasks run in: sandbox build|run|check"
     static let usage = """
         Usage: edgecoder-worker sandbox run --language L [--engine E] [--engine-arg A]... [--image T] [--timeout-ms N] [--json] [FILE|-]
-               edgecoder-worker sandbox check [--engine E] [--engine-arg A]... [--image T] [--json]
+               edgecoder-worker sandbox check [--engine E] [--engine-arg A]... [--image T] [--timeout-ms N] [--json]
                edgecoder-worker sandbox build [--engine E] [--engine-arg A]... [--tag T] [--suite S] [--mirror URL]
 
         run: runs one program (FILE, or stdin when FILE is - or absent) in the sandbox as a
@@ -34,7 +34,8 @@ struct SandboxCommand: Command {
                             with a dash goes after = (runtime runc where crun cannot run: the sandbox docs)
           --image T         the image programs run in (default localhost/edgecoder-sandbox:1)
           --tag T           the name build gives the image (default localhost/edgecoder-sandbox:1)
-          --timeout-ms N    the time limit, from the engine's start (default 4000; 100 to 600000)
+          --timeout-ms N    the time limit, from the engine's start (default 4000; 100 to 600000);
+                            for check, the trivial program's (execution.timeoutMs is the daemon's)
           --suite S         the Debian release to build from (default: this host's)
           --mirror URL      the Debian mirror to build from (default: mmdebstrap's)
           --json            print the run (or the check) as JSON
@@ -87,7 +88,7 @@ struct SandboxCommand: Command {
             guard words.count <= 1 else { throw UsageError("sandbox run takes one program: a file, or - for stdin") }
             action = .run(parsed, source: words.first ?? "-")
         case "check":
-            try refuse("--language", language); try refuse("--tag", tag); try refuse("--timeout-ms", timeout)
+            try refuse("--language", language); try refuse("--tag", tag)
             try refuse("--suite", suite); try refuse("--mirror", mirror)
             guard words.isEmpty else { throw UsageError("sandbox check takes no arguments besides its options") }
             action = .check

@@ -41,20 +41,18 @@ sandbox() { "$bin" sandbox "$1" --engine "$engine" "${engine_args[@]}" "${@:2}";
 containers() { "$engine" "${engine_args[@]/--engine-arg=--runtime=runc/--runtime=runc}" ps -a --filter name=edgecoder-sandbox- --format '{{.Names}}'; }
 
 # --- the image, once -------------------------------------------------------------------
-mkdir -p .cache/sandbox
-exec 9>.cache/sandbox/.lock
-flock -w 900 9 || { not_ok "another run holds .cache/sandbox/.lock"; tap_done; exit $?; }
-if "$engine" image exists "$image" 2>/dev/null || "$engine" image inspect "$image" >/dev/null 2>&1; then
-  echo "# $image is in $engine's store: no build"
-else
-  if sandbox build --tag "$image" >"$work/build.log" 2>&1; then
-    ok "sandbox build made $image from Debian's packages"
-  else
-    not_ok "sandbox build"
-  fi
-  sed 's/^/# /' "$work/build.log"
-fi
-exec 9>&-
+source Tests/Suites/lib/sandbox-image.sh
+sandbox_image_ensure "$bin" "$engine" "$image" "$work/build.log" "${engine_args[@]}"
+case $? in
+  0) if ((SANDBOX_IMAGE_BUILT)); then
+       ok "sandbox build made $image from Debian's packages"
+       sed 's/^/# /' "$work/build.log"
+     else
+       echo "# $image is in $engine's store: no build"
+     fi ;;
+  1) not_ok "sandbox build"; sed 's/^/# /' "$work/build.log" ;;
+  *) not_ok "another run holds .cache/sandbox/.lock"; tap_done; exit $? ;;
+esac
 
 # run LANG [OPTIONS...]: the program on stdin; stdout in $work/out, stderr in $work/err,
 # exit status in $rc, wall time in $ms.

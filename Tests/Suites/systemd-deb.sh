@@ -125,10 +125,11 @@ for _ in $(seq 60); do
   [[ -n "$slow_port" ]] && break
   sleep 0.5
 done
-# The guest joins the coordinator with `enroll --token-stdin`. The coordinator does not ask
-# for the token: the VM's systemd loads no credentials (see deb-guest.sh).
+# The guest joins the coordinator with `enroll --token-stdin`, and the coordinator refuses a
+# registration without that token: the daemon can only have it from its credential
+# (LoadCredential=), where enroll stores it.
 enroll_token="tok-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
-coproc COORD { exec python3 Tests/DevCoordinator/dev_coordinator.py --port 0 2>>"$results/coordinator.log"; }
+coproc COORD { exec python3 Tests/DevCoordinator/dev_coordinator.py --port 0 --registration-token "$enroll_token" 2>>"$results/coordinator.log"; }
 coord_pid=$COORD_PID
 read -r -t 30 line <&"${COORD[0]}"
 coord_port="${line##*:}"
@@ -142,12 +143,46 @@ trap 'cleanup; exit 130' INT TERM
 [[ "$slow_port" =~ ^[0-9]+$ ]] || { cleanup; not_ok "the slow model server started"; finish; }
 ok "dev coordinator on 127.0.0.1:$coord_port, llama.cpp on 127.0.0.1:$llama_port, a slow model server on 127.0.0.1:$slow_port"
 
+# ------------------------------------------------------------------ the sandbox image
+# The guest's container engine (edgecoder-sandbox.socket, rootless podman) gets the image
+# the sandbox suite uses, built here once if missing and saved from this host's store as an
+# archive that the guest loads through the engine's socket (a build in the guest would take
+# far longer under TCG).
+source Tests/Suites/lib/sandbox-image.sh
+sandbox_archive=""
+if command -v podman >/dev/null; then
+  sandbox_image=localhost/edgecoder-sandbox:1
+  sandbox_engine_args=()
+  [[ $(stat -fc %T /sys/fs/cgroup) == cgroup2fs ]] || sandbox_engine_args=(--engine-arg=--runtime=runc)
+  if sandbox_image_ensure "${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}" podman "$sandbox_image" "$results/sandbox-build.log" "${sandbox_engine_args[@]}"; then
+    archive="$REPO/.cache/sandbox/edgecoder-sandbox-1.tar"
+    image_id="$(podman image inspect --format '{{.Id}}' "$sandbox_image")"
+    if [[ "$(cat "$archive.id" 2>/dev/null)" != "$image_id" || ! -s "$archive" ]]; then
+      rm -f "$archive"
+      podman save -o "$archive.tmp" "$sandbox_image" >"$results/sandbox-save.log" 2>&1 && mv "$archive.tmp" "$archive" && echo "$image_id" >"$archive.id"
+    fi
+    if [[ -s "$archive" ]]; then
+      sandbox_archive="$archive"
+      ok "the sandbox image for the guest's engine: $(($(stat -c %s "$archive") / 1048576)) MiB archive"
+    else
+      not_ok "podman save of $sandbox_image"; sed 's/^/# /' "$results/sandbox-save.log"
+    fi
+  else
+    not_ok "the sandbox image (sandbox build)"; tail -n 20 "$results/sandbox-build.log" | sed 's/^/# /'
+  fi
+else
+  not_ok "podman is installed for the guest's container engine (make deps)"
+fi
+
 # ------------------------------------------------------------------ the VM
 boot_vm() {
-  Tests/BlueZ/vm/run-in-vm.sh --systemd --controllers 2 \
+  # 2 GiB: the guest's engine keeps its image and each container's copy of it in memory
+  # (the overlay root's upper layer is a tmpfs; podman's vfs store there).
+  BLUEZ_VM_MEM=${BLUEZ_VM_MEM:-2048} Tests/BlueZ/vm/run-in-vm.sh --systemd --controllers 2 \
     --host-port "$coord_port" --host-port "$llama_port" --host-port "$slow_port" --timeout "${EDGECODER_SD_TIMEOUT:-900}" \
     --results "$results" "${share_deb[@]}" \
     --env "DEB=$deb" --env "COORD_PORT=$coord_port" --env "LLAMA_PORT=$llama_port" --env "SLOW_PORT=$slow_port" --env "ENROLL_TOKEN=$enroll_token" \
+    --env "SANDBOX_ARCHIVE=$sandbox_archive" \
     Tests/Systemd/deb-guest.sh
 }
 boot_vm

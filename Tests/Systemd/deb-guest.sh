@@ -6,7 +6,9 @@
 #
 # Environment (run-in-vm.sh --env): DEB (the .deb, visible in the guest), COORD_PORT (the
 # dev coordinator on the host), LLAMA_PORT (llama.cpp's server on the host), SLOW_PORT (an
-# Ollama-shaped model server that answers 6 s late), all at $BLUEZ_VM_HOST_ADDR. Prints "ok - ..." / "not ok - ..." lines and "# name: value"
+# Ollama-shaped model server that answers 6 s late), all at $BLUEZ_VM_HOST_ADDR; SANDBOX_ARCHIVE
+# (the sandbox image saved from the host's store, for the guest's container engine; empty
+# when the host could not make it). Prints "ok - ..." / "not ok - ..." lines and "# name: value"
 # figures; exits 1 if anything failed.
 source "$BLUEZ_VM_DIR/guest-lib.sh"
 export PYTHONUNBUFFERED=1
@@ -84,6 +86,32 @@ fi
 check "journalctl -u shows the daemon's lines at their priorities (notice)" \
   bash -c "journalctl -b -u $UNIT -p notice -o cat --no-pager | grep -q ."
 
+# ------------------------------------------------------------------ the container engine
+# edgecoder-sandbox.socket (opt-in): rootless podman's API service as user edgecoder-sandbox,
+# the engine code subtasks run in while the worker's own unit stays confined. Its image is
+# loaded through the socket in the background (about 40 s under TCG) while the phases below
+# run; the phase "code subtasks in containers" uses it.
+phase "the container engine (edgecoder-sandbox.socket)"
+SANDBOX_SOCKET=/run/edgecoder-sandbox/podman.sock
+SANDBOX_URL=unix://$SANDBOX_SOCKET
+check "the engine's socket is installed, not enabled (opt-in)" \
+  test "$(systemctl is-enabled edgecoder-sandbox.socket 2>&1)" = disabled
+check "sysusers: the engine's user edgecoder-sandbox exists, without a login shell" \
+  bash -c '[[ "$(getent passwd edgecoder-sandbox | cut -d: -f7)" == */nologin ]]'
+systemctl enable --now edgecoder-sandbox.socket
+check "enabled, the socket listens, 0660 edgecoder-sandbox:edgecoder-worker (the worker's group only)" \
+  test "$(stat -c '%a %U:%G' $SANDBOX_SOCKET 2>&1)" = "660 edgecoder-sandbox:edgecoder-worker"
+as_worker_group() { setpriv --reuid edgecoder-worker --regid edgecoder-worker --clear-groups env HOME=/tmp "$@"; }
+if [[ -n "${SANDBOX_ARCHIVE:-}" ]]; then
+  ( t0=$SECONDS
+    as_worker_group podman --url $SANDBOX_URL load -i "$SANDBOX_ARCHIVE" >"$VM_RESULTS/sandbox-load.log" 2>&1
+    echo "$? $((SECONDS - t0))" >"$VM_RESULTS/sandbox-load.rc" ) &
+else
+  echo "1 0" >"$VM_RESULTS/sandbox-load.rc"
+fi
+check "another user cannot reach the engine (permission denied on the socket)" \
+  bash -c 'setpriv --reuid nobody --regid nogroup --clear-groups env HOME=/tmp podman --url "$1" version 2>&1 | grep -qi "permission denied"' _ "$SANDBOX_URL"
+
 # ------------------------------------------------------------------ start -> READY
 phase "start to READY"
 systemctl stop $UNIT
@@ -155,10 +183,10 @@ printf '%s\n' "$out" | sed 's/^/# enroll: /'
 check "enroll --coordinator URL --token-stdin --on: registered (exit $rc)" \
   bash -c '[[ $1 == 0 ]] && grep -q "registered with" <<<"$2"' _ "$rc" "$out"
 CRED=/etc/credstore/edgecoder-worker.registration-token
-# This VM's systemd hands units no credentials (LoadCredential= gives even a root transient
-# unit an empty $CREDENTIALS_DIRECTORY), so the coordinator here asks for no token; that the
-# daemon sends the credential's token is tested in-process (Tests/IntegrationTests).
-echo "# LoadCredential= in this VM: $(systemd-run --wait --pipe --quiet -p LoadCredential=x:$CRED sh -c 'ls -A "$CREDENTIALS_DIRECTORY" | wc -l' 2>&1 | tr '\n' ' ') file(s) in a transient unit's credentials"
+# The coordinator refuses a registration without this token (systemd-deb.sh): registered
+# above means the daemon read it from the credential systemd loaded for the unit.
+check "systemd hands the unit the token as its credential (LoadCredential=)" \
+  bash -c '[[ "$(cat "/run/credentials/$1/registration-token" 2>/dev/null || nsenter -t "$2" -m cat "/run/credentials/$1/registration-token")" == "$3" ]]' _ $UNIT "$(prop MainPID)" "$ENROLL_TOKEN"
 check "the token is in the credential file only, 0600 root" \
   bash -c '[[ "$(stat -c "%a %U" "$1")" == "600 root" && "$(cat "$1")" == "$2" ]]' _ "$CRED" "$ENROLL_TOKEN"
 check "the token is not in the config, enroll's output or the journal" \
@@ -181,6 +209,60 @@ check "the coordinator saw the registration of $WORKER_AGENT_ID" \
   bash -c '[[ "$(curl -sf "$1/_dev/state" | jq -r "[.registrations[].agentId] | index(\"$2\")")" != null ]]' _ "$COORD" "$WORKER_AGENT_ID"
 id="$(dev -X POST -H 'content-type: application/json' -d '{"input": "def add(a, b):", "timeoutMs": 120000}' "$COORD/_dev/subtasks" | jq -r '.ids[0]')"
 check "a subtask runs on the model server and its result is posted" wait_for 120 "result of $id" delivered "$id"
+
+# ------------------------------------------------------------------ code subtasks in containers
+phase "code subtasks in containers (the worker a client of edgecoder-sandbox.socket)"
+wait_for 300 "the image loaded into the engine" test -s "$VM_RESULTS/sandbox-load.rc"
+read -r load_rc load_s <"$VM_RESULTS/sandbox-load.rc"
+sed 's/^/# podman load: /' "$VM_RESULTS/sandbox-load.log" 2>/dev/null | tail -n 3
+check "the sandbox image loads through the socket (podman --url … load, exit $load_rc, ${load_s}s)" test "$load_rc" = 0
+figure "podman load of the sandbox image through the socket (TCG guest, vfs store)" "${load_s} s"
+check "the engine runs as edgecoder-sandbox, rootless, under systemd's cgroups" \
+  test "$(as_worker_group podman --url $SANDBOX_URL info --format '{{.Host.Security.Rootless}} {{.Host.CgroupManager}} {{.Host.CgroupsVersion}}' 2>&1)" = "true systemd v2"
+check "sandbox-engine-prepare gave the engine's user subordinate ids" grep -q '^edgecoder-sandbox:' /etc/subuid
+figure "systemd-analyze security edgecoder-sandbox.service" \
+  "$(systemd-analyze security --no-pager edgecoder-sandbox.service 2>&1 | sed -n 's/.*Overall exposure level for .*: //p' | sed 's/\x1b\[[0-9;]*m//g')"
+# The coder stand-in (its programs are scripted by the subtask's text) runs in the guest.
+python3 "$REPO_ROOT/Tests/ModelServer/coder_model.py" --port 0 --log "$VM_RESULTS/coder-prompts.log" >"$VM_RESULTS/coder.out" 2>&1 &
+coder_pid=$!
+wait_for 30 "the coder stand-in listens" grep -q listening "$VM_RESULTS/coder.out"
+CODER="$(sed -n 's/^coder-model listening on //p' "$VM_RESULTS/coder.out")"
+cp /etc/edgecoder-worker/config.json /tmp/config.before-code
+# Under TCG with podman's vfs store a container takes about 7 s to start: a time limit of a
+# minute here, where a host's 4 s is plenty.
+jq --arg coder "$CODER" --arg url "$SANDBOX_URL" \
+  '.backend = {"kind": "openai", "url": $coder, "model": "coder", "timeoutMs": 120000}
+   | .execution = {"mode": "container", "engineArguments": ["--url", $url], "timeoutMs": 60000}' \
+  /tmp/config.before-code | cat >/etc/edgecoder-worker/config.json
+# backend.* and execution.* apply at a restart (a reload says so: needsRestart).
+check "systemctl restart with the engine's socket as execution.engineArguments" systemctl restart $UNIT
+answering_container() { [[ "$(stj '.execution.answering')" == '"container"' ]]; }
+if wait_for 180 "code subtasks run in a container" answering_container; then
+  ok "under the shipped unit the worker runs code in the engine's containers: $(stj '.execution.why' | cut -c1-200)"
+else
+  not_ok "under the shipped unit the worker runs code in the engine's containers: $(stj .execution | cut -c1-400)"
+fi
+# What the worker said last, in a registration or a heartbeat.
+sandbox_mode_is() {
+  [[ "$(curl -sf "$COORD/_dev/state" | jq -r --arg a "$WORKER_AGENT_ID" \
+    '[(.registrations[], .heartbeats[]) | select(.agentId == $a) | {t: .receivedAtMs, m: .body.sandboxMode}] | sort_by(.t) | last | .m')" == "$1" ]]
+}
+check "… and tells the coordinator sandboxMode docker" wait_for 30 "sandboxMode docker" sandbox_mode_is docker
+id="$(dev -X POST -H 'content-type: application/json' -d '[{"language": "python", "timeoutMs": 300000,
+  "projectMeta": {"projectId": "p", "tenantId": "acme", "resourceClass": "cpu", "priority": 50},
+  "input": "Print the sum of 1 to 10.\nfirst: print(sum(range(1, 11))\nprogram: print(sum(range(1, 11)))"}]' "$COORD/_dev/subtasks" | jq -r '.ids[0]')"
+if wait_for 300 "result of $id" delivered "$id"; then
+  result="$(dev "$COORD/_dev/results" | jq -c --arg id "$id" '[.results[] | select(.subtaskId == $id)] | last | {ok, output, error, durationMs}')"
+  check "a tenant's python subtask: the broken first program fixed by the reflection, its stdout posted ($result)" \
+    test "$(jq -c '[.ok, .output, .error]' <<<"$result")" = '[true,"55\n",null]'
+  figure "a code subtask through plan, code, run, reflection, run (TCG guest)" "$(jq -r .durationMs <<<"$result") ms"
+else
+  not_ok "a tenant's python subtask is run in the sandbox and posted: $(stj .execution | cut -c1-300)"
+fi
+check "no container is left behind" test -z "$(as_worker_group podman --url $SANDBOX_URL ps -a --format '{{.Names}}' 2>&1)"
+kill "$coder_pid" 2>/dev/null
+cat /tmp/config.before-code >/etc/edgecoder-worker/config.json
+check "systemctl restart with the config as before (the model server, no engine arguments)" systemctl restart $UNIT
 check "journalctl -u $UNIT EDGECODER_EVENT=mode-change finds the change to on (structured fields)" \
   bash -c "journalctl -b -u $UNIT EDGECODER_EVENT=mode-change EDGECODER_MODE=on -o cat --no-pager | grep -q ."
 

@@ -30,6 +30,12 @@ import WorkerCore
         #expect(c.settings.image == "localhost/mine:2" && c.settings.timeoutMs == 1_500 && c.json)
     }
 
+    @Test func checkTakesTheTrivialProgramsTimeLimit() throws {
+        let c = try Self.parse(["check", "--timeout-ms", "60000", "--engine-arg=--url=unix:///run/edgecoder-sandbox/podman.sock"])
+        guard case .check = c.action else { Issue.record("\(c.action)"); return }
+        #expect(c.settings.timeoutMs == 60_000 && c.settings.engineArguments == ["--url=unix:///run/edgecoder-sandbox/podman.sock"])
+    }
+
     @Test func buildReadsTheRecipe() throws {
         let c = try Self.parse(["build", "--tag", "localhost/x:2", "--suite", "trixie", "--mirror", "http://m.example/debian", "--engine-arg=--root=/s"])
         guard case .build(let recipe) = c.action else { Issue.record("\(c.action)"); return }
@@ -44,7 +50,7 @@ import WorkerCore
         ["run", "--language", "python", "--image=--privileged"], ["run", "--language", "python", "--image", "a b"],
         ["run", "--language", "python", "--engine=-x"], ["run", "--language", "python", "--engine-arg", "--runtime"],
         ["run", "--language", "python", "--tag", "x:1"], ["run", "--language", "python", "--suite", "bookworm"],
-        ["check", "--language", "python"], ["check", "extra"], ["check", "--timeout-ms", "1000"],
+        ["check", "--language", "python"], ["check", "extra"], ["check", "--timeout-ms", "99"],
         ["build", "--image", "x:1"], ["build", "--json"], ["build", "--suite", "bookworm;id"], ["build", "--tag=--all"],
         ["build", "--mirror", "ftp://x"], ["build", "extra"], ["run", "--language", "python", "--verbose"],
         [String(repeating: "r", count: 10_000)], ["run\u{0}"],

@@ -46,6 +46,11 @@ if [ "${BOOT:-chroot}" = systemd ]; then
   mount -t overlay -o lowerdir=/lower,upperdir=/ovl/upper,workdir=/ovl/work,redirect_dir=off,index=off,metacopy=off \
     overlay $R || halt "cannot mount the overlay root"
   mount -t tmpfs -o mode=1777 tmpfs $R/tmp || halt "tmpfs /tmp"
+  # The host these tests run on may be a container, and its / then holds /.dockerenv:
+  # systemd would take the guest for a container too, and, among other things, leave every
+  # mount private, so the credentials it mounts for a unit (LoadCredential=) never reach
+  # the unit. Removed here, in the overlay only.
+  rm -f $R/.dockerenv $R/.containerenv
   i=1
   while [ "$i" -le "${SHARE_COUNT:-0}" ]; do
     eval "share=\$SHARE_$i"
