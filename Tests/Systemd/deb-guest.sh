@@ -34,6 +34,9 @@ wait_for() { # SECS DESC CMD...
 stj() { edgecoder-worker status --json 2>/dev/null | jq -c "$1" 2>/dev/null; }
 dev() { curl -sf --max-time 20 "$@"; }   # the dev coordinator's /_dev API
 restarts_above() { (($(prop NRestarts) > $1)); }
+# The unit allows 5 starts in 5 minutes (StartLimitBurst=): this suite restarts it far more
+# often than an operator would, so the phases that restart it forget the earlier starts.
+restart_unit() { systemctl reset-failed $UNIT 2>/dev/null; systemctl restart $UNIT; }
 active_with_new_pid() { [[ "$(prop ActiveState)" == active && "$(prop MainPID)" != "$1" && "$(prop MainPID)" != 0 ]]; }
 delivered() { [[ "$(dev "$COORD/_dev/results" | jq -r --arg id "$1" '.counts[$id] // 0')" -ge 1 ]]; }
 outbox_has_entry() { compgen -G "$STATE/outbox-*" >/dev/null; }
@@ -235,7 +238,7 @@ jq --arg coder "$CODER" --arg url "$SANDBOX_URL" \
    | .execution = {"mode": "container", "engineArguments": ["--url", $url], "timeoutMs": 60000}' \
   /tmp/config.before-code | cat >/etc/edgecoder-worker/config.json
 # backend.* and execution.* apply at a restart (a reload says so: needsRestart).
-check "systemctl restart with the engine's socket as execution.engineArguments" systemctl restart $UNIT
+check "systemctl restart with the engine's socket as execution.engineArguments" restart_unit
 answering_container() { [[ "$(stj '.execution.answering')" == '"container"' ]]; }
 if wait_for 180 "code subtasks run in a container" answering_container; then
   ok "under the shipped unit the worker runs code in the engine's containers: $(stj '.execution.why' | cut -c1-200)"
@@ -262,9 +265,47 @@ fi
 check "no container is left behind" test -z "$(as_worker_group podman --url $SANDBOX_URL ps -a --format '{{.Names}}' 2>&1)"
 kill "$coder_pid" 2>/dev/null
 cat /tmp/config.before-code >/etc/edgecoder-worker/config.json
-check "systemctl restart with the config as before (the model server, no engine arguments)" systemctl restart $UNIT
+check "systemctl restart with the config as before (the model server, no engine arguments)" restart_unit
 check "journalctl -u $UNIT EDGECODER_EVENT=mode-change finds the change to on (structured fields)" \
   bash -c "journalctl -b -u $UNIT EDGECODER_EVENT=mode-change EDGECODER_MODE=on -o cat --no-pager | grep -q ."
+
+# ------------------------------------------------------------------ own load, processes hidden
+# Hardening #26 row 5: the unit's ProtectProc=invisible hides other users' processes, so a
+# model server running as its own user in its own unit (ollama.service as user ollama, as
+# Ollama's package installs it) cannot be found by its processes. Its load must still count
+# as the worker's own, by the unit's cgroup: with the server's unit keeping one of the two
+# CPUs busy, the heartbeats' cpuUsagePct (the other load) stays low.
+phase "own load: a model server in its own unit as its own user, hidden by ProtectProc=invisible"
+useradd -r -M -d /nonexistent -s /usr/sbin/nologin ollama 2>/dev/null
+systemd-run --quiet --unit=ollama.service -p User=ollama -p Group=ollama \
+  sh -c "python3 '$REPO_ROOT/Tests/ModelServer/ollama_fixture.py' --port 11434 --model tiny --loaded --upstream '$LLAMA/v1/completions' --quiet & while :; do :; done"
+cp /etc/edgecoder-worker/config.json /tmp/config.before-own-load
+jq '.backend = {"kind": "ollama", "url": "http://127.0.0.1:11434", "model": "tiny", "timeoutMs": 120000}' \
+  /tmp/config.before-own-load | cat >/etc/edgecoder-worker/config.json
+restart_unit
+restarted_ms=$(($(date +%s%N) / 1000000))
+model_ready() { [[ "$(stj '.backend.modelState')" == '"ready"' ]]; }
+check "the Ollama-shaped server in ollama.service is the worker's model server, ready" wait_for 60 "model ready" model_ready
+# Heartbeats after the restart, a few seconds in (the first CPU sample needs a second one).
+sleep 12
+host_busy_pct() {
+  local a b
+  read -r _ a1 a2 a3 a4 _ < /proc/stat; sleep 2; read -r _ b1 b2 b3 b4 _ < /proc/stat
+  echo $(( 100 * ((b1 + b2 + b3) - (a1 + a2 + a3)) / ((b1 + b2 + b3 + b4) - (a1 + a2 + a3 + a4)) ))
+}
+busy=$(host_busy_pct)
+figure "host CPU busy with ollama.service's loop (2 vCPUs)" "$busy %"
+beats="$(curl -sf "$COORD/_dev/state" | jq -c --arg a "$WORKER_AGENT_ID" --argjson t "$restarted_ms" \
+  '[.heartbeats[] | select(.agentId == $a and .receivedAtMs > $t + 6000) | .body.powerTelemetry.cpuUsagePct] | .[-4:]')"
+check "the host is busy ($busy %), and every heartbeat's cpuUsagePct stays low: the server's unit counts as own ($beats)" \
+  bash -c '(($1 >= 35)) && jq -e "length >= 2 and all(. < 25)" <<<"$2" >/dev/null' _ "$busy" "$beats"
+doctor_hidden="$(systemd-run --quiet --wait --pipe -p User=edgecoder-worker -p Group=edgecoder-worker -p SupplementaryGroups=edgecoder \
+  -p ProtectProc=invisible edgecoder-worker doctor --json 2>/dev/null | jq -r '.power.ownProcesses // empty')"
+check "doctor, as the worker's user with processes hidden, cannot see the server's processes and measures it by ollama.service's cgroup ($doctor_hidden)" \
+  bash -c 'grep -q "cgroup.*ollama.service" <<<"$1" && grep -q "has no visible process" <<<"$1"' _ "$doctor_hidden"
+systemctl stop ollama.service
+cat /tmp/config.before-own-load >/etc/edgecoder-worker/config.json
+check "systemctl restart with the config as before (llama.cpp on the host)" restart_unit
 
 # ------------------------------------------------------------------ reload
 phase "systemctl reload: a good config, then a bad one"
