@@ -17,12 +17,19 @@ func jsonBench(keys: Int = 100_000) {
     let objectBytes = Array(object.utf8)
     let arrayBytes = Array(array.utf8)
     precondition(objectBytes.count == arrayBytes.count)
-    let asArray = measure("array", iterations: 1, batches: 5) { _ = try? JSON.parse(arrayBytes) }
-    let asObject = measure("object", iterations: 1, batches: 5) { _ = try? JSON.parse(objectBytes) }
+    compareParses(title: "JSON parse of \(keys) keys (\(objectBytes.count / 1024) KiB; medians of 5)",
+                  measured: ("object of \(keys) keys:             ", objectBytes),
+                  baseline: ("baseline, the same bytes as an array:", arrayBytes), ratio: ("object", "array; want < 2x"))
+}
+
+/// Parses `measured` and `baseline` (medians of 5 each) and prints both and their ratio.
+func compareParses(title: String, measured: (label: String, bytes: [UInt8]), baseline: (label: String, bytes: [UInt8]), ratio: (of: String, to: String)) {
+    let base = measure(baseline.label, iterations: 1, batches: 5) { _ = try? JSON.parse(baseline.bytes) }
+    let value = measure(measured.label, iterations: 1, batches: 5) { _ = try? JSON.parse(measured.bytes) }
     let format = { (value: Double) in String((value * 100).rounded() / 100) }
-    print("== JSON parse of \(keys) keys (\(objectBytes.count / 1024) KiB; medians of 5)")
-    print("   object of \(keys) keys:              \(format(asObject / 1000)) ms")
-    print("   baseline, the same bytes as an array: \(format(asArray / 1000)) ms   (object = \(format(asObject / asArray))x array; want < 2x)")
+    print("== " + title)
+    print("   \(measured.label) \(format(value / 1000)) ms")
+    print("   \(baseline.label) \(format(base / 1000)) ms   (\(ratio.of) = \(format(value / base))x \(ratio.to))")
 }
 
 // One string of 1 MiB full of escapes (`\n`, `\u00e9`, a surrogate pair) against a string
@@ -41,10 +48,7 @@ func jsonEscapesBench(bytes: Int = 1 << 20) {
     let escapedBytes = Array(escaped.utf8)
     let plainBytes = Array(("\"" + String(repeating: "p", count: escapedBytes.count - 2) + "\"").utf8)
     precondition(escapedBytes.count == plainBytes.count)
-    let plain = measure("plain string", iterations: 1, batches: 5) { _ = try? JSON.parse(plainBytes) }
-    let withEscapes = measure("escaped string", iterations: 1, batches: 5) { _ = try? JSON.parse(escapedBytes) }
-    let format = { (value: Double) in String((value * 100).rounded() / 100) }
-    print("== JSON parse of one \(escapedBytes.count / 1024) KiB string (medians of 5)")
-    print("   \(i) escapes and runs:                  \(format(withEscapes / 1000)) ms")
-    print("   baseline, as many bytes of plain text: \(format(plain / 1000)) ms   (escaped = \(format(withEscapes / plain))x plain)")
+    compareParses(title: "JSON parse of one \(escapedBytes.count / 1024) KiB string (medians of 5)",
+                  measured: ("\(i) escapes and runs:                 ", escapedBytes),
+                  baseline: ("baseline, as many bytes of plain text:", plainBytes), ratio: ("escaped", "plain"))
 }

@@ -32,16 +32,13 @@ fi
 if ! command -v "$engine" >/dev/null; then
   tap_skip "sandbox: $engine is not installed (make deps as root installs podman, runc, uidmap, mmdebstrap)"
 fi
-engine_args=()
-if [[ $(stat -fc %T /sys/fs/cgroup) != cgroup2fs && $engine == podman ]]; then
-  engine_args=(--engine-arg=--runtime=runc)
-  echo "# cgroups are not the unified v2 hierarchy here: crun cannot run, so --runtime runc"
-fi
+source Tests/Suites/lib/sandbox-image.sh
+read -ra engine_args <<<"$(sandbox_runtime_args "$engine")"
+((${#engine_args[@]})) && echo "# cgroups are not the unified v2 hierarchy here: crun cannot run, so --runtime runc"
 sandbox() { "$bin" sandbox "$1" --engine "$engine" "${engine_args[@]}" "${@:2}"; }
 containers() { "$engine" "${engine_args[@]/--engine-arg=--runtime=runc/--runtime=runc}" ps -a --filter name=edgecoder-sandbox- --format '{{.Names}}'; }
 
 # --- the image, once -------------------------------------------------------------------
-source Tests/Suites/lib/sandbox-image.sh
 sandbox_image_ensure "$bin" "$engine" "$image" "$work/build.log" "${engine_args[@]}"
 case $? in
   0) if ((SANDBOX_IMAGE_BUILT)); then

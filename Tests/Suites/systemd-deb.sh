@@ -152,9 +152,7 @@ source Tests/Suites/lib/sandbox-image.sh
 sandbox_archive=""
 if command -v podman >/dev/null; then
   sandbox_image=localhost/edgecoder-sandbox:1
-  sandbox_engine_args=()
-  [[ $(stat -fc %T /sys/fs/cgroup) == cgroup2fs ]] || sandbox_engine_args=(--engine-arg=--runtime=runc)
-  if sandbox_image_ensure "${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}" podman "$sandbox_image" "$results/sandbox-build.log" "${sandbox_engine_args[@]}"; then
+  if sandbox_image_ensure "${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}" podman "$sandbox_image" "$results/sandbox-build.log" $(sandbox_runtime_args podman); then
     archive="$REPO/.cache/sandbox/edgecoder-sandbox-1.tar"
     image_id="$(podman image inspect --format '{{.Id}}' "$sandbox_image")"
     if [[ "$(cat "$archive.id" 2>/dev/null)" != "$image_id" || ! -s "$archive" ]]; then

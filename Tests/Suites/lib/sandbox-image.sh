@@ -4,6 +4,9 @@
 #
 #   sandbox_image_ensure BIN ENGINE IMAGE LOG [ENGINE-ARGS...]
 #
+# sandbox_runtime_args ENGINE: prints --engine-arg=--runtime=runc where podman's crun cannot
+# run (cgroups a v1/v2 hybrid, as on the project's test machines), nothing elsewhere.
+#
 # Returns 0 when the image is there (built now or before: $SANDBOX_IMAGE_BUILT says which,
 # 1 or 0), 1 when the build failed (its output in LOG), 2 when the lock was not free within
 # 15 minutes.
@@ -23,4 +26,9 @@ sandbox_image_ensure() {
   fi
   exec 9>&-
   return $rc
+}
+
+sandbox_runtime_args() {
+  [[ $1 == podman && $(stat -fc %T /sys/fs/cgroup) != cgroup2fs ]] && echo --engine-arg=--runtime=runc
+  return 0
 }
