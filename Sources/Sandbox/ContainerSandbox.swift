@@ -8,8 +8,9 @@ import WorkerCore
 /// Runs one program of a code subtask in a throw-away container (podman, rootless or
 /// rootful, or docker): no network, a read-only root with a small tmpfs /tmp, memory, CPU
 /// and pids limits, user 65534, no capabilities, no new privileges, the engine's default
-/// seccomp profile, nothing of the host mounted. The program goes in on stdin. At the time
-/// limit the whole container is killed and removed; stdout and stderr are each read to
+/// seccomp profile, nothing of the host mounted. The container is created, then started
+/// with the program on stdin; the time limit is the start's. At it the whole container is
+/// killed and removed; stdout and stderr are each read to
 /// their end and capped. The engine runs through `ChildProcess`, like every child.
 public struct ContainerSandbox: Sendable {
     public let settings: Settings
@@ -46,31 +47,56 @@ public struct ContainerSandbox: Sendable {
         }
         let name = ContainerSandbox.containerName(random: UInt64.random(in: 0...UInt64.max))
         let environment = ContainerSandbox.engineEnvironment(inherited: Posix.environment)
-        let result = await ChildProcess.run(engine, arguments: ContainerSandbox.runArguments(settings, language: language, containerName: name),
+        let created = await ChildProcess.run(engine, arguments: ContainerSandbox.createArguments(settings, language: language, containerName: name),
+                                             environment: environment, timeoutMs: settings.createTimeoutMs, outputLimit: 64 * 1_024)
+        guard created.outcome.succeeded else {
+            if case .timedOut = created.outcome {
+                await removeContainer(name, engine: engine, environment: environment, created: false)
+                return ProgramRun(ending: .engineFailed("\(settings.engine) did not create the container within \(settings.createTimeoutMs) ms"),
+                                  durationMs: created.durationMs)
+            }
+            // Whatever `create` says is the engine's: the program has not run.
+            let said = ContainerSandbox.engineMessage(created.stderr.text) ?? ContainerSandbox.firstLine(created.stderr.text)
+            return ProgramRun(ending: .engineFailed("\(settings.engine) could not create the container (\(created.outcome))" + (said.map { ": \($0)" } ?? "")),
+                              stderr: created.stderr.text, durationMs: created.durationMs)
+        }
+        let result = await ChildProcess.run(engine, arguments: ContainerSandbox.startArguments(settings, containerName: name),
                                             environment: environment, stdin: Array(code.utf8), timeoutMs: settings.timeoutMs,
                                             outputLimit: settings.outputLimitBytes)
         if case .timedOut = result.outcome {
-            await removeContainer(name, engine: engine, environment: environment)
+            await removeContainer(name, engine: engine, environment: environment, created: true)
         }
         return ProgramRun(ending: ContainerSandbox.ending(result.outcome, stderr: result.stderr, settings: settings),
                           stdout: result.stdout.text, stderr: result.stderr.text,
-                          droppedBytes: result.stdout.droppedBytes + result.stderr.droppedBytes, durationMs: result.durationMs)
+                          droppedBytes: result.stdout.droppedBytes + result.stderr.droppedBytes,
+                          durationMs: created.durationMs + result.durationMs)
     }
 
-    /// Kills and removes a container whose client was killed at the time limit. In a task
-    /// of its own: when the run was cancelled (the daemon stops) the cleanup must still
-    /// happen, and a cancelled child would be killed at once.
-    private func removeContainer(_ name: String, engine: String, environment: [String: String]) async {
-        let commands = ContainerSandbox.cleanupArguments(settings, containerName: name)
+    /// Kills and removes a container whose client was killed at the time limit, then
+    /// checks it stays gone (`cleanupSettled`: a daemon engine may still be creating it).
+    /// In a task of its own: when the run was cancelled (the daemon stops) the cleanup must
+    /// still happen, and a cancelled child would be killed at once.
+    private func removeContainer(_ name: String, engine: String, environment: [String: String], created: Bool) async {
+        let settings = settings
         let logger = logger
         await Task.detached {
-            var removed = false
-            for arguments in commands {
-                let result = await ChildProcess.run(engine, arguments: arguments, environment: environment, timeoutMs: 30_000, outputLimit: 4_096)
-                removed = result.outcome.succeeded
+            let engineRun = { (arguments: [String]) in
+                await ChildProcess.run(engine, arguments: arguments, environment: environment, timeoutMs: 30_000, outputLimit: 4_096)
             }
-            // `kill` fails when the container is already gone; only a failed remove may leave one.
-            if !removed { logger?.warning("the sandbox container \(name) may be left behind: \(engine) rm --force \(name) failed") }
+            let commands = ContainerSandbox.cleanupArguments(settings, containerName: name)
+            for arguments in commands { _ = await engineRun(arguments) }
+            var presence: [Bool] = []
+            while !ContainerSandbox.cleanupSettled(presence: presence, created: created) {
+                if !presence.isEmpty { try? await Task.sleep(nanoseconds: 1_000_000_000) }
+                let listed = await engineRun(ContainerSandbox.presenceArguments(settings, containerName: name))
+                // A failed listing says nothing: count it as present, and remove again.
+                let present = !listed.outcome.succeeded || listed.stdout.text.contains { !$0.isWhitespace }
+                presence.append(present)
+                if present, let remove = commands.last { _ = await engineRun(remove) }
+            }
+            if presence.last != false {
+                logger?.warning("the sandbox container \(name) may be left behind: \(engine) rm --force \(name) did not remove it")
+            }
         }.value
     }
 

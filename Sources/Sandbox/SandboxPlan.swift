@@ -40,6 +40,10 @@ extension ContainerSandbox {
         public var outputLimitBytes = 65_536
         /// The writable tmpfs at /tmp, and the size of /dev/shm; they count against the memory limit.
         public var tmpfsMiB = 64
+        /// Longest a container's create may take (not the program's time): a store that
+        /// copies the whole image (vfs) takes seconds, ten under emulation. Past it the
+        /// engine is taken for broken.
+        public var createTimeoutMs: Int64 = 120_000
 
         public init(engine: String = "podman", engineArguments: [String] = [], image: String = "localhost/edgecoder-sandbox:1",
                     timeoutMs: Int64 = 4_000, memoryMiB: Int = 256, cpus: Double = 0.5, pids: Int = 50, outputLimitBytes: Int = 65_536) {
@@ -97,14 +101,22 @@ extension ContainerSandbox {
         return "edgecoder-sandbox-" + String(repeating: "0", count: max(0, 16 - hex.count)) + hex
     }
 
-    /// Every argument after the engine's command for one run: the global arguments, then
-    /// `run` with the isolation, the image and the interpreter.
-    public static func runArguments(_ settings: Settings, language: CodeLanguage, containerName: String) -> [String] {
-        // The engine's warnings go to the stderr the program's goes to: only its errors may
-        // (rootless podman on cgroup v1 warns on every run). Both podman and docker take it.
-        var arguments = ["--log-level=error"] + settings.engineArguments
+    /// The engine's global arguments: its warnings go to the stderr the program's goes to,
+    /// so only its errors may (rootless podman on cgroup v1 warns on every run). Both
+    /// podman and docker take it; the operator's own arguments come after and win.
+    static func globalArguments(_ settings: Settings) -> [String] {
+        ["--log-level=error"] + settings.engineArguments
+    }
+
+    /// Every argument after the engine's command to create one run's container: the global
+    /// arguments, then `create` with the isolation, the image and the interpreter. A run is
+    /// `create`, then `start` (`startArguments`): the time limit is the program's alone, and
+    /// a container whose create outlasts it is never left behind by a killed client (a
+    /// daemon engine finishes a create its client gave up on).
+    public static func createArguments(_ settings: Settings, language: CodeLanguage, containerName: String) -> [String] {
+        var arguments = globalArguments(settings)
         arguments += [
-            "run", "--rm", "--interactive",
+            "create", "--rm", "--interactive",
             "--name", containerName,
             // Only the local store: a missing image is an error, never a registry pull.
             "--pull=never",
@@ -142,12 +154,39 @@ extension ContainerSandbox {
         return arguments + interpreter(language)
     }
 
+    /// `start` of a created container, its stdin, stdout and stderr attached: the program
+    /// reads itself from stdin, and the engine passes its exit status through.
+    public static func startArguments(_ settings: Settings, containerName: String) -> [String] {
+        globalArguments(settings) + ["start", "--attach", "--interactive", containerName]
+    }
+
     /// The commands that end a run's container at the time limit: kill it (every process
     /// in it, whatever it forked), then remove it (a kill before the container was
     /// created leaves nothing to kill, and the remove then catches it).
     public static func cleanupArguments(_ settings: Settings, containerName: String) -> [[String]] {
         [settings.engineArguments + ["kill", containerName], settings.engineArguments + ["rm", "--force", containerName]]
     }
+
+    /// `engine ps --all` for one run's container: prints its id while it exists. The name
+    /// holds 64 random bits, so no other container's name contains it.
+    public static func presenceArguments(_ settings: Settings, containerName: String) -> [String] {
+        settings.engineArguments + ["ps", "--all", "--quiet", "--filter", "name=\(containerName)"]
+    }
+
+    /// After a run killed at a limit: whether the cleanup may stop, from what the presence
+    /// checks said so far (true: the container was listed). A daemon engine (docker, podman
+    /// behind its API socket) goes on creating a container whose client was killed while
+    /// it waited for the create, and leaves it behind in state `created`. So after a create
+    /// killed at its limit the container must be absent at two checks in a row, a second
+    /// apart; the cleanup gives up after `settleChecks` checks.
+    /// Once the create had finished (the run was killed in `start`) one absence is enough.
+    public static func cleanupSettled(presence: [Bool], created: Bool) -> Bool {
+        let absencesNeeded = created ? 1 : 2
+        return presence.count >= settleChecks
+            || (presence.count >= absencesNeeded && presence.suffix(absencesNeeded).allSatisfy { !$0 })
+    }
+
+    public static let settleChecks = 15
 
     /// `engine image inspect`: whether the image is in the engine's local store.
     public static func imageInspectArguments(_ settings: Settings) -> [String] {
@@ -165,7 +204,7 @@ extension ContainerSandbox {
     /// The engine's whole environment: what it needs to find its store and runtime (the
     /// user's runtime directory for rootless podman, the docker socket), nothing else of
     /// ours: under systemd ours holds CREDENTIALS_DIRECTORY and NOTIFY_SOCKET. Nothing of
-    /// it reaches the program: the container gets only what `runArguments` sets.
+    /// it reaches the program: the container gets only what `createArguments` sets.
     public static func engineEnvironment(inherited: (String) -> String?) -> [String: String] {
         var environment: [String: String] = [:]
         for name in passedVariables {
@@ -237,13 +276,16 @@ extension ContainerSandbox {
     /// status through; 128+N means the program was killed by signal N (137: SIGKILL, which
     /// is what the memory limit's OOM kill sends); 125 (the engine's own error), 126 (the
     /// interpreter cannot be run) and 127 (no interpreter in the image) are the engine's
-    /// when it said so on stderr in its own format. A program that exits 125–127 and
+    /// when it said so on stderr in its own format, and so is docker's 1 with the daemon's
+    /// error (`docker start` has no status of its own). A program that exits so and
     /// prints such a line itself is taken for an engine failure: the worker then releases
     /// the subtask, which costs it nothing but a retry elsewhere.
     public static func ending(_ outcome: ChildOutcome, stderr: CapturedOutput, settings: Settings) -> ProgramRun.Ending {
         switch outcome {
         case .exited(let status):
             if (125...127).contains(status), let message = engineMessage(stderr.text) { return .engineFailed(message) }
+            // `docker start` exits 1 when the daemon could not start the container.
+            if status == 1, EngineKind(engine: settings.engine) == .docker, let message = daemonMessage(stderr.text) { return .engineFailed(message) }
             if (129...159).contains(status) { return .killed(signal: status - 128) }
             return .exited(status)
         case .timedOut: return .timedOut(limitMs: settings.timeoutMs)
@@ -254,6 +296,12 @@ extension ContainerSandbox {
 
     /// The engine's own error line: podman's and docker's start `Error: ` (older docker
     /// clients `docker: Error`); the last one, shortened.
+    /// docker's daemon's error: the first line it starts (the client adds its own after).
+    static func daemonMessage(_ stderr: String) -> String? {
+        stderr.split(whereSeparator: { $0 == "\n" || $0 == "\r" })
+            .first(where: { $0.hasPrefix("Error response from daemon: ") }).map { printable(String($0), limit: 400) }
+    }
+
     static func engineMessage(_ stderr: String) -> String? {
         let lines = stderr.split(whereSeparator: { $0 == "\n" || $0 == "\r" }).map(String.init)
         guard let line = lines.last(where: { $0.hasPrefix("Error: ") || $0.hasPrefix("Error response from daemon: ") || $0.hasPrefix("docker: ") })

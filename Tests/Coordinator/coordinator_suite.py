@@ -1080,9 +1080,12 @@ class CoderModel:
 
 
 def sandbox_execution(mode):
-    """execution.* for the container engine of this host: ECW_SANDBOX_ENGINE_ARGS (a JSON
-    list, e.g. ["--runtime","runc"] where crun cannot run) and ECW_SANDBOX_IMAGE."""
+    """execution.* for the container engine of this host: ECW_SANDBOX_ENGINE (podman when
+    unset), ECW_SANDBOX_ENGINE_ARGS (a JSON list, e.g. ["--runtime","runc"] where crun
+    cannot run) and ECW_SANDBOX_IMAGE."""
     execution = {"mode": mode, "engineArguments": json.loads(os.environ.get("ECW_SANDBOX_ENGINE_ARGS", "[]"))}
+    if os.environ.get("ECW_SANDBOX_ENGINE"):
+        execution["engine"] = os.environ["ECW_SANDBOX_ENGINE"]
     if os.environ.get("ECW_SANDBOX_IMAGE"):
         execution["image"] = os.environ["ECW_SANDBOX_IMAGE"]
     return execution

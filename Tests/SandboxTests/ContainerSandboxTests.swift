@@ -27,6 +27,17 @@ import WorkerCore
                 case " $* " in
                   *" image inspect "*) [ "$(cat "$d/image")" = present ] && { echo sha256:1; exit 0; }; echo "Error: inspecting object: image not known" >&2; exit 125 ;;
                   *" kill "*|*" rm "*) exit 0 ;;
+                  *" ps "*)
+                    # "late N": listed by the next N checks (a daemon finishing a create).
+                    set -- $(cat "$d/behaviour")
+                    [ "$1" = late ] && [ "$2" -gt 0 ] && { echo "late $(($2 - 1))" >"$d/behaviour"; echo 0123abcd; }
+                    exit 0 ;;
+                  *" create "*)
+                    case "$(cat "$d/behaviour")" in
+                      create-error) echo "Error: localhost/x:1: image not known" >&2; exit 125 ;;
+                      create-hang|late*) sleep 30 ;;
+                    esac
+                    echo 0123abcd; exit 0 ;;
                 esac
                 env >"$d/env"
                 case "$(cat "$d/behaviour")" in
@@ -64,8 +75,17 @@ import WorkerCore
             (try? readFile(directory + "/" + name, limit: 1 << 20)).map { String(decoding: $0, as: UTF8.self) } ?? ""
         }
 
-        func sandbox(timeoutMs: Int64 = 10_000, outputLimit: Int = 65_536, engineArguments: [String] = []) -> ContainerSandbox {
-            ContainerSandbox(ContainerSandbox.Settings(engine: engine, engineArguments: engineArguments, timeoutMs: timeoutMs, outputLimitBytes: outputLimit))
+        func sandbox(timeoutMs: Int64 = 10_000, outputLimit: Int = 65_536, engineArguments: [String] = [], createTimeoutMs: Int64 = 10_000) -> ContainerSandbox {
+            var settings = ContainerSandbox.Settings(engine: engine, engineArguments: engineArguments, timeoutMs: timeoutMs, outputLimitBytes: outputLimit)
+            settings.createTimeoutMs = createTimeoutMs
+            return ContainerSandbox(settings)
+        }
+
+        /// The logged command lines, and the run's container name from the first (`create`).
+        func commands() -> (lines: [String], name: String?) {
+            let lines = read("log").split(separator: "\n").map(String.init)
+            let words = lines.first?.split(separator: " ").map(String.init) ?? []
+            return (lines, words.firstIndex(of: "--name").map { words[$0 + 1] })
         }
     }
 
@@ -76,9 +96,11 @@ import WorkerCore
         #expect(run.ending == .exited(0))
         #expect(run.stdout == program)
         #expect(run.durationMs >= 0 && run.droppedBytes == 0)
-        let line = fake.read("log").split(separator: "\n").first.map(String.init) ?? ""
-        #expect(line.hasPrefix("--log-level=error run --rm --interactive --name edgecoder-sandbox-"))
-        #expect(line.hasSuffix(" localhost/edgecoder-sandbox:1 python3 -I -"))
+        let (lines, name) = fake.commands()
+        #expect(lines.count == 2, "create, then start: \(lines)")
+        #expect(lines.first?.hasPrefix("--log-level=error create --rm --interactive --name edgecoder-sandbox-") == true)
+        #expect(lines.first?.hasSuffix(" localhost/edgecoder-sandbox:1 python3 -I -") == true)
+        #expect(lines.last == "--log-level=error start --attach --interactive \(name ?? "?")")
     }
 
     @Test func theEngineGetsNoneOfOurSecrets() async throws {
@@ -102,17 +124,33 @@ import WorkerCore
         let run = await fake.sandbox(timeoutMs: 300, engineArguments: ["--runtime", "runc"]).run(.python, code: "while True: pass")
         #expect(run.ending == .timedOut(limitMs: 300))
         #expect(monotonicNanoseconds() - started < 5_000_000_000)
-        let lines = fake.read("log").split(separator: "\n").map(String.init)
-        #expect(lines.count == 3, "\(lines)")
-        let words = lines.first?.split(separator: " ").map(String.init) ?? []
-        let name = try #require(words.firstIndex(of: "--name").map { words[$0 + 1] })
-        #expect(lines.dropFirst().map { $0 } == ["--runtime runc kill \(name)", "--runtime runc rm --force \(name)"])
+        let (lines, name) = fake.commands()
+        let container = try #require(name)
+        #expect(Array(lines.dropFirst()) == [
+            "--log-level=error --runtime runc start --attach --interactive \(container)",
+            "--runtime runc kill \(container)", "--runtime runc rm --force \(container)",
+            "--runtime runc ps --all --quiet --filter name=\(container)",
+        ], "created, so one absence ends the cleanup")
+    }
+
+    /// A create that outlasts its limit is the engine's failure; a daemon engine may still
+    /// finish it after its client was killed (here: listed by the next two checks), so the
+    /// cleanup removes it again until it is absent twice in a row.
+    @Test func aCreateKilledAtItsLimitIsRemovedEvenWhenItAppearsLate() async throws {
+        let fake = try FakeEngine()
+        try fake.behave("late 2")
+        let run = await fake.sandbox(createTimeoutMs: 300).run(.python, code: "print(1)")
+        #expect(run.ending == .engineFailed("\(fake.engine) did not create the container within 300 ms"))
+        let (lines, name) = fake.commands()
+        let container = try #require(name)
+        let ps = "ps --all --quiet --filter name=\(container)", rm = "rm --force \(container)"
+        #expect(Array(lines.dropFirst()) == ["kill \(container)", rm, ps, rm, ps, rm, ps, ps], "no start; removed until gone twice")
     }
 
     @Test func aFinishedRunLeavesNothingToCleanUp() async throws {
         let fake = try FakeEngine()
         _ = await fake.sandbox().run(.python, code: "print(1)")
-        #expect(fake.read("log").split(separator: "\n").count == 1, "--rm removes it; no kill, no rm")
+        #expect(fake.commands().lines.count == 2, "create and start; --rm removes it; no kill, no rm")
     }
 
     @Test func eachStreamIsCappedAndTheRestCounted() async throws {
@@ -128,6 +166,11 @@ import WorkerCore
         let fake = try FakeEngine()
         try fake.behave("engine-error")
         #expect(await fake.sandbox().run(.python, code: "").ending == .engineFailed("Error: localhost/x:1: image not known"))
+        try fake.behave("create-error")
+        try fake.write("log", "")
+        let notCreated = await fake.sandbox().run(.python, code: "")
+        #expect(notCreated.ending == .engineFailed("\(fake.engine) could not create the container (exited with status 125): Error: localhost/x:1: image not known"))
+        #expect(fake.commands().lines.filter { $0.contains(" start ") }.isEmpty, "nothing is started")
         try fake.behave("oom")
         #expect(await fake.sandbox().run(.python, code: "").ending == .killed(signal: 9))
         try fake.behave("own-125")

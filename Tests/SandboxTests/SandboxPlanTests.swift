@@ -9,7 +9,7 @@ import WorkerCore
     typealias Settings = ContainerSandbox.Settings
 
     static func arguments(_ settings: Settings = Settings(), _ language: CodeLanguage = .python) -> [String] {
-        ContainerSandbox.runArguments(settings, language: language, containerName: "edgecoder-sandbox-00000000000000ff")
+        ContainerSandbox.createArguments(settings, language: language, containerName: "edgecoder-sandbox-00000000000000ff")
     }
 
     @Test func aRunIsolatesTheProgramAsTheIssueAsks() {
@@ -44,11 +44,34 @@ import WorkerCore
 
     @Test func globalEngineArgumentsGoBeforeRun() {
         let arguments = Self.arguments(Settings(engineArguments: ["--runtime", "runc", "--log-level=warn"]))
-        #expect(Array(arguments.prefix(5)) == ["--log-level=error", "--runtime", "runc", "--log-level=warn", "run"], "the operator's own level wins")
+        #expect(Array(arguments.prefix(5)) == ["--log-level=error", "--runtime", "runc", "--log-level=warn", "create"], "the operator's own level wins")
+        #expect(ContainerSandbox.startArguments(Settings(engineArguments: ["--runtime", "runc"]), containerName: "edgecoder-sandbox-1")
+            == ["--log-level=error", "--runtime", "runc", "start", "--attach", "--interactive", "edgecoder-sandbox-1"])
         let cleanup = ContainerSandbox.cleanupArguments(Settings(engineArguments: ["--runtime", "runc"]), containerName: "edgecoder-sandbox-1")
         #expect(cleanup == [["--runtime", "runc", "kill", "edgecoder-sandbox-1"], ["--runtime", "runc", "rm", "--force", "edgecoder-sandbox-1"]])
+        #expect(ContainerSandbox.presenceArguments(Settings(engineArguments: ["--url", "unix:///x"]), containerName: "edgecoder-sandbox-1")
+            == ["--url", "unix:///x", "ps", "--all", "--quiet", "--filter", "name=edgecoder-sandbox-1"])
         #expect(ContainerSandbox.imageInspectArguments(Settings(engineArguments: ["--root=/x"], image: "a/b:1"))
             == ["--root=/x", "image", "inspect", "--format", "{{.Id}}", "a/b:1"])
+    }
+
+    /// A daemon engine may create the container after its killed client gave up: after a
+    /// create killed at its limit the cleanup stops only when the container was absent twice
+    /// in a row, or after its last check; after a start killed at the limit, once absent.
+    @Test func cleanupAfterATimeoutSettlesOnAbsence() {
+        for created in [false, true] {
+            #expect(!ContainerSandbox.cleanupSettled(presence: [], created: created))
+            #expect(!ContainerSandbox.cleanupSettled(presence: [true], created: created))
+            #expect(ContainerSandbox.cleanupSettled(presence: [false, false], created: created))
+            #expect(!ContainerSandbox.cleanupSettled(presence: [false, true], created: created), "created late: removed, then checked again")
+            #expect(ContainerSandbox.cleanupSettled(presence: Array(repeating: true, count: ContainerSandbox.settleChecks), created: created), "gives up")
+            #expect(!ContainerSandbox.cleanupSettled(presence: Array(repeating: true, count: ContainerSandbox.settleChecks - 1), created: created))
+        }
+        #expect(!ContainerSandbox.cleanupSettled(presence: [false], created: false), "one absence may be a create still under way")
+        #expect(ContainerSandbox.cleanupSettled(presence: [false], created: true))
+        #expect(!ContainerSandbox.cleanupSettled(presence: [false, true, false], created: false))
+        #expect(ContainerSandbox.cleanupSettled(presence: [false, true, false], created: true))
+        #expect(ContainerSandbox.cleanupSettled(presence: [false, true, false, false], created: false))
     }
 
     @Test func dockerGetsNoPodmanOnlyFlag() {
@@ -122,6 +145,17 @@ import WorkerCore
             == .engineFailed("docker: Error response from daemon: No such image."))
         #expect(Self.ending(.couldNotStart("Permission denied")) == .engineFailed("cannot start podman: Permission denied"))
         #expect(Self.ending(.killedBySignal(9)) == .engineFailed("podman was killed by signal 9"))
+    }
+
+    /// `docker start` exits 1 when the daemon cannot start the container; for podman, and
+    /// without the daemon's line, a 1 is the program's.
+    @Test func dockerStartsOwnFailureIsTheHostsFault() {
+        let docker = Settings(engine: "/usr/bin/docker", timeoutMs: 4_000)
+        let said = "Error response from daemon: failed to create shim task: OCI runtime create failed\nError: failed to start containers: x\n"
+        #expect(ContainerSandbox.ending(.exited(1), stderr: CapturedOutput(bytes: Array(said.utf8)), settings: docker)
+            == .engineFailed("Error response from daemon: failed to create shim task: OCI runtime create failed"))
+        #expect(ContainerSandbox.ending(.exited(1), stderr: CapturedOutput(bytes: Array("Traceback…\nError: x\n".utf8)), settings: docker) == .exited(1))
+        #expect(Self.ending(.exited(1), said) == .exited(1), "podman's start has 125 for its own failures")
     }
 
     @Test func aProgramExitingLikeTheEngineWithoutItsMessageKeepsItsStatus() {

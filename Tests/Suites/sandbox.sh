@@ -251,7 +251,7 @@ check "no container is left at the end ($engine ps -a)" test -z "$(containers)"
 # (coordinator.sh leaves it out), with the same engine arguments and image.
 # --engine-arg=--runtime=runc → ["--runtime=runc"] for execution.engineArguments.
 engine_json=$(python3 -c 'import json, sys; print(json.dumps([a.split("=", 1)[1] for a in sys.argv[1:]]))' "${engine_args[@]}")
-run_tap "the coordinator suite's code scenario" env ECW_SANDBOX_ENGINE_ARGS="$engine_json" ECW_SANDBOX_IMAGE="$image" \
+run_tap "the coordinator suite's code scenario" env ECW_SANDBOX_ENGINE="$engine" ECW_SANDBOX_ENGINE_ARGS="$engine_json" ECW_SANDBOX_IMAGE="$image" \
   python3 Tests/Coordinator/coordinator_suite.py "$bin" --only code --jobs 1
 check "no container is left after the code scenario ($engine ps -a)" test -z "$(containers)"
 tap_done; exit $?
