@@ -29,6 +29,9 @@ GEN              ?= .build/gen
 APT_PACKAGES := pkg-config libcurl4-openssl-dev libbluetooth-dev libsystemd-dev \
                 util-linux systemd iproute2 python3 python3-venv curl openssl dbus-daemon \
                 zsh fish podman runc uidmap mmdebstrap
+# Installed without their recommendations: docker.io's (apparmor, needrestart, git…) are
+# what a desktop wants, not the sandbox suite's dockerd.
+APT_PACKAGES_BARE := docker.io fuse-overlayfs
 # What `make deb` needs on top (the systemd-deb suite runs `make deb` itself).
 DEB_TOOLS    := debhelper dpkg-dev lintian
 
@@ -37,14 +40,18 @@ DEB_TOOLS    := debhelper dpkg-dev lintian
 all: build
 
 deps:
-	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
-	if [ -n "$$missing" ]; then \
+	@installed() { dpkg-query -W -f='$${Status}\n' $$1 2>/dev/null | grep -q '^install ok installed'; }; \
+	missing=$$(for p in $(APT_PACKAGES); do installed $$p || echo $$p; done); \
+	bare=$$(for p in $(APT_PACKAGES_BARE); do installed $$p || echo $$p; done); \
+	if [ -n "$$missing$$bare" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
-	    echo "installing: $$missing"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || exit 1; \
+	    echo "installing: $$missing $$bare"; \
+	    apt-get update -qq || exit 1; \
+	    [ -z "$$missing" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || exit 1; \
+	    [ -z "$$bare" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$bare >/dev/null || exit 1; \
 	  else \
-	    echo "missing Debian packages: $$missing"; \
-	    echo "install them as root:  sudo apt-get install $$missing"; exit 1; \
+	    echo "missing Debian packages: $$missing $$bare"; \
+	    echo "install them as root:  sudo apt-get install $$missing $$bare"; exit 1; \
 	  fi; \
 	fi
 
