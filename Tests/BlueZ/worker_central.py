@@ -1846,6 +1846,54 @@ async def sc_agent_pair(args):
            "the journal says the worker's agent accepted it")
 
 
+async def sc_agent_pair_idle(args):
+    """#26 row 8: a central that pairs through the worker's Just Works agent (Device1.Pair)
+    and never touches the service loses its bond at the worker once bluetooth.clientIdleSec
+    has passed (IDLE, the config's value): the worker removes hci0's device object for it
+    (Adapter1.RemoveDevice), counts it (agentBondsRemoved) and says so in the journal. A
+    stranger in range cannot pile up bonds on the host this way."""
+    global _SESSION
+    if _SESSION is not None:
+        await _SESSION.close()
+        _SESSION = None
+    idle = int(args.get("idle", 20))
+    adapter = "hci1"
+    await forget_both(adapter)
+    removed0 = bt_status().get("agentBondsRemoved", 0)
+    journal0 = len(daemon_log_lines("removing the bond of " + CENTRAL))
+    dev = await find(PERIPHERAL, adapter=adapter, timeout=120, kick="hci0")
+    if not TAP.ok(dev is not None, f"{adapter} finds {PERIPHERAL}"):
+        return
+    err = None
+    async with CentralAgent("NoInputNoOutput") as agent:
+        try:
+            await agent.pair(adapter, timeout=60)
+        except Exception as e:
+            err = e
+    t0 = time.monotonic()
+    links = await link_state(adapter)
+    TAP.ok(err is None and links["worker.Bonded"] is True,
+           f"paired through the worker's agent, bonded at the worker ({links}{'; ' + str(err)[:160] if err else ''})")
+    st = await wait_until(lambda: (lambda s: s if s.get("agentBondsRemoved", 0) > removed0 else None)(bt_status()), idle + 60)
+    waited = time.monotonic() - t0
+    TAP.ok(st is not None and waited >= idle - 2,
+           f"the worker removed the bond {waited:.0f} s after the pairing (clientIdleSec {idle}; agentBondsRemoved "
+           f"{removed0} -> {(st or bt_status()).get('agentBondsRemoved')})")
+    # RemoveDevice is asynchronous: bluetoothd disconnects the device first.
+    end = time.monotonic() + 30
+    while True:
+        worker = await device_props("hci0", CENTRAL)
+        if (worker.get("Bonded") is not True and worker.get("Paired") is not True) or time.monotonic() >= end:
+            break
+        await asyncio.sleep(0.5)
+    TAP.ok(worker.get("Bonded") is not True and worker.get("Paired") is not True,
+           f"hci0 keeps no bond with {CENTRAL} ({ {k: worker.get(k) for k in ('Paired', 'Bonded')} if worker else 'device removed'}; "
+           f"journal: {[line[-160:] for line in daemon_log_lines('bond of ' + CENTRAL)][-3:]})")
+    TAP.ok(len(daemon_log_lines("removing the bond of " + CENTRAL)) == journal0 + 1,
+           "the journal says which bond was removed and why")
+    await forget(PERIPHERAL, adapter=adapter)
+
+
 async def sc_agent_gone(args):
     """After a reload to security authenticated: the worker's agent is unregistered (status
     says the host answers), and the session is up again with the new flags."""
@@ -1869,7 +1917,7 @@ SCENARIOS = {
     "badflood": sc_badflood, "idle": sc_idle, "leave-mid": sc_leave_mid,
     "encrypted-refused": sc_encrypted_refused, "window-pair": sc_window_pair,
     "bonded-client": sc_bonded_client, "auth-refused": sc_auth_refused, "forget": sc_forget,
-    "agent-pair": sc_agent_pair, "agent-gone": sc_agent_gone,
+    "agent-pair": sc_agent_pair, "agent-pair-idle": sc_agent_pair_idle, "agent-gone": sc_agent_gone,
 }
 
 

@@ -31,7 +31,9 @@ source "$BLUEZ_VM_DIR/guest-lib.sh" || setup_failed "cannot source guest-lib.sh"
 bvm_log "guest up: kernel $(uname -r)"
 load_bt_modules || setup_failed "loading Bluetooth/crypto modules from $BLUEZ_VM_KDIR"
 NCTRL="${BLUEZ_VM_CONTROLLERS:-2}"
-start_btvirt -L "-l$NCTRL"
+# BLUEZ_VM_BTVIRT_MODE=dual (run-in-vm.sh --env): BR/EDR and LE controllers, for the checks
+# that need Bluetooth Classic; LE only otherwise.
+if [[ ${BLUEZ_VM_BTVIRT_MODE:-le} == dual ]]; then start_btvirt "-l$NCTRL"; else start_btvirt -L "-l$NCTRL"; fi
 wait_for_controllers "$NCTRL" 60 || setup_failed "btvirt did not create $NCTRL controllers (see btvirt.log)"
 bvm_log "controllers: $(ls /sys/class/bluetooth | tr '\n' ' ')"
 if [[ -n "${BLUEZ_VM_HOST_ADDR:-}" ]]; then   # run-in-vm.sh --host-port
