@@ -123,8 +123,11 @@ public enum JustWorksAgent {
         switch request {
         case .authorization:
             // bluetoothd 5.66 asks the same RequestAuthorization for a Classic (BR/EDR)
-            // Secure Simple Pairing: accepting it would give any stranger in range a
-            // persistent Classic bond, which the worker, an LE peripheral, never needs.
+            // Secure Simple Pairing when the kernel leaves it to user space (a device whose
+            // link key it already has): accepting it would give a persistent Classic bond,
+            // which the worker, an LE peripheral, never needs. A first Classic Just Works
+            // pairing the kernel accepts by itself under a NoInputNoOutput default agent,
+            // without asking: docs/operating/bluetooth-pairing.md, "Bluetooth Classic".
             if case .notLE(let why) = transport {
                 return .reject("\(address) is not known to be an LE device (\(why)); the worker's agent pairs LE devices only, pair it with edgecoder-worker bluetooth pair if it must be")
             }
