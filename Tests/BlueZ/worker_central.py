@@ -1784,6 +1784,22 @@ def daemon_log_lines(needle):
         return []
 
 
+async def pair_from(adapter):
+    """ADAPTER finds the worker and pairs with it by Device1.Pair from a NoInputNoOutput
+    agent of its own: (the error or None, what that agent was shown), or None when the
+    worker was not found (a failed check)."""
+    dev = await find(PERIPHERAL, adapter=adapter, timeout=120, kick="hci0")
+    if not TAP.ok(dev is not None, f"{adapter} finds {PERIPHERAL}"):
+        return None
+    err = None
+    async with CentralAgent("NoInputNoOutput") as agent:
+        try:
+            await agent.pair(adapter, timeout=60)
+        except Exception as e:
+            err = e
+    return err, agent.shown
+
+
 async def sc_agent_pair(args):
     """bluetooth.security encrypted and the worker's own Just Works agent registered
     (pairingAgent auto: this guest's default.target is Debian's stock graphical.target and no
@@ -1817,17 +1833,12 @@ async def sc_agent_pair(args):
     rid = new_id(f"agent-{how}")
     t0 = time.monotonic()
     if how == "pair":
-        dev = await find(PERIPHERAL, adapter=adapter, timeout=120, kick="hci0")
-        if not TAP.ok(dev is not None, f"{adapter} finds {PERIPHERAL}"):
+        paired = await pair_from(adapter)
+        if paired is None:
             return
-        err = None
-        async with CentralAgent("NoInputNoOutput") as agent:
-            try:
-                await agent.pair(adapter, timeout=60)
-            except Exception as e:
-                err = e
+        err, shown = paired
         TAP.ok(err is None, f"Device1.Pair succeeds with no window and no operator ({time.monotonic() - t0:.1f}s"
-               f"{'; ' + str(err)[:160] if err else ''}; the central's own agent was asked: {agent.shown})")
+               f"{'; ' + str(err)[:160] if err else ''}; the central's own agent was asked: {shown})")
     s = Session(adapter, "unpaired client" if how == "write" else "paired client")
     try:
         await s.open()
@@ -1861,15 +1872,10 @@ async def sc_agent_pair_idle(args):
     await forget_both(adapter)
     removed0 = bt_status().get("agentBondsRemoved", 0)
     journal0 = len(daemon_log_lines("removing the bond of " + CENTRAL))
-    dev = await find(PERIPHERAL, adapter=adapter, timeout=120, kick="hci0")
-    if not TAP.ok(dev is not None, f"{adapter} finds {PERIPHERAL}"):
+    paired = await pair_from(adapter)
+    if paired is None:
         return
-    err = None
-    async with CentralAgent("NoInputNoOutput") as agent:
-        try:
-            await agent.pair(adapter, timeout=60)
-        except Exception as e:
-            err = e
+    err, _ = paired
     t0 = time.monotonic()
     links = await link_state(adapter)
     TAP.ok(err is None and links["worker.Bonded"] is True,
