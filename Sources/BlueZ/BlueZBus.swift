@@ -96,7 +96,8 @@ enum BlueZBus {
         var decoded = BlueZInterfaces()
         if let adapter = interfaces[BlueZInterfaceName.adapter.rawValue]?.stringKeyedEntries {
             decoded.adapter = .init(address: adapter["Address"]?.stringValue, powered: adapter["Powered"]?.boolValue,
-                                    discovering: adapter["Discovering"]?.boolValue)
+                                    discovering: adapter["Discovering"]?.boolValue,
+                                    discoverable: adapter["Discoverable"]?.boolValue)
         }
         decoded.advertisingManager = interfaces[BlueZInterfaceName.advertisingManager.rawValue] != nil
         if let device = interfaces[BlueZInterfaceName.device.rawValue]?.stringKeyedEntries {

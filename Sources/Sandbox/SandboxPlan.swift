@@ -101,11 +101,13 @@ extension ContainerSandbox {
         return "edgecoder-sandbox-" + String(repeating: "0", count: max(0, 16 - hex.count)) + hex
     }
 
-    /// The engine's global arguments: its warnings go to the stderr the program's goes to,
-    /// so only its errors may (rootless podman on cgroup v1 warns on every run). Both
-    /// podman and docker take it; the operator's own arguments come after and win.
+    /// The engine's global arguments: its log lines go to the stderr the program's goes
+    /// to, so none may (rootless podman on cgroup v1 warns on every run; podman 4.3's
+    /// remote `start --attach` logs `level=error msg="Should restart: false"` on every
+    /// run). Its own failure is still said (`Error: …` is printed, not logged). Both podman
+    /// and docker take it; the operator's own arguments come after and win.
     static func globalArguments(_ settings: Settings) -> [String] {
-        ["--log-level=error"] + settings.engineArguments
+        ["--log-level=fatal"] + settings.engineArguments
     }
 
     /// Every argument after the engine's command to create one run's container: the global

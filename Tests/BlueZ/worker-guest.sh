@@ -29,7 +29,7 @@ export WORKER_RUNDIR=$W/run
 STATE=$W/state
 export HCI3_ADDR=00:AA:01:03:00:03
 export LLAMA_URL="http://${BLUEZ_VM_HOST_ADDR:?no --host-port}:${LLAMA_PORT:?LLAMA_PORT not set}"
-PHASES="${BT_PHASES:-main clients neighbours bystanders badflood idle leave-mid security restart smallmtu off adapter stream proxy pacing}"
+PHASES="${BT_PHASES:-main clients neighbours bystanders badflood idle leave-mid security restart smallmtu off adapter stream proxy pacing classic}"
 # BT_SKIP_PHASES: phases left out of that list (another VM runs them: bluetooth-security.sh).
 for skipped in ${BT_SKIP_PHASES:-}; do PHASES=" $PHASES "; PHASES="${PHASES/ $skipped / }"; done
 mkdir -p "$W" "$STATE" "$WORKER_RUNDIR"
@@ -338,6 +338,47 @@ if has_phase security; then
   stop_daemon; rc=$?
   check "the daemon stops on SIGTERM with exit 0 (exit $rc)" test $rc -eq 0
   echo "# phase security took $((SECONDS - t_sec)) s"
+fi
+
+# ------------------------------------------------------------------ Bluetooth Classic
+# Needs BR/EDR controllers (run-in-vm.sh --env BLUEZ_VM_BTVIRT_MODE=dual, as
+# bluetooth-neighbours.sh boots its VM). Registered, the worker's NoInputNoOutput default
+# agent makes hci0 bondable, and the kernel accepts a Classic Just Works pairing by itself:
+# kept out only while hci0 is not Classic-connectable (bluetoothd's default), so while hci0
+# is discoverable the agent stands back (docs/operating/bluetooth-pairing.md).
+classic_pair() { # a Classic (BR/EDR) Just Works pairing from hci1 toward hci0; 0 if it paired
+  timeout 40 btmgmt --index 1 pair -t 0 -c 3 "$HCI0_ADDR" < <(exec sleep 40) 2>&1 | tee -a "$VM_RESULTS/classic.log" | grep -q "^Paired with"
+}
+hci0_bonded_with_hci1() {
+  [[ "$(busctl get-property org.bluez "/org/bluez/hci0/dev_${HCI1_ADDR//:/_}" org.bluez.Device1 Paired 2>/dev/null)" == "b true" ]]
+}
+set_discoverable() { busctl set-property org.bluez /org/bluez/hci0 org.bluez.Adapter1 Discoverable b "$1"; }
+if has_phase classic; then
+  phase classic "Bluetooth Classic: no first Classic pairing toward the worker's adapter, its agent standing back while hci0 is discoverable"
+  if ! btmgmt_run --index 0 info | grep -q "supported settings:.*br/edr"; then
+    echo "# classic: hci0 is LE only (btvirt -L): nothing to check (bluetooth-neighbours.sh boots BR/EDR controllers)"
+  else
+    write_config classic 1 65536 8 '"security": "encrypted"'
+    restart_with classic
+    wait_for 30 "the worker's agent registered" test "$(btj '.bluetooth.pairingAgentRegistered')" = true
+    check "the worker's agent is registered (security encrypted, pairingAgent auto on this headless guest)" \
+      test "$(btj '.bluetooth.pairingAgentRegistered')" = true
+    check "hci0 is bondable with the agent registered, and not Classic-connectable (bluetoothd's default)" \
+      eval 'btmgmt_run --index 0 info | grep "current settings" | grep -q bondable && ! btmgmt_run --index 0 info | grep "current settings" | grep -qw connectable'
+    check "a Classic Just Works pairing from hci1 fails (hci0 cannot be paged)" eval '! classic_pair'
+    check "hci0 has no bond with hci1" eval '! hci0_bonded_with_hci1'
+    set_discoverable true
+    wait_for 30 "the agent stands back" test "$(btj '.bluetooth.pairingAgentRegistered')" = false
+    check "hci0 discoverable: the worker's agent stands back (status: $(btj '.bluetooth.pairingAgentReason' | cut -c1-90))" \
+      eval 'test "$(btj .bluetooth.pairingAgentRegistered)" = false && btj .bluetooth.pairingAgentReason | grep -q "hci0 is discoverable"'
+    check "the journal says why" grep -q "hci0 is discoverable: while it is, a Bluetooth Classic device can pair" "$VM_RESULTS/daemon.log"
+    check "while hci0 is discoverable a Classic pairing from hci1 fails too (no agent: hci0 is not bondable)" eval '! classic_pair'
+    check "hci0 still has no bond with hci1" eval '! hci0_bonded_with_hci1'
+    set_discoverable false
+    wait_for 30 "the agent back" test "$(btj '.bluetooth.pairingAgentRegistered')" = true
+    check "hci0 not discoverable again: the worker's agent is registered again" test "$(btj '.bluetooth.pairingAgentRegistered')" = true
+    check "the daemon is still running" daemon_alive
+  fi
 fi
 
 # ------------------------------------------------------------------ bluetoothd restart

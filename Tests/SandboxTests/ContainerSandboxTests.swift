@@ -98,9 +98,9 @@ import WorkerCore
         #expect(run.durationMs >= 0 && run.droppedBytes == 0)
         let (lines, name) = fake.commands()
         #expect(lines.count == 2, "create, then start: \(lines)")
-        #expect(lines.first?.hasPrefix("--log-level=error create --rm --interactive --name edgecoder-sandbox-") == true)
+        #expect(lines.first?.hasPrefix("--log-level=fatal create --rm --interactive --name edgecoder-sandbox-") == true)
         #expect(lines.first?.hasSuffix(" localhost/edgecoder-sandbox:1 python3 -I -") == true)
-        #expect(lines.last == "--log-level=error start --attach --interactive \(name ?? "?")")
+        #expect(lines.last == "--log-level=fatal start --attach --interactive \(name ?? "?")")
     }
 
     @Test func theEngineGetsNoneOfOurSecrets() async throws {
@@ -127,7 +127,7 @@ import WorkerCore
         let (lines, name) = fake.commands()
         let container = try #require(name)
         #expect(Array(lines.dropFirst()) == [
-            "--log-level=error --runtime runc start --attach --interactive \(container)",
+            "--log-level=fatal --runtime runc start --attach --interactive \(container)",
             "--runtime runc kill \(container)", "--runtime runc rm --force \(container)",
             "--runtime runc ps --all --quiet --filter name=\(container)",
         ], "created, so one absence ends the cleanup")

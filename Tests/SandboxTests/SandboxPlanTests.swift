@@ -44,9 +44,9 @@ import WorkerCore
 
     @Test func globalEngineArgumentsGoBeforeRun() {
         let arguments = Self.arguments(Settings(engineArguments: ["--runtime", "runc", "--log-level=warn"]))
-        #expect(Array(arguments.prefix(5)) == ["--log-level=error", "--runtime", "runc", "--log-level=warn", "create"], "the operator's own level wins")
+        #expect(Array(arguments.prefix(5)) == ["--log-level=fatal", "--runtime", "runc", "--log-level=warn", "create"], "the operator's own level wins")
         #expect(ContainerSandbox.startArguments(Settings(engineArguments: ["--runtime", "runc"]), containerName: "edgecoder-sandbox-1")
-            == ["--log-level=error", "--runtime", "runc", "start", "--attach", "--interactive", "edgecoder-sandbox-1"])
+            == ["--log-level=fatal", "--runtime", "runc", "start", "--attach", "--interactive", "edgecoder-sandbox-1"])
         let cleanup = ContainerSandbox.cleanupArguments(Settings(engineArguments: ["--runtime", "runc"]), containerName: "edgecoder-sandbox-1")
         #expect(cleanup == [["--runtime", "runc", "kill", "edgecoder-sandbox-1"], ["--runtime", "runc", "rm", "--force", "edgecoder-sandbox-1"]])
         #expect(ContainerSandbox.presenceArguments(Settings(engineArguments: ["--url", "unix:///x"]), containerName: "edgecoder-sandbox-1")

@@ -149,11 +149,11 @@ trap 'cleanup; exit 130' INT TERM
 # Without EDGECODER_BT_PHASES, every phase but those Tests/Suites/bluetooth-neighbours.sh and
 # bluetooth-security.sh run in VMs of their own (EDGECODER_BT_SKIP_PHASES).
 skip_phases=""
-[[ -z "${EDGECODER_BT_PHASES:-}" ]] && skip_phases="${EDGECODER_BT_SKIP_PHASES-neighbours bystanders security}"
+[[ -z "${EDGECODER_BT_PHASES:-}" ]] && skip_phases="${EDGECODER_BT_SKIP_PHASES-neighbours bystanders security classic}"
 boot_vm() {
   BLUEZ_VM_MEM="${BLUEZ_VM_MEM:-1536}" Tests/BlueZ/vm/run-in-vm.sh \
     --controllers 4 --host-port "$port" --timeout "${EDGECODER_BT_TIMEOUT:-1800}" --results "$results" "${share_bin[@]}" \
-    --env "WORKER_BIN=$bin" --env "LLAMA_PORT=$port" --env "BT_PHASES=${EDGECODER_BT_PHASES:-}" --env "BT_SKIP_PHASES=$skip_phases" --env "BT_PROXY_BENCH=${EDGECODER_BT_PROXY_BENCH:-0}" \
+    --env "BLUEZ_VM_BTVIRT_MODE=${EDGECODER_BT_BTVIRT_MODE:-le}" --env "WORKER_BIN=$bin" --env "LLAMA_PORT=$port" --env "BT_PHASES=${EDGECODER_BT_PHASES:-}" --env "BT_SKIP_PHASES=$skip_phases" --env "BT_PROXY_BENCH=${EDGECODER_BT_PROXY_BENCH:-0}" \
     --env "WORKER_RESPONSE_TIMEOUT_CAP=${EDGECODER_BT_RESPONSE_CAP:-}" \
     --env "BT_PACING_SET=${EDGECODER_BT_PACING_SET:-}" --env "BT_PACING_MTUS=${EDGECODER_BT_PACING_MTUS:-}" \
     --env "BT_PACING_REPS=${EDGECODER_BT_PACING_REPS:-}" --env "BT_PACING_CHANNELS=${EDGECODER_BT_PACING_CHANNELS:-}" \

@@ -175,3 +175,66 @@ import Testing
         #expect(removed == Array(paths.prefix(20)))
     }
 }
+
+/// #26 row 8, Bluetooth Classic: registered, the worker's NoInputNoOutput default agent makes
+/// the adapter bondable, and the kernel accepts a Classic Just Works pairing by itself
+/// (measured in the VM with BR/EDR controllers). While the adapter is discoverable Classic
+/// devices can page it, so the agent stands back, and comes back when it is not.
+@Suite struct AgentStandsBackWhileDiscoverableTests {
+    typealias H = PeripheralHarness
+
+    static func discoverable(_ h: inout H, _ on: Bool) -> [PeripheralMachine.Command] {
+        h.on(.bluez(.propertiesChanged(path: H.hci0, BlueZInterfaces(adapter: .init(discoverable: on)))))
+    }
+
+    static func unregistrations(_ commands: [PeripheralMachine.Command]) -> [PeripheralMachine.Registered] {
+        commands.compactMap { if case .unregister(let what, _) = $0 { what } else { nil } }
+    }
+
+    @Test func theAgentIsUnregisteredWhileDiscoverableAndRegisteredAgainAfter() {
+        var h = AgentBondCleanupTests.serving()
+        #expect(h.machine.agent == .done)
+        let on = Self.discoverable(&h, true)
+        #expect(Self.unregistrations(on) == [.agent])
+        #expect(H.logs(on).contains { $0.hasPrefix("hci0 is discoverable: while it is, a Bluetooth Classic device can pair with it by Just Works") })
+        h.on(.unregistered(.agent))
+        #expect(h.machine.status.pairingAgentRegistered == false)
+        #expect(h.machine.status.pairingAgentReason.contains("stands back until hci0 is not discoverable"))
+        let meanwhile = h.advance(120_000)
+        #expect(H.registrations(meanwhile).isEmpty && Self.unregistrations(meanwhile).isEmpty, "nothing while discoverable")
+        #expect(H.logs(meanwhile).allSatisfy { !$0.contains("is discoverable") }, "said once")
+        let off = Self.discoverable(&h, false)
+        #expect(H.registrations(off) == [.agent])
+        h.on(.registration(.agent, epoch: h.machine.epoch, .accepted))
+        #expect(h.machine.status.pairingAgentRegistered)
+        #expect(h.machine.status.pairingAgentReason == AgentBondCleanupTests.worker.reason)
+    }
+
+    @Test func anAdapterDiscoverableAtTheStartGetsNoAgent() {
+        var h = H(pairingAgent: AgentBondCleanupTests.worker)
+        h.on(.busOpened)
+        h.on(.bluez(.owner(H.bluez)))
+        var adapter = H.adapter()
+        adapter.adapter?.discoverable = true
+        let up = h.on(.bluez(.managedObjects([H.hci0: adapter])))
+        #expect(H.registrations(up) == [.application], "the service is offered; the agent is not")
+        #expect(h.machine.status.pairingAgentReason.hasPrefix("hci0 is discoverable"))
+    }
+
+    @Test func aRequestWhileStandingBackIsRefused() {
+        var h = AgentBondCleanupTests.serving()
+        _ = Self.discoverable(&h, true)
+        h.on(.unregistered(.agent))
+        guard case .error(let name, _)? = AgentBondCleanupTests.pair(&h, 1, addressType: "random") else { Issue.record("accepted while standing back"); return }
+        #expect(name == "org.bluez.Error.Rejected")
+        #expect(h.machine.agentBonds.isEmpty)
+    }
+
+    @Test func hostAnswersPairingsWithNoAgentWhateverTheAdapter() {
+        var h = H(pairingAgent: PairingAgentChoice(answerer: .host, reason: "bluetooth.pairingAgent is host"))
+        h.bringUp()
+        #expect(Self.unregistrations(Self.discoverable(&h, true)).isEmpty)
+        #expect(H.registrations(Self.discoverable(&h, false)).isEmpty)
+        #expect(h.machine.status.pairingAgentReason == "bluetooth.pairingAgent is host")
+    }
+}

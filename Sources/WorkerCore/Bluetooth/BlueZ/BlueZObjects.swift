@@ -9,10 +9,13 @@ public struct BlueZInterfaces: Sendable, Equatable {
         public var address: String?
         public var powered: Bool?
         public var discovering: Bool?
-        public init(address: String? = nil, powered: Bool? = nil, discovering: Bool? = nil) {
+        /// `Discoverable`: inquiry scan on, so Bluetooth Classic devices can find and page it.
+        public var discoverable: Bool?
+        public init(address: String? = nil, powered: Bool? = nil, discovering: Bool? = nil, discoverable: Bool? = nil) {
             self.address = address
             self.powered = powered
             self.discovering = discovering
+            self.discoverable = discoverable
         }
     }
 
@@ -95,11 +98,15 @@ public struct BlueZObjects: Sendable, Equatable {
         public var address: String?
         public var powered: Bool
         public var canAdvertise: Bool
-        public init(name: String, address: String?, powered: Bool, canAdvertise: Bool) {
+        /// Classic devices can page it and pair (bluetoothd 5.66 shows `Discoverable`, not
+        /// the bare `Connectable`): docs/operating/bluetooth-pairing.md, "Bluetooth Classic".
+        public var discoverable: Bool
+        public init(name: String, address: String?, powered: Bool, canAdvertise: Bool, discoverable: Bool = false) {
             self.name = name
             self.address = address
             self.powered = powered
             self.canAdvertise = canAdvertise
+            self.discoverable = discoverable
         }
     }
 
@@ -145,6 +152,7 @@ public struct BlueZObjects: Sendable, Equatable {
             var entry = adapters[path] ?? Adapter(name: String(path.split(separator: "/").last ?? ""), address: nil, powered: false, canAdvertise: false)
             entry.address = adapter.address ?? entry.address
             entry.powered = adapter.powered ?? entry.powered
+            entry.discoverable = adapter.discoverable ?? entry.discoverable
             adapters[path] = entry
         }
         if interfaces.advertisingManager { adapters[path]?.canAdvertise = true }
@@ -256,6 +264,7 @@ public struct BlueZFollower: Sendable, Equatable {
         case adapterRemoved(path: String)
         case adapterPowered(path: String, Bool)
         case adapterDiscovering(path: String, Bool)
+        case adapterDiscoverable(path: String, Bool)
         case deviceConnected(path: String)
         case deviceDisconnected(path: String)
         case deviceRemoved(path: String)
@@ -322,6 +331,10 @@ public struct BlueZFollower: Sendable, Equatable {
                     facts.append(.adapterPowered(path: path, powered))
                 }
                 if let discovering = adapter.discovering { facts.append(.adapterDiscovering(path: path, discovering)) }
+                if let discoverable = adapter.discoverable {
+                    objects.adapters[path]?.discoverable = discoverable
+                    facts.append(.adapterDiscoverable(path: path, discoverable))
+                }
             }
             if let properties = changed.device, var device = objects.devices[path] {
                 let wasConnected = device.connected

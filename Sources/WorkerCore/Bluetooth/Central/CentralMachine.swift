@@ -311,6 +311,8 @@ public struct CentralMachine: Sendable {
                 out.append(.log(.debug, "discovery \(discovering ? "on" : "off") on \(path)"))
                 if !discovering { discoveryStarted = false }
             }
+        case .adapterDiscoverable:
+            break
         }
     }
 

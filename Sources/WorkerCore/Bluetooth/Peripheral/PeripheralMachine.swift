@@ -415,7 +415,7 @@ public struct PeripheralMachine: Sendable {
                 agentBonds.removeValue(forKey: path)
                 reconcile(now: now, &out)
             }
-        case .adapterDiscovering, .remoteObjectsRemoved, .deviceChanged:
+        case .adapterDiscovering, .adapterDiscoverable, .remoteObjectsRemoved, .deviceChanged:
             reconcile(now: now, &out)
         }
     }
@@ -495,11 +495,7 @@ public struct PeripheralMachine: Sendable {
             registrationsLost(&out)
             adapterPath = path
         }
-        // The agent first: it must answer the first client's pairing.
-        if settings.pairingAgent.registersAgent && agent == .none && now >= agentRetryAtMs {
-            agent = .pending
-            out.append(.register(.agent, adapterPath: path, epoch: epoch))
-        }
+        reconcileAgent(adapter, path: path, now: now, &out)
         guard now >= retryAtMs else { return }
         if application == .none {
             application = .pending
@@ -550,6 +546,38 @@ public struct PeripheralMachine: Sendable {
     }
 
     // MARK: The pairing agent (bluetooth.pairingAgent)
+
+    /// Why the worker's agent stands back while the adapter is discoverable.
+    static func classicOpenReason(_ adapter: String) -> String {
+        "\(adapter) is discoverable: while it is, a Bluetooth Classic device can pair with it by Just Works, "
+            + "which the kernel accepts by itself under the worker's NoInputNoOutput agent without asking it; "
+            + "the worker's agent stands back until \(adapter) is not discoverable"
+    }
+
+    /// The agent first (it must answer the first client's pairing), unless the adapter is
+    /// discoverable: registered, the worker's NoInputNoOutput default agent makes the
+    /// adapter bondable, and the kernel then accepts any Classic Just Works pairing without
+    /// asking it (docs/operating/bluetooth-pairing.md, "Bluetooth Classic"). It stands back
+    /// while the adapter is discoverable and comes back when it no longer is.
+    mutating func reconcileAgent(_ adapter: BlueZObjects.Adapter, path: String, now: Int64, _ out: inout [Command]) {
+        guard settings.pairingAgent.registersAgent else { return }
+        if adapter.discoverable {
+            let reason = Self.classicOpenReason(adapter.name)
+            if status.pairingAgentReason != reason {
+                status.pairingAgentReason = reason
+                out.append(.log(.warning, reason + "; until then clients that never paired are refused (security encrypted)"))
+            }
+            if agent == .done {
+                agent = .pending
+                out.append(.unregister(.agent, adapterPath: "/org/bluez"))
+            }
+            return
+        }
+        if agent == .none && now >= agentRetryAtMs {
+            agent = .pending
+            out.append(.register(.agent, adapterPath: path, epoch: epoch))
+        }
+    }
 
     mutating func agentRegistered(_ answer: RegistrationAnswer, now: Int64, _ out: inout [Command]) {
         switch answer {
