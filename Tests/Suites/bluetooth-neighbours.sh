@@ -8,5 +8,4 @@
 # Environment: as bluetooth.sh.
 set -u
 cd "$(dirname "$0")/../.."
-EDGECODER_BT_PHASES="neighbours bystanders classic" EDGECODER_BT_BYSTANDER_LEVELS=open EDGECODER_BT_BTVIRT_MODE=dual \
-  exec bash Tests/Suites/bluetooth.sh
+EDGECODER_BT_PHASES="neighbours bystanders" EDGECODER_BT_BYSTANDER_LEVELS=open exec bash Tests/Suites/bluetooth.sh
