@@ -140,6 +140,6 @@ public struct ContainerSandbox: Sendable {
     }
 
     static func firstLine(_ text: String) -> String? {
-        text.split(whereSeparator: { $0 == "\n" || $0 == "\r" }).first.map { printable(String($0), limit: 300) }
+        lines(text).first.map { printable(String($0), limit: 300) }
     }
 }

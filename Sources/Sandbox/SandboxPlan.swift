@@ -300,14 +300,17 @@ extension ContainerSandbox {
     /// clients `docker: Error`); the last one, shortened.
     /// docker's daemon's error: the first line it starts (the client adds its own after).
     static func daemonMessage(_ stderr: String) -> String? {
-        stderr.split(whereSeparator: { $0 == "\n" || $0 == "\r" })
-            .first(where: { $0.hasPrefix("Error response from daemon: ") }).map { printable(String($0), limit: 400) }
+        lines(stderr).first(where: { $0.hasPrefix("Error response from daemon: ") }).map { printable(String($0), limit: 400) }
+    }
+
+    /// The engine's output in lines, `\r` ending one too.
+    static func lines(_ text: String) -> [Substring] {
+        text.split(whereSeparator: { $0 == "\n" || $0 == "\r" })
     }
 
     static func engineMessage(_ stderr: String) -> String? {
-        let lines = stderr.split(whereSeparator: { $0 == "\n" || $0 == "\r" }).map(String.init)
-        guard let line = lines.last(where: { $0.hasPrefix("Error: ") || $0.hasPrefix("Error response from daemon: ") || $0.hasPrefix("docker: ") })
+        guard let line = lines(stderr).last(where: { $0.hasPrefix("Error: ") || $0.hasPrefix("Error response from daemon: ") || $0.hasPrefix("docker: ") })
         else { return nil }
-        return printable(line, limit: 400)
+        return printable(String(line), limit: 400)
     }
 }
