@@ -282,6 +282,24 @@ check "… and /status counts the reconnect" bash -c "curl -s $PROXY_URL/status 
 ans="$(generate '{"prompt": "after the reconnect", "maxTokens": 8}')"
 check "a request is served after the reconnect (${ans%% *})" test "${ans%% *}" = 200
 
+# bluetoothd crashes under both ends (kill -SEGV: a real crash of the real daemon, as BlueZ
+# 5.66 once did here on its own): it is started again as a host's Restart=on-failure would
+# (guest-lib.sh's supervision), the worker registers again and the proxy reconnects by
+# itself. The deliberate crash is taken out of bluetoothd_crash_report's list afterwards.
+crash_mark=$(stat -c %s "$VM_RESULTS/bluetoothd-crashes" 2>/dev/null || echo 0)
+crashed_pid=$(cat "$BLUEZ_VM_RUN/bluetoothd.pid")
+bluetoothd_back() {
+  tail -c +"$((crash_mark + 1))" "$VM_RESULTS/bluetoothd-crashes" 2>/dev/null | grep -q "pid $crashed_pid) died of signal 11" &&
+    [[ "$(cat "$BLUEZ_VM_RUN/bluetoothd.pid")" != "$crashed_pid" ]] && _bvm_name_owned org.bluez && _bvm_all_powered
+}
+kill -SEGV "$crashed_pid"
+check "bluetoothd crashed (SIGSEGV) is started again" wait_for 90 "bluetoothd back after its crash" bluetoothd_back
+expect_advertising "the worker advertises again after bluetoothd's crash"
+if wait_proxy_connected 180; then ok "the proxy reconnects by itself after bluetoothd's crash"; else not_ok "the proxy reconnects by itself after bluetoothd's crash ($(proxy_status))"; fi
+ans="$(generate '{"prompt": "after the crash", "maxTokens": 8}')"
+check "a request is served after bluetoothd's crash (${ans%% *})" test "${ans%% *}" = 200
+[[ -e $VM_RESULTS/bluetoothd-crashes ]] && truncate -s "$crash_mark" "$VM_RESULTS/bluetoothd-crashes"
+
 # SIGTERM with a request in flight (issue 11): the proxy answers it 503 at once and exits,
 # rather than waiting for --timeout-ms (900 s here) or for the worker's long answer.
 curl -s --max-time 120 -o "$VM_RESULTS/proxy-stopping.json" -w '%{http_code}' -X POST "$PROXY_URL/api/generate" \

@@ -557,4 +557,5 @@ fi
 crashes="$(grep -E -i 'fatal error|segmentation|assertion failed|stack dump|panic' "$VM_RESULTS/daemon.log" | head -n 5)"
 check "no crash in the daemon's log${crashes:+: $crashes}" test -z "$crashes"
 echo "# daemon log: $(grep -c . "$VM_RESULTS/daemon.log") lines, $(grep -c '^<[0-3]>' "$VM_RESULTS/daemon.log") at error level or worse"
+bluetoothd_crash_report
 tap_done

@@ -11,6 +11,7 @@
 # when the host could not make it). Prints "ok - ..." / "not ok - ..." lines and "# name: value"
 # figures; exits 1 if anything failed.
 source "$BLUEZ_VM_DIR/guest-lib.sh"
+TAP_SLOW_SECS=5   # "# (that check took S s)" after a slow check: where the suite's time goes
 export PYTHONUNBUFFERED=1
 DEB="${DEB:?DEB not set}"
 HOST="${BLUEZ_VM_HOST_ADDR:?no --host-port}"

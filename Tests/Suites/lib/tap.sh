@@ -14,7 +14,9 @@
 #   check DESC CMD...           ok if CMD succeeds, else not_ok; CMD's stdout goes to
 #                               stderr so its own output is never read as a result line.
 #                               A suite may define tap_detail (prints text): on failure
-#                               its output is appended to DESC, e.g. the last HTTP body
+#                               its output is appended to DESC, e.g. the last HTTP body.
+#                               With TAP_SLOW_SECS=N, a check that took N s or more is
+#                               followed by "# (that check took S s)": where a suite's time goes
 #   run_tap DESC CMD...         run CMD, pass its lines through and count its "ok - " and
 #                               "not ok - " lines; a non-zero exit adds "not ok - DESC (exit N)"
 #   tap_count FILE              add FILE's "ok - " / "not ok - " lines to the counts
@@ -33,7 +35,7 @@ ok() { TAP_PASSED=$((TAP_PASSED + 1)); echo "ok - $*"; }
 not_ok() { TAP_FAILED=$((TAP_FAILED + 1)); echo "not ok - $*"; }
 
 check() {
-  local desc=$1 detail
+  local desc=$1 detail started=$SECONDS
   shift
   if "$@" >&2; then
     ok "$desc"
@@ -41,6 +43,9 @@ check() {
     detail=""
     declare -F tap_detail >/dev/null && detail=" ($(tap_detail))"
     not_ok "$desc$detail"
+  fi
+  if [[ -n ${TAP_SLOW_SECS:-} ]] && ((SECONDS - started >= TAP_SLOW_SECS)); then
+    echo "# (that check took $((SECONDS - started)) s)"
   fi
 }
 
