@@ -117,6 +117,8 @@ public final class HTTPClient: Sendable {
     }
 
     private let multiPoll: MultiPoll
+    /// The longest idle wait; curl_multi_poll returns sooner for its own timers.
+    static let idlePollMs: Int32 = 300_000
     private let logger: Logger
 
     init(multiPoll: @escaping MultiPoll = HTTPClient.curlMultiPoll, logger: Logger = Logger(label: "http")) {
@@ -314,7 +316,9 @@ public final class HTTPClient: Sendable {
                 let code = message.pointee.data.result
                 finish(transfer, result: outcome(of: transfer, code: code), multi: multi)
             }
-            if let failure = multiPoll(multi, transfers.isEmpty ? 10_000 : 1_000) {
+            // Idle, the thread sleeps until curl_multi_wakeup (a submission, a cancel) or
+            // libcurl's own next timer: a daemon between heartbeats wakes for nothing else.
+            if let failure = multiPoll(multi, transfers.isEmpty ? HTTPClient.idlePollMs : 1_000) {
                 // A failing wait returns at once: pause instead of spinning, and say so once.
                 // Transfers keep their own timeouts, checked by the next curl_multi_perform.
                 let (pause, isFirst) = backoff.failed()

@@ -14,6 +14,12 @@ import WorkerCore
 /// `ProtectProc=invisible` those processes are hidden too: then the unit is derived
 /// (`<socket owner's user name>.service`, `derivedUnits` such as `ollama.service`) and
 /// counts when its cgroup holds processes.
+///
+/// A sample reads the own processes only: the trees come from the kernel's children lists
+/// (`proc/PID/task/TID/children`), the server's pid and its unit are remembered from the
+/// last sample and checked first. Every process on the host is looked at only to find the
+/// server anew (its pid gone or not holding the socket any more), for a server known only
+/// by its user's processes, and on a kernel without children lists.
 public struct OwnProcesses: Sendable {
     /// Processes looked at per scan: a host with more is not scanned past this.
     public static let maxProcesses = 8_192
@@ -29,6 +35,9 @@ public struct OwnProcesses: Sendable {
     public let derivedUnits: [String]
     /// The server's pid found last time, checked first (a full scan is the slow path).
     private var cachedServer: Int32?
+    /// The unit cgroup found last time for a server whose descriptors are not readable,
+    /// with its owner's uid and how it was found: kept while it holds processes.
+    private var cachedOwnerUnit: (uid: UInt32, path: String, via: String)?
     private let nameOfUser: @Sendable (UInt32) -> String?
 
     public init(root: String = "/", serverPort: UInt16?, workerPID: Int32, derivedUnits: [String] = [],
@@ -83,17 +92,17 @@ public struct OwnProcesses: Sendable {
     /// The own processes now (the worker's tree, and the server's when it is not
     /// measured by its cgroup), the server's cgroup usage when it is, and how it was found.
     public mutating func sample() -> (processes: [ProcessSample], server: Server, serverCgroup: CgroupUsage?) {
-        let table = processTable()
         var roots: Set<Int32> = workerPID > 1 ? [workerPID] : []
         var server = Server.remote
         var uidProcesses: Set<Int32> = []
         var usage: CgroupUsage?
         if let port = serverPort {
-            let listeners = ProcNetTCP.listeners(read("proc/net/tcp"), port: port) + ProcNetTCP.listeners(read("proc/net/tcp6"), port: port)
+            let listeners = (prefix.isEmpty ? OwnProcesses.sockDiagListeners(port: port) : nil)
+                ?? ProcNetTCP.listeners(read("proc/net/tcp"), port: port) + ProcNetTCP.listeners(read("proc/net/tcp6"), port: port)
             let inodes = Set(listeners.map(\.inode))
             if listeners.isEmpty {
                 server = .notListening(port: port)
-            } else if let pid = owner(of: inodes, candidates: table.keys) {
+            } else if let pid = owner(of: inodes) {
                 if let path = unitCgroup(ofProcesses: [pid]), let measured = cgroupUsage(path) {
                     usage = measured
                     server = .cgroup(path: path, via: "from its /proc/\(pid)/cgroup (pid \(pid) listens on port \(port))", port: port)
@@ -102,31 +111,110 @@ public struct OwnProcesses: Sendable {
                     server = .process(pid: pid, port: port)
                 }
             } else if let uid = listeners.first?.uid, uid != getuid() {
-                let owned = uid == 0 ? [] : table.keys.filter { ProcessSample.uid(status: read("proc/\($0)/status")) == uid }
-                if !owned.isEmpty, let path = unitCgroup(ofProcesses: owned), let measured = cgroupUsage(path) {
+                if let cached = cachedOwnerUnit, cached.uid == uid,
+                   Cgroup.hasProcesses(cgroupProcs: cgroupFile(cached.path, "cgroup.procs")), let measured = cgroupUsage(cached.path) {
                     usage = measured
-                    server = .cgroup(path: path, via: "from the cgroup of uid \(uid)'s processes", port: port)
-                } else if !owned.isEmpty {
-                    uidProcesses = Set(owned)
-                    server = .user(uid: uid, port: port)
+                    server = .cgroup(path: cached.path, via: cached.via, port: port)
                 } else {
-                    let candidates = (uid == 0 ? [] : [nameOfUser(uid).map { $0 + ".service" }].compactMap { $0 }.compactMap(Cgroup.serviceName)) + derivedUnits
-                    var found = false
-                    for unit in candidates where !found {
-                        let path = "/system.slice/" + unit
-                        guard Cgroup.hasProcesses(cgroupProcs: cgroupFile(path, "cgroup.procs")), let measured = cgroupUsage(path) else { continue }
+                    cachedOwnerUnit = nil
+                    let owned = uid == 0 ? [] : allPIDs().filter { ProcessSample.uid(status: read("proc/\($0)/status")) == uid }
+                    if !owned.isEmpty, let path = unitCgroup(ofProcesses: owned), let measured = cgroupUsage(path) {
                         usage = measured
-                        server = .cgroup(path: path, via: "by its unit name \(unit) (the socket's owner, uid \(uid), has no visible process)", port: port)
-                        found = true
+                        server = .cgroup(path: path, via: "from the cgroup of uid \(uid)'s processes", port: port)
+                    } else if !owned.isEmpty {
+                        uidProcesses = Set(owned)
+                        server = .user(uid: uid, port: port)
+                    } else {
+                        let candidates = (uid == 0 ? [] : [nameOfUser(uid).map { $0 + ".service" }].compactMap { $0 }.compactMap(Cgroup.serviceName)) + derivedUnits
+                        var found = false
+                        for unit in candidates where !found {
+                            let path = "/system.slice/" + unit
+                            guard Cgroup.hasProcesses(cgroupProcs: cgroupFile(path, "cgroup.procs")), let measured = cgroupUsage(path) else { continue }
+                            usage = measured
+                            server = .cgroup(path: path, via: "by its unit name \(unit) (the socket's owner, uid \(uid), has no visible process)", port: port)
+                            found = true
+                        }
+                        if !found { server = uid == 0 ? .unreadable(port: port) : .hidden(uid: uid, port: port, tried: candidates) }
                     }
-                    if !found { server = uid == 0 ? .unreadable(port: port) : .hidden(uid: uid, port: port, tried: candidates) }
+                    if case .cgroup(let path, let via, _) = server { cachedOwnerUnit = (uid, path, via) }
                 }
             } else {
                 server = .unreadable(port: port)
             }
         }
-        let own = ProcessTree.descendants(of: roots, parents: table.mapValues(\.parent)).union(uidProcesses)
-        return (own.compactMap { table[$0] }, server, usage)
+        let own = descendants(of: roots).union(uidProcesses)
+        return (own.sorted().compactMap(processSample), server, usage)
+    }
+
+    /// `roots` and every process below them, from the kernel's children lists; on a kernel
+    /// without them (CONFIG_PROC_CHILDREN off), from every process's parent.
+    func descendants(of roots: Set<Int32>) -> Set<Int32> {
+        var found = roots
+        var queue = Array(roots)
+        while let pid = queue.popLast() {
+            guard let children = children(of: pid) else {
+                return ProcessTree.descendants(of: roots, parents: processTable().mapValues(\.parent))
+            }
+            for child in children where found.count < OwnProcesses.maxProcesses && found.insert(child).inserted {
+                queue.append(child)
+            }
+        }
+        return found
+    }
+
+    /// The children of every thread of `pid`: [] for a process that is gone, nil when the
+    /// kernel keeps no children lists.
+    func children(of pid: Int32) -> [Int32]? {
+        guard let threads = listDirectory("\(prefix)/proc/\(pid)/task", maxEntries: OwnProcesses.maxProcesses) else { return [] }
+        var children: [Int32] = []
+        var listed = false
+        for thread in threads {
+            guard let bytes = try? readFile("\(prefix)/proc/\(pid)/task/\(thread)/children", limit: 1 << 20) else { continue }
+            listed = true
+            children += bytes.split(whereSeparator: { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\n") })
+                .compactMap { decimalPID($0) }
+        }
+        return listed || threads.isEmpty ? children : nil
+    }
+
+    /// The sockets listening on `port` (IPv4 and IPv6) as the kernel's sock_diag dumps them;
+    /// nil when it cannot be asked (no NETLINK_SOCK_DIAG, a sandbox refusing it, a reply that
+    /// does not parse): the caller reads `/proc/net/tcp` then.
+    public static func sockDiagListeners(port: UInt16) -> [ProcNetTCP.Listener]? {
+        let fd = socket(AF_NETLINK, Int32(SOCK_RAW.rawValue) | Int32(SOCK_CLOEXEC.rawValue), SockDiag.netlinkProtocol)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        // The kernel answers at once; the bound only guards against a wait that never ends.
+        var bound = timeval(tv_sec: 1, tv_usec: 0)
+        guard setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &bound, socklen_t(MemoryLayout<timeval>.size)) == 0 else { return nil }
+        var found: [ProcNetTCP.Listener] = []
+        var buffer = [UInt8](repeating: 0, count: 32_768)
+        for (sequence, family) in [(UInt32(1), UInt8(AF_INET)), (UInt32(2), UInt8(AF_INET6))] {
+            let request = SockDiag.listenersRequest(family: family, sequence: sequence)
+            guard request.withUnsafeBytes({ send(fd, $0.baseAddress, $0.count, 0) }) == request.count else { return nil }
+            var datagrams = 0
+            while true {
+                let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+                datagrams += 1
+                guard count > 0, datagrams <= 4_096 else { return nil }
+                let reply = SockDiag.parse(Array(buffer[0..<count]), port: port)
+                guard reply.errno == nil, reply.malformed == nil else { return nil }
+                found += reply.listeners
+                if reply.done { break }
+            }
+        }
+        return found
+    }
+
+    /// A process's stat line, when it still runs under that pid.
+    func processSample(_ pid: Int32) -> ProcessSample? {
+        guard let sample = ProcessSample.parse(stat: read("proc/\(pid)/stat")), sample.pid == pid else { return nil }
+        return sample
+    }
+
+    /// Every pid on the host (names in `proc` only, no file read).
+    func allPIDs() -> [Int32] {
+        (listDirectory(prefix + "/proc", maxEntries: OwnProcesses.maxProcesses * 2) ?? []).compactMap { decimalPID(Array($0.utf8)[...]) }
     }
 
     /// The one unit cgroup all of `pids` run in, when it is not the worker's own; nil when
@@ -155,23 +243,22 @@ public struct OwnProcesses: Sendable {
         return nil
     }
 
-    /// Every process's stat line, by pid.
+    /// Every process's stat line, by pid (the fallback of `descendants`).
     func processTable() -> [Int32: ProcessSample] {
         var table: [Int32: ProcessSample] = [:]
-        for name in listDirectory(prefix + "/proc", maxEntries: OwnProcesses.maxProcesses * 2) ?? [] {
-            guard let first = name.utf8.first, first >= UInt8(ascii: "1"), first <= UInt8(ascii: "9"),
-                  let sample = ProcessSample.parse(stat: read("proc/\(name)/stat")), "\(sample.pid)" == name else { continue }
-            table[sample.pid] = sample
+        for pid in allPIDs() {
+            guard let sample = processSample(pid) else { continue }
+            table[pid] = sample
             if table.count >= OwnProcesses.maxProcesses { break }
         }
         return table
     }
 
     /// The process holding one of `inodes` open: the cached one first, then every one.
-    mutating func owner(of inodes: Set<UInt64>, candidates: Dictionary<Int32, ProcessSample>.Keys) -> Int32? {
-        if let cached = cachedServer, candidates.contains(cached), holds(cached, inodes) { return cached }
+    mutating func owner(of inodes: Set<UInt64>) -> Int32? {
+        if let cached = cachedServer, holds(cached, inodes) { return cached }
         cachedServer = nil
-        for pid in candidates where pid > 1 && pid != workerPID && holds(pid, inodes) {
+        for pid in allPIDs() where pid > 1 && pid != workerPID && holds(pid, inodes) {
             cachedServer = pid
             return pid
         }
@@ -198,4 +285,15 @@ public struct OwnProcesses: Sendable {
         guard count > 0 else { return nil }
         return String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
+}
+
+/// A pid written in decimal (1 to Int32.max); nil for anything else.
+func decimalPID(_ bytes: ArraySlice<UInt8>) -> Int32? {
+    guard let first = bytes.first, first >= UInt8(ascii: "1"), first <= UInt8(ascii: "9"), bytes.count <= 10 else { return nil }
+    var value: Int64 = 0
+    for byte in bytes {
+        guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { return nil }
+        value = value * 10 + Int64(byte - UInt8(ascii: "0"))
+    }
+    return value <= Int64(Int32.max) ? Int32(value) : nil
 }

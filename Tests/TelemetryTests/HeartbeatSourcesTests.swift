@@ -145,3 +145,105 @@ import WorkerCore
         #expect(reading.telemetry.heartbeatJSON["thermalState"] == "fair")
     }
 }
+
+/// The own processes come from the kernel's children lists: a sample reads the worker's
+/// tree and the server's, never every process on the host (issue 28: mode on opened every
+/// `/proc/N/stat` every 5 s).
+@Suite struct OwnProcessTreeTests {
+    func stat(_ tree: FakeTree, _ pid: Int32, parent: Int32, ticks: Int = 10) {
+        tree.write("proc/\(pid)/stat", "\(pid) (p\(pid)) S \(parent) \(pid) \(pid) 0 -1 4194560 0 0 0 0 \(ticks) 0 0 0 20 0 1 0 500 0 0\n")
+    }
+
+    /// Worker 100 (threads 100 and 101) with children 200 (thread list) and 300 (thread
+    /// 101's); 200's child 250; 400's stat line claims parent 100 but no list names it.
+    func workerTree(childrenLists: Bool = true) -> FakeTree {
+        let tree = FakeTree()
+        for (pid, parent) in [(100, 1), (200, 100), (250, 200), (300, 100), (400, 100), (500, 1)] as [(Int32, Int32)] { stat(tree, pid, parent: parent) }
+        for (pid, thread) in [(100, 100), (100, 101), (200, 200), (250, 250), (300, 300), (400, 400), (500, 500)] as [(Int32, Int32)] {
+            tree.directory("proc/\(pid)/task/\(thread)")
+        }
+        if childrenLists {
+            tree.write("proc/100/task/100/children", "200 ")
+            tree.write("proc/100/task/101/children", "300 ")
+            tree.write("proc/200/task/200/children", "250 ")
+            for pid in [250, 300, 400, 500] { tree.write("proc/\(pid)/task/\(pid)/children", "") }
+        }
+        return tree
+    }
+
+    @Test func theWorkersTreeComesFromTheKernelsChildrenLists() {
+        let tree = workerTree()
+        var own = OwnProcesses(root: tree.root, serverPort: nil, workerPID: 100)
+        let (processes, server, _) = own.sample()
+        #expect(processes.map(\.pid) == [100, 200, 250, 300], "400 claims 100 as parent in its stat line only: it is never read")
+        #expect(server == .remote)
+    }
+
+    @Test func aKernelWithoutChildrenListsFallsBackToEveryProcesssParent() {
+        let tree = workerTree(childrenLists: false)
+        var own = OwnProcesses(root: tree.root, serverPort: nil, workerPID: 100)
+        #expect(own.sample().processes.map(\.pid) == [100, 200, 250, 300, 400])
+    }
+
+    @Test func hostileChildrenListsAreBoundedAndSkipped() {
+        let tree = workerTree()
+        tree.write("proc/100/task/100/children", "200 -5 0 x12 99999999999 300\u{0} 2147483648 ")
+        tree.write("proc/100/task/101/children", String(repeating: "7 ", count: 100_000))
+        var own = OwnProcesses(root: tree.root, serverPort: nil, workerPID: 100)
+        #expect(own.sample().processes.map(\.pid) == [100, 200, 250], "only well-formed pids whose stat line exists; 7 has none")
+    }
+
+    @Test func aChildOfThisProcessIsFoundInTheRealProc() throws {
+        let child = Process()
+        child.executableURL = URL(fileURLWithPath: "/bin/sleep")
+        child.arguments = ["20"]
+        try child.run()
+        defer {
+            kill(child.processIdentifier, SIGKILL)
+            child.waitUntilExit()
+        }
+        var own = OwnProcesses(root: "/", serverPort: nil, workerPID: getpid())
+        let pids = own.sample().processes.map(\.pid)
+        #expect(pids.contains(getpid()) && pids.contains(child.processIdentifier))
+        #expect(!pids.contains(1))
+    }
+
+    @Test func theUnitOfAServerKnownByItsUsersProcessesIsRememberedWhileItHoldsProcesses() {
+        let tree = ModelServerCgroupTests().tree()
+        tree.write("proc/4242/status", "Name:\tollama\nUid:\t999\t999\t999\t999\n")
+        tree.write("proc/4242/cgroup", "0::/system.slice/ollama.service\n")
+        var own = OwnProcesses(root: tree.root, serverPort: ModelServerCgroupTests.port, workerPID: 0, nameOfUser: { _ in nil })
+        guard case .cgroup(let path, let via, _) = own.sample().server else { Issue.record("not measured by its cgroup"); return }
+        #expect(path == "/system.slice/ollama.service" && via.contains("uid 999's processes"))
+        tree.remove("proc/4242")  // hidden now: the scan of every process would find nothing
+        #expect(own.sample().server == .cgroup(path: path, via: via, port: ModelServerCgroupTests.port), "the unit found last time")
+        tree.write("sys/fs/cgroup/system.slice/ollama.service/cgroup.procs", "")
+        #expect(own.sample().server == .hidden(uid: 999, port: ModelServerCgroupTests.port, tried: []), "an empty unit is forgotten")
+    }
+
+    @Test func theKernelsSockDiagNamesThisProcesssListeningSocket() throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        #expect(fd >= 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
+        let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        #expect(bound == 0 && listen(fd, 1) == 0)
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+        let port = UInt16(bigEndian: address.sin_port)
+        var info = Glibc.stat()
+        #expect(fstat(fd, &info) == 0)
+        let listeners = try #require(OwnProcesses.sockDiagListeners(port: port))
+        #expect(listeners == [ProcNetTCP.Listener(inode: UInt64(info.st_ino), uid: getuid())])
+        #expect(OwnProcesses.sockDiagListeners(port: port &+ 1).map { !$0.contains { $0.inode == UInt64(info.st_ino) } } == true)
+        // The same socket as /proc/net/tcp shows it, the fallback.
+        let file = open("/proc/net/tcp", O_RDONLY)
+        defer { close(file) }
+        var table: [UInt8] = [], chunk = [UInt8](repeating: 0, count: 65_536)
+        while case let count = chunk.withUnsafeMutableBytes({ read(file, $0.baseAddress, $0.count) }), count > 0 { table += chunk[0..<count] }
+        #expect(ProcNetTCP.listeners(table, port: port) == listeners)
+    }
+}
+

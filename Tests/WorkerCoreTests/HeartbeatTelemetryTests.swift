@@ -80,8 +80,13 @@ import Testing
         #expect(share?.hostPct == 75)
         #expect(share?.ownPct == 50)
         #expect(share?.otherPct == 25)
-        let restarted = CgroupUsage(path: "/system.slice/other.service", usageMicroseconds: 11_000_000)
-        #expect(CPUShare.between(host: earlier, later, own: [], [], server: before, restarted)?.ownPct == 0, "another cgroup's counter is not compared")
+        let moved = CgroupUsage(path: "/system.slice/other.service", usageMicroseconds: 500_000)
+        #expect(CPUShare.between(host: earlier, later, own: [], [], server: before, moved)?.ownPct == 25,
+                "another cgroup's counter is not compared with the first: it counts whole, as a new process does")
+        let found = CPUShare.between(host: earlier, later, own: [], [], server: nil, after)
+        #expect(found?.ownPct == 75 && found?.otherPct == 0,
+                "a server first measured in this interval counts whole, capped at the host: its loop is never read as other load")
+        #expect(CgroupUsage.ticks(from: nil, to: nil, ticksPerSecond: 100) == 0)
         let backwards = CgroupUsage(path: before.path, usageMicroseconds: 1)
         #expect(CgroupUsage.ticks(from: before, to: backwards, ticksPerSecond: 100) == 0)
         #expect(CgroupUsage.ticks(from: before, to: after, ticksPerSecond: .nan) == 0)

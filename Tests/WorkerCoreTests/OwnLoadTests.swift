@@ -117,3 +117,79 @@ import Testing
         #expect(LoopbackServer.port(of: url) == port)
     }
 }
+
+/// sock_diag's listeners (issue 28: the listening hash only, not /proc/net/tcp's walk of
+/// every established bucket). Replies as the kernel frames them, then hostile ones.
+@Suite struct SockDiagTests {
+    /// One inet_diag_msg answer: `state` (10 LISTEN), local port, uid, inode.
+    static func answer(state: UInt8 = 10, port: UInt16, uid: UInt32, inode: UInt32, family: UInt8 = 2) -> [UInt8] {
+        var bytes = message(type: 20, payload: [UInt8](repeating: 0, count: 72))
+        bytes[16] = family
+        bytes[17] = state
+        bytes[20] = UInt8(port >> 8)
+        bytes[21] = UInt8(port & 0xFF)
+        put32(uid, into: &bytes, at: 16 + 64)
+        put32(inode, into: &bytes, at: 16 + 68)
+        return bytes
+    }
+
+    static func message(type: UInt16, payload: [UInt8], length: UInt32? = nil) -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: 16) + payload
+        put32(length ?? UInt32(bytes.count), into: &bytes, at: 0)
+        bytes[4] = UInt8(type & 0xFF)
+        bytes[5] = UInt8(type >> 8)
+        return bytes
+    }
+
+    static func put32(_ value: UInt32, into bytes: inout [UInt8], at i: Int) {
+        for k in 0..<4 { bytes[i + k] = UInt8(truncatingIfNeeded: value >> (8 * UInt32(k))) }
+    }
+
+    static let done = message(type: 3, payload: [0, 0, 0, 0])
+
+    @Test func theRequestAsksForOneFamilysListeningTCPSockets() {
+        let request = SockDiag.listenersRequest(family: 10, sequence: 7)
+        #expect(request.count == 72)
+        #expect(Array(request[0..<8]) == [72, 0, 0, 0, 20, 0, 0x01, 0x03], "length 72, SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP")
+        #expect(Array(request[8..<12]) == [7, 0, 0, 0])
+        #expect(Array(request[16..<24]) == [10, 6, 0, 0, 0, 0x04, 0, 0], "AF_INET6, IPPROTO_TCP, states 1 << TCP_LISTEN")
+    }
+
+    @Test func theListenersOfThePortAreKeptAndTheDumpEnds() {
+        let datagram = Self.answer(port: 11434, uid: 999, inode: 5151) + Self.answer(port: 22, uid: 0, inode: 77)
+            + Self.answer(state: 1, port: 11434, uid: 1000, inode: 88) + Self.answer(port: 11434, uid: 999, inode: 5152, family: 10)
+        let first = SockDiag.parse(datagram, port: 11434)
+        #expect(first == SockDiag.Reply(listeners: [.init(inode: 5151, uid: 999), .init(inode: 5152, uid: 999)]),
+                "another port and an established socket are not listeners of 11434")
+        #expect(SockDiag.parse(Self.done, port: 11434).done)
+        #expect(SockDiag.parse([], port: 11434) == SockDiag.Reply(), "an empty datagram says nothing")
+    }
+
+    @Test func aRefusalCarriesItsErrno() {
+        var payload = [UInt8](repeating: 0, count: 20)
+        Self.put32(UInt32(bitPattern: -13), into: &payload, at: 0)
+        #expect(SockDiag.parse(Self.message(type: 2, payload: payload), port: 1).errno == 13)
+        Self.put32(UInt32(bitPattern: Int32.min), into: &payload, at: 0)
+        #expect(SockDiag.parse(Self.message(type: 2, payload: payload), port: 1).errno == Int32.min, "no trap on INT32_MIN")
+        #expect(SockDiag.parse(Self.message(type: 2, payload: [1, 2]), port: 1).malformed?.contains("shorter than its errno") == true)
+    }
+
+    @Test func brokenFramingStopsWithWhatWasReadBefore() {
+        let good = Self.answer(port: 80, uid: 1, inode: 9)
+        let truncated = SockDiag.parse(good + Array(good[0..<40]), port: 80)
+        #expect(truncated.listeners == [.init(inode: 9, uid: 1)] && truncated.malformed?.contains("does not fit") == true)
+        #expect(SockDiag.parse(good + [1, 2, 3], port: 80).malformed?.contains("a header needs 16") == true)
+        #expect(SockDiag.parse(Self.message(type: 20, payload: [UInt8](repeating: 0, count: 40)), port: 80).malformed?.contains("needs 72") == true)
+        #expect(SockDiag.parse(Self.message(type: 20, payload: [], length: 3), port: 80).malformed != nil, "a length below the header")
+        #expect(SockDiag.parse(Self.message(type: 20, payload: [], length: .max), port: 80).malformed != nil, "a length past the datagram")
+        #expect(SockDiag.parse(Self.answer(port: 80, uid: 1, inode: 0), port: 80).listeners.isEmpty, "inode 0 is no socket")
+        let noop = SockDiag.parse(Self.message(type: 1, payload: []) + Self.message(type: 99, payload: [1, 2, 3, 4]) + Self.done, port: 80)
+        #expect(noop.done && noop.listeners.isEmpty, "unknown types are skipped")
+    }
+
+    @Test func aLargeDumpIsReadWhole() {
+        var datagram: [UInt8] = []
+        for i in 0..<400 { datagram += Self.answer(port: UInt16(1000 + i % 3), uid: UInt32(i), inode: UInt32(i + 1)) }
+        #expect(SockDiag.parse(datagram + Self.done, port: 1001).listeners.count == 133)
+    }
+}

@@ -90,11 +90,16 @@ public struct CgroupUsage: Sendable, Equatable {
         self.usageMicroseconds = usageMicroseconds
     }
 
-    /// Clock ticks used between two samples of the same cgroup; 0 when the cgroup changed
-    /// (a restarted unit starts its counter again) or the counter went backwards.
+    /// Clock ticks used between two samples of the same cgroup; 0 when the counter went
+    /// backwards. A cgroup seen first in `later` (the server found, started or moved in
+    /// between) counts whole, as a process that started in between does: the caller caps
+    /// own load at the host's, so a long-lived server found late makes one interval read
+    /// "all own" rather than its busy loop reading "other" (busy, hot) to the coordinator
+    /// and holding the worker's own next subtask as `cpu-busy`.
     public static func ticks(from earlier: CgroupUsage?, to later: CgroupUsage?, ticksPerSecond: Double) -> Double {
-        guard let earlier, let later, earlier.path == later.path, later.usageMicroseconds >= earlier.usageMicroseconds,
-              ticksPerSecond.isFinite, ticksPerSecond > 0 else { return 0 }
+        guard let later, ticksPerSecond.isFinite, ticksPerSecond > 0 else { return 0 }
+        guard let earlier, earlier.path == later.path else { return Double(later.usageMicroseconds) / 1_000_000 * ticksPerSecond }
+        guard later.usageMicroseconds >= earlier.usageMicroseconds else { return 0 }
         return Double(later.usageMicroseconds - earlier.usageMicroseconds) / 1_000_000 * ticksPerSecond
     }
 }

@@ -1,5 +1,6 @@
-// libFuzzer target: the rtnetlink parser (Rtnetlink.parse over one datagram), as the
-// kernel's NETLINK_ROUTE socket would deliver it. Every message kept reads back as text.
+// libFuzzer target: the netlink parsers over one datagram, as the kernel would deliver it:
+// rtnetlink (Rtnetlink.parse, NETLINK_ROUTE) and sock_diag (SockDiag.parse, the listeners
+// of a port). Every message kept reads back as text.
 import WorkerCore
 
 @_cdecl("LLVMFuzzerTestOneInput")
@@ -18,5 +19,9 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> Int32 {
         }
     }
     if let error { _ = error.description }
+    let port = input.bytes.count >= 2 ? UInt16(input.bytes[0]) << 8 | UInt16(input.bytes[1]) : 11434
+    let reply = SockDiag.parse(input.bytes, port: port)
+    check(reply.listeners.allSatisfy { $0.inode > 0 }, "a listener without an inode")
+    check(reply.listeners.count <= input.bytes.count / 88, "more listeners than answers fit")
     return 0
 }
