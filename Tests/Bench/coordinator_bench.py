@@ -30,7 +30,10 @@ def start(args):
 work = tempfile.mkdtemp(prefix="ecw-cbench-")
 procs = []
 try:
-    coordinator, curl = start([sys.executable, f"{ROOT}/Tests/DevCoordinator/dev_coordinator.py", "--port", "0", "--no-mesh-token"])
+    # No behavioural monitoring: a model that answers at once makes every result "suspiciously
+    # fast" (BHV001) and the baseline's identical ones "duplicate forgery" (BHV003), and both
+    # clients would be banned mid-run; conduct is the coordinator suite's to test.
+    coordinator, curl = start([sys.executable, f"{ROOT}/Tests/DevCoordinator/dev_coordinator.py", "--port", "0", "--no-mesh-token", "--no-monitoring"])
     procs.append(coordinator)
     fixture, furl = start([sys.executable, f"{ROOT}/Tests/ModelServer/ollama_fixture.py", "--port", "0", "--model", "tiny", "--quiet"])
     procs.append(fixture)
@@ -45,36 +48,61 @@ try:
     baseline_ms = (time.perf_counter() - t0) * 1000 / count
     http("POST", curl + "/_dev/reset")
 
-    config = {"coordinator": {"url": curl, "pullIntervalMs": 500}, "backend": {"kind": "ollama", "url": furl, "model": "tiny", "maxTokens": 8}}
-    with open(f"{work}/config.json", "w") as f:
-        json.dump(config, f)
-    daemon = subprocess.Popen([binary, "run", "--config", f"{work}/config.json", "--state-dir", f"{work}/state", "--runtime-dir", f"{work}/run"],
-                              stderr=subprocess.DEVNULL)
-    procs.append(daemon)
     cli = lambda *a: subprocess.run([binary, *a, "--runtime-dir", f"{work}/run"], capture_output=True, text=True)
-    while cli("status").returncode != 0:
-        time.sleep(0.05)
 
-    # Idle in off first (the comparison), then on.
-    def sample(seconds):
+    def start_daemon(coordinator):
+        config = {"coordinator": {"url": curl, **coordinator}, "backend": {"kind": "ollama", "url": furl, "model": "tiny", "maxTokens": 8}}
+        with open(f"{work}/config.json", "w") as f:
+            json.dump(config, f)
+        daemon = subprocess.Popen([binary, "run", "--config", f"{work}/config.json", "--state-dir", f"{work}/state", "--runtime-dir", f"{work}/run"],
+                                  stderr=subprocess.DEVNULL)
+        procs.append(daemon)
+        while cli("status").returncode != 0:
+            time.sleep(0.05)
+        return daemon
+
+    def sample(daemon, seconds):
+        """RSS and anonymous memory (MiB) at the end, CPU (%) and wake-ups (voluntary
+        context switches of every thread, per minute) over `seconds`."""
         ticks = os.sysconf("SC_CLK_TCK")
         def cpu():
             with open(f"/proc/{daemon.pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
             return int(fields[11]) + int(fields[12])
-        def rss():
+        def status(key):
             with open(f"/proc/{daemon.pid}/status") as f:
-                return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
-        c0, t = cpu(), time.perf_counter()
+                return next(int(l.split()[1]) for l in f if l.startswith(key + ":"))
+        def wakeups():
+            total = 0
+            for task in os.listdir(f"/proc/{daemon.pid}/task"):
+                try:
+                    with open(f"/proc/{daemon.pid}/task/{task}/status") as f:
+                        total += next(int(l.split()[1]) for l in f if l.startswith("voluntary_ctxt_switches:"))
+                except (OSError, StopIteration):
+                    pass
+            return total
+        c0, w0, t = cpu(), wakeups(), time.perf_counter()
         time.sleep(seconds)
-        return rss() / 1024, (cpu() - c0) / ticks / (time.perf_counter() - t) * 100
+        elapsed = time.perf_counter() - t
+        return (status("VmRSS") / 1024, status("RssAnon") / 1024, (cpu() - c0) / ticks / elapsed * 100,
+                (wakeups() - w0) / elapsed * 60)
 
-    off_rss, off_cpu = sample(idle_seconds / 2)
+    # Idle with the defaults (heartbeats every 15 s, pulls every 5 s, nothing queued): off
+    # first (the comparison), then on.
+    daemon = start_daemon({})
+    off = sample(daemon, idle_seconds / 2)
     cli("mode", "on")
     time.sleep(1)
-    on_rss, on_cpu = sample(idle_seconds)
+    on = sample(daemon, idle_seconds)
     beats = http("GET", curl + "/_dev/state")["heartbeatCount"]
+    cli("mode", "off")
+    daemon.send_signal(signal.SIGTERM)
+    daemon.wait(timeout=30)
+    procs.remove(daemon)
 
+    # The subtasks: pulls every 500 ms so that the queue, not the interval, sets the pace.
+    daemon = start_daemon({"pullIntervalMs": 500})
+    cli("mode", "on")
     ids = http("POST", curl + "/_dev/subtasks", [{"input": f"s{i}"} for i in range(count)])["ids"]
     t0 = time.perf_counter()
     while http("GET", curl + "/_dev/results")["total"] < count:
@@ -89,9 +117,10 @@ try:
     print(f"   worker overhead (journal, outbox, fsyncs, HTTP): {overhead:7.2f} ms per subtask")
     print(f"   baseline: bare pull + result from Python, no disk: {baseline_ms:7.2f} ms per subtask")
     print(f"   ratio worker overhead / baseline: {overhead / baseline_ms:.2f}x")
-    print(f"== idle in mode on with heartbeats every 15 s ({beats} heartbeats in {idle_seconds:.0f} s), against off in the same run")
-    print(f"   mode on:  RSS {on_rss:6.2f} MiB, CPU {on_cpu:6.3f} %")
-    print(f"   mode off: RSS {off_rss:6.2f} MiB, CPU {off_cpu:6.3f} %")
+    print(f"== idle in mode on, heartbeats every 15 s and pulls every 5 s ({beats} heartbeats in {idle_seconds:.0f} s), against off in the same run")
+    for name, (rss, anon, cpu_pct, wakes) in (("mode on: ", on), ("mode off:", off)):
+        print(f"   {name} RSS {rss:6.2f} MiB (anonymous {anon:5.2f}), CPU {cpu_pct:6.3f} %, {wakes:5.0f} wake-ups a minute")
+    print("   (goal for mode on: CPU <= 0.05 %, RSS <= 14 MiB; RSS counts the binary's text and libcurl's libraries as the kernel maps them)")
 finally:
     for p in procs:
         p.send_signal(signal.SIGTERM)
