@@ -35,7 +35,7 @@ APT_PACKAGES_BARE := docker.io fuse-overlayfs
 # What `make deb` needs on top (the systemd-deb suite runs `make deb` itself).
 DEB_TOOLS    := debhelper dpkg-dev lintian
 
-.PHONY: all build release run test test-build test-unit test-prepare lanes check unit suites bench fuzz demo docs install install-files generated deb deps clean
+.PHONY: all build release run test test-build test-prepare lanes check unit suites bench fuzz demo docs install install-files generated deb deps clean
 
 all: build
 
@@ -70,16 +70,12 @@ run: build
 # Everything: swift test (a failure stops here), then every suite in Tests/Suites, ending
 # with one line "N passed, N failed, N skipped" for those suites.
 test: deps
-	@$(MAKE) --no-print-directory -j2 test-unit test-prepare
+	@$(MAKE) --no-print-directory -j2 test-build test-prepare
 	@$(MAKE) --no-print-directory lanes
 
-# The build then the unit tests, beside the preparation: one compiles and then mostly waits
-# (the unit tests' 90 s are timers and servers, about 17 s of CPU), the other mostly
-# downloads and checks caches (llama.cpp compiles the first time only, at nice 19). A unit
-# test that fails stops `make test` before the lanes.
-test-unit: test-build
-	@$(MAKE) --no-print-directory unit
-
+# The build and the preparation side by side: one compiles, the other mostly downloads and
+# checks caches (llama.cpp compiles the first time only). The unit tests run in the lanes
+# (Tests/Suites/unit.sh, first in the third).
 test-build:
 	$(SWIFT) build --build-tests
 
@@ -93,15 +89,16 @@ test-prepare:
 # The suites in lanes (Tests/Suites/lib/run-suites.sh): the BlueZ VM suite, then a BlueZ VM
 # for the neighbours and the open bystander loop, in one lane; the systemd VM suite, then a
 # BlueZ VM for the encrypted bystander loop and the security phases, in a second; the
-# coordinator suite, fuzzing, the sandbox and the quick suites in a third. Never more than two VMs at
+# Swift tests (unit.sh), the coordinator suite, fuzzing, the sandbox and the quick suites in a
+# third. Never more than two VMs at
 # once: with three, a TCG guest has hung while booting (soft lockups) on 2 cores. The lanes
 # after the first run at nice 10; then own-load alone (it measures the host's CPU). Same
 # result lines and summary as `suites`.
 LANE_VM    := Tests/Suites/bluetooth.sh Tests/Suites/bluetooth-neighbours.sh
 LANE_VM2   := Tests/Suites/systemd-deb.sh Tests/Suites/bluetooth-security.sh
 LANE_ALONE := Tests/Suites/own-load.sh
-LANE_REST  := Tests/Suites/coordinator.sh Tests/Suites/fuzz.sh Tests/Suites/sandbox.sh \
-	$(filter-out $(LANE_VM) $(LANE_VM2) $(LANE_ALONE) Tests/Suites/coordinator.sh Tests/Suites/fuzz.sh Tests/Suites/sandbox.sh,$(sort $(wildcard Tests/Suites/*.sh)))
+LANE_REST  := Tests/Suites/unit.sh Tests/Suites/coordinator.sh Tests/Suites/fuzz.sh Tests/Suites/sandbox.sh \
+	$(filter-out $(LANE_VM) $(LANE_VM2) $(LANE_ALONE) Tests/Suites/unit.sh Tests/Suites/coordinator.sh Tests/Suites/fuzz.sh Tests/Suites/sandbox.sh,$(sort $(wildcard Tests/Suites/*.sh)))
 lanes:
 	@bash Tests/Suites/lib/run-suites.sh $(CURDIR)/$(BIN) --lane "$(LANE_VM)" --lane "$(LANE_VM2)" --lane "$(LANE_REST)" --alone "$(LANE_ALONE)"
 

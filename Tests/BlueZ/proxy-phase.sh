@@ -225,6 +225,34 @@ if [[ $STREAMING_WORKER == 1 ]]; then
   read -r _ edgecoder_whole_ms <<<"$("$BLUEZ_VM_PYTHON" "$HERE/first_piece.py" "$PROXY_URL" /api/generate \
     "{\"model\": \"m\", \"prompt\": \"$PIECE_PROMPT\", \"stream\": false, \"options\": {\"num_predict\": 1000}}")"
   echo "# proxy-whole-ms: $edgecoder_whole_ms (the same request with stream false: the EdgeCoder protocol, one whole answer)"
+  if [[ "${BT_PROXY_BENCH:-0}" == 1 && -n "${BT_PACED_TPS:-30}" && "${BT_PACED_TPS:-30}" != 0 ]]; then
+    # The same 1000-token answer from a model at a laptop's pace (Tests/ModelServer/
+    # paced_proxy.py in front of llama.cpp, BT_PACED_TPS tokens/s, default 30): what a user
+    # waits for with and without stream. The worker restarts with the paced server as its
+    # backend, then with llama.cpp again.
+    python3 "$HERE/../ModelServer/paced_proxy.py" --port 0 --upstream "$LLAMA_URL" --delay-ms 0 \
+      --tokens-per-second "${BT_PACED_TPS:-30}" >"$VM_RESULTS/paced.out" 2>"$VM_RESULTS/paced.log" &
+    paced_pid=$!
+    wait_for 30 "the paced model server" grep -q listening "$VM_RESULTS/paced.out"
+    paced_url=$(awk '/listening/ {print $NF; exit}' "$VM_RESULTS/paced.out")
+    sed "s|\"url\": \"$LLAMA_URL\"|\"url\": \"$paced_url\"|" "$W/proxy.json" >"$W/proxy-paced.json"
+    stop_daemon
+    start_daemon proxy-paced && expect_advertising "the worker advertises with the paced model server"
+    if wait_proxy_connected 180; then
+      read -r paced_first paced_stream_whole <<<"$(first_piece)"
+      read -r _ paced_whole <<<"$("$BLUEZ_VM_PYTHON" "$HERE/first_piece.py" "$PROXY_URL" /api/generate \
+        "{\"model\": \"m\", \"prompt\": \"$PIECE_PROMPT\", \"stream\": false, \"options\": {\"num_predict\": 1000}}")"
+      echo "# proxy-paced-first-piece-ms: first $paced_first, streamed whole $paced_stream_whole, whole without stream $paced_whole" \
+        "(${BT_PACED_TPS:-30} tokens/s, 1000 asked): the first piece $(awk -v w="$paced_whole" -v f="$paced_first" 'BEGIN { if (f > 0) printf "%.0f", w / f; else print "?" }')x sooner;" \
+        "the tiny model's: $(awk -v w="$edgecoder_whole_ms" -v f="$first_ms" 'BEGIN { if (f > 0) printf "%.1f", w / f; else print "?" }')x"
+    else
+      echo "# proxy-paced-first-piece-ms: unmeasured (the proxy did not reconnect: $(proxy_status))"
+    fi
+    stop_daemon
+    kill "$paced_pid" 2>/dev/null
+    start_daemon proxy && expect_advertising "the worker advertises with llama.cpp again"
+    wait_proxy_connected 180 || not_ok "the proxy reconnects after the paced measurement ($(proxy_status))"
+  fi
   # Behaviour, not speed (the figures above are make bench's): streamed, the first piece is
   # handed over well before the end; buffered, it would come with the end.
   check "a streamed answer's first piece is handed over well before its end (${first_ms} ms of ${whole_ms} ms)" test "$first_ms" -gt 0 -a $((first_ms + 500)) -le "$whole_ms"

@@ -12,11 +12,18 @@ its body delimited by closing the connection.
 
     paced_proxy.py --port 0 --upstream http://127.0.0.1:PORT --delay-ms 1200
 
+With --tokens-per-second N it also generates at that pace (a laptop's 30 tokens/s where
+the tiny model writes thousands): a streamed answer's events (server-sent `data:` lines,
+NDJSON lines) are relayed no sooner than the k-th at k/N s after the request; a whole
+answer is held until its token count (`usage.completion_tokens`, Ollama's `eval_count`)
+divided by N. Used by `make bench`'s first-piece figures (Tests/BlueZ/proxy-phase.sh).
+
 The first stdout line is "listening on http://127.0.0.1:PORT". Python standard library only.
 """
 import argparse
 import http.client
 import http.server
+import json
 import sys
 import time
 import urllib.parse
@@ -24,7 +31,20 @@ import urllib.parse
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection", "upgrade", "te", "trailer"}
 
 
-def handler(upstream, delay_ms):
+def answer_tokens(body):
+    """The token count a whole answer reports; 0 when it says none."""
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return 0
+    if not isinstance(answer, dict):
+        return 0
+    usage = answer.get("usage") if isinstance(answer.get("usage"), dict) else {}
+    count = usage.get("completion_tokens", answer.get("eval_count", 0))
+    return count if isinstance(count, int) and count > 0 else 0
+
+
+def handler(upstream, delay_ms, tokens_per_second=0.0):
     target = urllib.parse.urlsplit(upstream)
 
     class Pace(http.server.BaseHTTPRequestHandler):
@@ -53,7 +73,31 @@ def handler(upstream, delay_ms):
                     self.send_header(key, value)
             self.send_header("Connection", "close")
             self.end_headers()
+            started = time.monotonic()
+            kind = (answer.getheader("content-type") or "").lower()
+            paced = tokens_per_second > 0 and self.command == "POST"
             try:
+                if paced and ("event-stream" in kind or "ndjson" in kind):
+                    # One event a token: the k-th leaves k/N s after the start.
+                    events = 0
+                    while True:
+                        line = answer.readline()
+                        if not line:
+                            break
+                        if line.strip() and line.strip() != b"data: [DONE]":
+                            events += 1
+                            wait = started + events / tokens_per_second - time.monotonic()
+                            if wait > 0:
+                                time.sleep(wait)
+                        self.wfile.write(line)
+                        self.wfile.flush()
+                elif paced:
+                    body = answer.read()
+                    wait = started + answer_tokens(body) / tokens_per_second - time.monotonic()
+                    if wait > 0:
+                        time.sleep(wait)
+                    self.wfile.write(body)
+                    self.wfile.flush()
                 while True:
                     piece = answer.read1(65536)
                     if not piece:
@@ -75,8 +119,9 @@ def main():
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--upstream", required=True, help="the real server's base URL, http://HOST:PORT")
     ap.add_argument("--delay-ms", type=int, default=1200)
+    ap.add_argument("--tokens-per-second", type=float, default=0.0, help="generate at this pace (0: as fast as the upstream)")
     args = ap.parse_args()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", args.port), handler(args.upstream, args.delay_ms))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", args.port), handler(args.upstream, args.delay_ms, args.tokens_per_second))
     server.daemon_threads = True
     print(f"listening on http://127.0.0.1:{server.server_address[1]}", flush=True)
     try:

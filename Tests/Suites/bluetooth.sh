@@ -14,7 +14,8 @@
 # back after each cut-off: the bench's one-minute flood), EDGECODER_BT_BYSTANDER_CONNECTS (the
 # bystanders phase's connects in a row per security level, default 50),
 # EDGECODER_BT_BYSTANDER_LEVELS (the bystanders phase's levels, default "open enc"),
-# EDGECODER_BT_PROXY_BENCH=1 (the proxy phase also prints its figures), EDGECODER_BT_PIECE_REPS
+# EDGECODER_BT_PROXY_BENCH=1 (the proxy phase also prints its figures, a model at
+# EDGECODER_BT_PACED_TPS tokens/s among them: default 30, 0 leaves it out), EDGECODER_BT_PIECE_REPS
 # (rounds of the proxy phase's first-piece measurement, medians printed; default 1),
 # EDGECODER_BT_STAMP_LOGS=1 (each line of daemon.log and proxy.log carries the wall clock
 # it was logged at, as stamps.log: to follow one request through), EDGECODER_BT_KEEP=1
@@ -153,7 +154,7 @@ skip_phases=""
 boot_vm() {
   BLUEZ_VM_MEM="${BLUEZ_VM_MEM:-1536}" Tests/BlueZ/vm/run-in-vm.sh \
     --controllers 4 --host-port "$port" --timeout "${EDGECODER_BT_TIMEOUT:-1800}" --results "$results" "${share_bin[@]}" \
-    --env "BLUEZ_VM_BTVIRT_MODE=${EDGECODER_BT_BTVIRT_MODE:-le}" --env "WORKER_BIN=$bin" --env "LLAMA_PORT=$port" --env "BT_PHASES=${EDGECODER_BT_PHASES:-}" --env "BT_SKIP_PHASES=$skip_phases" --env "BT_PROXY_BENCH=${EDGECODER_BT_PROXY_BENCH:-0}" \
+    --env "BLUEZ_VM_BTVIRT_MODE=${EDGECODER_BT_BTVIRT_MODE:-le}" --env "WORKER_BIN=$bin" --env "LLAMA_PORT=$port" --env "BT_PHASES=${EDGECODER_BT_PHASES:-}" --env "BT_SKIP_PHASES=$skip_phases" --env "BT_PROXY_BENCH=${EDGECODER_BT_PROXY_BENCH:-0}" --env "BT_PACED_TPS=${EDGECODER_BT_PACED_TPS:-30}" \
     --env "WORKER_RESPONSE_TIMEOUT_CAP=${EDGECODER_BT_RESPONSE_CAP:-}" \
     --env "BT_PACING_SET=${EDGECODER_BT_PACING_SET:-}" --env "BT_PACING_MTUS=${EDGECODER_BT_PACING_MTUS:-}" \
     --env "BT_PACING_REPS=${EDGECODER_BT_PACING_REPS:-}" --env "BT_PACING_CHANNELS=${EDGECODER_BT_PACING_CHANNELS:-}" \
