@@ -56,7 +56,7 @@ let package = Package(
 
         .testTarget(name: "WorkerCoreTests", dependencies: ["WorkerCore"]),
         .testTarget(name: "StateStoreTests", dependencies: ["StateStore", "WorkerCore", "Posix"]),
-        .testTarget(name: "TelemetryTests", dependencies: ["Telemetry", "WorkerCore"]),
+        .testTarget(name: "TelemetryTests", dependencies: ["Telemetry", "WorkerCore", "Posix"]),
         .testTarget(name: "HTTPTests", dependencies: ["HTTP", "Logging", "Posix"]),
         .testTarget(name: "ModelBackendTests", dependencies: ["ModelBackend", "WorkerCore"]),
         .testTarget(name: "DaemonTests", dependencies: ["Daemon", "WorkerCore", "StateStore", "Logging", "BlueZ", "Posix", "ModelBackend", "HTTP", "Systemd", "Sandbox"]),

@@ -23,6 +23,36 @@ public final class NetlinkSocket: Sendable {
         _ = try systemCall("send", "netlink") { bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, 0) } }
     }
 
+    /// What `dump`'s handler says of a reply datagram.
+    public enum DumpProgress: Sendable {
+        case more
+        case done
+    }
+
+    /// Sends a dump request and hands every reply datagram to `handle` until it says
+    /// `.done`, on the calling thread: for requests the kernel answers at once (sock_diag's
+    /// dumps), where a trip through the reactor would cost more than the answer. Waits at
+    /// most `timeoutMs` for each datagram and reads at most `maxDatagrams`; throws
+    /// ETIMEDOUT or E2BIG past those. After a throw the socket may hold the rest of the
+    /// dump: close it rather than send another request on it.
+    public func dump(_ request: [UInt8], timeoutMs: Int32 = 1_000, maxDatagrams: Int = 4_096,
+                     handle: ([UInt8]) throws(SystemError) -> DumpProgress) throws(SystemError) {
+        try send(request)
+        var buffer = [UInt8](repeating: 0, count: 32_768)
+        for _ in 0..<maxDatagrams {
+            let n = try systemCall("recv", "netlink dump") { () -> Int in
+                var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                let polled = Glibc.poll(&ready, 1, timeoutMs)
+                if polled == 0 { errno = ETIMEDOUT; return -1 }
+                if polled < 0 { return -1 }
+                return buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_TRUNC)) }
+            }
+            if n > buffer.count { throw SystemError("recv", errno: EMSGSIZE, detail: "netlink dump: a reply over \(buffer.count) bytes") }
+            if try handle(Array(buffer[0..<n])) == .done { return }
+        }
+        throw SystemError("recv", errno: E2BIG, detail: "netlink dump: more than \(maxDatagrams) replies")
+    }
+
     public enum Received: Sendable {
         case datagram([UInt8])
         /// The kernel dropped messages (ENOBUFS): whatever state was built from them is stale.

@@ -50,8 +50,10 @@ public struct ContainerSandbox: Sendable {
         let created = await ChildProcess.run(engine, arguments: ContainerSandbox.createArguments(settings, language: language, containerName: name),
                                              environment: environment, timeoutMs: settings.createTimeoutMs, outputLimit: 64 * 1_024)
         guard created.outcome.succeeded else {
-            if case .timedOut = created.outcome {
+            if ContainerSandbox.mayHaveCreated(created.outcome) {
                 await removeContainer(name, engine: engine, environment: environment, created: false)
+            }
+            if case .timedOut = created.outcome {
                 return ProgramRun(ending: .engineFailed("\(settings.engine) did not create the container within \(settings.createTimeoutMs) ms"),
                                   durationMs: created.durationMs)
             }
@@ -63,10 +65,11 @@ public struct ContainerSandbox: Sendable {
         let result = await ChildProcess.run(engine, arguments: ContainerSandbox.startArguments(settings, containerName: name),
                                             environment: environment, stdin: Array(code.utf8), timeoutMs: settings.timeoutMs,
                                             outputLimit: settings.outputLimitBytes)
-        if case .timedOut = result.outcome {
+        let ending = ContainerSandbox.ending(result.outcome, stderr: result.stderr, settings: settings)
+        if ContainerSandbox.mayBeLeft(after: ending) {
             await removeContainer(name, engine: engine, environment: environment, created: true)
         }
-        return ProgramRun(ending: ContainerSandbox.ending(result.outcome, stderr: result.stderr, settings: settings),
+        return ProgramRun(ending: ending,
                           stdout: result.stdout.text, stderr: result.stderr.text,
                           droppedBytes: result.stdout.droppedBytes + result.stderr.droppedBytes,
                           durationMs: created.durationMs + result.durationMs)

@@ -274,6 +274,27 @@ extension ContainerSandbox {
             + "rootless podman ignores them on cgroup v1: use cgroup v2 or run the engine as root"
     }
 
+    /// Whether a `create` that did not succeed may still leave a container: one killed at its
+    /// time limit or by a signal (the daemon stopping) may have reached the engine, which
+    /// finishes it anyway. One that exited with an error created nothing.
+    public static func mayHaveCreated(_ outcome: ChildOutcome) -> Bool {
+        switch outcome {
+        case .timedOut, .killedBySignal: return true
+        case .exited, .couldNotStart: return false
+        }
+    }
+
+    /// Whether the container may be left after `start --attach` ended so: `--rm` removes a
+    /// container once it has run, so one the engine could not start (crun refusing a host's
+    /// cgroups, a client killed as the daemon stops) stays "created" for good, and one
+    /// killed at the time limit may still be running.
+    public static func mayBeLeft(after ending: ProgramRun.Ending) -> Bool {
+        switch ending {
+        case .timedOut, .engineFailed: return true
+        case .exited, .killed: return false
+        }
+    }
+
     /// How a run ended, from the engine client's end. The engine passes the program's exit
     /// status through; 128+N means the program was killed by signal N (137: SIGKILL, which
     /// is what the memory limit's OOM kill sends); 125 (the engine's own error), 126 (the

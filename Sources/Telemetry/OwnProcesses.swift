@@ -39,6 +39,9 @@ public struct OwnProcesses: Sendable {
     /// with its owner's uid and how it was found: kept while it holds processes.
     private var cachedOwnerUnit: (uid: UInt32, path: String, via: String)?
     private let nameOfUser: @Sendable (UInt32) -> String?
+    /// The sock_diag socket, opened on first use and kept (one per power reading cost a
+    /// socket, a bind and a close every 5 s).
+    private var sockDiagSocket: NetlinkSocket?
 
     public init(root: String = "/", serverPort: UInt16?, workerPID: Int32, derivedUnits: [String] = [],
                 nameOfUser: @escaping @Sendable (UInt32) -> String? = OwnProcesses.systemUserName) {
@@ -97,7 +100,7 @@ public struct OwnProcesses: Sendable {
         var uidProcesses: Set<Int32> = []
         var usage: CgroupUsage?
         if let port = serverPort {
-            let listeners = (prefix.isEmpty ? OwnProcesses.sockDiagListeners(port: port) : nil)
+            let listeners = (prefix.isEmpty ? sockDiagListeners(port: port) : nil)
                 ?? ProcNetTCP.listeners(read("proc/net/tcp"), port: port) + ProcNetTCP.listeners(read("proc/net/tcp6"), port: port)
             let inodes = Set(listeners.map(\.inode))
             if listeners.isEmpty {
@@ -179,31 +182,39 @@ public struct OwnProcesses: Sendable {
 
     /// The sockets listening on `port` (IPv4 and IPv6) as the kernel's sock_diag dumps them;
     /// nil when it cannot be asked (no NETLINK_SOCK_DIAG, a sandbox refusing it, a reply that
-    /// does not parse): the caller reads `/proc/net/tcp` then.
-    public static func sockDiagListeners(port: UInt16) -> [ProcNetTCP.Listener]? {
-        let fd = socket(AF_NETLINK, Int32(SOCK_RAW.rawValue) | Int32(SOCK_CLOEXEC.rawValue), SockDiag.netlinkProtocol)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        // The kernel answers at once; the bound only guards against a wait that never ends.
-        var bound = timeval(tv_sec: 1, tv_usec: 0)
-        guard setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &bound, socklen_t(MemoryLayout<timeval>.size)) == 0 else { return nil }
+    /// does not parse): the caller reads `/proc/net/tcp` then. On `socket` when given (kept
+    /// open by the caller between readings), else on one opened for this call.
+    public static func sockDiagListeners(port: UInt16, socket: NetlinkSocket? = nil) -> [ProcNetTCP.Listener]? {
+        guard let socket = socket ?? openSockDiag() else { return nil }
         var found: [ProcNetTCP.Listener] = []
-        var buffer = [UInt8](repeating: 0, count: 32_768)
-        for (sequence, family) in [(UInt32(1), UInt8(AF_INET)), (UInt32(2), UInt8(AF_INET6))] {
-            let request = SockDiag.listenersRequest(family: family, sequence: sequence)
-            guard request.withUnsafeBytes({ send(fd, $0.baseAddress, $0.count, 0) }) == request.count else { return nil }
-            var datagrams = 0
-            while true {
-                let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-                datagrams += 1
-                guard count > 0, datagrams <= 4_096 else { return nil }
-                let reply = SockDiag.parse(Array(buffer[0..<count]), port: port)
-                guard reply.errno == nil, reply.malformed == nil else { return nil }
-                found += reply.listeners
-                if reply.done { break }
+        do {
+            for (sequence, family) in [(UInt32(1), UInt8(AF_INET)), (UInt32(2), UInt8(AF_INET6))] {
+                try socket.dump(SockDiag.listenersRequest(family: family, sequence: sequence)) { datagram throws(SystemError) in
+                    let reply = SockDiag.parse(datagram, port: port)
+                    guard reply.errno == nil, reply.malformed == nil else { throw SystemError("sock_diag", errno: EPROTO, detail: "an unusable reply") }
+                    found += reply.listeners
+                    return reply.done ? .done : .more
+                }
             }
+        } catch {
+            return nil
         }
         return found
+    }
+
+    static func openSockDiag() -> NetlinkSocket? {
+        try? NetlinkSocket(protocol: SockDiag.netlinkProtocol, groups: 0, receiveBuffer: 0)
+    }
+
+    /// sock_diag's answer on the socket this value keeps; a failed dump closes it (it may
+    /// hold the rest of that dump) and the next reading opens another.
+    mutating func sockDiagListeners(port: UInt16) -> [ProcNetTCP.Listener]? {
+        if sockDiagSocket == nil { sockDiagSocket = OwnProcesses.openSockDiag() }
+        guard let socket = sockDiagSocket, let listeners = OwnProcesses.sockDiagListeners(port: port, socket: socket) else {
+            sockDiagSocket = nil
+            return nil
+        }
+        return listeners
     }
 
     /// A process's stat line, when it still runs under that pid.
@@ -214,7 +225,7 @@ public struct OwnProcesses: Sendable {
 
     /// Every pid on the host (names in `proc` only, no file read).
     func allPIDs() -> [Int32] {
-        (listDirectory(prefix + "/proc", maxEntries: OwnProcesses.maxProcesses * 2) ?? []).compactMap { decimalPID(Array($0.utf8)[...]) }
+        (listDirectory(prefix + "/proc", maxEntries: OwnProcesses.maxProcesses * 2) ?? []).compactMap { decimalPID($0.utf8) }
     }
 
     /// The one unit cgroup all of `pids` run in, when it is not the worker's own; nil when
@@ -285,15 +296,4 @@ public struct OwnProcesses: Sendable {
         guard count > 0 else { return nil }
         return String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
-}
-
-/// A pid written in decimal (1 to Int32.max); nil for anything else.
-func decimalPID(_ bytes: ArraySlice<UInt8>) -> Int32? {
-    guard let first = bytes.first, first >= UInt8(ascii: "1"), first <= UInt8(ascii: "9"), bytes.count <= 10 else { return nil }
-    var value: Int64 = 0
-    for byte in bytes {
-        guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { return nil }
-        value = value * 10 + Int64(byte - UInt8(ascii: "0"))
-    }
-    return value <= Int64(Int32.max) ? Int32(value) : nil
 }

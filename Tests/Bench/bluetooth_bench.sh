@@ -26,7 +26,7 @@ out="$(EDGECODER_WORKER_BIN="$bin" EDGECODER_BT_PHASES="badflood bench proxy pac
   EDGECODER_BT_FLOOD_SECS=60 EDGECODER_BT_PACING_CHANNELS=1 EDGECODER_BT_PACING_MTUS="517 48" \
   EDGECODER_BT_PACING_SET="10/chunks 10/bytes" EDGECODER_BT_PACING_REPS=2 bash Tests/Suites/bluetooth.sh 2>&1)"
 rc=$?
-printf '%s\n' "$out" | grep -E '^(not ok|# throughput|# proxy-|# model-|# rss)' >&2
+printf '%s\n' "$out" | grep -E '^(not ok|# throughput|# proxy-|# model-|# worker-first|# rss)' >&2
 rate="$(printf '%s\n' "$out" | sed -n 's/^# throughput: \([0-9]*\) bytes\/s.*MTU 517, [0-9]* notifications)$/\1/p' | tail -n1)"
 if [[ -z "$rate" ]]; then
   printf '%s\n' "$out" | tail -n 20 >&2
@@ -57,6 +57,7 @@ printf '%s\n' "$out" | sed -n 's/^# rss before \([0-9]*\) KiB, after \([0-9]*\) 
 # own first piece and against the whole answer, in the same run.
 printf '%s\n' "$out" | sed -n 's/^# model-first-piece-ms: /model server alone, first piece (ms): /p; s/^# proxy-first-piece-ms: /through proxy and worker, first piece (ms): /p'
 printf '%s\n' "$out" | sed -n 's/^# proxy-whole-ms: /through proxy and worker, whole answer without stream (ms): /p'
+printf '%s\n' "$out" | sed -n 's/^# worker-first-piece-ms: /through the worker alone (a BlueZ central), first piece (ms; goal: the model alone + 35): /p'
 printf '%s\n' "$out" | awk '
   /^# model-first-piece-ms: / { model = $4 + 0 }
   /^# proxy-first-piece-ms: / { first = $4 + 0 }

@@ -322,6 +322,10 @@ bluetoothd_back() {
 }
 kill -SEGV "$crashed_pid"
 check "bluetoothd crashed (SIGSEGV) is started again" wait_for 90 "bluetoothd back after its crash" bluetoothd_back
+if ! bluetoothd_back; then
+  echo "# after the crash of pid $crashed_pid: pid file $(cat "$BLUEZ_VM_RUN/bluetoothd.pid" 2>/dev/null), org.bluez $(_bvm_name_owned org.bluez && echo owned || echo 'not owned'), powered:$(for d in /sys/class/bluetooth/hci*; do h=$(basename "$d"); printf ' %s=%s' "$h" "$(_bvm_powered "$h" && echo yes || echo no)"; done)"
+  tail -c +"$((crash_mark + 1))" "$VM_RESULTS/bluetoothd-crashes" 2>/dev/null | head -n 3 | sed 's/^/# crashes: /'
+fi
 expect_advertising "the worker advertises again after bluetoothd's crash"
 if wait_proxy_connected 180; then ok "the proxy reconnects by itself after bluetoothd's crash"; else not_ok "the proxy reconnects by itself after bluetoothd's crash ($(proxy_status))"; fi
 ans="$(generate '{"prompt": "after the crash", "maxTokens": 8}')"

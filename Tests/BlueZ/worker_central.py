@@ -40,6 +40,8 @@ comments) and exits 1 if any check failed (2 on a usage error). Scenarios and th
   stream              tokens=N (protocol-bluetooth §2): a "stream": true request; partials {id, delta,
                       done: false}, then {id, ok, done: true, durationMs} without output;
                       the first partial long before the final message (prints both times)
+  first-piece         reps=N (make bench): a streamed answer's first piece through the worker
+                      alone against the model server's own, N rounds; prints the medians
   chat                a streamed chat ("messages", "system", "options") and the same chat
                       without stream (answered with output)
   cancel              tokens=N: a "cancel" after the first partial ends the request with
@@ -155,6 +157,17 @@ def cli(*args, timeout=60):
     except subprocess.TimeoutExpired:
         return 124, "", f"timed out: {' '.join(cmd)}"
     return p.returncode, p.stdout, p.stderr
+
+
+def drop_link(adapter, address):
+    """Ends the LE link from ADAPTER to ADDRESS in the kernel (HCI Disconnect, reason 0x13:
+    the remote user ended it), without bluetoothd. Quietly does nothing without a link."""
+    p = subprocess.run(["hcitool", "-i", adapter, "con"], capture_output=True, text=True, timeout=10)
+    for line in p.stdout.splitlines():
+        words = line.split()
+        if address in words and "handle" in words:
+            handle = words[words.index("handle") + 1]
+            subprocess.run(["hcitool", "-i", adapter, "ledc", handle, "19"], capture_output=True, timeout=10)
 
 
 def status_json():
@@ -916,13 +929,15 @@ SERVED = {}   # request id -> address of the client it was served to (this run a
 
 
 # ------------------------------------------------------------------- protocol-bluetooth §2
-async def stream_request(s, body, timeout=600, cancel_after_first=False):
+async def stream_request(s, body, timeout=600, cancel_after_first=False, from_write_start=False):
     """Writes BODY (a dict with "stream": true); collects its messages until the final one.
-    Returns (partials, final, t_first_partial, t_final, t_cancel), times from the write's end."""
+    Returns (partials, final, t_first_partial, t_final, t_cancel), times from the write's end
+    (from its start with FROM_WRITE_START: the request's own trip included)."""
     rid = body["id"]
     start = len(s.resp.messages)
+    t_start = time.monotonic()
     await s.write(json.dumps(body).encode())
-    t0 = time.monotonic()
+    t0 = t_start if from_write_start else time.monotonic()
     partials, final, t_first, t_cancel = [], None, None, None
     i = start
     end = t0 + T(timeout)
@@ -988,6 +1003,43 @@ async def sc_stream(args):
     # a notification carries at most one partial's worth: the first goes at once, later ones fill notifications or wait 100 ms
     sizes = [len(json.dumps(p, separators=(",", ":")).encode()) for p in partials[:-1]]
     TAP.note(f"partial sizes (bytes): min {min(sizes) if sizes else '-'}, max {max(sizes) if sizes else '-'} at MTU {s.mtu}")
+
+
+PIECE_PROMPT = "Count from one to one thousand in words"
+
+
+def model_first_piece(body):
+    """The model server's own first streamed piece for BODY, from this guest (first_piece.py:
+    counted from the moment the request is handed to the socket): (first_ms, whole_ms)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    p = subprocess.run([sys.executable, os.path.join(here, "first_piece.py"), os.environ["LLAMA_URL"], "/v1/completions", body],
+                       capture_output=True, text=True, timeout=600)
+    first, whole = (p.stdout.split() + ["0", "0"])[:2]
+    return int(first), int(whole)
+
+
+async def sc_first_piece(args):
+    """make bench (#28): a streamed answer's first piece through the worker alone (this
+    central writes the request, the first partial's notification arrives), against the model
+    server's own first piece for the same prompt, REPS rounds in turn (after one unmeasured,
+    so that both find the prompt's prefix cached); prints the medians. Figures, not a goal:
+    the one check is that every round measured both."""
+    reps = int(args.get("reps", "5"))
+    s = await session()
+    body = json.dumps({"model": "tiny", "prompt": PIECE_PROMPT, "max_tokens": 1000, "stream": True})
+    await asyncio.to_thread(model_first_piece, body)
+    models, workers = [], []
+    for _ in range(reps):
+        m_first, _ = await asyncio.to_thread(model_first_piece, body)
+        _, final, t_first, _, _ = await stream_request(
+            s, {"id": new_id("piece"), "prompt": PIECE_PROMPT, "maxTokens": 1000, "stream": True}, from_write_start=True)
+        if m_first > 0 and t_first is not None and final is not None:
+            models.append(m_first)
+            workers.append(round(t_first * 1000))
+    if TAP.ok(len(workers) == reps, f"first piece through the worker alone: {len(workers)} of {reps} rounds measured"):
+        med = lambda v: sorted(v)[len(v) // 2]
+        TAP.note(f"worker-first-piece-ms: first {med(workers)} (median of {reps}: {workers}); the model alone: first "
+                 f"{med(models)} (median of {reps}: {models}); +{med(workers) - med(models)} ms")
 
 
 async def sc_chat(args):
@@ -1191,6 +1243,10 @@ async def sc_bystander_loop(args):
             if not list(client.services):
                 return "resolved no service"
             await asyncio.sleep(hold)
+            # It leaves as a device walking away does, its link ended at once: through
+            # bluetoothd (Device1.Disconnect) the link stays up 2-3 s more (BlueZ's
+            # disconnect grace for the device's profiles), 50 times a loop, both loops.
+            await asyncio.to_thread(drop_link, "hci1", PERIPHERAL)
             return None
         except (BleakError, asyncio.TimeoutError, EOFError) as e:
             return f"failed: {e!r}"
@@ -1918,7 +1974,7 @@ SCENARIOS = {
     "flood": sc_flood, "status-change": sc_status_change, "disconnect-mid": sc_disconnect_mid,
     "two-clients": sc_two_clients, "tasks": sc_tasks, "gone": sc_gone,
     "no-service": sc_no_service, "periodic": sc_periodic,
-    "stream": sc_stream, "chat": sc_chat, "cancel": sc_cancel, "stream-drop": sc_stream_drop,
+    "stream": sc_stream, "first-piece": sc_first_piece, "chat": sc_chat, "cancel": sc_cancel, "stream-drop": sc_stream_drop,
     "bystander": sc_bystander, "bystander-loop": sc_bystander_loop, "neighbour-client": sc_neighbour_client, "stranger": sc_stranger,
     "badflood": sc_badflood, "idle": sc_idle, "leave-mid": sc_leave_mid,
     "encrypted-refused": sc_encrypted_refused, "window-pair": sc_window_pair,

@@ -177,6 +177,29 @@ import WorkerCore
         #expect(await fake.sandbox().run(.python, code: "").ending == .exited(125))
     }
 
+    @Test func aContainerTheEngineCouldNotStartIsRemoved() async throws {
+        // `--rm` removes a container once it ran; one whose start failed (crun refusing the
+        // host's cgroups) stayed "created" for good, one per run (seen on this host).
+        let fake = try FakeEngine()
+        try fake.behave("engine-error")
+        let failed = await fake.sandbox().run(.python, code: "")
+        #expect(failed.ending == .engineFailed("Error: localhost/x:1: image not known"))
+        let (lines, name) = fake.commands()
+        #expect(lines.contains { $0.contains("rm --force \(name ?? "?")") }, "\(lines)")
+        // A program that ran and failed is the engine's to remove (--rm): no extra command.
+        try fake.write("log", "")
+        try fake.behave("own-125")
+        _ = await fake.sandbox().run(.python, code: "")
+        #expect(fake.commands().lines.count == 2, "create and start only: \(fake.commands().lines)")
+    }
+
+    @Test func whichEndingsMayLeaveAContainer() {
+        #expect(ContainerSandbox.mayBeLeft(after: .engineFailed("x")) && ContainerSandbox.mayBeLeft(after: .timedOut(limitMs: 1)))
+        #expect(!ContainerSandbox.mayBeLeft(after: .exited(125)) && !ContainerSandbox.mayBeLeft(after: .killed(signal: 9)))
+        #expect(ContainerSandbox.mayHaveCreated(.timedOut(milliseconds: 1)) && ContainerSandbox.mayHaveCreated(.killedBySignal(9)))
+        #expect(!ContainerSandbox.mayHaveCreated(.exited(125)) && !ContainerSandbox.mayHaveCreated(.couldNotStart("x")))
+    }
+
     @Test func anEngineThatIsNotThereIsTheHostsFault() async {
         let missing = ContainerSandbox(ContainerSandbox.Settings(engine: "no-such-engine-here"), searchPath: "/nonexistent")
         guard case .engineFailed(let why) = await missing.run(.python, code: "print(1)").ending else { Issue.record("not an engine failure"); return }

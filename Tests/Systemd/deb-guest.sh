@@ -8,7 +8,7 @@
 # dev coordinator on the host), LLAMA_PORT (llama.cpp's server on the host), SLOW_PORT (an
 # Ollama-shaped model server that answers 6 s late), all at $BLUEZ_VM_HOST_ADDR; SANDBOX_ARCHIVE
 # (the sandbox image saved from the host's store, for the guest's container engine; empty
-# when the host could not make it). Prints "ok - ..." / "not ok - ..." lines and "# name: value"
+# when the host could not make it) and SANDBOX_IMAGE (its name, for execution.image). Prints "ok - ..." / "not ok - ..." lines and "# name: value"
 # figures; exits 1 if anything failed.
 source "$BLUEZ_VM_DIR/guest-lib.sh"
 TAP_SLOW_SECS=5   # "# (that check took S s)" after a slow check: where the suite's time goes
@@ -238,9 +238,9 @@ CODER="$(sed -n 's/^coder-model listening on //p' "$VM_RESULTS/coder.out")"
 cp /etc/edgecoder-worker/config.json /tmp/config.before-code
 # Under TCG with podman's vfs store a container takes about 7 s to start: a time limit of a
 # minute here, where a host's 4 s is plenty.
-jq --arg coder "$CODER" --arg url "$SANDBOX_URL" \
+jq --arg coder "$CODER" --arg url "$SANDBOX_URL" --arg image "${SANDBOX_IMAGE:-localhost/edgecoder-sandbox:1}" \
   '.backend = {"kind": "openai", "url": $coder, "model": "coder", "timeoutMs": 120000}
-   | .execution = {"mode": "container", "engineArguments": ["--url", $url], "timeoutMs": 60000}' \
+   | .execution = {"mode": "container", "engineArguments": ["--url", $url], "timeoutMs": 60000, "image": $image}' \
   /tmp/config.before-code | cat >/etc/edgecoder-worker/config.json
 # backend.* and execution.* apply at a restart (a reload says so: needsRestart).
 check "systemctl restart with the engine's socket as execution.engineArguments" restart_unit

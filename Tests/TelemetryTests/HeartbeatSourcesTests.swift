@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import Posix
 import Telemetry
 import WorkerCore
 
@@ -238,6 +239,13 @@ import WorkerCore
         let listeners = try #require(OwnProcesses.sockDiagListeners(port: port))
         #expect(listeners == [ProcNetTCP.Listener(inode: UInt64(info.st_ino), uid: getuid())])
         #expect(OwnProcesses.sockDiagListeners(port: port &+ 1).map { !$0.contains { $0.inode == UInt64(info.st_ino) } } == true)
+        // One socket kept across readings (as OwnProcesses keeps it): each dump is read to its
+        // end, so the next one on the same socket gets its own answer.
+        let kept = try NetlinkSocket(protocol: SockDiag.netlinkProtocol, groups: 0, receiveBuffer: 0)
+        for _ in 0..<3 {
+            #expect(OwnProcesses.sockDiagListeners(port: port, socket: kept) == listeners)
+            #expect(OwnProcesses.sockDiagListeners(port: port &+ 1, socket: kept).map { !$0.contains { $0.inode == UInt64(info.st_ino) } } == true)
+        }
         // The same socket as /proc/net/tcp shows it, the fallback.
         let file = open("/proc/net/tcp", O_RDONLY)
         defer { close(file) }

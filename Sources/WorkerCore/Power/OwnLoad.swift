@@ -163,6 +163,12 @@ func decimal(_ bytes: some Collection<UInt8>) -> UInt64? {
     return value
 }
 
+/// A pid written in decimal (1 to Int32.max, as /proc names them); nil for anything else.
+public func decimalPID(_ bytes: some Collection<UInt8>) -> Int32? {
+    guard let value = decimal(bytes), value >= 1, value <= UInt64(Int32.max) else { return nil }
+    return Int32(value)
+}
+
 /// Hex digits only, at most `maxDigits`.
 func hex(_ bytes: some Collection<UInt8>, maxDigits: Int) -> UInt64? {
     guard !bytes.isEmpty, bytes.count <= maxDigits else { return nil }

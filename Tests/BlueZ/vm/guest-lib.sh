@@ -123,7 +123,8 @@ _bvm_powered() {
 _bvm_all_powered() {
   local d
   for d in /sys/class/bluetooth/hci*; do
-    [[ -e $d ]] || continue
+    # hciN:HANDLE entries are connections, not adapters (seen: hci0:42 failed the check).
+    [[ -e $d && $d != *:* ]] || continue
     _bvm_powered "$(basename "$d")" || return 1
   done
 }

@@ -30,24 +30,39 @@ results="$logs/results"; : >"$results"
 print_lock="$logs/.print.lock"; : >"$print_lock"
 export EDGECODER_WORKER_BIN="$bin"
 
+# The CPU time (ms, user + system) of this shell's children that have ended, from `times`
+# written to FILE: a suite's processes are its children, so the difference around a suite
+# is what it used (a process it leaves running, or one that detached, is not counted).
+# `times` must run in this shell (a command substitution's subshell has no children).
+cpu_ms_of() { awk 'NR == 2 { n = 0; for (i = 1; i <= 2; i++) { split($i, p, /[ms]/); n += p[1] * 60000 + p[2] * 1000 } printf "%d\n", n }' "$1"; }
+
+# The host's busy and total jiffies from /proc/stat's first line: busy is all but idle and
+# iowait.
+host_jiffies() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t; exit }' /proc/stat; }
+
 run_one() { # SUITE NICE: runs it into its log, then prints the log and a result line
-  local suite=$1 niceness=$2 name start rc took verdict
+  local suite=$1 niceness=$2 name start rc took verdict cpu0 cpu1
   name=$(basename "$suite" .sh)
+  times >"$logs/.$name.cpu"; cpu0=$(cpu_ms_of "$logs/.$name.cpu")
   start=$(date +%s)
   echo "=== $(date -u +%T) started $suite${niceness:+ (nice $niceness)}" >&2
   if [[ -n $niceness ]]; then nice -n "$niceness" bash "$suite" >"$logs/$name.log" 2>&1; rc=$?
   else bash "$suite" >"$logs/$name.log" 2>&1; rc=$?; fi
   took=$(( $(date +%s) - start ))
+  times >"$logs/.$name.cpu"; cpu1=$(cpu_ms_of "$logs/.$name.cpu"); rm -f "$logs/.$name.cpu"
   case $rc in 0) verdict=passed ;; 77) verdict=skipped ;; *) verdict=FAILED ;; esac
   {
     flock 9
     echo "=== suite $suite"
     cat "$logs/$name.log"
     if [[ $verdict == FAILED ]]; then echo "=== FAILED $suite (exit $rc, ${took}s)"; else echo "=== $verdict $suite (${took}s)"; fi
+    echo "=== cpu $suite: $(( (cpu1 - cpu0) / 1000 )) s of CPU in ${took} s"
     echo "$verdict $suite" >>"$results"
   } 9>>"$print_lock"
 }
 
+read -r busy0 total0 < <(host_jiffies)
+lanes_start=$(date +%s)
 lane_pids=()
 for i in "${!lanes[@]}"; do
   niceness=""; ((i > 0)) && niceness=$nice_level
@@ -57,6 +72,10 @@ done
 # Ctrl-C reaches every suite (they share the terminal's process group); a TERM ends the lanes.
 trap 'kill "${lane_pids[@]}" 2>/dev/null; exit 130' INT TERM
 for pid in "${lane_pids[@]}"; do wait "$pid"; done
+read -r busy1 total1 < <(host_jiffies)
+# How full the host was while the lanes ran: near 100 % means the lanes only share the CPU,
+# and only less work (not another order) makes them shorter.
+echo "=== lanes took $(( $(date +%s) - lanes_start )) s, the host's CPUs $(( 100 * (busy1 - busy0) / (total1 - total0 > 0 ? total1 - total0 : 1) )) % busy"
 for suite in $alone; do run_one "$suite" ""; done
 
 passed=$(grep -c '^passed ' "$results") failed=$(grep -c '^FAILED ' "$results") skipped=$(grep -c '^skipped ' "$results")
