@@ -28,14 +28,14 @@ GEN              ?= .build/gen
 # Debian packages: the C libraries we link, and the tools the tests drive.
 APT_PACKAGES := pkg-config libcurl4-openssl-dev libbluetooth-dev libsystemd-dev \
                 util-linux systemd iproute2 python3 python3-venv curl openssl dbus-daemon \
-                zsh fish podman runc uidmap mmdebstrap
+                zsh fish podman runc uidmap mmdebstrap shellcheck python3-pyflakes
 # Installed without their recommendations: docker.io's (apparmor, needrestart, git…) are
 # what a desktop wants, not the sandbox suite's dockerd.
 APT_PACKAGES_BARE := docker.io fuse-overlayfs
 # What `make deb` needs on top (the systemd-deb suite runs `make deb` itself).
 DEB_TOOLS    := debhelper dpkg-dev lintian
 
-.PHONY: all build release run test test-build test-prepare lanes check unit suites bench fuzz demo docs install install-files generated deb deps clean
+.PHONY: all build release run test test-build test-prepare lanes check unit suites bench fuzz demo docs install install-files generated deb deps clean format lint
 
 all: build
 
@@ -94,7 +94,7 @@ test-prepare:
 # 10; then own-load alone (it measures the host's CPU). Same result lines and summary as
 # `suites`, and each suite's CPU time, and how busy the host was while the lanes ran.
 LANE_VM    := Tests/Suites/bluetooth.sh Tests/Suites/bluetooth-neighbours.sh
-LANE_VM2   := Tests/Suites/systemd-deb.sh
+LANE_VM2   := Tests/Suites/systemd-deb.sh Tests/Suites/bluetooth-classic.sh
 LANE_ALONE := Tests/Suites/own-load.sh
 LANE_REST  := Tests/Suites/unit.sh Tests/Suites/coordinator.sh Tests/Suites/fuzz.sh Tests/Suites/sandbox.sh \
 	$(filter-out $(LANE_VM) $(LANE_VM2) $(LANE_ALONE) Tests/Suites/unit.sh Tests/Suites/coordinator.sh Tests/Suites/fuzz.sh Tests/Suites/sandbox.sh,$(sort $(wildcard Tests/Suites/*.sh)))
@@ -102,15 +102,24 @@ lanes:
 	@EDGECODER_BT_LLAMA_NICE=0 bash Tests/Suites/lib/run-suites.sh $(CURDIR)/$(BIN) --lane "$(LANE_VM)" --lane "$(LANE_VM2)" --lane "$(LANE_REST)" --alone "$(LANE_ALONE)"
 
 # The fast loop (about 3 min): every unit and integration test, and the suites that need
-# no VM, model server or network namespace (docs, config examples, the dev coordinator,
+# no VM, model server or network namespace (lint, docs, config examples, the dev coordinator,
 # metrics against a real daemon: about 6 s once prometheus_client is in .cache; the
 # shell completions in real bash, zsh and fish: about 3 s).
-CHECK_SUITES := Tests/Suites/docs.sh Tests/Suites/config-examples.sh Tests/Suites/dev-coordinator.sh Tests/Suites/metrics.sh \
+CHECK_SUITES := Tests/Suites/lint.sh Tests/Suites/docs.sh Tests/Suites/config-examples.sh Tests/Suites/dev-coordinator.sh Tests/Suites/metrics.sh \
                 Tests/Suites/completion.sh
 check: deps
 	$(SWIFT) build --build-tests
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory suites SUITES="$(CHECK_SUITES)"
+
+# The Swift sources as swift-format prints them (.swift-format: 150 columns, 4 spaces; the
+# toolchain's `swift format`). `make lint` checks that, and the shell and Python scripts
+# (Tests/Suites/lint.sh, also a suite of `make test` and `make check`).
+format:
+	$(SWIFT) format format --in-place --parallel $$(git ls-files '*.swift')
+
+lint: deps
+	@bash Tests/Suites/lint.sh
 
 # One test at a time: many tests drive real servers, child processes and sockets with
 # time bounds, and on 2 cores a parallel run starves them (seen: 9 of 564 failing in

@@ -104,13 +104,15 @@ public actor GattPeripheral: BusDriving {
 
     // MARK: Session
 
-    /// Runs the session until cancelled: the bus loop (bus, clock, notifications) and the
-    /// request worker, as child tasks.
+    /// Runs the session until cancelled: the bus loop (bus, clock, notifications), the
+    /// request worker and the kernel's adapter settings, as child tasks.
     public func run() async {
         unpublished = machine.status
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await self.busLoop() }
             group.addTask { await self.workLoop() }
+            // Only the worker's own agent has a reason to watch (it stands back for Classic).
+            if settings.pairingAgent.registersAgent { group.addTask { await self.followKernelSettings() } }
             await group.next()
             group.cancelAll()
         }
@@ -447,6 +449,20 @@ public actor GattPeripheral: BusDriving {
         let deadline = machine.nextDeadlineMs
         feed(.partial(ticket: ticket, text))
         if machine.nextDeadlineMs < deadline || (bus.map { $0.events & Int16(POLLOUT) != 0 } ?? false) { kickBus() }
+    }
+
+    /// The kernel's view of the adapters, fed to the machine until the session ends. When
+    /// it cannot be read (said once), the session goes on with what bluetoothd shows.
+    private nonisolated func followKernelSettings() async {
+        await KernelAdapterSettings.follow(logger: logger) { adapter, connectable in
+            await self.classicConnectable(adapter, connectable)
+        }
+        await suspendUntilCancelled()
+    }
+
+    private func classicConnectable(_ adapter: String, _ connectable: Bool) {
+        feed(.classicConnectable(adapter: adapter, connectable))
+        kickBus()
     }
 
     private func served(_ ticket: Int, _ outcome: PeripheralOutcome) {

@@ -10,7 +10,7 @@
 #                          newer of .build/release/edgecoder-worker and .build/debug/...)
 # Prints "bluetooth throughput: N B/s (R x 51200 B/s)"; exits non-zero if no figure came.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 bin="${1:-${EDGECODER_WORKER_BIN:-}}"
 if [[ -z "$bin" ]]; then
   bin=.build/debug/edgecoder-worker

@@ -9,7 +9,7 @@ connection (`{"cmd":"status"}`, BENCH_CONTROL_TRIPS, default 300) and as whole
 `edgecoder-worker status` commands (BENCH_CONTROL_EXECS, default 20).
 Needs root (setuid); without it only the idle figures are printed.
 """
-import json, os, signal, socket, statistics, subprocess, sys, tempfile, time
+import os, signal, socket, statistics, subprocess, sys, tempfile, time
 
 binary = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/release/edgecoder-worker")
 trips = int(os.environ.get("BENCH_CONTROL_TRIPS", "300"))

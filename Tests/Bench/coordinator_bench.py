@@ -7,7 +7,7 @@
   * idle resident memory and CPU over BENCH_IDLE_SECONDS (default 60) in mode `on`, with
     heartbeats every 15 s, against mode `off` in the same run.
 Figures, not assertions."""
-import json, os, shutil, signal, socket, statistics, subprocess, sys, tempfile, time, urllib.request
+import json, os, shutil, signal, statistics, subprocess, sys, tempfile, time, urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 binary = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/release/edgecoder-worker")

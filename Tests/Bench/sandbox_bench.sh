@@ -7,7 +7,7 @@
 #
 #   bash Tests/Bench/sandbox_bench.sh [BIN] [N]
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 bin="${1:-.build/release/edgecoder-worker}"
 n="${2:-10}"
 engine="${EDGECODER_SANDBOX_ENGINE:-podman}"

@@ -182,8 +182,10 @@ check "the proxy still answers after bad input" proxy_connected
 
 # Issue #14: the real clients, against the real proxy and the real worker.
 if [[ -x "${PROXY_CLIENTS_PY:-}" ]]; then
+  streaming_flag=()
+  [[ $STREAMING_WORKER == 1 ]] || streaming_flag=(--no-worker-streaming)
   run_tap "clients_check.py against the real worker" "$PROXY_CLIENTS_PY" "$HERE/../Proxy/clients_check.py" "$PROXY_URL" --max-tokens 16 \
-    $([[ $STREAMING_WORKER == 1 ]] || echo --no-worker-streaming)
+    "${streaming_flag[@]}"
 else
   not_ok "the ollama and openai packages for the proxy phase (PROXY_CLIENTS_PY: Tests/Proxy/prepare-clients.sh on the host)"
 fi

@@ -64,9 +64,10 @@ EOF
 # BT_STAMP_LOGS=1: each line of the daemon's and the proxy's log carries the wall clock it
 # was logged at (EDGECODER_LOG_CLOCK), comparable with first_piece.py's stamps.log: to
 # follow one request through both programs.
+DAEMON_WRAP=() # a command the daemon is started under (the classic phase drops a capability)
 start_daemon() { # CONFIG-NAME
   echo "=== $(date -u +%T) run --config $1.json ===" >>"$VM_RESULTS/daemon.log"
-  EDGECODER_LOG_CLOCK="${BT_STAMP_LOGS:-0}" "$WORKER_BIN" run --config "$W/$1.json" --state-dir "$STATE" --runtime-dir "$WORKER_RUNDIR" \
+  EDGECODER_LOG_CLOCK="${BT_STAMP_LOGS:-0}" "${DAEMON_WRAP[@]}" "$WORKER_BIN" run --config "$W/$1.json" --state-dir "$STATE" --runtime-dir "$WORKER_RUNDIR" \
     </dev/null 2>>"$VM_RESULTS/daemon.log" >>"$VM_RESULTS/daemon.log" &
   DAEMON_PID=$!
   wait_for 60 "the daemon's control socket" cli status
@@ -89,7 +90,7 @@ stop_daemon() { # sends SIGTERM; returns the daemon's exit status (124: it did n
 # mode) that answers N tokens at once, for the checks where the time must be the link's,
 # not llama's (an answer of thousands of tokens from llama.cpp at nice 19 on a busy host
 # took 77 s at MTU 48). Started once, by the first phase that needs it; ECHO_URL.
-ECHO_PID= ECHO_URL=
+ECHO_PID="" ECHO_URL=""
 start_echo_model() {
   [[ -n $ECHO_PID ]] && return 0
   /usr/bin/python3 -u "$REPO_ROOT/Tests/ModelServer/ollama_fixture.py" --port 0 --model tiny --loaded --quiet --echo-cycles 100000 \
@@ -360,13 +361,15 @@ if has_phase security; then
 fi
 
 # ------------------------------------------------------------------ Bluetooth Classic
-# Needs BR/EDR controllers, so it is not in make test (in a dual-mode VM bleak's LE
-# connects to the worker time out: bluetoothd takes the worker for a dual-mode device and
-# tries BR/EDR first). Run it alone:
-#   EDGECODER_BT_PHASES=classic EDGECODER_BT_BTVIRT_MODE=dual bash Tests/Suites/bluetooth.sh Registered, the worker's NoInputNoOutput default
-# agent makes hci0 bondable, and the kernel accepts a Classic Just Works pairing by itself:
-# kept out only while hci0 is not Classic-connectable (bluetoothd's default), so while hci0
-# is discoverable the agent stands back (docs/operating/bluetooth-pairing.md).
+# Needs BR/EDR controllers, so it has a VM of its own (Tests/Suites/bluetooth-classic.sh: in
+# a dual-mode VM bleak's LE connects to the worker time out: bluetoothd takes the worker
+# for a dual-mode device and tries BR/EDR first):
+#   EDGECODER_BT_PHASES=classic EDGECODER_BT_BTVIRT_MODE=dual bash Tests/Suites/bluetooth.sh
+# Registered, the worker's NoInputNoOutput default agent makes hci0 bondable, and the kernel
+# accepts a Classic Just Works pairing by itself: kept out only while hci0 is not
+# Classic-connectable (bluetoothd's default), so while hci0 is connectable (btmgmt, seen only
+# in the kernel's settings) or discoverable the agent stands back
+# (docs/operating/bluetooth-pairing.md).
 classic_pair() { # a Classic (BR/EDR) Just Works pairing from hci1 toward hci0; 0 if it paired
   timeout 40 btmgmt --index 1 pair -t 0 -c 3 "$HCI0_ADDR" < <(exec sleep 40) 2>&1 | tee -a "$VM_RESULTS/classic.log" | grep -q "^Paired with"
 }
@@ -374,20 +377,26 @@ hci0_bonded_with_hci1() { # a bond kept (Bonded), not a pairing for one link onl
   [[ "$(busctl get-property org.bluez "/org/bluez/hci0/dev_${HCI1_ADDR//:/_}" org.bluez.Device1 Bonded 2>/dev/null)" == "b true" ]]
 }
 set_discoverable() { # bluetoothd answers Busy while a mode change is under way: tried again
-  local try
-  for try in 1 2 3 4 5 6 7 8 9 10; do
+  local _
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
     busctl set-property org.bluez /org/bluez/hci0 org.bluez.Adapter1 Discoverable b "$1" 2>>"$VM_RESULTS/classic.log" && return 0
     sleep 1
   done
   return 1
 }
 if has_phase classic; then
-  phase classic "Bluetooth Classic: no first Classic pairing toward the worker's adapter, its agent standing back while hci0 is discoverable"
+  phase classic "Bluetooth Classic: no first Classic pairing toward the worker's adapter, its agent standing back while hci0 is Classic-connectable or discoverable"
   if ! btmgmt_run --index 0 info | grep -q "supported settings:.*br/edr"; then
     echo "# classic: hci0 is LE only (btvirt -L): nothing to check (EDGECODER_BT_BTVIRT_MODE=dual boots BR/EDR controllers)"
   else
     write_config classic 1 65536 8 '"security": "encrypted"'
+    # Without CAP_NET_ADMIN, as under the shipped unit: the kernel's settings are read
+    # through an untrusted management socket.
+    DAEMON_WRAP=(setpriv --bounding-set=-net_admin --inh-caps=-net_admin --)
     restart_with classic
+    DAEMON_WRAP=()
+    no_net_admin() { local eff; eff="$(awk '/^CapEff:/ {print $2}' "/proc/$DAEMON_PID/status")"; (( (0x$eff >> 12 & 1) == 0 )); }
+    check "the daemon runs without CAP_NET_ADMIN" no_net_admin
     wait_for 30 "the worker's agent registered" test "$(btj '.bluetooth.pairingAgentRegistered')" = true
     check "the worker's agent is registered (security encrypted, pairingAgent auto on this headless guest)" \
       test "$(btj '.bluetooth.pairingAgentRegistered')" = true
@@ -395,6 +404,28 @@ if has_phase classic; then
       eval 'btmgmt_run --index 0 info | grep "current settings" | grep -q bondable && ! btmgmt_run --index 0 info | grep "current settings" | grep -qw connectable'
     check "a Classic Just Works pairing from hci1 fails (hci0 cannot be paged)" eval '! classic_pair'
     check "hci0 has no bond with hci1" eval '! hci0_bonded_with_hci1'
+    # Page scan switched on behind bluetoothd's back: D-Bus shows nothing, the kernel's
+    # settings do, and the agent stands back as for discoverable.
+    check "btmgmt connectable on (hci0 Classic-connectable; bluetoothd's Adapter1 shows no change)" eval 'btmgmt_run --index 0 connectable on 2>&1 | tee -a "$VM_RESULTS/classic.log" | grep -q "Set Connectable complete"'
+    wait_for 30 "the agent stands back (connectable)" test "$(btj '.bluetooth.pairingAgentRegistered')" = false
+    check "hci0 Classic-connectable: the worker's agent stands back (pairingAgentRegistered false, pairingAgentReason says why)" \
+      eval 'test "$(btj .bluetooth.pairingAgentRegistered)" = false && btj .bluetooth.pairingAgentReason | grep -q "hci0 is Bluetooth Classic connectable"'
+    check "the journal says why (connectable)" grep -q "hci0 is Bluetooth Classic connectable (page scan on" "$VM_RESULTS/daemon.log"
+    check "hci0 is not bondable with the agent standing back" eval '! btmgmt_run --index 0 info | grep "current settings" | grep -q bondable'
+    # Back: in this VM the kernel answers a second scan-mode change Busy for good (a command
+    # btvirt never completes: so does Discoverable false below), and a power-off ends every
+    # pending one. Off, connectable off, on: bluetoothd sees the adapter come back.
+    connectable_off() {
+      local step
+      for step in "power off:Set Powered complete" "connectable off:Set Connectable complete" "power on:Set Powered complete"; do
+        # shellcheck disable=SC2086  # the step's words are btmgmt's arguments
+        btmgmt_run --index 0 ${step%%:*} 2>&1 | tee -a "$VM_RESULTS/classic.log" | grep -q "${step#*:}" || return 1
+      done
+    }
+    check "hci0 not Classic-connectable again (btmgmt power off, connectable off, power on)" connectable_off
+    expect_advertising "the daemon advertises again after hci0's power cycle"
+    wait_for 30 "the agent registered again" test "$(btj '.bluetooth.pairingAgentRegistered')" = true
+    check "hci0 not connectable: the worker's agent is registered again" test "$(btj '.bluetooth.pairingAgentRegistered')" = true
     stands_back() {
       set_discoverable true
       wait_for 30 "the agent stands back" test "$(btj '.bluetooth.pairingAgentRegistered')" = false
@@ -559,7 +590,7 @@ if has_phase pacing; then
       expect_advertising "advertising (MTU $mtu, pacing $p/$mode)"
       check "status: bluetoothd's $channels ATT bearer(s) read from its main.conf, notifications paced by $by" \
         test "$(btj '[.bluetooth.attBearers, .bluetooth.pacing]')" = "[$channels,\"$by\"]"
-      for rep in $(seq "${BT_PACING_REPS:-3}"); do
+      for _ in $(seq "${BT_PACING_REPS:-3}"); do
         central "long:tokens=15000,min=65536,throughput=1,pacing=$p,by=$by,wait=${BT_PACING_WAIT:-120},label=by-$by-${p}ms-mtu$mtu-bearers$channels"
       done
     done

@@ -931,7 +931,7 @@ def model_missing(model):
     w = Worker(c.url, {"kind": "ollama", "url": fixture.url, "model": "not-pulled:7b"})
     try:
         w.start(); w.cli("mode", "on")
-        ids = c.submit("for a model this host does not have", "and another")
+        c.submit("for a model this host does not have", "and another")
         check(wait_for(lambda: "model-unavailable" in (w.status()["coordinator"].get("deferredReason") or ""), timeout=20),
               "pulls are held: model-unavailable", w.status()["coordinator"])
         time.sleep(8)
@@ -971,7 +971,7 @@ def failing_model_is_released(model):
     w = Worker(c.url, {"kind": "ollama", "url": failing.url, "model": "tiny"})
     try:
         w.start(); w.cli("mode", "on")
-        ids = c.submit(*[f"the model fails {i}" for i in range(5)])
+        c.submit(*[f"the model fails {i}" for i in range(5)])
         check(wait_for(lambda: (w.status()["coordinator"]["conduct"]["hold"] == "local-failures"), timeout=30),
               "three local failures in a row open the breaker", w.status()["coordinator"])
         conduct = w.status()["coordinator"]["conduct"]

@@ -29,8 +29,7 @@ start() {
   "$PY" "$DC" --port 0 "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
   local pid=$!
   PIDS+=("$pid")
-  local i
-  for i in $(seq 100); do grep -q '^listening on ' "$WORK/$name.out" 2>/dev/null && break; sleep 0.05; done
+  for _ in $(seq 100); do grep -q '^listening on ' "$WORK/$name.out" 2>/dev/null && break; sleep 0.05; done
   local line; line="$(head -n1 "$WORK/$name.out")"
   case "$line" in
     "listening on http://127.0.0.1:"*) ;;
@@ -359,7 +358,7 @@ sleep 0.4
 req "$U" GET /_dev/health "" --max-time 2
 check "offline: connection refused (curl 7)" bash -c '[ "$0" = 7 ]' "$RC"
 back=0
-for i in $(seq 60); do
+for _ in $(seq 60); do
   req "$U" GET /_dev/health "" --max-time 1
   [ "$CODE" = 200 ] && { back=1; break; }
   sleep 0.1

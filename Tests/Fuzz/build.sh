@@ -63,11 +63,13 @@ build_module() {
     done
     [ $stale = 1 ] || return 0
     echo "fuzz build: module $name ($OPT)" >&2
+    local sources
+    mapfile -t sources < <(find Sources/"$name" -name "*.swift" | sort)
     # -enable-testing: the D-Bus harness reads BlueZ's internal decoders (@testable).
     swiftc -parse-as-library -emit-library -static -wmo -module-name "$name" \
         -emit-module -emit-module-path "$OUT/$name.swiftmodule" -o "$lib.tmp" \
         -sanitize=fuzzer,address "$OPT" -enable-testing -suppress-warnings -swift-version 6 \
-        -I "$OUT" "${C_INCLUDES[@]}" $(find Sources/"$name" -name "*.swift" | sort) 2>&1 | grep -v "Cannot export local symbol" >&2 || true
+        -I "$OUT" "${C_INCLUDES[@]}" "${sources[@]}" 2>&1 | grep -v "Cannot export local symbol" >&2 || true
     [ -f "$lib.tmp" ] || { echo "fuzz build: module $name failed" >&2; exit 1; }
     mv "$lib.tmp" "$lib"
 }
@@ -76,7 +78,6 @@ link_target() {
     local target=$1
     local bin=$OUT/fuzz-$target
     local libs=()
-    local newest=$bin
     for m in $(modules_of "$target"); do libs+=("-l$m"); done
     case $target in
         uevent) libs+=(-lCWorkerShims) ;;

@@ -7,7 +7,7 @@
 #
 # Usage: Tests/Fuzz/run.sh [seconds] [target…]
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 ROOT=$PWD
 SECONDS_EACH=${1:-${FUZZ_SECONDS:-60}}
 shift || true

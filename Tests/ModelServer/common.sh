@@ -1,3 +1,6 @@
+# shellcheck shell=bash
+# The settings are read by the scripts that source this file.
+# shellcheck disable=SC2034
 # Shared settings for the model-server test bed. Sourced by the scripts beside it.
 #
 # Environment (all optional):

@@ -6,7 +6,7 @@
 # Tests/Suites/bluetooth.sh (the guest has no PyPI; it sees the repository's .cache).
 # Exit: 0 ready, 77 PyPI cannot be reached, 1 anything else (the log on stderr).
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 cache=.cache/proxy-clients
 venv="$cache/venv"
 mkdir -p "$cache"

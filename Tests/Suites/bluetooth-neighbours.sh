@@ -12,5 +12,5 @@
 # hci_chan_del (list_del) when bluetoothd closed its sockets later (the restart phase).
 # Environment: as bluetooth.sh.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 EDGECODER_BT_PHASES="neighbours bystanders security" EDGECODER_BT_BYSTANDER_LEVELS="open enc" exec bash Tests/Suites/bluetooth.sh

@@ -32,7 +32,7 @@
 # Prints "ok - ..." / "not ok - ..." lines (the guest's included), "# throughput: N
 # bytes/s", and last "# N passed, N failed"; exits 0 only if everything passed.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 source Tests/Suites/lib/tap.sh
 REPO="$PWD"
 bin="${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}"
@@ -152,8 +152,8 @@ cleanup() {
 trap 'cleanup; exit 130' INT TERM
 
 # ------------------------------------------------------------------ the VM
-# Without EDGECODER_BT_PHASES, every phase but those Tests/Suites/bluetooth-neighbours.sh runs
-# in a VM of its own (EDGECODER_BT_SKIP_PHASES).
+# Without EDGECODER_BT_PHASES, every phase but those Tests/Suites/bluetooth-neighbours.sh and
+# bluetooth-classic.sh run, each in a VM of its own (EDGECODER_BT_SKIP_PHASES).
 skip_phases=""
 [[ -z "${EDGECODER_BT_PHASES:-}" ]] && skip_phases="${EDGECODER_BT_SKIP_PHASES-neighbours bystanders security classic}"
 boot_vm() {

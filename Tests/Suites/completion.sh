@@ -11,7 +11,7 @@
 #
 #   EDGECODER_WORKER_BIN=.build/debug/edgecoder-worker bash Tests/Suites/completion.sh
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 source Tests/Suites/lib/tap.sh
 bin="$(realpath "${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}")"
 work="$(mktemp -d /tmp/completion-suite.XXXXXX)"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every example config in Config/ must pass `config check`, and a broken copy must not.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 source Tests/Suites/lib/tap.sh
 bin=${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}
 for f in Config/*.json Config/hosts/*.json; do

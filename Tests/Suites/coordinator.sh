@@ -6,6 +6,6 @@
 # coordinator, worker and model server; own-load, which measures the host's CPU, is a
 # suite of its own (Tests/Suites/own-load.sh) that runs alone.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 exec python3 Tests/Coordinator/coordinator_suite.py "${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}" \
   --jobs "${EDGECODER_COORDINATOR_JOBS:-4}" --except own-load,code

@@ -5,7 +5,7 @@
 # docs/reference/configuration.md is what `edgecoder-worker internal config-reference`
 # prints today (regenerate it with that command when a key changes).
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 source Tests/Suites/lib/tap.sh
 bin=${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}
 git rev-parse --git-dir >/dev/null 2>&1 || tap_skip "not a git checkout (the check reads git ls-files)"

@@ -5,7 +5,7 @@
 # long run. Builds with swiftc into .build/fuzz (about 3 min from cold on 2 busy cores,
 # seconds when nothing changed).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 source Tests/Suites/lib/tap.sh
 ROOT=$PWD
 OUT=${FUZZ_BUILD:-$ROOT/.build/fuzz}

@@ -6,7 +6,7 @@
 # native protocol the real journald reads. The VM suite checks the same records with
 # `journalctl EDGECODER_EVENT=…` under a real systemd.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 bin=$(realpath "${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}")
 source Tests/Suites/lib/tap.sh
 

@@ -12,7 +12,7 @@
 #
 # Exits 77 only when PyPI cannot be reached (the parser cannot be installed).
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 source Tests/Suites/lib/tap.sh
 bin="${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}"
 work="$(mktemp -d /tmp/metrics-suite.XXXXXX)"
@@ -100,8 +100,12 @@ url="$(sed -n 's/^listening on //p' "$work/coordinator.out" | head -n1)"
 check "the development coordinator listens ($url)" test -n "$url"
 cat >"$work/config.json" <<JSON
 {"coordinator": {"url": "$url", "heartbeatIntervalMs": 1000, "pullIntervalMs": 500},
- "backend": {"kind": "ollama", "url": "$model_url", "model": "tiny", "maxTokens": 16}}
+ "backend": {"kind": "ollama", "url": "$model_url", "model": "tiny", "maxTokens": 16},
+ "execution": {"mode": "text"}}
 JSON
+# execution.mode text: the development coordinator gives every subtask a language, as
+# EdgeCoder's does, and with the sandbox image on this host (sandbox.sh builds it earlier in
+# the same lane) mode auto would run the fixture's answer as a program and fail the subtask.
 # A quiet fake host (on mains, a /proc/stat that never moves): make test runs suites side by
 # side, and the real host's load would hold the subtask as cpu-busy.
 sysroot="$work/sysroot"

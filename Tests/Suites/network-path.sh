@@ -3,7 +3,7 @@
 # a network namespace with a veth interface, an address and a default route, and the
 # suite takes them away with `ip`, as an outage would. Needs root (ip netns).
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 source Tests/Suites/lib/tap.sh
 bin=$(realpath "${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}")
 [ "$(id -u)" = 0 ] || tap_skip "network-path: needs root for ip netns"

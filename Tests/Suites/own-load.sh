@@ -4,5 +4,5 @@
 # burner is. It reads the host's CPU, so it must run with nothing else busy: `make test`
 # runs it after the other suites (Tests/Suites/lib/run-suites.sh, its "alone" list).
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 exec python3 Tests/Coordinator/coordinator_suite.py "${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}" --only own-load

@@ -11,7 +11,7 @@
 #
 # Exits 77 only when PyPI cannot be reached (the clients cannot be installed).
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 source Tests/Suites/lib/tap.sh
 bin="${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}"
 work="$(mktemp -d /tmp/proxy-clients.XXXXXX)"

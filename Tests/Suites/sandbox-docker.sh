@@ -11,7 +11,7 @@
 # 4 s a create, 2 min for the suite). Exits 77 when docker.io is not installed and cannot be,
 # or when this host does not let a dockerd run.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 source Tests/Suites/lib/tap.sh
 bin="${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}"
 image="${EDGECODER_SANDBOX_IMAGE:-localhost/edgecoder-sandbox:1}"
@@ -21,7 +21,9 @@ dockerd_pid=
 cleanup() {
   if [[ -n $dockerd_pid ]]; then
     # Containers first (a dockerd stopping with running ones waits for them), then dockerd.
-    DOCKER_HOST="unix://$work/docker.sock" "$docker" rm --force $(DOCKER_HOST="unix://$work/docker.sock" "$docker" ps -aq) >/dev/null 2>&1
+    local ids
+    mapfile -t ids < <(DOCKER_HOST="unix://$work/docker.sock" "$docker" ps -aq 2>/dev/null)
+    ((${#ids[@]} == 0)) || DOCKER_HOST="unix://$work/docker.sock" "$docker" rm --force "${ids[@]}" >/dev/null 2>&1
     kill "$dockerd_pid" 2>/dev/null
     for _ in $(seq 1 100); do kill -0 "$dockerd_pid" 2>/dev/null || break; sleep 0.1; done
     kill -9 "$dockerd_pid" 2>/dev/null

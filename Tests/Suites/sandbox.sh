@@ -11,7 +11,7 @@
 # unified v2 hierarchy (a v1/v2 hybrid) crun refuses every container, so the suite passes
 # `--runtime runc` there. Exits 77 when the engine is not installed and cannot be (not root).
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 source Tests/Suites/lib/tap.sh
 bin="${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}"
 engine="${EDGECODER_SANDBOX_ENGINE:-podman}"

@@ -7,7 +7,7 @@
 # daemon must be gone within the bound every time. Then the bound itself, on a process
 # that really hangs: the C handler's alarm ends it.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 bin=$(realpath "${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}")
 # DaemonMain.secondSignalBoundSeconds, plus the time to notice.
 bound_ms=${STOP_BOUND_MS:-4500}

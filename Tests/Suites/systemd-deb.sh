@@ -26,7 +26,7 @@
 # Results (kept on failure): .cache/bluez-vm/runs/systemd-deb.XXXXXX: output.log,
 # console.log, setup.log, journal-edgecoder-worker.log, security.txt, dpkg-*.log.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 source Tests/Suites/lib/tap.sh
 REPO="$PWD"
 START=$SECONDS
@@ -78,7 +78,7 @@ prep="$(mktemp)"
 if ! dpkg-query -W -f='${Status}' network-manager 2>/dev/null | grep -q 'ok installed'; then
   own_policy=0
   [[ -e /usr/sbin/policy-rc.d ]] || { printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d; chmod 755 /usr/sbin/policy-rc.d; own_policy=1; }
-  for attempt in 1 2 3 4 5 6; do   # another apt (the model server's prepare) may hold the lock
+  for _ in 1 2 3 4 5 6; do   # another apt (the model server's prepare) may hold the lock
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends network-manager >>"$prep" 2>&1 && break
     sleep 10
   done
@@ -152,7 +152,8 @@ source Tests/Suites/lib/sandbox-image.sh
 sandbox_archive=""
 if command -v podman >/dev/null; then
   sandbox_image=localhost/edgecoder-sandbox:1
-  if sandbox_image_ensure "${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}" podman "$sandbox_image" "$results/sandbox-build.log" $(sandbox_runtime_args podman); then
+  mapfile -t runtime_args < <(sandbox_runtime_args podman)
+  if sandbox_image_ensure "${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}" podman "$sandbox_image" "$results/sandbox-build.log" "${runtime_args[@]}"; then
     # The guest gets the product image with nodejs purged, in one flattened layer: its check
     # runs a python program, and the whole image (251 MiB) took 130-290 s to load under TCG
     # on a busy host, against a wait of 300 s. Made once per product image (its id kept

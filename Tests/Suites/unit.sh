@@ -7,7 +7,7 @@
 # test-build`). The whole output goes to .build/unit-tests.log; here, the count and every
 # failing test with its issue lines.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 source Tests/Suites/lib/tap.sh
 log=.build/unit-tests.log
 mkdir -p .build

@@ -11,6 +11,7 @@
 # when the host could not make it) and SANDBOX_IMAGE (its name, for execution.image). Prints "ok - ..." / "not ok - ..." lines and "# name: value"
 # figures; exits 1 if anything failed.
 source "$BLUEZ_VM_DIR/guest-lib.sh"
+# shellcheck disable=SC2034  # read by tap.sh's check
 TAP_SLOW_SECS=5   # "# (that check took S s)" after a slow check: where the suite's time goes
 export PYTHONUNBUFFERED=1
 DEB="${DEB:?DEB not set}"
@@ -294,7 +295,7 @@ check "the Ollama-shaped server in ollama.service is the worker's model server, 
 # Heartbeats after the restart, a few seconds in (the first CPU sample needs a second one).
 sleep 12
 host_busy_pct() {
-  local a b
+  local a1 a2 a3 a4 b1 b2 b3 b4
   read -r _ a1 a2 a3 a4 _ < /proc/stat; sleep 2; read -r _ b1 b2 b3 b4 _ < /proc/stat
   echo $(( 100 * ((b1 + b2 + b3) - (a1 + a2 + a3)) / ((b1 + b2 + b3 + b4) - (a1 + a2 + a3 + a4)) ))
 }

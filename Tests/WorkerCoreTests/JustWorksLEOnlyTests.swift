@@ -238,3 +238,76 @@ import Testing
         #expect(h.machine.status.pairingAgentReason == "bluetooth.pairingAgent is host")
     }
 }
+
+/// #26 row 8, the gap the discoverable rule left: page scan switched on outside bluetoothd
+/// (`btmgmt connectable on`) opens the adapter to Classic pairings just the same, and only
+/// the kernel's settings show it (`MgmtWire`, read by the peripheral's interpreter).
+@Suite struct AgentStandsBackWhileClassicConnectableTests {
+    typealias H = PeripheralHarness
+
+    static func connectable(_ h: inout H, _ on: Bool, adapter: String = "hci0") -> [PeripheralMachine.Command] {
+        h.on(.classicConnectable(adapter: adapter, on))
+    }
+
+    @Test func theAgentStandsBackWhileTheKernelSaysConnectableAndComesBackAfter() {
+        var h = AgentBondCleanupTests.serving()
+        let on = Self.connectable(&h, true)
+        #expect(AgentStandsBackWhileDiscoverableTests.unregistrations(on) == [.agent])
+        #expect(H.logs(on).contains { $0.hasPrefix("hci0 is Bluetooth Classic connectable (page scan on, set outside bluetoothd") })
+        h.on(.unregistered(.agent))
+        #expect(h.machine.status.pairingAgentRegistered == false)
+        #expect(h.machine.status.pairingAgentReason.contains("stands back until hci0 is not connectable"))
+        let meanwhile = h.advance(120_000)
+        #expect(H.registrations(meanwhile).isEmpty, "nothing while connectable")
+        #expect(Self.connectable(&h, true).isEmpty, "the same settings again change nothing")
+        let off = Self.connectable(&h, false)
+        #expect(H.registrations(off) == [.agent])
+        h.on(.registration(.agent, epoch: h.machine.epoch, .accepted))
+        #expect(h.machine.status.pairingAgentRegistered)
+        #expect(h.machine.status.pairingAgentReason == AgentBondCleanupTests.worker.reason)
+    }
+
+    @Test func anotherAdapterConnectableChangesNothing() {
+        var h = AgentBondCleanupTests.serving()
+        let other = Self.connectable(&h, true, adapter: "hci1")
+        #expect(AgentStandsBackWhileDiscoverableTests.unregistrations(other).isEmpty)
+        #expect(h.machine.status.pairingAgentRegistered)
+    }
+
+    @Test func connectableBeforeBluetoothdIsSeenKeepsTheAgentOut() {
+        var h = H(pairingAgent: AgentBondCleanupTests.worker)
+        h.on(.busOpened)
+        _ = Self.connectable(&h, true)
+        h.on(.bluez(.owner(H.bluez)))
+        let up = h.on(.bluez(.managedObjects([H.hci0: H.adapter()])))
+        #expect(H.registrations(up) == [.application], "the service is offered; the agent is not")
+        #expect(h.machine.status.pairingAgentReason.hasPrefix("hci0 is Bluetooth Classic connectable"))
+    }
+
+    @Test func discoverableIsSaidFirstAndConnectableStillHoldsAfterIt() {
+        var h = AgentBondCleanupTests.serving()
+        _ = Self.connectable(&h, true)
+        _ = AgentStandsBackWhileDiscoverableTests.discoverable(&h, true)
+        h.on(.unregistered(.agent))
+        #expect(h.machine.status.pairingAgentReason.hasPrefix("hci0 is discoverable"))
+        let notDiscoverable = AgentStandsBackWhileDiscoverableTests.discoverable(&h, false)
+        #expect(H.registrations(notDiscoverable).isEmpty, "still connectable")
+        #expect(h.machine.status.pairingAgentReason.hasPrefix("hci0 is Bluetooth Classic connectable"))
+        #expect(H.registrations(Self.connectable(&h, false)) == [.agent])
+    }
+
+    @Test func aRequestWhileStandingBackIsRefused() {
+        var h = AgentBondCleanupTests.serving()
+        _ = Self.connectable(&h, true)
+        h.on(.unregistered(.agent))
+        guard case .error(let name, _)? = AgentBondCleanupTests.pair(&h, 1, addressType: "random") else { Issue.record("accepted while standing back"); return }
+        #expect(name == "org.bluez.Error.Rejected")
+    }
+
+    @Test func hostAgentIgnoresTheKernelSettings() {
+        var h = H(pairingAgent: PairingAgentChoice(answerer: .host, reason: "bluetooth.pairingAgent is host"))
+        h.bringUp()
+        #expect(Self.connectable(&h, true).allSatisfy { if case .unregister = $0 { false } else { true } })
+        #expect(h.machine.status.pairingAgentReason == "bluetooth.pairingAgent is host")
+    }
+}

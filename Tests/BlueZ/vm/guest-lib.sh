@@ -129,6 +129,8 @@ _bvm_all_powered() {
   done
 }
 
+# SECS is optional; every caller so far takes the default.
+# shellcheck disable=SC2120
 wait_for_bluez() { # [SECS=60]: org.bluez owned and every controller powered
   local secs=${1:-60}
   _bvm_wait "$secs" "org.bluez on the system bus" _bvm_name_owned org.bluez &&

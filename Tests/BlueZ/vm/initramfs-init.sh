@@ -1,4 +1,5 @@
 #!/bin/busybox sh
+# shellcheck shell=dash
 # /init of the BlueZ test VM's initramfs (built into it by prepare.sh; edit, then rerun
 # prepare.sh). Loads virtio + 9p, mounts the host's / read-only (tag hostroot), the
 # read-only shares at their host paths (tags share1..N: the repository, the VM cache, what
@@ -53,7 +54,7 @@ if [ "${BOOT:-chroot}" = systemd ]; then
   rm -f $R/.dockerenv $R/.containerenv
   i=1
   while [ "$i" -le "${SHARE_COUNT:-0}" ]; do
-    eval "share=\$SHARE_$i"
+    share=""; eval "share=\$SHARE_$i"
     mkdir -p "$R$share" 2>/dev/null
     mount -t 9p -o "$OPTS,ro,cache=${ROOT_CACHE:-loose}" "share$i" "$R$share" || halt "cannot mount share$i at $share"
     i=$((i + 1))
@@ -64,6 +65,8 @@ if [ "${BOOT:-chroot}" = systemd ]; then
   [ -d /res/systemd-system ] && cp -a /res/systemd-system/. $R/etc/systemd/system/
   say "switch_root: systemd"
   umount /proc /sys /dev 2>/dev/null
+  # exec returns only when switch_root cannot run.
+  # shellcheck disable=SC2093
   exec switch_root $R /lib/systemd/systemd
   halt "switch_root failed"
 fi

@@ -80,7 +80,7 @@ if [[ $FORCE -eq 1 || ! -f "$KDIR/.stamp" ]]; then
   # apt-get download as root warns that it runs unsandboxed when _apt cannot write here.
   (cd "$CACHE/debs" && apt-get download -q "linux-image-$KVER" >&2 2> >(grep -v 'unsandboxed' >&2)) ||
     die "apt-get download linux-image-$KVER failed"
-  deb="$(ls "$CACHE/debs"/linux-image-"$KVER"_*.deb | head -n1)"
+  deb="$(ls "$CACHE/debs/linux-image-${KVER}_"*.deb | head -n1)"
   dpkg -x "$deb" "$KDIR"
   [[ -f "$KDIR/boot/vmlinuz-$KVER" ]] || die "no boot/vmlinuz-$KVER in $deb"
   [[ -d "$KDIR/lib/modules/$KVER" ]] || die "no lib/modules/$KVER in $deb"

@@ -237,6 +237,8 @@ APPEND="console=ttyS0 panic=-1 oops=panic"
 [[ -n ${BLUEZ_VM_APPEND:-} ]] && APPEND="$APPEND $BLUEZ_VM_APPEND"
 # net.ifnames=0: udev would rename eth0, which guest-lib.sh sets up for --host-port.
 ((SYSTEMD)) && APPEND="$APPEND systemd.unit=multi-user.target net.ifnames=0"
+# qemu's options are comma-separated lists, not array elements.
+# shellcheck disable=SC2054
 QEMU=(qemu-system-x86_64 -nodefaults -no-user-config -no-reboot
       -accel tcg,thread=multi -cpu "${BLUEZ_VM_CPU:-qemu64}" -smp "${BLUEZ_VM_SMP:-2}" -m "${BLUEZ_VM_MEM:-1024}"
       -display none -monitor none -serial "file:$RESULTS/console.log"
@@ -257,6 +259,7 @@ if ((${#HOST_PORTS[@]})); then
   for p in "${HOST_PORTS[@]}"; do
     NETDEV+=",guestfwd=tcp:$BLUEZ_VM_HOST_ADDR:$p-cmd:$(q "$HERE/host-relay.py") $p"
   done
+  # shellcheck disable=SC2054
   QEMU+=(-netdev "$NETDEV" -device virtio-net-pci,netdev=net0,romfile=)
 fi
 

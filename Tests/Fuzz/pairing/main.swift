@@ -3,7 +3,8 @@
 // (PairingWindow.address(ofDevice:), decide; the daemon's JustWorksAgent.answer and
 // DeviceTransport). Any bytes:
 // no crash, a yes only for y/yes, a passkey only in 0…999999, never a question about (nor an
-// acceptance of) another adapter's device.
+// acceptance of) another adapter's device; and the same bytes as one kernel Bluetooth
+// management datagram (MgmtWire.parse): a message only from a whole, well-framed one.
 import WorkerCore
 
 @_cdecl("LLVMFuzzerTestOneInput")
@@ -57,6 +58,14 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> Int32 {
         }
         if let passkey = PairingWindow.passkey(line) { check(passkey <= 999_999, "passkey \(passkey)") }
         _ = window.answer(line)
+    }
+    // The kernel's management messages (the agent stands back while the adapter is Classic
+    // connectable): the whole input as one datagram. A message only from a whole one.
+    let datagram = input.bytes
+    if case .success(let message) = MgmtWire.parse(datagram) {
+        check(datagram.count >= MgmtWire.headerBytes && datagram.count <= MgmtWire.maxMessageBytes, "\(datagram.count) bytes read")
+        check(Int(datagram[4]) | Int(datagram[5]) << 8 == datagram.count - MgmtWire.headerBytes, "a length that lies read")
+        if case .controllers(let list) = message { check(datagram.count == MgmtWire.headerBytes + 5 + 2 * list.count, "a list of \(list.count)") }
     }
     return 0
 }

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the suites that need the sandbox image (sandbox.sh, systemd-deb.sh): builds it
 # into the engine's local store once (`edgecoder-worker sandbox build`, about 70 s here),
 # under .cache/sandbox/.lock so two suites never build it at once.
@@ -19,6 +20,7 @@ sandbox_image_ensure() {
   flock -w 900 9 || { exec 9>&-; return 2; }
   if ! "$engine" image exists "$image" 2>/dev/null && ! "$engine" image inspect "$image" >/dev/null 2>&1; then
     if "$bin" sandbox build --engine "$engine" "$@" --tag "$image" >"$log" 2>&1; then
+      # shellcheck disable=SC2034  # the sourcing suite reads it
       SANDBOX_IMAGE_BUILT=1
     else
       rc=1

@@ -135,6 +135,8 @@ public struct PeripheralMachine: Sendable {
         /// bluetoothd's `[GATT] Channels` as its configuration says, read when it appeared
         /// on the bus (nil: unreadable, taken as more than one bearer).
         case attBearers(Int?)
+        /// The kernel's settings of an adapter (by name): whether Classic devices can page it.
+        case classicConnectable(adapter: String, Bool)
         /// Nothing happened but time passed.
         case tick
         /// Take everything back from bluetoothd and disconnect the clients.
@@ -227,6 +229,8 @@ public struct PeripheralMachine: Sendable {
     /// Devices the agent accepted a pairing of, by path, with when: each is removed
     /// (its bond with it) unless it uses the service within `limits.clientIdleMs`.
     public private(set) var agentBonds: [String: Int64] = [:]
+    /// Adapters the kernel reports Bluetooth Classic connectable (`.classicConnectable`).
+    public private(set) var classicConnectable: Set<String> = []
     /// A flood of pairings from random addresses removes the oldest unused bonds early
     /// rather than keeping a table without bound.
     public static let maxAgentBonds = 64
@@ -356,6 +360,10 @@ public struct PeripheralMachine: Sendable {
             if pacer.rule != before || bearers != 1 {
                 out.append(.log(pacer.reordersAtSmallMTUs ? .warning : .info, pacer.summary))
             }
+        case .classicConnectable(let adapter, let connectable):
+            guard classicConnectable.contains(adapter) != connectable else { break }
+            if connectable { classicConnectable.insert(adapter) } else { classicConnectable.remove(adapter) }
+            reconcile(now: now, &out)
         case .tick:
             reconcile(now: now, &out)
         case .stop:
@@ -547,22 +555,38 @@ public struct PeripheralMachine: Sendable {
 
     // MARK: The pairing agent (bluetooth.pairingAgent)
 
-    /// Why the worker's agent stands back while the adapter is discoverable.
-    static func classicOpenReason(_ adapter: String) -> String {
-        "\(adapter) is discoverable: while it is, a Bluetooth Classic device can pair with it by Just Works, "
-            + "which the kernel accepts by itself under the worker's NoInputNoOutput agent without asking it; "
-            + "the worker's agent stands back until \(adapter) is not discoverable"
+    /// How a Bluetooth Classic device could reach the adapter to pair with it.
+    public enum ClassicOpening: Sendable, Equatable {
+        /// bluetoothd's Discoverable (inquiry and page scan).
+        case discoverable
+        /// Page scan on, set outside bluetoothd (`btmgmt connectable on`): only the
+        /// kernel's settings show it (`MgmtWire`), bluetoothd's D-Bus API does not.
+        case connectable
     }
 
-    /// The agent first (it must answer the first client's pairing), unless the adapter is
-    /// discoverable: registered, the worker's NoInputNoOutput default agent makes the
-    /// adapter bondable, and the kernel then accepts any Classic Just Works pairing without
-    /// asking it (docs/operating/bluetooth-pairing.md, "Bluetooth Classic"). It stands back
-    /// while the adapter is discoverable and comes back when it no longer is.
+    /// Why the worker's agent stands back while the adapter is open to Classic devices.
+    static func classicOpenReason(_ adapter: String, _ opening: ClassicOpening) -> String {
+        let (state, until) = switch opening {
+        case .discoverable: ("is discoverable", "is not discoverable")
+        case .connectable: ("is Bluetooth Classic connectable (page scan on, set outside bluetoothd: btmgmt connectable on)", "is not connectable")
+        }
+        return "\(adapter) \(state): while it is, a Bluetooth Classic device can pair with it by Just Works, "
+            + "which the kernel accepts by itself under the worker's NoInputNoOutput agent without asking it; "
+            + "the worker's agent stands back until \(adapter) \(until)"
+    }
+
+    /// The agent first (it must answer the first client's pairing), unless a Classic device
+    /// can reach the adapter: registered, the worker's NoInputNoOutput default agent makes
+    /// the adapter bondable, and the kernel then accepts any Classic Just Works pairing
+    /// without asking it (docs/operating/bluetooth-pairing.md, "Bluetooth Classic"). It
+    /// stands back while the adapter is discoverable or Classic-connectable, and comes back
+    /// when it no longer is.
     mutating func reconcileAgent(_ adapter: BlueZObjects.Adapter, path: String, now: Int64, _ out: inout [Command]) {
         guard settings.pairingAgent.registersAgent else { return }
-        if adapter.discoverable {
-            let reason = Self.classicOpenReason(adapter.name)
+        let opening: ClassicOpening? = adapter.discoverable ? .discoverable
+            : classicConnectable.contains(adapter.name) ? .connectable : nil
+        if let opening {
+            let reason = Self.classicOpenReason(adapter.name, opening)
             if status.pairingAgentReason != reason {
                 status.pairingAgentReason = reason
                 out.append(.log(.warning, reason + "; until then clients that never paired are refused (security encrypted)"))
