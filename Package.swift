@@ -6,17 +6,19 @@ import PackageDescription
 let package = Package(
     name: "edgecoder-worker",
     products: [
-        .executable(name: "edgecoder-worker", targets: ["edgecoder-worker"]),
+        .executable(name: "edgecoder-worker", targets: ["edgecoder-worker"])
     ],
     targets: [
         // C libraries from Debian, each imported by exactly one Swift file.
         // Headers only: libcurl itself is loaded with dlopen on the first request
         // (CCurlShims says why), so no pkg-config link flags here.
         .systemLibrary(name: "CCurl", providers: [.apt(["libcurl4-openssl-dev"])]),
-        .systemLibrary(name: "CBluetooth", pkgConfig: "bluez",
-                       providers: [.apt(["libbluetooth-dev"])]),
-        .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd",
-                       providers: [.apt(["libsystemd-dev"])]),
+        .systemLibrary(
+            name: "CBluetooth", pkgConfig: "bluez",
+            providers: [.apt(["libbluetooth-dev"])]),
+        .systemLibrary(
+            name: "CSystemd", pkgConfig: "libsystemd",
+            providers: [.apt(["libsystemd-dev"])]),
         // What Swift cannot call directly (variadic C, GNU-only structs).
         .target(name: "CWorkerShims"),
         .target(name: "CCurlShims", dependencies: ["CCurl"]),
@@ -43,23 +45,34 @@ let package = Package(
         // kernel's adapter view through libbluetooth.
         .target(name: "BlueZ", dependencies: ["DBus", "Posix", "WorkerCore", "Logging", "CBluetooth"]),
         // The daemon's wiring: services, control socket, the worker actor.
-        .target(name: "Daemon", dependencies: ["WorkerCore", "Logging", "Posix", "StateStore", "Systemd", "Telemetry", "HTTP", "ModelBackend", "BlueZ", "DBus", "Sandbox"]),
+        .target(
+            name: "Daemon",
+            dependencies: [
+                "WorkerCore", "Logging", "Posix", "StateStore", "Systemd", "Telemetry", "HTTP", "ModelBackend", "BlueZ", "DBus", "Sandbox",
+            ]),
         // The HTTP side of `edgecoder-worker proxy`, over any upstream (the BlueZ central).
         .target(name: "Proxy", dependencies: ["WorkerCore", "Logging", "Posix"]),
         // Programs of code subtasks run in a container (podman or docker), and the image they run in.
         .target(name: "Sandbox", dependencies: ["WorkerCore", "Posix", "Logging"]),
         // The operator's command line.
-        .target(name: "WorkerCLI", dependencies: ["WorkerCore", "Daemon", "Sandbox", "Posix", "Logging", "HTTP", "BlueZ", "Telemetry", "Proxy", "ModelBackend", "StateStore"]),
+        .target(
+            name: "WorkerCLI",
+            dependencies: [
+                "WorkerCore", "Daemon", "Sandbox", "Posix", "Logging", "HTTP", "BlueZ", "Telemetry", "Proxy", "ModelBackend", "StateStore",
+            ]),
         .executableTarget(name: "edgecoder-worker", dependencies: ["WorkerCLI"]),
         // Micro-benchmarks for `make bench` (not installed).
-        .executableTarget(name: "worker-bench", dependencies: ["Telemetry", "WorkerCore", "Posix", "Daemon", "StateStore", "Logging", "ModelBackend"]),
+        .executableTarget(
+            name: "worker-bench", dependencies: ["Telemetry", "WorkerCore", "Posix", "Daemon", "StateStore", "Logging", "ModelBackend"]),
 
         .testTarget(name: "WorkerCoreTests", dependencies: ["WorkerCore"]),
         .testTarget(name: "StateStoreTests", dependencies: ["StateStore", "WorkerCore", "Posix"]),
         .testTarget(name: "TelemetryTests", dependencies: ["Telemetry", "WorkerCore", "Posix"]),
         .testTarget(name: "HTTPTests", dependencies: ["HTTP", "Logging", "Posix"]),
         .testTarget(name: "ModelBackendTests", dependencies: ["ModelBackend", "WorkerCore"]),
-        .testTarget(name: "DaemonTests", dependencies: ["Daemon", "WorkerCore", "StateStore", "Logging", "BlueZ", "Posix", "ModelBackend", "HTTP", "Systemd", "Sandbox"]),
+        .testTarget(
+            name: "DaemonTests",
+            dependencies: ["Daemon", "WorkerCore", "StateStore", "Logging", "BlueZ", "Posix", "ModelBackend", "HTTP", "Systemd", "Sandbox"]),
         .testTarget(name: "IntegrationTests", dependencies: ["WorkerCore"]),
         .testTarget(name: "ProxyTests", dependencies: ["Proxy", "BlueZ", "Posix", "Logging", "WorkerCore"]),
         .testTarget(name: "BusTests", dependencies: ["DBus", "BlueZ", "Posix", "WorkerCore"]),

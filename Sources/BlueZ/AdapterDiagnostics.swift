@@ -28,29 +28,31 @@ public enum AdapterDiagnostics {
         let probe = socket(AF_BLUETOOTH, Int32(SOCK_RAW.rawValue) | Int32(SOCK_CLOEXEC.rawValue), BTPROTO_HCI)
         if probe < 0 {
             let why = String(cString: strerror(errno))
-            return .unsupported("this kernel offers no Bluetooth sockets (AF_BLUETOOTH: \(why)): load the bluetooth module, or use a kernel built with Bluetooth")
+            return .unsupported(
+                "this kernel offers no Bluetooth sockets (AF_BLUETOOTH: \(why)): load the bluetooth module, or use a kernel built with Bluetooth")
         }
         close(probe)
         let names = (listDirectory(sysfsRoot + "/sys/class/bluetooth") ?? []).filter { $0.hasPrefix("hci") && !$0.contains(":") }.sorted()
-        return .adapters(names.map { name in
-            var adapter = KernelAdapter(name: name)
-            let id = hci_devid(name)
-            if id >= 0 {
-                var info = hci_dev_info()
-                if hci_devinfo(id, &info) == 0 {
-                    adapter.up = info.flags & 1 != 0  // bit HCI_UP
-                    var text = [CChar](repeating: 0, count: 18)
-                    ba2str(&info.bdaddr, &text)
-                    adapter.address = String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return .adapters(
+            names.map { name in
+                var adapter = KernelAdapter(name: name)
+                let id = hci_devid(name)
+                if id >= 0 {
+                    var info = hci_dev_info()
+                    if hci_devinfo(id, &info) == 0 {
+                        adapter.up = info.flags & 1 != 0  // bit HCI_UP
+                        var text = [CChar](repeating: 0, count: 18)
+                        ba2str(&info.bdaddr, &text)
+                        adapter.address = String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+                    }
                 }
-            }
-            for entry in listDirectory(sysfsRoot + "/sys/class/bluetooth/\(name)") ?? [] where entry.hasPrefix("rfkill") {
-                let base = sysfsRoot + "/sys/class/bluetooth/\(name)/\(entry)/"
-                adapter.softBlocked = readFlag(base + "soft")
-                adapter.hardBlocked = readFlag(base + "hard")
-            }
-            return adapter
-        })
+                for entry in listDirectory(sysfsRoot + "/sys/class/bluetooth/\(name)") ?? [] where entry.hasPrefix("rfkill") {
+                    let base = sysfsRoot + "/sys/class/bluetooth/\(name)/\(entry)/"
+                    adapter.softBlocked = readFlag(base + "soft")
+                    adapter.hardBlocked = readFlag(base + "hard")
+                }
+                return adapter
+            })
     }
 
     /// A setup problem the peripheral's machine found, with the kernel's view as advice.
@@ -68,7 +70,9 @@ public enum AdapterDiagnostics {
         if case .unsupported(let why) = kernel { return why }
         if let configured {
             if known.isEmpty { return "bluetoothd knows no adapter; \(configured): " + advice(for: configured) }
-            return "adapter \(configured) (bluetooth.adapter) is not known to bluetoothd, which has \(known.joined(separator: ", ")): fix bluetooth.adapter or leave it out to use the first powered one; \(configured): " + advice(for: configured)
+            return
+                "adapter \(configured) (bluetooth.adapter) is not known to bluetoothd, which has \(known.joined(separator: ", ")): fix bluetooth.adapter or leave it out to use the first powered one; \(configured): "
+                + advice(for: configured)
         }
         if known.isEmpty { return "bluetoothd knows no adapter: " + advice(for: nil) }
         return "no adapter is powered (\(known.joined(separator: ", "))): power one on (bluetoothctl power on), or check: " + advice(for: nil)
@@ -86,10 +90,16 @@ public enum AdapterDiagnostics {
                     ?? "the kernel has no Bluetooth controller: plug one in or check dmesg for firmware errors"
             }
             return adapters.map { adapter in
-                if adapter.hardBlocked == true { return "\(adapter.name) is hard-blocked by a switch or the firmware (rfkill): turn the radio switch on" }
+                if adapter.hardBlocked == true {
+                    return "\(adapter.name) is hard-blocked by a switch or the firmware (rfkill): turn the radio switch on"
+                }
                 if adapter.softBlocked == true { return "\(adapter.name) is soft-blocked (rfkill): run 'rfkill unblock bluetooth'" }
-                if adapter.up == false { return "\(adapter.name) is down in the kernel: run 'bluetoothctl power on' (or 'btmgmt --index \(adapter.name.dropFirst(3)) power on')" }
-                return "\(adapter.name) is up in the kernel\(adapter.address.map { " (\($0))" } ?? ""); if bluetoothd is not running: systemctl start bluetooth"
+                if adapter.up == false {
+                    return
+                        "\(adapter.name) is down in the kernel: run 'bluetoothctl power on' (or 'btmgmt --index \(adapter.name.dropFirst(3)) power on')"
+                }
+                return
+                    "\(adapter.name) is up in the kernel\(adapter.address.map { " (\($0))" } ?? ""); if bluetoothd is not running: systemctl start bluetooth"
             }.joined(separator: "; ")
         }
     }

@@ -26,7 +26,9 @@ enum Agent1Calls {
         case "DisplayPasskey":
             if let d = device(), let p = number(1).flatMap(UInt32.init(exactly:)), let e = number(2).flatMap(UInt16.init(exactly:)) {
                 request = .displayPasskey(device: d, passkey: p, entered: e)
-            } else { request = nil }
+            } else {
+                request = nil
+            }
         case "RequestPinCode":
             request = device().map { .pinCode(device: $0) }
         case "DisplayPinCode":

@@ -30,14 +30,21 @@ enum BlueZBus {
                 guard message.sender != nil, message.sender == owner() else { return }
                 if let decoded = objectsChanged(message) { signal(decoded) }
             },
-            try bus.addMatch("type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged',path_namespace='/org/bluez'") { message in
+            try bus.addMatch("type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged',path_namespace='/org/bluez'") {
+                message in
                 guard message.sender != nil, message.sender == owner() else { return }
                 if let decoded = propertiesChanged(message) { signal(decoded) }
             },
         ]
-        try bus.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-                     member: "GetNameOwner", arguments: [.string("org.bluez")]) { result in
-            if case .success(let args) = result, let name = args.first?.stringValue, !name.isEmpty { signal(.owner(name)) } else { signal(.owner(nil)) }
+        try bus.call(
+            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+            member: "GetNameOwner", arguments: [.string("org.bluez")]
+        ) { result in
+            if case .success(let args) = result, let name = args.first?.stringValue, !name.isEmpty {
+                signal(.owner(name))
+            } else {
+                signal(.owner(nil))
+            }
         }
         return slots
     }
@@ -54,7 +61,8 @@ enum BlueZBus {
     /// nil when the signal is not the bus daemon's about org.bluez.
     static func newOwner(_ message: BusMessage) -> String? {
         guard message.sender == "org.freedesktop.DBus", let args = try? message.arguments(), args.count == 3,
-              args[0].stringValue == "org.bluez" else { return nil }
+            args[0].stringValue == "org.bluez"
+        else { return nil }
         return args[2].stringValue ?? ""
     }
 
@@ -74,7 +82,8 @@ enum BlueZBus {
 
     static func propertiesChanged(_ message: BusMessage) -> BlueZSignal? {
         guard let path = message.path, let args = try? message.arguments(), args.count >= 2,
-              let interface = args[0].stringValue, let changed = args[1].stringKeyedEntries else { return nil }
+            let interface = args[0].stringValue, let changed = args[1].stringKeyedEntries
+        else { return nil }
         guard let name = BlueZInterfaceName(rawValue: interface) else { return nil }
         if name == .gattCharacteristic, let value = changed["Value"]?.bytesValue { return .characteristicValue(path: path, value) }
         return .propertiesChanged(path: path, decode([name.rawValue: .properties(changed.map { ($0.key, $0.value) })]))
@@ -95,30 +104,35 @@ enum BlueZBus {
     static func decode(_ interfaces: [String: DBusValue]) -> BlueZInterfaces {
         var decoded = BlueZInterfaces()
         if let adapter = interfaces[BlueZInterfaceName.adapter.rawValue]?.stringKeyedEntries {
-            decoded.adapter = .init(address: adapter["Address"]?.stringValue, powered: adapter["Powered"]?.boolValue,
-                                    discovering: adapter["Discovering"]?.boolValue,
-                                    discoverable: adapter["Discoverable"]?.boolValue)
+            decoded.adapter = .init(
+                address: adapter["Address"]?.stringValue, powered: adapter["Powered"]?.boolValue,
+                discovering: adapter["Discovering"]?.boolValue,
+                discoverable: adapter["Discoverable"]?.boolValue)
         }
         decoded.advertisingManager = interfaces[BlueZInterfaceName.advertisingManager.rawValue] != nil
         if let device = interfaces[BlueZInterfaceName.device.rawValue]?.stringKeyedEntries {
-            decoded.device = .init(address: device["Address"]?.stringValue, adapter: device["Adapter"]?.stringValue,
-                                   connected: device["Connected"]?.boolValue,
-                                   name: device["Name"]?.stringValue ?? device["Alias"]?.stringValue,
-                                   rssi: device["RSSI"]?.integerValue.flatMap { Int(exactly: $0) },
-                                   uuids: device["UUIDs"]?.arrayValue?.compactMap(\.stringValue),
-                                   servicesResolved: device["ServicesResolved"]?.boolValue,
-                                   bonded: device["Bonded"]?.boolValue ?? device["Paired"]?.boolValue,
-                                   addressType: device["AddressType"]?.stringValue,
-                                   classOfDevice: device["Class"]?.integerValue.flatMap { UInt32(exactly: $0) })
+            decoded.device = .init(
+                address: device["Address"]?.stringValue, adapter: device["Adapter"]?.stringValue,
+                connected: device["Connected"]?.boolValue,
+                name: device["Name"]?.stringValue ?? device["Alias"]?.stringValue,
+                rssi: device["RSSI"]?.integerValue.flatMap { Int(exactly: $0) },
+                uuids: device["UUIDs"]?.arrayValue?.compactMap(\.stringValue),
+                servicesResolved: device["ServicesResolved"]?.boolValue,
+                bonded: device["Bonded"]?.boolValue ?? device["Paired"]?.boolValue,
+                addressType: device["AddressType"]?.stringValue,
+                classOfDevice: device["Class"]?.integerValue.flatMap { UInt32(exactly: $0) })
         }
         if let service = interfaces[BlueZInterfaceName.gattService.rawValue]?.stringKeyedEntries,
-           let uuid = service["UUID"]?.stringValue, let device = service["Device"]?.stringValue {
+            let uuid = service["UUID"]?.stringValue, let device = service["Device"]?.stringValue
+        {
             decoded.gattService = (uuid, device)
         }
         if let characteristic = interfaces[BlueZInterfaceName.gattCharacteristic.rawValue]?.stringKeyedEntries,
-           let uuid = characteristic["UUID"]?.stringValue, let service = characteristic["Service"]?.stringValue {
-            decoded.gattCharacteristic = .init(uuid: uuid, service: service,
-                                               mtu: characteristic["MTU"]?.integerValue.flatMap { Int(exactly: $0) })
+            let uuid = characteristic["UUID"]?.stringValue, let service = characteristic["Service"]?.stringValue
+        {
+            decoded.gattCharacteristic = .init(
+                uuid: uuid, service: service,
+                mtu: characteristic["MTU"]?.integerValue.flatMap { Int(exactly: $0) })
         }
         return decoded
     }
@@ -177,7 +191,9 @@ extension BusDriving {
                 let busNs = busUsec &* 1_000
                 deadlineNs = min(deadlineNs ?? busNs, busNs)
             }
-            var interests = [Reactor.Interest(fd: bus.fileDescriptor, events: bus.events), Reactor.Interest(fd: wake.fileDescriptor, events: Int16(POLLIN))]
+            var interests = [
+                Reactor.Interest(fd: bus.fileDescriptor, events: bus.events), Reactor.Interest(fd: wake.fileDescriptor, events: Int16(POLLIN)),
+            ]
             if interests[0].events == 0 { interests[0].events = Int16(POLLIN) }
             _ = try? await Reactor.shared.wait(interests, deadlineNs: deadlineNs)
             wake.drain()

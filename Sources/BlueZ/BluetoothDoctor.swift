@@ -21,14 +21,18 @@ public enum BluetoothDoctor {
             object["kernel"] = ["supported": false, "problem": .string(why)]
             advice.append("bluetooth: " + why)
         case .adapters(let adapters):
-            object["kernel"] = ["supported": true, "adapters": .array(adapters.map { adapter in
-                var entry = JSONObject([("name", .string(adapter.name))])
-                entry["address"] = .optional(adapter.address)
-                entry["up"] = adapter.up.map { .bool($0) } ?? .null
-                entry["rfkillSoftBlocked"] = adapter.softBlocked.map { .bool($0) } ?? .null
-                entry["rfkillHardBlocked"] = adapter.hardBlocked.map { .bool($0) } ?? .null
-                return .object(entry)
-            })]
+            object["kernel"] = [
+                "supported": true,
+                "adapters": .array(
+                    adapters.map { adapter in
+                        var entry = JSONObject([("name", .string(adapter.name))])
+                        entry["address"] = .optional(adapter.address)
+                        entry["up"] = adapter.up.map { .bool($0) } ?? .null
+                        entry["rfkillSoftBlocked"] = adapter.softBlocked.map { .bool($0) } ?? .null
+                        entry["rfkillHardBlocked"] = adapter.hardBlocked.map { .bool($0) } ?? .null
+                        return .object(entry)
+                    }),
+            ]
             if adapters.isEmpty { advice.append("bluetooth: the kernel has no Bluetooth controller (/sys/class/bluetooth is empty)") }
             for adapter in adapters where adapter.softBlocked == true || adapter.hardBlocked == true || adapter.up == false {
                 advice.append("bluetooth: " + AdapterDiagnostics.advice(for: adapter.name))
@@ -42,7 +46,8 @@ public enum BluetoothDoctor {
         object["bluezVersion"] = .optional(version)
         if let version {
             if let parsed = parseVersion(version), parsed < longWriteFixedIn {
-                let note = "BlueZ \(version) refuses written values over 508 bytes before the worker sees them (fixed in BlueZ 5.69): EdgeCoder's Mac proxy, which writes 512-byte values, cannot send requests to this host; clients must write at most 508 bytes per write"
+                let note =
+                    "BlueZ \(version) refuses written values over 508 bytes before the worker sees them (fixed in BlueZ 5.69): EdgeCoder's Mac proxy, which writes 512-byte values, cannot send requests to this host; clients must write at most 508 bytes per write"
                 object["writeLimitBytes"] = 508
                 object["writeLimitNote"] = .string(note)
                 advice.append("bluetooth: " + note)
@@ -59,7 +64,9 @@ public enum BluetoothDoctor {
         let channels = BlueZMainConf.attChannels(in: confText ?? "")
         object["attBearers"] = .int(Int64(channels))
         if channels > 1 {
-            advice.append("bluetooth: bluetoothd may use \(channels) ATT bearers (EATT; [GATT] Channels in \(mainConf)\(confText == nil ? ", not readable here: its default" : "")): it can deliver notifications out of order, so the worker pauses after every chunk, which is slow at small MTUs; set \"Channels = 1\" under [GATT] there and restart bluetooth, then notifications are paced by bytes")
+            advice.append(
+                "bluetooth: bluetoothd may use \(channels) ATT bearers (EATT; [GATT] Channels in \(mainConf)\(confText == nil ? ", not readable here: its default" : "")): it can deliver notifications out of order, so the worker pauses after every chunk, which is slow at small MTUs; set \"Channels = 1\" under [GATT] there and restart bluetooth, then notifications are paced by bytes"
+            )
         }
 
         let bus = probeBus()
@@ -89,13 +96,14 @@ public enum BluetoothDoctor {
         var json: JSONValue {
             var object = JSONObject([("running", .bool(running))])
             object["owner"] = .optional(owner)
-            object["adapters"] = .array(adapters.map { adapter in
-                var entry = JSONObject([("name", .string(adapter.name))])
-                entry["address"] = .optional(adapter.address)
-                entry["powered"] = .bool(adapter.powered)
-                entry["leAdvertising"] = .bool(adapter.canAdvertise)
-                return .object(entry)
-            })
+            object["adapters"] = .array(
+                adapters.map { adapter in
+                    var entry = JSONObject([("name", .string(adapter.name))])
+                    entry["address"] = .optional(adapter.address)
+                    entry["powered"] = .bool(adapter.powered)
+                    entry["leAdvertising"] = .bool(adapter.canAdvertise)
+                    return .object(entry)
+                })
             object["problem"] = .optional(problem)
             return .object(object)
         }
@@ -113,10 +121,14 @@ public enum BluetoothDoctor {
         var owner: Result<[DBusValue], DBusError>?
         var objects: Result<[DBusValue], DBusError>?
         do {
-            try bus.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-                         member: "GetNameOwner", arguments: [.string("org.bluez")], timeoutUsec: 2_000_000) { owner = $0 }
-            try bus.call(destination: "org.bluez", path: "/", interface: "org.freedesktop.DBus.ObjectManager",
-                         member: "GetManagedObjects", timeoutUsec: 2_000_000) { objects = $0 }
+            try bus.call(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: "GetNameOwner", arguments: [.string("org.bluez")], timeoutUsec: 2_000_000
+            ) { owner = $0 }
+            try bus.call(
+                destination: "org.bluez", path: "/", interface: "org.freedesktop.DBus.ObjectManager",
+                member: "GetManagedObjects", timeoutUsec: 2_000_000
+            ) { objects = $0 }
             let deadline = monotonicMs() + 2_500
             while (owner == nil || objects == nil) && monotonicMs() < deadline {
                 while try bus.process() {}

@@ -135,25 +135,36 @@ public actor GattCentral: BusDriving, ProxyUpstream {
             case .loadObjects:
                 if let bus { BlueZBus.loadObjects(bus) { self.feed(.bluez($0)) } }
             case .startDiscovery(let adapterPath):
-                try? bus?.call(destination: "org.bluez", path: adapterPath, interface: "org.bluez.Adapter1", member: "SetDiscoveryFilter",
-                               arguments: [.properties([("UUIDs", .strings([GattLayout.serviceUUID])), ("Transport", .string("le")), ("DuplicateData", .bool(true))])]) { _ in }
+                try? bus?.call(
+                    destination: "org.bluez", path: adapterPath, interface: "org.bluez.Adapter1", member: "SetDiscoveryFilter",
+                    arguments: [
+                        .properties([("UUIDs", .strings([GattLayout.serviceUUID])), ("Transport", .string("le")), ("DuplicateData", .bool(true))])
+                    ]
+                ) { _ in }
                 try? bus?.call(destination: "org.bluez", path: adapterPath, interface: "org.bluez.Adapter1", member: "StartDiscovery") { result in
-                    if case .failure(let error) = result { self.feed(.discoveryFailed(error: "\(error)", inProgress: error.name.hasSuffix("InProgress"))) }
+                    if case .failure(let error) = result {
+                        self.feed(.discoveryFailed(error: "\(error)", inProgress: error.name.hasSuffix("InProgress")))
+                    }
                 }
             case .stopDiscovery(let adapterPath):
                 try? bus?.call(destination: "org.bluez", path: adapterPath, interface: "org.bluez.Adapter1", member: "StopDiscovery") { _ in }
             case .connect(let device, let timeoutMs):
-                try? bus?.call(destination: "org.bluez", path: device, interface: "org.bluez.Device1", member: "Connect",
-                               timeoutUsec: UInt64(timeoutMs) * 1000) { result in
+                try? bus?.call(
+                    destination: "org.bluez", path: device, interface: "org.bluez.Device1", member: "Connect",
+                    timeoutUsec: UInt64(timeoutMs) * 1000
+                ) { result in
                     self.feed(.connectAnswered(device: device, error: Self.failure(result)))
                 }
             case .disconnect(let device):
                 try? bus?.call(destination: "org.bluez", path: device, interface: "org.bluez.Device1", member: "Disconnect") { _ in }
             case .refreshDevice(let device):
-                try? bus?.call(destination: "org.bluez", path: device, interface: GattObjects.properties, member: "GetAll",
-                               arguments: [.string(BlueZInterfaceName.device.rawValue)]) { result in
+                try? bus?.call(
+                    destination: "org.bluez", path: device, interface: GattObjects.properties, member: "GetAll",
+                    arguments: [.string(BlueZInterfaceName.device.rawValue)]
+                ) { result in
                     guard case .success(let args) = result, let properties = args.first,
-                          let decoded = BlueZBus.decode([BlueZInterfaceName.device.rawValue: properties]).device else { return }
+                        let decoded = BlueZBus.decode([BlueZInterfaceName.device.rawValue: properties]).device
+                    else { return }
                     self.feed(.deviceProperties(device: device, decoded))
                 }
             case .acquireNotify(let path):
@@ -162,24 +173,31 @@ public actor GattCentral: BusDriving, ProxyUpstream {
                 notifyReader?.cancel()
                 notifyReader = nil
             case .startNotify(let path):
-                try? bus?.call(destination: "org.bluez", path: path, interface: GattObjects.characteristicInterface, member: "StartNotify") { result in
+                try? bus?.call(destination: "org.bluez", path: path, interface: GattObjects.characteristicInterface, member: "StartNotify") {
+                    result in
                     self.feed(.subscribeAnswered(path: path, error: Self.failure(result)))
                 }
             case .readMTU(let path):
-                try? bus?.call(destination: "org.bluez", path: path, interface: GattObjects.properties, member: "Get",
-                               arguments: [.string(GattObjects.characteristicInterface), .string("MTU")]) { result in
+                try? bus?.call(
+                    destination: "org.bluez", path: path, interface: GattObjects.properties, member: "Get",
+                    arguments: [.string(GattObjects.characteristicInterface), .string("MTU")]
+                ) { result in
                     if case .success(let args) = result, let mtu = args.first?.integerValue.flatMap({ Int(exactly: $0) }) { self.feed(.mtuRead(mtu)) }
                 }
             case .readStatus(let path):
-                try? bus?.call(destination: "org.bluez", path: path, interface: GattObjects.characteristicInterface, member: "ReadValue",
-                               arguments: [.properties([])]) { result in
+                try? bus?.call(
+                    destination: "org.bluez", path: path, interface: GattObjects.characteristicInterface, member: "ReadValue",
+                    arguments: [.properties([])]
+                ) { result in
                     if case .success(let args) = result, let value = args.first?.bytesValue { self.feed(.statusRead(value)) }
                 }
             case .write(let id, let path, let chunk):
                 do {
                     guard let bus else { throw BusFailure("write to the worker: no bus", -ENOTCONN) }
-                    try bus.call(destination: "org.bluez", path: path, interface: GattObjects.characteristicInterface, member: "WriteValue",
-                                 arguments: [.bytes(chunk), .properties([("type", .string("request"))])]) { result in
+                    try bus.call(
+                        destination: "org.bluez", path: path, interface: GattObjects.characteristicInterface, member: "WriteValue",
+                        arguments: [.bytes(chunk), .properties([("type", .string("request"))])]
+                    ) { result in
                         self.feed(.writeAnswered(id: id, error: Self.failure(result)))
                     }
                 } catch {
@@ -213,8 +231,10 @@ public actor GattCentral: BusDriving, ProxyUpstream {
         notifyReader = nil
         do {
             guard let bus else { throw BusFailure("AcquireNotify: no bus", -ENOTCONN) }
-            try bus.call(destination: "org.bluez", path: path, interface: GattObjects.characteristicInterface, member: "AcquireNotify",
-                         arguments: [.properties([])]) { result in
+            try bus.call(
+                destination: "org.bluez", path: path, interface: GattObjects.characteristicInterface, member: "AcquireNotify",
+                arguments: [.properties([])]
+            ) { result in
                 switch result {
                 case .success(let args):
                     // The message owns its descriptor: keep a duplicate of our own.
@@ -283,8 +303,9 @@ public actor GattCentral: BusDriving, ProxyUpstream {
             let bus = try BlueZBus.open(address: settings.busAddress)
             self.bus = bus
             feed(.busOpened)
-            slots += try BlueZBus.follow(bus, owner: { self.machine.follower.owner },
-                                         signal: { self.feed(.bluez($0)) })
+            slots += try BlueZBus.follow(
+                bus, owner: { self.machine.follower.owner },
+                signal: { self.feed(.bluez($0)) })
         } catch {
             dropBus(reason: "cannot use the system bus: \(error). Is dbus-daemon running (systemctl status dbus)?")
         }

@@ -25,15 +25,21 @@ enum GattObjects {
 
     /// The properties of one object's interface; nil when the object has no such interface.
     /// `values` holds the characteristics' current values, `notifying` those subscribed.
-    static func properties(path: String, interface: String, localName: String,
-                           values: [String: [UInt8]], notifying: Set<String>, security: BluetoothSecurity = .open) -> [(String, DBusValue)]? {
+    static func properties(
+        path: String, interface: String, localName: String,
+        values: [String: [UInt8]], notifying: Set<String>, security: BluetoothSecurity = .open
+    ) -> [(String, DBusValue)]? {
         if path == service && interface == serviceInterface {
-            return [("UUID", .string(GattLayout.serviceUUID)), ("Primary", .bool(true)),
-                    ("Includes", .array(elementSignature: "o", []))]
+            return [
+                ("UUID", .string(GattLayout.serviceUUID)), ("Primary", .bool(true)),
+                ("Includes", .array(elementSignature: "o", [])),
+            ]
         }
         if interface == characteristicInterface, let characteristic = GattLayout.characteristic(path: path) {
-            var properties: [(String, DBusValue)] = [("UUID", .string(characteristic.uuid)), ("Service", .objectPath(service)),
-                                                     ("Flags", .strings(security.flags(characteristic.properties)))]
+            var properties: [(String, DBusValue)] = [
+                ("UUID", .string(characteristic.uuid)), ("Service", .objectPath(service)),
+                ("Flags", .strings(security.flags(characteristic.properties))),
+            ]
             if characteristic.notifies { properties.append(("Notifying", .bool(notifying.contains(path)))) }
             if characteristic.readable || characteristic.notifies { properties.append(("Value", .bytes(values[path] ?? []))) }
             return properties
@@ -41,8 +47,10 @@ enum GattObjects {
         if path == advertisement && interface == advertisementInterface {
             // BlueZ 5.66 puts LocalName in the scan response (legacy advertising), which
             // leaves the 31-byte advertising data to the flags and the 128-bit service UUID.
-            return [("Type", .string("peripheral")), ("ServiceUUIDs", .strings([GattLayout.serviceUUID])),
-                    ("LocalName", .string(localName)), ("Discoverable", .bool(true))]
+            return [
+                ("Type", .string("peripheral")), ("ServiceUUIDs", .strings([GattLayout.serviceUUID])),
+                ("LocalName", .string(localName)), ("Discoverable", .bool(true)),
+            ]
         }
         return nil
     }
@@ -56,11 +64,15 @@ enum GattObjects {
 
     /// `GetManagedObjects` of the application root: the service and its characteristics
     /// (the advertisement is registered separately).
-    static func managedObjects(localName: String, values: [String: [UInt8]], notifying: Set<String>, security: BluetoothSecurity = .open) -> DBusValue {
+    static func managedObjects(localName: String, values: [String: [UInt8]], notifying: Set<String>, security: BluetoothSecurity = .open) -> DBusValue
+    {
         let entries = ([service] + characteristics).map { path -> DBusDictEntry in
             let interfaces = self.interfaces(of: path).map { interface in
-                DBusDictEntry(key: .string(interface),
-                              value: .properties(properties(path: path, interface: interface, localName: localName, values: values, notifying: notifying, security: security) ?? []))
+                DBusDictEntry(
+                    key: .string(interface),
+                    value: .properties(
+                        properties(path: path, interface: interface, localName: localName, values: values, notifying: notifying, security: security)
+                            ?? []))
             }
             return DBusDictEntry(key: .objectPath(path), value: .dictionary(keySignature: "s", valueSignature: "a{sv}", interfaces))
         }

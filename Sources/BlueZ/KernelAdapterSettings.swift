@@ -71,7 +71,9 @@ enum KernelAdapterSettings {
             socket = try ManagementSocket()
             try socket.send(MgmtWire.command(.readIndexList))
         } catch {
-            logger.warning("cannot read the kernel's Bluetooth settings (\(error)): an adapter made Bluetooth Classic connectable outside bluetoothd (btmgmt connectable on) goes unseen, and the pairing agent does not stand back for it")
+            logger.warning(
+                "cannot read the kernel's Bluetooth settings (\(error)): an adapter made Bluetooth Classic connectable outside bluetoothd (btmgmt connectable on) goes unseen, and the pairing agent does not stand back for it"
+            )
             return
         }
         var known: [UInt16: Bool] = [:]

@@ -49,8 +49,10 @@ public final class PairingAgent {
 
     /// `say` prints a line for the operator (prompts included); `input` is where answers
     /// come from (stdin). `stop`/`wake`: a signal handler sets the signal and wakes the loop.
-    public init(adapter: String?, durationMs: Int64, input: Int32 = 0, busAddress: String? = nil,
-                stop: PairingStop, wake: WakeEvent, say: @escaping (String) -> Void) {
+    public init(
+        adapter: String?, durationMs: Int64, input: Int32 = 0, busAddress: String? = nil,
+        stop: PairingStop, wake: WakeEvent, say: @escaping (String) -> Void
+    ) {
         self.adapterName = adapter
         self.durationMs = durationMs
         self.input = input
@@ -69,8 +71,11 @@ public final class PairingAgent {
         }
         self.bus = bus
         defer { self.bus = nil }
-        guard case .success(let owner) = await call("org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "GetNameOwner", [.string("org.bluez")]),
-              let bluez = owner.first?.stringValue else {
+        guard
+            case .success(let owner) = await call(
+                "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "GetNameOwner", [.string("org.bluez")]),
+            let bluez = owner.first?.stringValue
+        else {
             return .failed("bluetoothd is not running (no org.bluez on the system bus): start it (systemctl start bluetooth)")
         }
         self.bluez = bluez
@@ -82,17 +87,24 @@ public final class PairingAgent {
         let adapterPath = "/org/bluez/" + adapter
         do {
             slots.append(try bus.exportObjects(under: Self.objectPath) { [unowned self] message in self.handle(message) })
-            slots.append(try bus.addMatch("type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged',path_namespace='\(adapterPath)'") { [unowned self] message in
-                self.propertiesChanged(message)
-            })
+            slots.append(
+                try bus.addMatch(
+                    "type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged',path_namespace='\(adapterPath)'"
+                ) { [unowned self] message in
+                    self.propertiesChanged(message)
+                })
         } catch {
             return .failed("cannot export the agent object: \(error)")
         }
         defer { slots.forEach { $0.cancel() }; slots.removeAll() }
 
         let manager = Agent1Calls.manager
-        if case .failure(let error) = await call(manager.0, manager.1, manager.2, "RegisterAgent", [.objectPath(Self.objectPath), .string(Self.capability)]) {
-            return .failed("bluetoothd refused to register the pairing agent: \(error)\(error.name.hasSuffix("AccessDenied") ? " (run as root or a member of group bluetooth)" : "")")
+        if case .failure(let error) = await call(
+            manager.0, manager.1, manager.2, "RegisterAgent", [.objectPath(Self.objectPath), .string(Self.capability)])
+        {
+            return .failed(
+                "bluetoothd refused to register the pairing agent: \(error)\(error.name.hasSuffix("AccessDenied") ? " (run as root or a member of group bluetooth)" : "")"
+            )
         }
         var outcome: Outcome
         if case .failure(let error) = await call(manager.0, manager.1, manager.2, "RequestDefaultAgent", [.objectPath(Self.objectPath)]) {
@@ -102,7 +114,9 @@ public final class PairingAgent {
             if wasPairable != true, case .failure(let error) = await setPairable(adapterPath, true) {
                 outcome = .failed("cannot make \(adapter) pairable: \(error)")
             } else {
-                say("Pairing window open on \(adapter) for \(durationMs / 1000) s (agent \(Self.capability)). Pair from the client now; Ctrl-C ends the window.")
+                say(
+                    "Pairing window open on \(adapter) for \(durationMs / 1000) s (agent \(Self.capability)). Pair from the client now; Ctrl-C ends the window."
+                )
                 window = PairingWindow(adapter: adapter, nowMs: Self.nowMs(), durationMs: durationMs)
                 outcome = await loop(bus)
             }
@@ -120,7 +134,8 @@ public final class PairingAgent {
         // bluetoothd also drops the agent when this process leaves the bus; unregistering
         // says so now, and puts the previous default agent (the desktop's) back at once.
         if case .failure(let error) = await call(manager.0, manager.1, manager.2, "UnregisterAgent", [.objectPath(Self.objectPath)]),
-           !error.name.hasSuffix("DoesNotExist") {
+            !error.name.hasSuffix("DoesNotExist")
+        {
             say("warning: cannot unregister the pairing agent: \(error); bluetoothd drops it when this program exits")
         }
         return outcome
@@ -139,8 +154,10 @@ public final class PairingAgent {
             if let reply = window?.tick(nowMs: Self.nowMs()) { send(reply) }
             guard let window, window.isOpen else { break }
             if bus.events & Int16(POLLOUT) != 0 { _ = try? bus.process() }
-            var interests = [Reactor.Interest(fd: bus.fileDescriptor, events: bus.events == 0 ? Int16(POLLIN) : bus.events),
-                             Reactor.Interest(fd: wake.fileDescriptor, events: Int16(POLLIN))]
+            var interests = [
+                Reactor.Interest(fd: bus.fileDescriptor, events: bus.events == 0 ? Int16(POLLIN) : bus.events),
+                Reactor.Interest(fd: wake.fileDescriptor, events: Int16(POLLIN)),
+            ]
             if held != nil && !inputEnded { interests.append(Reactor.Interest(fd: input, events: Int16(POLLIN))) }
             var deadlineNs = UInt64(max(0, window.deadlineMs)) * 1_000_000
             if let busUsec = bus.timeoutUsec { deadlineNs = min(deadlineNs, busUsec &* 1_000) }
@@ -253,8 +270,9 @@ public final class PairingAgent {
 
     private func propertiesChanged(_ message: BusMessage) {
         guard message.sender != nil, message.sender == bluez, let path = message.path,
-              let args = try? message.arguments(), args.count >= 2, args[0].stringValue == "org.bluez.Device1",
-              let changed = args[1].stringKeyedEntries, changed["Paired"]?.boolValue == true || changed["Bonded"]?.boolValue == true else { return }
+            let args = try? message.arguments(), args.count >= 2, args[0].stringValue == "org.bluez.Device1",
+            let changed = args[1].stringKeyedEntries, changed["Paired"]?.boolValue == true || changed["Bonded"]?.boolValue == true
+        else { return }
         if window?.devicePaired(path) == true, let address = window?.paired {
             let bonded = changed["Bonded"]?.boolValue == true ? " and bonded" : ""
             say("\(address) paired\(bonded). The window closes.")
@@ -263,11 +281,15 @@ public final class PairingAgent {
 
     // MARK: - Bus calls awaited on the loop
 
-    private func call(_ destination: String, _ path: String, _ interface: String, _ member: String, _ arguments: [DBusValue] = []) async -> Result<[DBusValue], DBusError> {
+    private func call(_ destination: String, _ path: String, _ interface: String, _ member: String, _ arguments: [DBusValue] = []) async -> Result<
+        [DBusValue], DBusError
+    > {
         guard let bus else { return .failure(.failed("no bus")) }
         let box = ResultBox()
         do {
-            try bus.call(destination: destination, path: path, interface: interface, member: member, arguments: arguments, timeoutUsec: 10_000_000) { box.result = $0 }
+            try bus.call(destination: destination, path: path, interface: interface, member: member, arguments: arguments, timeoutUsec: 10_000_000) {
+                box.result = $0
+            }
         } catch {
             return .failure(.failed("\(error)"))
         }
@@ -276,18 +298,23 @@ public final class PairingAgent {
             if box.result != nil { break }
             var deadlineNs: UInt64?
             if let usec = bus.timeoutUsec { deadlineNs = usec &* 1_000 }
-            _ = try? await Reactor.shared.wait([Reactor.Interest(fd: bus.fileDescriptor, events: bus.events == 0 ? Int16(POLLIN) : bus.events)], deadlineNs: deadlineNs)
+            _ = try? await Reactor.shared.wait(
+                [Reactor.Interest(fd: bus.fileDescriptor, events: bus.events == 0 ? Int16(POLLIN) : bus.events)], deadlineNs: deadlineNs)
         }
         return box.result!
     }
 
     private func property(_ path: String, _ name: String) async -> DBusValue? {
-        guard case .success(let args) = await call("org.bluez", path, "org.freedesktop.DBus.Properties", "Get", [.string("org.bluez.Adapter1"), .string(name)]) else { return nil }
+        guard
+            case .success(let args) = await call(
+                "org.bluez", path, "org.freedesktop.DBus.Properties", "Get", [.string("org.bluez.Adapter1"), .string(name)])
+        else { return nil }
         return args.first
     }
 
     private func setPairable(_ path: String, _ on: Bool) async -> Result<[DBusValue], DBusError> {
-        await call("org.bluez", path, "org.freedesktop.DBus.Properties", "Set", [.string("org.bluez.Adapter1"), .string("Pairable"), .variant(.bool(on))])
+        await call(
+            "org.bluez", path, "org.freedesktop.DBus.Properties", "Set", [.string("org.bluez.Adapter1"), .string("Pairable"), .variant(.bool(on))])
     }
 
     /// --adapter, else the first powered adapter bluetoothd lists.
@@ -299,7 +326,10 @@ public final class PairingAgent {
         let adapters = tree.filter { $0.value.adapter != nil && $0.key.hasPrefix("/org/bluez/") }.sorted { $0.key < $1.key }
         if let adapterName {
             guard let found = adapters.first(where: { $0.key == "/org/bluez/" + adapterName }) else {
-                return .failure(.failed("bluetoothd has no adapter \(adapterName) (it has: \(adapters.map { String($0.key.dropFirst(11)) }.joined(separator: ", ")))"))
+                return .failure(
+                    .failed(
+                        "bluetoothd has no adapter \(adapterName) (it has: \(adapters.map { String($0.key.dropFirst(11)) }.joined(separator: ", ")))")
+                )
             }
             if found.value.adapter?.powered != true { return .failure(.failed("\(adapterName) is powered off: bluetoothctl power on")) }
             return .success(adapterName)

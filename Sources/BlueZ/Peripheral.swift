@@ -13,8 +13,10 @@ public protocol PeripheralHost: Sendable {
     /// Runs `request`; a streamed one hands each piece of text to `onPartial`, in order,
     /// before returning. When the client cancels it (or leaves), the calling task is
     /// cancelled after `cancellation.reason` is set: the host stops the model and records why.
-    func serve(_ request: BluetoothRequest, client: String, cancellation: ServeCancellation,
-               onPartial: @escaping @Sendable (String) async -> Void) async -> PeripheralOutcome
+    func serve(
+        _ request: BluetoothRequest, client: String, cancellation: ServeCancellation,
+        onPartial: @escaping @Sendable (String) async -> Void
+    ) async -> PeripheralOutcome
     func statusValues() async -> (modelState: String, batteryPct: Int?)
     func report(_ status: BluetoothStatus) async
 }
@@ -56,8 +58,9 @@ public struct PeripheralSettings: Sendable {
     }
 
     var machine: PeripheralMachine.Settings {
-        var settings = PeripheralMachine.Settings(adapter: adapter, localName: localName, maxRequestBytes: maxRequestBytes,
-                                                  maxQueuedRequests: maxQueuedRequests, chunkPacingMs: Int64(chunkPacingMs), maxClients: maxClients)
+        var settings = PeripheralMachine.Settings(
+            adapter: adapter, localName: localName, maxRequestBytes: maxRequestBytes,
+            maxQueuedRequests: maxQueuedRequests, chunkPacingMs: Int64(chunkPacingMs), maxClients: maxClients)
         settings.statusIntervalMs = statusIntervalMs
         settings.retryMs = retryMs
         settings.maxTokens = maxTokens
@@ -166,14 +169,17 @@ public actor GattPeripheral: BusDriving {
             case .register(let what, let adapterPath, let epoch):
                 register(what, adapterPath: adapterPath, epoch: epoch)
             case .unregister(let what, let adapterPath):
-                let (path, interface, member, object) = switch what {
-                case .application: (adapterPath, "org.bluez.GattManager1", "UnregisterApplication", GattObjects.root)
-                case .advertisement: (adapterPath, "org.bluez.LEAdvertisingManager1", "UnregisterAdvertisement", GattObjects.advertisement)
-                case .agent: (Agent1Calls.manager.path, Agent1Calls.manager.interface, "UnregisterAgent", GattObjects.agent)
-                }
+                let (path, interface, member, object) =
+                    switch what {
+                    case .application: (adapterPath, "org.bluez.GattManager1", "UnregisterApplication", GattObjects.root)
+                    case .advertisement: (adapterPath, "org.bluez.LEAdvertisingManager1", "UnregisterAdvertisement", GattObjects.advertisement)
+                    case .agent: (Agent1Calls.manager.path, Agent1Calls.manager.interface, "UnregisterAgent", GattObjects.agent)
+                    }
                 do {
-                    try bus?.call(destination: "org.bluez", path: path, interface: interface, member: member,
-                                  arguments: [.objectPath(object)], timeoutUsec: stopTimeoutUsec) { _ in self.feed(.unregistered(what)) }
+                    try bus?.call(
+                        destination: "org.bluez", path: path, interface: interface, member: member,
+                        arguments: [.objectPath(object)], timeoutUsec: stopTimeoutUsec
+                    ) { _ in self.feed(.unregistered(what)) }
                 } catch {
                     _ = machine.on(.unregistered(what), now: monotonicMs())
                 }
@@ -181,8 +187,10 @@ public actor GattPeripheral: BusDriving {
                 // Asynchronous: the actor goes on at once. bluetoothd answers once the link
                 // is down, which takes seconds under load and up to its 25 s supervision
                 // timeout when the peer is already gone; a slow answer is no failure.
-                try? bus?.call(destination: "org.bluez", path: device, interface: "org.bluez.Device1", member: "Disconnect",
-                               timeoutUsec: machine.stopping ? stopTimeoutUsec : 30_000_000) { [logger] result in
+                try? bus?.call(
+                    destination: "org.bluez", path: device, interface: "org.bluez.Device1", member: "Disconnect",
+                    timeoutUsec: machine.stopping ? stopTimeoutUsec : 30_000_000
+                ) { [logger] result in
                     switch result {
                     case .failure(let error) where error.name == "org.freedesktop.DBus.Error.NoReply":
                         logger.info("disconnecting \(address): bluetoothd did not confirm in time (\(error.message))")
@@ -195,8 +203,10 @@ public actor GattPeripheral: BusDriving {
             case .removeDevice(let adapterPath, let device, let address):
                 // Asynchronous like Disconnect: bluetoothd disconnects the device first if
                 // it is still connected, which can take seconds.
-                try? bus?.call(destination: "org.bluez", path: adapterPath, interface: "org.bluez.Adapter1", member: "RemoveDevice",
-                               arguments: [.objectPath(device)], timeoutUsec: 30_000_000) { [logger] result in
+                try? bus?.call(
+                    destination: "org.bluez", path: adapterPath, interface: "org.bluez.Adapter1", member: "RemoveDevice",
+                    arguments: [.objectPath(device)], timeoutUsec: 30_000_000
+                ) { [logger] result in
                     switch result {
                     case .failure(let error) where error.name == BlueZErrorName.doesNotExist.rawValue:
                         logger.debug("\(address) was already forgotten by bluetoothd")
@@ -230,13 +240,16 @@ public actor GattPeripheral: BusDriving {
 
     private func register(_ what: PeripheralMachine.Registered, adapterPath: String, epoch: Int) {
         if what == .agent { return registerAgent(epoch: epoch) }
-        let (interface, member, object) = what == .application
+        let (interface, member, object) =
+            what == .application
             ? ("org.bluez.GattManager1", "RegisterApplication", GattObjects.root)
             : ("org.bluez.LEAdvertisingManager1", "RegisterAdvertisement", GattObjects.advertisement)
         do {
             guard let bus else { throw BusFailure("register with bluetoothd: no bus", -ENOTCONN) }
-            try bus.call(destination: "org.bluez", path: adapterPath, interface: interface, member: member,
-                         arguments: [.objectPath(object), .properties([])]) { result in
+            try bus.call(
+                destination: "org.bluez", path: adapterPath, interface: interface, member: member,
+                arguments: [.objectPath(object), .properties([])]
+            ) { result in
                 self.feed(.registration(what, epoch: epoch, Self.answer(result)))
             }
         } catch {
@@ -252,15 +265,19 @@ public actor GattPeripheral: BusDriving {
         let manager = Agent1Calls.manager
         do {
             guard let bus else { throw BusFailure("register the pairing agent: no bus", -ENOTCONN) }
-            try bus.call(destination: manager.destination, path: manager.path, interface: manager.interface, member: "RegisterAgent",
-                         arguments: [.objectPath(GattObjects.agent), .string(JustWorksAgent.capability)]) { result in
+            try bus.call(
+                destination: manager.destination, path: manager.path, interface: manager.interface, member: "RegisterAgent",
+                arguments: [.objectPath(GattObjects.agent), .string(JustWorksAgent.capability)]
+            ) { result in
                 if case .failure(let error) = result, error.name != BlueZErrorName.alreadyExists.rawValue {
                     self.feed(.registration(.agent, epoch: epoch, .refused("RegisterAgent: \(error)")))
                     return
                 }
                 do {
-                    try self.bus?.call(destination: manager.destination, path: manager.path, interface: manager.interface, member: "RequestDefaultAgent",
-                                       arguments: [.objectPath(GattObjects.agent)]) { result in
+                    try self.bus?.call(
+                        destination: manager.destination, path: manager.path, interface: manager.interface, member: "RequestDefaultAgent",
+                        arguments: [.objectPath(GattObjects.agent)]
+                    ) { result in
                         switch result {
                         case .success: self.feed(.registration(.agent, epoch: epoch, .accepted))
                         case .failure(let error): self.feed(.registration(.agent, epoch: epoch, .refused("RequestDefaultAgent: \(error)")))
@@ -288,8 +305,9 @@ public actor GattPeripheral: BusDriving {
     private func notify(_ path: String, _ chunk: [UInt8]) {
         guard let bus else { return }
         do {
-            try bus.emitSignal(path: path, interface: GattObjects.properties, member: "PropertiesChanged",
-                               arguments: [.string(GattObjects.characteristicInterface), .properties([("Value", .bytes(chunk))]), .strings([])])
+            try bus.emitSignal(
+                path: path, interface: GattObjects.properties, member: "PropertiesChanged",
+                arguments: [.string(GattObjects.characteristicInterface), .properties([("Value", .bytes(chunk))]), .strings([])])
         } catch {
             logger.warning("cannot send a notification: \(error)")
         }
@@ -330,8 +348,9 @@ public actor GattPeripheral: BusDriving {
             slots.append(try bus.exportObjects(under: GattObjects.root) { message in self.handle(message) })
             logger.info("connected to the system bus as \(bus.uniqueName ?? "?")")
             feed(.busOpened)
-            slots += try BlueZBus.follow(bus, owner: { self.machine.follower.owner },
-                                         signal: { self.feed(.bluez($0)) })
+            slots += try BlueZBus.follow(
+                bus, owner: { self.machine.follower.owner },
+                signal: { self.feed(.bluez($0)) })
         } catch {
             closeBus(reason: "cannot use the system bus: \(error). Is dbus-daemon running (systemctl status dbus)?")
             logger.warning(machine.status.problem ?? "")
@@ -359,20 +378,27 @@ public actor GattPeripheral: BusDriving {
         let notifying = Set(machine.notifying.map { GattLayout.characteristic($0).path })
         switch (interface, member) {
         case (GattObjects.objectManager, "GetManagedObjects") where path == GattObjects.root:
-            return .reply([GattObjects.managedObjects(localName: settings.localName, values: values, notifying: notifying, security: settings.security)])
+            return .reply([
+                GattObjects.managedObjects(localName: settings.localName, values: values, notifying: notifying, security: settings.security)
+            ])
         case (GattObjects.properties, "GetAll"):
             guard let wanted = args.first?.stringValue,
-                  let props = GattObjects.properties(path: path, interface: wanted, localName: settings.localName, values: values, notifying: notifying, security: settings.security)
+                let props = GattObjects.properties(
+                    path: path, interface: wanted, localName: settings.localName, values: values, notifying: notifying, security: settings.security)
             else { return .error(DBusError(name: "org.freedesktop.DBus.Error.InvalidArgs", message: "no such interface on \(path)")) }
             return .reply([.properties(props)])
         case (GattObjects.properties, "Get"):
             guard args.count == 2, let wanted = args[0].stringValue, let name = args[1].stringValue,
-                  let value = GattObjects.properties(path: path, interface: wanted, localName: settings.localName, values: values, notifying: notifying, security: settings.security)?.first(where: { $0.0 == name })?.1
+                let value = GattObjects.properties(
+                    path: path, interface: wanted, localName: settings.localName, values: values, notifying: notifying, security: settings.security)?
+                    .first(where: { $0.0 == name })?.1
             else { return .error(DBusError(name: "org.freedesktop.DBus.Error.InvalidArgs", message: "no such property on \(path)")) }
             return .reply([.variant(value)])
         case (GattObjects.characteristicInterface, _):
             guard let characteristic = GattLayout.characteristic(path: path) else { return .notHandled }
-            return answer(feed(.call(sender: message.sender, Self.call(member, on: characteristic, path: path, args: args, expectsReply: message.expectsReply))))
+            return answer(
+                feed(.call(sender: message.sender, Self.call(member, on: characteristic, path: path, args: args, expectsReply: message.expectsReply)))
+            )
         case (Agent1Calls.interface, let member) where path == GattObjects.agent:
             guard let call = Agent1Calls.decode(member: member, args) else { return .notHandled }
             return answer(feed(.call(sender: message.sender, .agent(call))))
@@ -384,8 +410,10 @@ public actor GattPeripheral: BusDriving {
     }
 
     /// A GattCharacteristic1 call, decoded; what the table does not allow is unsupported.
-    static func call(_ member: String, on characteristic: GattLayout.Characteristic, path: String, args: [DBusValue],
-                     expectsReply: Bool) -> PeripheralMachine.Call {
+    static func call(
+        _ member: String, on characteristic: GattLayout.Characteristic, path: String, args: [DBusValue],
+        expectsReply: Bool
+    ) -> PeripheralMachine.Call {
         func options(_ index: Int) -> [String: DBusValue] { args.count > index ? args[index].stringKeyedEntries ?? [:] : [:] }
         func mtu(_ options: [String: DBusValue]) -> Int? { options["mtu"]?.integerValue.flatMap { Int(exactly: $0) } }
         switch member {
@@ -424,19 +452,24 @@ public actor GattPeripheral: BusDriving {
     private func workLoop() async {
         for await job in jobStream {
             let started = monotonicMs()
-            let winner = await race({ [host] in
-                await host.serve(job.request, client: job.client, cancellation: job.cancellation) { text in
-                    await self.partial(job.ticket, text)
-                }
-            }, {
-                await job.cancellation.wait()
-            })
+            let winner = await race(
+                { [host] in
+                    await host.serve(job.request, client: job.client, cancellation: job.cancellation) { text in
+                        await self.partial(job.ticket, text)
+                    }
+                },
+                {
+                    await job.cancellation.wait()
+                })
             if Task.isCancelled { return }
             switch winner {
             case .first(let outcome): served(job.ticket, outcome)
             case .second:
-                served(job.ticket, PeripheralOutcome(ok: false, output: "", error: job.cancellation.reason ?? "cancelled",
-                                                     durationMs: monotonicMs() - started))
+                served(
+                    job.ticket,
+                    PeripheralOutcome(
+                        ok: false, output: "", error: job.cancellation.reason ?? "cancelled",
+                        durationMs: monotonicMs() - started))
             }
         }
     }
@@ -487,11 +520,13 @@ public final class ServeCancellation: Sendable {
 
     func cancel(reason: String) {
         // The first reason stands: a disconnect after a cancel does not rename it.
-        guard why.withLock({ current -> Bool in
-            guard current == nil else { return false }
-            current = reason
-            return true
-        }) else { return }
+        guard
+            why.withLock({ current -> Bool in
+                guard current == nil else { return false }
+                current = reason
+                return true
+            })
+        else { return }
         cancelled.set(true)
     }
 

@@ -83,9 +83,11 @@ public final class Bus {
     /// `reply` runs at most once. When the connection drops, a later `process()` hands it
     /// sd-bus's NoReply error; when the `Bus` itself is released with the call pending, it
     /// is not called at all, and is released with whatever it captured.
-    public func call(destination: String, path: String, interface: String, member: String,
-                     arguments: [DBusValue] = [], timeoutUsec: UInt64 = 25_000_000,
-                     reply: @escaping (Result<[DBusValue], DBusError>) -> Void) throws(BusFailure) {
+    public func call(
+        destination: String, path: String, interface: String, member: String,
+        arguments: [DBusValue] = [], timeoutUsec: UInt64 = 25_000_000,
+        reply: @escaping (Result<[DBusValue], DBusError>) -> Void
+    ) throws(BusFailure) {
         var message: OpaquePointer?
         var rc = sd_bus_message_new_method_call(raw, &message, destination, path, interface, member)
         guard rc >= 0, let message else { throw BusFailure("create a call to \(interface).\(member)", rc) }
@@ -93,19 +95,21 @@ public final class Bus {
         try BusMessage.append(arguments, to: message)
         let box = Unmanaged.passRetained(ReplyBox(reply)).toOpaque()
         var slot: OpaquePointer?
-        rc = sd_bus_call_async(raw, &slot, message, { message, userdata, _ in
-            // Borrowed: the slot's destroy callback owns the box's reference.
-            let box = Unmanaged<ReplyBox>.fromOpaque(userdata!).takeUnretainedValue()
-            let answer = BusMessage(retaining: message!)
-            if let error = answer.error {
-                box.reply(.failure(error))
-            } else {
-                do { box.reply(.success(try answer.arguments())) } catch {
-                    box.reply(.failure(DBusError(name: "org.freedesktop.DBus.Error.InvalidArgs", message: "unreadable reply: \(error)")))
+        rc = sd_bus_call_async(
+            raw, &slot, message,
+            { message, userdata, _ in
+                // Borrowed: the slot's destroy callback owns the box's reference.
+                let box = Unmanaged<ReplyBox>.fromOpaque(userdata!).takeUnretainedValue()
+                let answer = BusMessage(retaining: message!)
+                if let error = answer.error {
+                    box.reply(.failure(error))
+                } else {
+                    do { box.reply(.success(try answer.arguments())) } catch {
+                        box.reply(.failure(DBusError(name: "org.freedesktop.DBus.Error.InvalidArgs", message: "unreadable reply: \(error)")))
+                    }
                 }
-            }
-            return 1
-        }, box, timeoutUsec)
+                return 1
+            }, box, timeoutUsec)
         guard rc >= 0, let slot else {
             Unmanaged<ReplyBox>.fromOpaque(box).release()
             throw BusFailure("call \(interface).\(member) on \(destination)", rc)
@@ -140,28 +144,30 @@ public final class Bus {
     public func exportObjects(under prefix: String, handler: @escaping (BusMessage) -> ObjectAnswer) throws(BusFailure) -> BusSlot {
         let box = HandlerBox(handler)
         var slot: OpaquePointer?
-        let rc = sd_bus_add_fallback(raw, &slot, prefix, { message, userdata, replyError in
-            let box = Unmanaged<HandlerBox>.fromOpaque(userdata!).takeUnretainedValue()
-            let call = BusMessage(retaining: message!)
-            switch box.handler(call) {
-            case .notHandled:
-                return 0
-            case .handledWithoutReply, .deferred:
-                return 1
-            case .error(let failure):
-                return sd_bus_error_set(replyError, failure.name, failure.message)
-            case .reply(let arguments):
-                guard call.expectsReply else { return 1 }
-                var reply: OpaquePointer?
-                guard sd_bus_message_new_method_return(message, &reply) >= 0, let reply else { return -ENOMEM }
-                defer { sd_bus_message_unref(reply) }
-                do { try BusMessage.append(arguments, to: reply) } catch {
-                    return sd_bus_error_set(replyError, "org.freedesktop.DBus.Error.Failed", "cannot build the reply: \(error)")
+        let rc = sd_bus_add_fallback(
+            raw, &slot, prefix,
+            { message, userdata, replyError in
+                let box = Unmanaged<HandlerBox>.fromOpaque(userdata!).takeUnretainedValue()
+                let call = BusMessage(retaining: message!)
+                switch box.handler(call) {
+                case .notHandled:
+                    return 0
+                case .handledWithoutReply, .deferred:
+                    return 1
+                case .error(let failure):
+                    return sd_bus_error_set(replyError, failure.name, failure.message)
+                case .reply(let arguments):
+                    guard call.expectsReply else { return 1 }
+                    var reply: OpaquePointer?
+                    guard sd_bus_message_new_method_return(message, &reply) >= 0, let reply else { return -ENOMEM }
+                    defer { sd_bus_message_unref(reply) }
+                    do { try BusMessage.append(arguments, to: reply) } catch {
+                        return sd_bus_error_set(replyError, "org.freedesktop.DBus.Error.Failed", "cannot build the reply: \(error)")
+                    }
+                    let bus = sd_bus_message_get_bus(message)
+                    return min(sd_bus_send(bus, reply, nil), 1)
                 }
-                let bus = sd_bus_message_get_bus(message)
-                return min(sd_bus_send(bus, reply, nil), 1)
-            }
-        }, Unmanaged.passUnretained(box).toOpaque())
+            }, Unmanaged.passUnretained(box).toOpaque())
         guard rc >= 0, let slot else { throw BusFailure("export objects under \(prefix)", rc) }
         return BusSlot(raw: slot, retaining: box)
     }
@@ -200,11 +206,13 @@ public final class Bus {
     public func addMatch(_ rule: String, handler: @escaping (BusMessage) -> Void) throws(BusFailure) -> BusSlot {
         let box = SignalBox(handler)
         var slot: OpaquePointer?
-        let rc = sd_bus_add_match(raw, &slot, rule, { message, userdata, _ in
-            let box = Unmanaged<SignalBox>.fromOpaque(userdata!).takeUnretainedValue()
-            box.handler(BusMessage(retaining: message!))
-            return 0
-        }, Unmanaged.passUnretained(box).toOpaque())
+        let rc = sd_bus_add_match(
+            raw, &slot, rule,
+            { message, userdata, _ in
+                let box = Unmanaged<SignalBox>.fromOpaque(userdata!).takeUnretainedValue()
+                box.handler(BusMessage(retaining: message!))
+                return 0
+            }, Unmanaged.passUnretained(box).toOpaque())
         guard rc >= 0, let slot else { throw BusFailure("add the match \(rule)", rc) }
         return BusSlot(raw: slot, retaining: box)
     }
@@ -408,7 +416,9 @@ public final class BusMessage {
         func text(_ type: Character, _ value: String) throws(BusFailure) {
             // A C string ends at the first NUL: sent as it is, the rest would be cut off
             // silently. D-Bus strings cannot hold NUL, so refuse the value instead.
-            if value.utf8.contains(0) { throw BusFailure("append a string of type \(type): it holds a NUL byte, which D-Bus strings cannot", -EINVAL) }
+            if value.utf8.contains(0) {
+                throw BusFailure("append a string of type \(type): it holds a NUL byte, which D-Bus strings cannot", -EINVAL)
+            }
             // String-like types take the string itself, not a pointer to it.
             let rc = value.withCString { sd_bus_message_append_basic(message, code(type), $0) }
             if rc < 0 { throw BusFailure("append a string of type \(type)", rc) }
@@ -438,7 +448,9 @@ public final class BusMessage {
             if v.utf8.count > maxReadableSignature { throw BusFailure("append a signature over \(maxReadableSignature) bytes", -EINVAL) }
             try text("g", v)
         case .bytes(let bytes):
-            let rc = bytes.withUnsafeBytes { sd_bus_message_append_array(message, code("y"), $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!, $0.count) }
+            let rc = bytes.withUnsafeBytes {
+                sd_bus_message_append_array(message, code("y"), $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!, $0.count)
+            }
             if rc < 0 { throw BusFailure("append a byte array", rc) }
         case .array(let element, let values):
             try open("a", element)

@@ -40,23 +40,31 @@ public struct BluetoothService: Service {
             bluetooth.pairingAgent = running.pairingAgent
             var settings = PeripheralSettings(config: bluetooth, agentID: daemon.agentID)
             settings.maxTokens = Int(config.bluetooth.maxTokens ?? config.backend.maxTokens)
-            settings.pairingAgent = PairingAgentChoice.decide(security: bluetooth.security, allowedClients: bluetooth.allowedClients,
-                                                              setting: bluetooth.pairingAgent, boot: SystemdBootTarget.read())
+            settings.pairingAgent = PairingAgentChoice.decide(
+                security: bluetooth.security, allowedClients: bluetooth.allowedClients,
+                setting: bluetooth.pairingAgent, boot: SystemdBootTarget.read())
             let peripheral = GattPeripheral(settings: settings, host: host, logger: logger)
-            logger.notice("starting the Bluetooth runtime (security \(bluetooth.security.rawValue); pairings answered by the \(settings.pairingAgent.answerer.rawValue): \(settings.pairingAgent.reason))")
+            logger.notice(
+                "starting the Bluetooth runtime (security \(bluetooth.security.rawValue); pairings answered by the \(settings.pairingAgent.answerer.rawValue): \(settings.pairingAgent.reason))"
+            )
             // stop() withdraws from bluetoothd while run() still dispatches its answers;
             // only then is run() cancelled. A run() that ends early must not skip stop().
-            _ = await race({
-                await peripheral.run()
-                await suspendUntilCancelled()
-            }, {
-                _ = await race({
-                    _ = await race({ await active.wait(for: false) }, { await daemon.bluetoothRestart.wait(for: true) })
-                }, { await shutdown.wait() })
-                await peripheral.stop()
-            })
+            _ = await race(
+                {
+                    await peripheral.run()
+                    await suspendUntilCancelled()
+                },
+                {
+                    _ = await race(
+                        {
+                            _ = await race({ await active.wait(for: false) }, { await daemon.bluetoothRestart.wait(for: true) })
+                        }, { await shutdown.wait() })
+                    await peripheral.stop()
+                })
             logger.notice("Bluetooth runtime stopped: application and advertisement withdrawn")
-            if daemon.bluetoothRestart.value && !shutdown.isTriggered { logger.notice("starting the Bluetooth runtime again: a reload changed its security") }
+            if daemon.bluetoothRestart.value && !shutdown.isTriggered {
+                logger.notice("starting the Bluetooth runtime again: a reload changed its security")
+            }
         }
     }
 }
@@ -68,8 +76,10 @@ struct PeripheralBridge: PeripheralHost {
     let timeoutMs: Int64
     var logger = Logger(label: "bluetooth", level: .error)
 
-    func serve(_ request: BluetoothRequest, client: String, cancellation: ServeCancellation,
-               onPartial: @escaping @Sendable (String) async -> Void) async -> PeripheralOutcome {
+    func serve(
+        _ request: BluetoothRequest, client: String, cancellation: ServeCancellation,
+        onPartial: @escaping @Sendable (String) async -> Void
+    ) async -> PeripheralOutcome {
         let started = wallClockMilliseconds()
         var record = TaskRecord(id: request.id, source: .bluetooth, origin: client, prompt: request.summaryText, startedAtMs: started)
         var held = await daemon.admitNewWork().map { (reason: $0.rawValue, explanation: $0.explanation) }
@@ -137,8 +147,9 @@ struct PeripheralBridge: PeripheralHost {
     static func modelRequest(_ request: BluetoothRequest, timeoutMs: Int64) -> ModelRequest {
         var model: ModelRequest
         if let turns = request.messages {
-            model = ModelRequest(messages: turns.map { ModelMessage(role: $0.role, content: $0.content) }, system: request.system,
-                                 maxTokens: request.maxTokens, timeoutMs: timeoutMs)
+            model = ModelRequest(
+                messages: turns.map { ModelMessage(role: $0.role, content: $0.content) }, system: request.system,
+                maxTokens: request.maxTokens, timeoutMs: timeoutMs)
         } else {
             model = ModelRequest(prompt: request.prompt, maxTokens: request.maxTokens, timeoutMs: timeoutMs)
             model.system = request.system

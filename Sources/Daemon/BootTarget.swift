@@ -12,8 +12,9 @@ public enum SystemdBootTarget {
 
     /// `root`: a directory standing for `/` (tests); links inside it are followed within it.
     public static func read(root: String = "") -> HostBootTarget {
-        HostBootTarget(defaultTarget: unit(named: "default.target", root: root),
-                       displayManager: unit(named: "display-manager.service", root: root) != nil)
+        HostBootTarget(
+            defaultTarget: unit(named: "default.target", root: root),
+            displayManager: unit(named: "display-manager.service", root: root) != nil)
     }
 
     /// The unit `name` stands for in the first unit directory that has it: the name at the

@@ -24,9 +24,11 @@ public struct ControlServer: Service {
     /// A connection that sends no whole request line for this long is closed.
     public static let defaultIdleTimeoutMs: Int64 = 5_000
 
-    public init(listener: UnixListener, daemon: WorkerDaemon, logger: Logger, daemonUID: UInt32, readGroupName: String, readGroupGID: UInt32?,
-                quota: ControlQuota = ControlQuota(), idleTimeoutMs: Int64 = ControlServer.defaultIdleTimeoutMs,
-                reload: (@Sendable () async -> Void)? = nil) {
+    public init(
+        listener: UnixListener, daemon: WorkerDaemon, logger: Logger, daemonUID: UInt32, readGroupName: String, readGroupGID: UInt32?,
+        quota: ControlQuota = ControlQuota(), idleTimeoutMs: Int64 = ControlServer.defaultIdleTimeoutMs,
+        reload: (@Sendable () async -> Void)? = nil
+    ) {
         self.reload = reload
         self.listener = listener
         self.daemon = daemon
@@ -47,10 +49,11 @@ public struct ControlServer: Service {
 
     public func run(shutdown: GracefulShutdown) async throws {
         _ = try await shutdown.cancelling {
-            try await acceptConnections(accept: { try await listener.accept() }, retryAcceptFailures: false,
-                                        admit: { connection in admit(connection) },
-                                        serve: { connection, peer in await serve(connection, peer: peer) },
-                                        release: { [places] peer in places.leave(peer) })
+            try await acceptConnections(
+                accept: { try await listener.accept() }, retryAcceptFailures: false,
+                admit: { connection in admit(connection) },
+                serve: { connection, peer in await serve(connection, peer: peer) },
+                release: { [places] peer in places.leave(peer) })
         }
     }
 
@@ -60,8 +63,9 @@ public struct ControlServer: Service {
         let peer: Peer
         do {
             let credentials = try connection.peerCredentials()
-            let access = ControlAccess.of(PeerCredentials(pid: credentials.pid, uid: credentials.uid, gid: credentials.gid, groups: credentials.groups),
-                                          daemonUID: daemonUID, readGroupGID: readGroupGID)
+            let access = ControlAccess.of(
+                PeerCredentials(pid: credentials.pid, uid: credentials.uid, gid: credentials.gid, groups: credentials.groups),
+                daemonUID: daemonUID, readGroupGID: readGroupGID)
             peer = Peer(uid: credentials.uid, access: access, privileged: credentials.uid == 0 || credentials.uid == daemonUID)
         } catch {
             logger.warning("cannot read a control peer's credentials: \(error)")
@@ -126,7 +130,8 @@ public struct ControlServer: Service {
         if access < request.requiredAccess {
             // Answered per request (not by hanging up) so the client reads the reason.
             let who = userName(uid: peerUID)
-            let message = access == .none
+            let message =
+                access == .none
                 ? "permission denied: \(who) may not read the daemon's state; reading needs root, the daemon's user (\(userName(uid: daemonUID))) or membership in the group \(readGroupName)"
                 : "permission denied: \(who) may read but not change the daemon; changing needs root or the daemon's user (\(userName(uid: daemonUID)))"
             logger.info("refused \(request.json.serialized) from \(who) (uid \(peerUID))")
@@ -166,7 +171,11 @@ public struct ControlServer: Service {
             if let task = await daemon.taskJSON(id: id) {
                 answer = ControlAnswer.ok(task)
             } else {
-                answer = ControlError(.notFound, "no task with id '\(printable(id))': the daemon keeps the newest \(TaskHistory.keepPerSource) per source; 'edgecoder-worker tasks' lists them").json
+                answer =
+                    ControlError(
+                        .notFound,
+                        "no task with id '\(printable(id))': the daemon keeps the newest \(TaskHistory.keepPerSource) per source; 'edgecoder-worker tasks' lists them"
+                    ).json
             }
         case .policyShow:
             answer = ControlAnswer.ok(await daemon.policyJSON())
@@ -196,13 +205,15 @@ public struct ControlServer: Service {
         let shown = limit.map { Array(backlog.suffix($0)) } ?? backlog
         if (try? await send(ControlAnswer.ok(["events": .array(shown.map(\.json)), "following": true]), on: connection)) != nil {
             // Watch for the client hanging up while no events come.
-            _ = await race({
-                for await event in stream {
-                    if (try? await send(["event": event.json], on: connection)) == nil { return }
-                }
-            }, {
-                while let chunk = try? await connection.read(), !chunk.isEmpty {}
-            })
+            _ = await race(
+                {
+                    for await event in stream {
+                        if (try? await send(["event": event.json], on: connection)) == nil { return }
+                    }
+                },
+                {
+                    while let chunk = try? await connection.read(), !chunk.isEmpty {}
+                })
         }
         // Awaited here, cancelled or not (an actor call does not check cancellation), so
         // the subscription ends with the connection, owned by no stray task.

@@ -43,8 +43,10 @@ actor CoordinatorLink {
     /// A rejection (403, blacklisted) stops work; retried no faster than this.
     static let rejectionRetryMs: Int64 = 5 * 60 * 1000
 
-    init(config: WorkerConfig, agentID: String, files: WorkerStateFiles, daemon: WorkerDaemon, logger: Logger,
-         transport: any HTTPTransport, clock: any WorkerClock) {
+    init(
+        config: WorkerConfig, agentID: String, files: WorkerStateFiles, daemon: WorkerDaemon, logger: Logger,
+        transport: any HTTPTransport, clock: any WorkerClock
+    ) {
         var url = config.coordinator.url ?? ""
         while url.hasSuffix("/") { url.removeLast() }
         self.baseURL = url
@@ -64,10 +66,11 @@ actor CoordinatorLink {
     func call(_ call: CoordinatorAnswer.Call, _ body: JSONValue, totalTimeoutMs: Int64? = nil) async throws -> CoordinatorAnswer {
         var headers = [("content-type", "application/json")]
         if let meshToken, call != .register { headers.append(("x-mesh-token", meshToken)) }
-        let request = HTTPRequest(method: "POST", url: baseURL + "/" + call.rawValue, headers: headers, body: body.serializedBytes,
-                                  connectTimeoutMs: config.coordinator.connectTimeoutMs,
-                                  totalTimeoutMs: totalTimeoutMs ?? config.coordinator.requestTimeoutMs,
-                                  maxResponseBytes: Int(config.coordinator.maxResponseBytes))
+        let request = HTTPRequest(
+            method: "POST", url: baseURL + "/" + call.rawValue, headers: headers, body: body.serializedBytes,
+            connectTimeoutMs: config.coordinator.connectTimeoutMs,
+            totalTimeoutMs: totalTimeoutMs ?? config.coordinator.requestTimeoutMs,
+            maxResponseBytes: Int(config.coordinator.maxResponseBytes))
         do {
             let started = clock.monotonicMs()
             logger.debug("POST /\(call.rawValue)")
@@ -123,7 +126,8 @@ actor CoordinatorLink {
             let allowedAt = conduct.registrationAllowedAtMs(nowMs: now)
             if allowedAt > now || !conduct.mayBeEvaluated(nowMs: now) {
                 let until = allowedAt > now ? allowedAt : (conduct.pullHold(nowMs: now)?.untilMs ?? now + 60_000)
-                let why = allowedAt > now
+                let why =
+                    allowedAt > now
                     ? "\(CoordinatorConduct.maxRegistrationsPerHour) registrations in the last hour already (the coordinator's monitor flags a storm at 10)"
                     : "a heartbeat gap is in the coordinator's window and this worker was evaluated since"
                 status.lastError = "registration held until \(formatUTC(milliseconds: until)): \(why)"
@@ -133,9 +137,10 @@ actor CoordinatorLink {
                 continue
             }
             let telemetry = await daemon.powerTelemetryJSON()
-            let body = CoordinatorWire.register(agentID: agentID, version: workerVersion, registrationToken: await registrationToken(),
-                                                provider: config.backend.kind, telemetry: telemetry,
-                                                sandboxMode: await daemon.execution.decision.sandboxMode)
+            let body = CoordinatorWire.register(
+                agentID: agentID, version: workerVersion, registrationToken: await registrationToken(),
+                provider: config.backend.kind, telemetry: telemetry,
+                sandboxMode: await daemon.execution.decision.sandboxMode)
             switch try await call(.register, body) {
             case .registered(let token):
                 registered = true
@@ -189,15 +194,18 @@ actor CoordinatorLink {
     /// The heartbeat body, as of now.
     func heartbeatBody() async -> JSONValue {
         let swapping = await daemon.modelSwitch?.inProgress ?? false
-        return CoordinatorWire.heartbeat(agentID: agentID, telemetry: await daemon.powerTelemetryJSON(), activeModel: await daemon.activeModel,
-                                         activeModelParamSize: await daemon.activeModelParamSize, modelSwapInProgress: swapping,
-                                         sandboxMode: await daemon.execution.decision.sandboxMode)
+        return CoordinatorWire.heartbeat(
+            agentID: agentID, telemetry: await daemon.powerTelemetryJSON(), activeModel: await daemon.activeModel,
+            activeModelParamSize: await daemon.activeModelParamSize, modelSwapInProgress: swapping,
+            sandboxMode: await daemon.execution.decision.sandboxMode)
     }
 
     /// A heartbeat the coordinator took: the conduct record learns it, and a gap it reveals holds work.
     func heartbeatTaken() async {
         if let gap = await daemon.conductHeartbeat(atMs: clock.wallMs()) {
-            logger.warning("heartbeats stopped for \(gap.gapMs / 1_000) s: the coordinator's monitor now sees that gap and would count it against any claim in its hour; pulls wait until \(formatUTC(milliseconds: gap.clearsAtMs)) (coordinator.gapGuard)")
+            logger.warning(
+                "heartbeats stopped for \(gap.gapMs / 1_000) s: the coordinator's monitor now sees that gap and would count it against any claim in its hour; pulls wait until \(formatUTC(milliseconds: gap.clearsAtMs)) (coordinator.gapGuard)"
+            )
         }
     }
 
@@ -205,7 +213,8 @@ actor CoordinatorLink {
     private func registrationToken() async -> String? {
         if let token = config.coordinator.registrationToken { return token }
         guard let directory = environment("CREDENTIALS_DIRECTORY"),
-              let bytes = try? readFile(directory + "/registration-token", limit: 4096) else { return nil }
+            let bytes = try? readFile(directory + "/registration-token", limit: 4096)
+        else { return nil }
         let token = String(decoding: bytes, as: UTF8.self).trimmingWhitespace
         return token.isEmpty ? nil : token
     }
@@ -314,10 +323,12 @@ public struct CoordinatorService: Service {
 
     /// `transport` carries both the coordinator's calls and the model server's; `clock`
     /// paces heartbeats, pulls and backoff and stamps the journal; `notify` reaches systemd.
-    public init(daemon: WorkerDaemon, config: WorkerConfig, directory: StateDirectory, logger: Logger,
-                transport: any HTTPTransport = HTTPClient.shared, clock: any WorkerClock = SystemClock(),
-                notify: @escaping @Sendable (String) -> Void = { ServiceManager.notify($0) },
-                sandbox: (any ProgramSandbox)? = nil, sandboxRecheckMs: Int64 = 60_000) {
+    public init(
+        daemon: WorkerDaemon, config: WorkerConfig, directory: StateDirectory, logger: Logger,
+        transport: any HTTPTransport = HTTPClient.shared, clock: any WorkerClock = SystemClock(),
+        notify: @escaping @Sendable (String) -> Void = { ServiceManager.notify($0) },
+        sandbox: (any ProgramSandbox)? = nil, sandboxRecheckMs: Int64 = 60_000
+    ) {
         self.sandbox = sandbox
         self.sandboxRecheckMs = sandboxRecheckMs
         self.daemon = daemon
@@ -340,11 +351,13 @@ public struct CoordinatorService: Service {
             guard try await shutdown.cancelling({ await runtime.wait(for: true) }) != nil, !Task.isCancelled else { return }
             let stop = GracefulShutdown()
             // The session is stopped gracefully (it finishes its subtask), never cancelled from here.
-            _ = await race({ await session(stop: stop) }, {
-                _ = await race({ await runtime.wait(for: false) }, { await shutdown.wait() })
-                stop.trigger()
-                await suspendUntilCancelled()
-            })
+            _ = await race(
+                { await session(stop: stop) },
+                {
+                    _ = await race({ await runtime.wait(for: false) }, { await shutdown.wait() })
+                    stop.trigger()
+                    await suspendUntilCancelled()
+                })
             await daemon.updateCoordinator(nil)
         }
     }
@@ -358,8 +371,9 @@ public struct CoordinatorService: Service {
         config.coordinator.url = live.url
         config.coordinator.allowInsecureHttp = live.allowInsecureHttp
         config.coordinator.registrationToken = live.registrationToken
-        let link = CoordinatorLink(config: config, agentID: daemon.agentID, files: WorkerStateFiles(directory: directory),
-                                   daemon: daemon, logger: logger, transport: transport, clock: clock)
+        let link = CoordinatorLink(
+            config: config, agentID: daemon.agentID, files: WorkerStateFiles(directory: directory),
+            daemon: daemon, logger: logger, transport: transport, clock: clock)
         let journal = WorkJournal(writer: daemon.writer)
         await link.update { $0.outboxDepth = journal.outboxDepth }
         logger.info("coordinator session starting (\(config.coordinator.url ?? "?"))")
@@ -376,10 +390,12 @@ public struct CoordinatorService: Service {
                 if stop.isTriggered { break }
                 // The session lasts as long as the work loop, which finishes its subtask on
                 // stop; heartbeats end at once, and a heartbeat rejection ends the work too.
-                _ = try await race({ try await work(link, journal: journal, stop: stop) }, {
-                    _ = try await stop.cancelling { try await heartbeats(link) }
-                    await suspendUntilCancelled()
-                })
+                _ = try await race(
+                    { try await work(link, journal: journal, stop: stop) },
+                    {
+                        _ = try await stop.cancelling { try await heartbeats(link) }
+                        await suspendUntilCancelled()
+                    })
             } catch CoordinatorLink.Stop.rejected(let reason) {
                 await link.rejected(reason)
                 _ = try? await stop.cancelling { try await clock.sleep(milliseconds: CoordinatorLink.rejectionRetryMs) }
@@ -428,9 +444,10 @@ public struct CoordinatorService: Service {
             let usable = if case .usable = await daemon.execution.sandbox { true } else { false }
             misses = usable ? 0 : misses + 1
             let clock = self.clock, wait = sandboxRecheckMs << Int64(min(max(misses - 1, 0), 4))
-            _ = try await race({
-                if usable { await suspendUntilCancelled() } else { try await clock.sleep(milliseconds: wait) }
-            }, { await asked.wait(for: true) })
+            _ = try await race(
+                {
+                    if usable { await suspendUntilCancelled() } else { try await clock.sleep(milliseconds: wait) }
+                }, { await asked.wait(for: true) })
             try Task.checkCancellation()
             asked.set(false)
             await checkSandbox()
@@ -440,8 +457,9 @@ public struct CoordinatorService: Service {
     /// Every heartbeatIntervalMs, with telemetry; 401 re-registers, blacklisting stops.
     /// A model switch asked in an answer runs beside the heartbeats, which go on.
     func heartbeats(_ link: CoordinatorLink) async throws {
-        let switcher = ModelSwitcher(link: link, daemon: daemon, backend: backend, config: config, clock: clock,
-                                     logger: logger, holdPollMs: config.coordinator.pullIntervalMs)
+        let switcher = ModelSwitcher(
+            link: link, daemon: daemon, backend: backend, config: config, clock: clock,
+            logger: logger, holdPollMs: config.coordinator.pullIntervalMs)
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask { try await watchSandbox() }
             while true {
@@ -480,7 +498,9 @@ public struct CoordinatorService: Service {
                 await daemon.count { $0.heartbeat(accepted: false) }
                 throw CoordinatorLink.Stop.rejected(reason)
             case let other:
-                await link.update { $0.heartbeatFailures += 1; $0.lastError = "heartbeat: \(other.failureText)" }
+                await link.update {
+                    $0.heartbeatFailures += 1; $0.lastError = "heartbeat: \(other.failureText)"
+                }
                 await daemon.count { $0.heartbeat(accepted: false) }
                 logger.warning("heartbeat failed: \(other.failureText)")
             }
@@ -514,7 +534,9 @@ public struct CoordinatorService: Service {
                 logger.notice("running subtask \(entry.subtask.id) again: it was running when the worker stopped", [("subtask", entry.subtask.id)])
                 try await runAndPost(entry, link: link, journal: journal, stop: stop)
             case .release(let entry):
-                logger.notice("releasing subtask \(entry.subtask.id): it was claimed \((clock.wallMs() - entry.pulledAtMs) / 1_000) s ago, so the coordinator has given it (or will give it) to another agent", [("subtask", entry.subtask.id)])
+                logger.notice(
+                    "releasing subtask \(entry.subtask.id): it was claimed \((clock.wallMs() - entry.pulledAtMs) / 1_000) s ago, so the coordinator has given it (or will give it) to another agent",
+                    [("subtask", entry.subtask.id)])
                 try await journal.release(entry.subtask.id)
                 await daemon.updateConduct { $0.releasedWithoutFault() }
                 await daemon.count { $0.released(.claimExpired) }
@@ -554,10 +576,14 @@ public struct CoordinatorService: Service {
             await link.noteWorkHold(nil, detail: "")
             guard try await stop.cancelling({ try await link.ensureRegistered() }) != nil else { return }
             // A pull cut short by the stop is re-queued by the coordinator; nothing runs half-claimed.
-            guard let answer = try await stop.cancelling({ try await link.call(.pull, CoordinatorWire.pull(agentID: daemon.agentID)) }) else { return }
+            guard let answer = try await stop.cancelling({ try await link.call(.pull, CoordinatorWire.pull(agentID: daemon.agentID)) }) else {
+                return
+            }
             switch answer {
             case .noWork:
-                await link.update { $0.deferredReason = nil; $0.consecutiveFailures = 0; $0.backoffMs = nil }
+                await link.update {
+                    $0.deferredReason = nil; $0.consecutiveFailures = 0; $0.backoffMs = nil
+                }
                 try await pause(await pullIntervalMs(), stop: stop)
             case .work(let subtask):
                 await link.update { $0.deferredReason = nil }
@@ -578,18 +604,24 @@ public struct CoordinatorService: Service {
                     logger.error("subtask \(subtask.id) could not be journaled (\(error)); released for another agent", [("subtask", subtask.id)])
                     await daemon.updateConduct { $0.releasedWithoutFault() }
                     await daemon.count { $0.released(.journalUnwritable) }
-                    await recordReleased(subtask, started: entry.pulledAtMs, why: "released: the journal could not be written: \(printable(String(describing: error), limit: 300))")
+                    await recordReleased(
+                        subtask, started: entry.pulledAtMs,
+                        why: "released: the journal could not be written: \(printable(String(describing: error), limit: 300))")
                     try await pause(await link.failed("journal \(subtask.id): \(error)"), stop: stop)
                     continue
                 }
-                await link.update { $0.consecutiveFailures = 0; $0.backoffMs = nil }
+                await link.update {
+                    $0.consecutiveFailures = 0; $0.backoffMs = nil
+                }
                 try await runAndPost(entry, link: link, journal: journal, stop: stop)
-                // At once after a result: no pause.
+            // At once after a result: no pause.
             case .unrunnable(let id, let taskID, let reason):
                 await daemon.updateConduct { $0.claimed(atMs: clock.wallMs()) }
                 let result = SubtaskResult.unrunnable(subtaskID: id, taskID: taskID, reason: reason)
                 if let rules = await monitorWouldFlag(result) {
-                    logger.warning("subtask \(id) cannot be run (\(reason)) but its answer is not posted: the coordinator's monitor would count it (\(rules)); released", [("subtask", id)])
+                    logger.warning(
+                        "subtask \(id) cannot be run (\(reason)) but its answer is not posted: the coordinator's monitor would count it (\(rules)); released",
+                        [("subtask", id)])
                     await daemon.updateConduct { $0.releasedWithoutFault() }
                     await daemon.count { $0.released(.monitorWouldFlag) }
                     continue
@@ -598,7 +630,9 @@ public struct CoordinatorService: Service {
                 do {
                     stored = try await journal.complete(result)
                 } catch {
-                    logger.error("the answer to unrunnable subtask \(id) could not be written to the outbox (\(error)); posting it once from memory", [("subtask", id)])
+                    logger.error(
+                        "the answer to unrunnable subtask \(id) could not be written to the outbox (\(error)); posting it once from memory",
+                        [("subtask", id)])
                     await answerUnstored(result, prompt: "", link: link)
                     try await pause(await link.failed("outbox \(id): \(error)"), stop: stop)
                     continue
@@ -648,7 +682,9 @@ public struct CoordinatorService: Service {
             await link.update { if result.ok { $0.subtasksDone += 1 } else { $0.subtasksFailed += 1 } }
             await daemon.count { $0.subtaskAnswered(ok: result.ok) }
         case let other:
-            logger.warning("the answer to subtask \(result.subtaskID) was not delivered (\(other?.failureText ?? "cancelled")); the coordinator's timeout re-queues it", [("subtask", result.subtaskID)])
+            logger.warning(
+                "the answer to subtask \(result.subtaskID) was not delivered (\(other?.failureText ?? "cancelled")); the coordinator's timeout re-queues it",
+                [("subtask", result.subtaskID)])
         }
     }
 
@@ -675,34 +711,45 @@ public struct CoordinatorService: Service {
         let grace = config.coordinator.stopGraceMs
         // A code subtask's program runs in the container when one is in force; otherwise
         // (and for a subtask without a language) the model's text answers it.
-        let coder: CodeSubtaskRunner? = if let sandbox, subtask.language != nil, await daemon.execution.decision.answering == .container {
-            CodeSubtaskRunner(backend: backend, sandbox: sandbox, maxTokens: Int(config.backend.maxTokens), timeoutMs: config.backend.timeoutMs)
-        } else {
-            nil
+        let coder: CodeSubtaskRunner? =
+            if let sandbox, subtask.language != nil, await daemon.execution.decision.answering == .container {
+                CodeSubtaskRunner(backend: backend, sandbox: sandbox, maxTokens: Int(config.backend.maxTokens), timeoutMs: config.backend.timeoutMs)
+            } else {
+                nil
+            }
+        if coder != nil {
+            logger.info(
+                "subtask \(subtask.id) is \(subtask.language?.rawValue ?? "?") code: its program runs in the sandbox", [("subtask", subtask.id)])
         }
-        if coder != nil { logger.info("subtask \(subtask.id) is \(subtask.language?.rawValue ?? "?") code: its program runs in the sandbox", [("subtask", subtask.id)]) }
         // The work races the stop plus its grace; losing leaves the journal entry.
         let outcome: SubtaskFault?
-        switch await race({ () async -> SubtaskFault in
-            if let coder, let language = subtask.language {
-                let loop = await coder.run(task: subtask.input, language: language)
-                if case .success(.engineFailed) = loop { daemon.sandboxCheckRequested.set(true) }
-                return SubtaskFault.classify(loop)
-            }
-            let request = ModelRequest(prompt: subtask.input, maxTokens: Int(config.backend.maxTokens), timeoutMs: config.backend.timeoutMs)
-            do throws(ModelError) { return SubtaskFault.classify(.success(try await backend.generate(request))) } catch { return SubtaskFault.classify(Result<ModelOutput, ModelError>.failure(error)) }
-        }, {
-            await stop.wait()
-            // Cancelled (not stopped) when the answer won the race: nothing to extend.
-            guard !Task.isCancelled else { return }
-            await extendStop(grace: grace, subtask: subtask.id)
-        }) {
+        switch await race(
+            { () async -> SubtaskFault in
+                if let coder, let language = subtask.language {
+                    let loop = await coder.run(task: subtask.input, language: language)
+                    if case .success(.engineFailed) = loop { daemon.sandboxCheckRequested.set(true) }
+                    return SubtaskFault.classify(loop)
+                }
+                let request = ModelRequest(prompt: subtask.input, maxTokens: Int(config.backend.maxTokens), timeoutMs: config.backend.timeoutMs)
+                do throws(ModelError) { return SubtaskFault.classify(.success(try await backend.generate(request))) } catch {
+                    return SubtaskFault.classify(Result<ModelOutput, ModelError>.failure(error))
+                }
+            },
+            {
+                await stop.wait()
+                // Cancelled (not stopped) when the answer won the race: nothing to extend.
+                guard !Task.isCancelled else { return }
+                await extendStop(grace: grace, subtask: subtask.id)
+            })
+        {
         case .first(let result): outcome = result
         case .second: outcome = nil
         }
         await link.update { $0.running = nil }
         guard let outcome else {
-            logger.warning("stopping: subtask \(subtask.id) did not finish within the grace; it stays in the journal and runs again at the next start if its timeout allows", [("subtask", subtask.id)])
+            logger.warning(
+                "stopping: subtask \(subtask.id) did not finish within the grace; it stays in the journal and runs again at the next start if its timeout allows",
+                [("subtask", subtask.id)])
             record.finish(ok: false, output: "", error: "interrupted", atMs: clock.wallMs(), state: .interrupted)
             await daemon.upsertTask(record)
             throw CancellationError()
@@ -714,14 +761,20 @@ public struct CoordinatorService: Service {
             await daemon.updateConduct { $0.localSuccess() }
             result = SubtaskResult(subtaskID: subtask.id, taskID: subtask.taskID, ok: true, output: output, error: error, durationMs: ended - started)
             if let rules = await monitorWouldFlag(result) {
-                logger.warning("subtask \(subtask.id)'s program printed \(output.utf16.count) characters in \(result.durationMs) ms; the coordinator's monitor may count it (\(rules))", [("subtask", subtask.id)])
+                logger.warning(
+                    "subtask \(subtask.id)'s program printed \(output.utf16.count) characters in \(result.durationMs) ms; the coordinator's monitor may count it (\(rules))",
+                    [("subtask", subtask.id)])
             }
         case .program(false, let output, let error):
             // The model did its part; the program failed as it would on any agent.
             await daemon.updateConduct { $0.localSuccess() }
-            result = SubtaskResult(subtaskID: subtask.id, taskID: subtask.taskID, ok: false, output: output, error: error ?? "the program failed", durationMs: ended - started)
+            result = SubtaskResult(
+                subtaskID: subtask.id, taskID: subtask.taskID, ok: false, output: output, error: error ?? "the program failed",
+                durationMs: ended - started)
             if let rules = await monitorWouldFlag(result) {
-                logger.warning("subtask \(subtask.id)'s program failed but the failure is not posted: the coordinator's monitor would count it (\(rules)); released", [("subtask", subtask.id)])
+                logger.warning(
+                    "subtask \(subtask.id)'s program failed but the failure is not posted: the coordinator's monitor would count it (\(rules)); released",
+                    [("subtask", subtask.id)])
                 try await release(subtask, journal: journal, record: &record, why: "program failed", fault: false, counted: .monitorWouldFlag)
                 return
             }
@@ -730,12 +783,16 @@ public struct CoordinatorService: Service {
             result = SubtaskResult(subtaskID: subtask.id, taskID: subtask.taskID, ok: true, output: text, durationMs: ended - started)
             if let rules = await monitorWouldFlag(result) {
                 // Honest and posted as it is: padding or delaying it to look human would be the lie.
-                logger.warning("subtask \(subtask.id) answered in \(result.durationMs) ms with \(text.utf16.count) characters; the coordinator's monitor may count it (\(rules))", [("subtask", subtask.id)])
+                logger.warning(
+                    "subtask \(subtask.id) answered in \(result.durationMs) ms with \(text.utf16.count) characters; the coordinator's monitor may count it (\(rules))",
+                    [("subtask", subtask.id)])
             }
         case .subtask(let reason):
             result = SubtaskResult.unrunnable(subtaskID: subtask.id, taskID: subtask.taskID, reason: reason, durationMs: ended - started)
             if let rules = await monitorWouldFlag(result) {
-                logger.warning("subtask \(subtask.id) failed (\(reason)) but the failure is not posted: the coordinator's monitor would count it (\(rules)); released", [("subtask", subtask.id)])
+                logger.warning(
+                    "subtask \(subtask.id) failed (\(reason)) but the failure is not posted: the coordinator's monitor would count it (\(rules)); released",
+                    [("subtask", subtask.id)])
                 try await release(subtask, journal: journal, record: &record, why: reason, fault: true, counted: .monitorWouldFlag)
                 return
             }
@@ -751,7 +808,8 @@ public struct CoordinatorService: Service {
             // Posted from memory rather than run again: the journal entry stays until the
             // coordinator has it, so a crash meanwhile still reruns it. The next pull
             // waits for the state directory (the writer's problem holds it).
-            logger.error("the result of \(subtask.id) could not be written to the outbox (\(error)); posting it from memory", [("subtask", subtask.id)])
+            logger.error(
+                "the result of \(subtask.id) could not be written to the outbox (\(error)); posting it from memory", [("subtask", subtask.id)])
             stored = result.bounded
         }
         await recordResult(stored, prompt: subtask.input, started: started)
@@ -767,7 +825,9 @@ public struct CoordinatorService: Service {
         logger.notice("stopping: waiting up to \(grace) ms for subtask \(subtask) to finish (coordinator.stopGraceMs)", [("subtask", subtask)])
         while left > 0 {
             let step = min(left, CoordinatorService.stopExtensionStepMs)
-            notify("EXTEND_TIMEOUT_USEC=\((step + CoordinatorService.stopExtensionStepMs) * 1_000)\nSTATUS=stopping: waiting up to \(left) ms for subtask \(subtask)")
+            notify(
+                "EXTEND_TIMEOUT_USEC=\((step + CoordinatorService.stopExtensionStepMs) * 1_000)\nSTATUS=stopping: waiting up to \(left) ms for subtask \(subtask)"
+            )
             do { try await clock.sleep(milliseconds: step) } catch { return }
             left -= step
         }
@@ -782,8 +842,10 @@ public struct CoordinatorService: Service {
     /// Gives a claimed subtask back unanswered: its journal entry goes, nothing is posted,
     /// and the coordinator hands it to another agent once the claim expires (30 s). A
     /// result would complete it for the whole swarm; the fault was this host's.
-    func release(_ subtask: Subtask, journal: WorkJournal, record: inout TaskRecord, why: String, fault: Bool,
-                 counted reason: SubtaskReleaseReason) async throws {
+    func release(
+        _ subtask: Subtask, journal: WorkJournal, record: inout TaskRecord, why: String, fault: Bool,
+        counted reason: SubtaskReleaseReason
+    ) async throws {
         try await journal.release(subtask.id)
         await daemon.count { $0.released(reason) }
         let now = clock.wallMs()
@@ -848,19 +910,26 @@ public struct CoordinatorService: Service {
             if !conduct.mayBeEvaluated(nowMs: now) {
                 if stop.isTriggered { throw CancellationError() }
                 let until = conduct.pullHold(nowMs: now)?.untilMs ?? now + 60_000
-                await link.update { $0.deferredReason = "held: \(LocalHoldReason.heartbeatGap.rawValue): the result of \(result.subtaskID) waits in the outbox until \(formatUTC(milliseconds: until))" }
+                await link.update {
+                    $0.deferredReason =
+                        "held: \(LocalHoldReason.heartbeatGap.rawValue): the result of \(result.subtaskID) waits in the outbox until \(formatUTC(milliseconds: until))"
+                }
                 try await pause(max(1_000, min(until - now, 60_000)), stop: stop)
                 continue
             }
             if !counted {
                 counted = true
-                await daemon.updateConduct { $0.posting(CoordinatorConduct.Posted(atMs: now, ok: result.ok, output: result.output, durationMs: result.durationMs)) }
+                await daemon.updateConduct {
+                    $0.posting(CoordinatorConduct.Posted(atMs: now, ok: result.ok, output: result.output, durationMs: result.durationMs))
+                }
             }
             switch try await link.call(.result, CoordinatorWire.result(result, agentID: daemon.agentID)) {
             case .accepted:
                 // Taken: whatever happens to the files now, this session never posts it again.
                 await link.markDelivered(result.subtaskID, removed: false)
-                logger.info("delivered the result of subtask \(result.subtaskID) (ok: \(result.ok))", [("subtask", result.subtaskID), ("task", result.taskID)])
+                logger.info(
+                    "delivered the result of subtask \(result.subtaskID) (ok: \(result.ok))",
+                    [("subtask", result.subtaskID), ("task", result.taskID)])
                 await link.update { if result.ok { $0.subtasksDone += 1 } else { $0.subtasksFailed += 1 } }
                 await daemon.count { $0.subtaskAnswered(ok: result.ok) }
                 await daemon.markTaskPosted(result.subtaskID, ok: result.ok)

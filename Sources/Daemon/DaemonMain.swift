@@ -25,8 +25,10 @@ public enum DaemonMain {
 
     /// Runs the daemon until SIGTERM/SIGINT; SIGHUP reloads the config through
     /// `reloadConfig` (absent: the reload is refused). Returns the process exit code.
-    public static func run(config: WorkerConfig, paths: DaemonPaths, logger baseLogger: Logger,
-                           reloadConfig: ConfigLoader? = nil) async -> Int32 {
+    public static func run(
+        config: WorkerConfig, paths: DaemonPaths, logger baseLogger: Logger,
+        reloadConfig: ConfigLoader? = nil
+    ) async -> Int32 {
         var config = config
         // The model server's key: the config's, else the systemd credential (never logged).
         if config.backend.apiKey == nil { config.backend.apiKey = ModelBackend.credentialAPIKey() }
@@ -57,14 +59,19 @@ public enum DaemonMain {
         }
         let daemon = WorkerDaemon(config: config, paths: paths, directory: directory, logger: logger)
         // The first reading before READY, so the charge gate and status are decided from the start.
-        var reader = TelemetryReader(root: paths.sysfsRoot, own: OwnProcesses(root: paths.sysfsRoot, serverPort: LoopbackServer.port(of: config.backend.url),
-                                                                             workerPID: getpid(),
-                                                                             derivedUnits: OwnProcesses.derivedUnits(backendKind: config.backend.kind.rawValue)))
+        var reader = TelemetryReader(
+            root: paths.sysfsRoot,
+            own: OwnProcesses(
+                root: paths.sysfsRoot, serverPort: LoopbackServer.port(of: config.backend.url),
+                workerPID: getpid(),
+                derivedUnits: OwnProcesses.derivedUnits(backendKind: config.backend.kind.rawValue)))
         await daemon.updateReading(reader.read(), monotonicMs: Int64(monotonicNanoseconds() / 1_000_000), fresh: true)
 
         let readGroupGID = groupID(named: config.control.readGroup)
         if readGroupGID == nil {
-            logger.notice("group \(config.control.readGroup) does not exist: only root and the daemon's user (\(userName(uid: getuid()))) can read its state (control.readGroup)")
+            logger.notice(
+                "group \(config.control.readGroup) does not exist: only root and the daemon's user (\(userName(uid: getuid()))) can read its state (control.readGroup)"
+            )
         }
         let listener: UnixListener
         do {
@@ -79,17 +86,22 @@ public enum DaemonMain {
         }
 
         var services: [any Service] = [
-            ControlServer(listener: listener, daemon: daemon, logger: logger.labeled("control"),
-                          daemonUID: getuid(), readGroupName: config.control.readGroup, readGroupGID: readGroupGID,
-                          reload: { [logger] in await reload(daemon: daemon, paths: paths, load: reloadConfig, logger: logger, asked: "asked on the control socket") }),
+            ControlServer(
+                listener: listener, daemon: daemon, logger: logger.labeled("control"),
+                daemonUID: getuid(), readGroupName: config.control.readGroup, readGroupGID: readGroupGID,
+                reload: { [logger] in
+                    await reload(daemon: daemon, paths: paths, load: reloadConfig, logger: logger, asked: "asked on the control socket")
+                })
         ]
         let backend = ModelBackend(config: config.backend)
         services.append(ModelProbeService(daemon: daemon, backend: backend, logger: logger.labeled("backend")))
         let runtimes = ModeRuntimeContext(daemon: daemon, config: config, directory: directory, backend: backend, logger: logger)
         for runtime in ModeRuntimes.all { services.append(runtime.make(runtimes)) }
         services.append(PowerMonitorService(daemon: daemon, logger: logger.labeled("power"), reader: reader))
-        services.append(PathMonitorService(daemon: daemon, logger: logger.labeled("path"), graceMs: config.network.pathLossGraceMs,
-                                           hook: config.hooks.networkRestored.map { ($0, config.hooks.timeoutMs) }))
+        services.append(
+            PathMonitorService(
+                daemon: daemon, logger: logger.labeled("path"), graceMs: config.network.pathLossGraceMs,
+                hook: config.hooks.networkRestored.map { ($0, config.hooks.timeoutMs) }))
         services.append(HostBusService(daemon: daemon, logger: logger.labeled("host")))
         services.append(PauseTimerService(daemon: daemon))
         if let usec = ServiceManager.watchdogMicroseconds() {
@@ -98,13 +110,15 @@ public enum DaemonMain {
 
         let summary = await daemon.statusLine()
         ServiceManager.notify("READY=1\nSTATUS=\(summary)\nMAINPID=\(getpid())")
-        logger.notice("ready: \(summary); agent \(daemon.agentID); control socket \(paths.controlSocket)",
-                      [("event", EventKind.daemonStarted.rawValue), ("mode", await daemon.currentMode.rawValue)])
+        logger.notice(
+            "ready: \(summary); agent \(daemon.agentID); control socket \(paths.controlSocket)",
+            [("event", EventKind.daemonStarted.rawValue), ("mode", await daemon.currentMode.rawValue)])
 
-        let group = ServiceGroup(services: services, logger: logger,
-                                 gracefulDeadlineNanoseconds: UInt64(gracefulDeadlineMs) * 1_000_000,
-                                 onShutdownStart: { ServiceManager.notify("STOPPING=1\nSTATUS=stopping") },
-                                 onReload: { [logger] in await reload(daemon: daemon, paths: paths, load: reloadConfig, logger: logger) })
+        let group = ServiceGroup(
+            services: services, logger: logger,
+            gracefulDeadlineNanoseconds: UInt64(gracefulDeadlineMs) * 1_000_000,
+            onShutdownStart: { ServiceManager.notify("STOPPING=1\nSTATUS=stopping") },
+            onReload: { [logger] in await reload(daemon: daemon, paths: paths, load: reloadConfig, logger: logger) })
         let exit = await group.run(signals: signals)
         listener.close()
         switch exit {

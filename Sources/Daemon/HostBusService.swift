@@ -86,7 +86,9 @@ actor HostBusLink {
             }
             if bus.events & Int16(POLLOUT) != 0 { _ = try? bus.process() }
             let deadlineNs = bus.timeoutUsec.map { $0 &* 1_000 }
-            var interests = [Reactor.Interest(fd: bus.fileDescriptor, events: bus.events), Reactor.Interest(fd: wake.fileDescriptor, events: Int16(POLLIN))]
+            var interests = [
+                Reactor.Interest(fd: bus.fileDescriptor, events: bus.events), Reactor.Interest(fd: wake.fileDescriptor, events: Int16(POLLIN)),
+            ]
             if interests[0].events == 0 { interests[0].events = Int16(POLLIN) }
             _ = try? await Reactor.shared.wait(interests, deadlineNs: deadlineNs)
             wake.drain()
@@ -108,37 +110,48 @@ actor HostBusLink {
         events.yield(.connected)
         let events = self.events
         // Owners are followed, so a service that starts (or restarts) later is read then.
-        slots.append(try connected.addMatch("type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged'") { [weak self] message in
-            guard let args = try? message.arguments(), args.count == 3, let name = args[0].stringValue,
-                  let peer = Peer(rawValue: name), let owner = args[2].stringValue else { return }
-            self?.assumeIsolated { link in link.ownerChanged(peer, owner: owner.isEmpty ? nil : owner) }
-        })
-        slots.append(try connected.addMatch("type='signal',interface='\(HostBusLink.logindManager)',member='PrepareForSleep',path='/org/freedesktop/login1'") { [weak self] message in
-            let (sender, path) = (message.sender, message.path)
-            guard let self, self.assumeIsolated({ $0.isFrom(.logind, sender: sender, path: path) }),
-                  let args = try? message.arguments(), case .bool(let starting)? = args.first else { return }
-            events.yield(.prepareForSleep(starting))
-        })
+        slots.append(
+            try connected.addMatch("type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged'") {
+                [weak self] message in
+                guard let args = try? message.arguments(), args.count == 3, let name = args[0].stringValue,
+                    let peer = Peer(rawValue: name), let owner = args[2].stringValue
+                else { return }
+                self?.assumeIsolated { link in link.ownerChanged(peer, owner: owner.isEmpty ? nil : owner) }
+            })
+        slots.append(
+            try connected.addMatch("type='signal',interface='\(HostBusLink.logindManager)',member='PrepareForSleep',path='/org/freedesktop/login1'") {
+                [weak self] message in
+                let (sender, path) = (message.sender, message.path)
+                guard let self, self.assumeIsolated({ $0.isFrom(.logind, sender: sender, path: path) }),
+                    let args = try? message.arguments(), case .bool(let starting)? = args.first
+                else { return }
+                events.yield(.prepareForSleep(starting))
+            })
         // One rule per object: the bus daemon filters, so BlueZ's many property changes never reach us.
         for peer in [Peer.networkManager, .powerProfiles, .upowerProfiles] {
-            slots.append(try connected.addMatch("type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged',path='\(peer.path)'") { [weak self] message in
-                guard let self, let args = try? message.arguments(), args.count >= 2, args[0].stringValue == peer.rawValue,
-                      let changed = args[1].stringKeyedEntries else { return }
-                let (sender, path) = (message.sender, message.path)
-                guard self.assumeIsolated({ $0.isFrom(peer, sender: sender, path: path) }) else { return }
-                switch peer {
-                case .networkManager:
-                    if let value = changed["Metered"] { events.yield(.metered(value.integerValue.flatMap { UInt32(exactly: $0) })) }
-                case .powerProfiles, .upowerProfiles:
-                    if let value = changed["ActiveProfile"] { events.yield(.activeProfile(value.stringValue)) }
-                case .logind:
-                    break
-                }
-            })
+            slots.append(
+                try connected.addMatch("type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged',path='\(peer.path)'") {
+                    [weak self] message in
+                    guard let self, let args = try? message.arguments(), args.count >= 2, args[0].stringValue == peer.rawValue,
+                        let changed = args[1].stringKeyedEntries
+                    else { return }
+                    let (sender, path) = (message.sender, message.path)
+                    guard self.assumeIsolated({ $0.isFrom(peer, sender: sender, path: path) }) else { return }
+                    switch peer {
+                    case .networkManager:
+                        if let value = changed["Metered"] { events.yield(.metered(value.integerValue.flatMap { UInt32(exactly: $0) })) }
+                    case .powerProfiles, .upowerProfiles:
+                        if let value = changed["ActiveProfile"] { events.yield(.activeProfile(value.stringValue)) }
+                    case .logind:
+                        break
+                    }
+                })
         }
         for peer in Peer.allCases {
-            try connected.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-                               member: "GetNameOwner", arguments: [.string(peer.rawValue)]) { [weak self] result in
+            try connected.call(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: "GetNameOwner", arguments: [.string(peer.rawValue)]
+            ) { [weak self] result in
                 let owner: String? = if case .success(let args) = result, let name = args.first?.stringValue, !name.isEmpty { name } else { nil }
                 self?.assumeIsolated { link in link.ownerChanged(peer, owner: owner) }
             }
@@ -173,8 +186,10 @@ actor HostBusLink {
     }
 
     private func readProperty(_ peer: Peer, _ name: String, _ done: @escaping (DBusValue?) -> Void) {
-        try? bus?.call(destination: peer.rawValue, path: peer.path, interface: "org.freedesktop.DBus.Properties", member: "Get",
-                       arguments: [.string(peer.rawValue), .string(name)]) { result in
+        try? bus?.call(
+            destination: peer.rawValue, path: peer.path, interface: "org.freedesktop.DBus.Properties", member: "Get",
+            arguments: [.string(peer.rawValue), .string(name)]
+        ) { result in
             if case .success(let args) = result, case .variant(let value)? = args.first { done(value) } else { done(nil) }
         }
         wake.signal()
@@ -186,19 +201,29 @@ actor HostBusLink {
         guard inhibitorFD < 0, let bus else { return }
         let events = self.events
         do {
-            try bus.call(destination: Peer.logind.rawValue, path: Peer.logind.path, interface: HostBusLink.logindManager, member: "Inhibit",
-                         arguments: [.string("sleep"), .string("edgecoder-worker"),
-                                     .string("Finish taking work, save the journal and tell the coordinator"), .string("delay")]) { [weak self] result in
+            try bus.call(
+                destination: Peer.logind.rawValue, path: Peer.logind.path, interface: HostBusLink.logindManager, member: "Inhibit",
+                arguments: [
+                    .string("sleep"), .string("edgecoder-worker"),
+                    .string("Finish taking work, save the journal and tell the coordinator"), .string("delay"),
+                ]
+            ) { [weak self] result in
                 switch result {
                 case .success(let args):
                     guard case .unixFD(let fd)? = args.first else {
-                        events.yield(.inhibitor(.failure(DBusError(name: "org.freedesktop.DBus.Error.InvalidArgs", message: "Inhibit answered without a file descriptor"))))
+                        events.yield(
+                            .inhibitor(
+                                .failure(
+                                    DBusError(name: "org.freedesktop.DBus.Error.InvalidArgs", message: "Inhibit answered without a file descriptor")))
+                        )
                         return
                     }
                     // The message owns its fd: keep a duplicate of our own.
                     let own = fcntl(fd, F_DUPFD_CLOEXEC, 3)
                     guard own >= 0 else {
-                        events.yield(.inhibitor(.failure(DBusError(name: "org.freedesktop.DBus.Error.Failed", message: "dup: \(String(cString: strerror(errno)))"))))
+                        events.yield(
+                            .inhibitor(
+                                .failure(DBusError(name: "org.freedesktop.DBus.Error.Failed", message: "dup: \(String(cString: strerror(errno)))"))))
                         return
                     }
                     self?.assumeIsolated { link in link.adopt(own) }
@@ -269,7 +294,9 @@ public struct HostBusService: Service {
                     let absent = HostServices.Presence.absent("no system bus: \(why)")
                     (host.logind, host.networkManager, host.powerProfiles) = (absent, absent, absent)
                     host.inhibitor = "not taken: no system bus"
-                    if reportedBusProblem == nil { logger.info("no system bus (\(why)): suspend, metered networks and power profiles are not followed") }
+                    if reportedBusProblem == nil {
+                        logger.info("no system bus (\(why)): suspend, metered networks and power profiles are not followed")
+                    }
                     reportedBusProblem = why
                 case .presence(let peer, let presence):
                     switch peer {
@@ -300,8 +327,11 @@ public struct HostBusService: Service {
                     let (phase, steps) = HostServices.prepareForSleep(starting, phase: host.sleep)
                     host.sleep = phase
                     if !steps.isEmpty {
-                        logger.notice(starting ? "the host is suspending: no new work, checkpoint, heartbeat" : "the host resumed: reading power and the network path again, heartbeat",
-                                      [("event", starting ? "host-suspend" : "host-resume")])
+                        logger.notice(
+                            starting
+                                ? "the host is suspending: no new work, checkpoint, heartbeat"
+                                : "the host resumed: reading power and the network path again, heartbeat",
+                            [("event", starting ? "host-suspend" : "host-resume")])
                     }
                     if !starting { host.lastResumeMs = wallClockMilliseconds() }
                     await daemon.updateHost(host)

@@ -65,9 +65,10 @@ extension CoordinatorService: ModeRuntime {
     }
 
     public static func make(_ context: ModeRuntimeContext) -> CoordinatorService {
-        CoordinatorService(daemon: context.daemon, config: context.config, directory: context.directory,
-                           logger: context.logger.labeled("coordinator"),
-                           sandbox: ContainerSandbox(.init(context.config.execution), logger: context.logger.labeled("sandbox")))
+        CoordinatorService(
+            daemon: context.daemon, config: context.config, directory: context.directory,
+            logger: context.logger.labeled("coordinator"),
+            sandbox: ContainerSandbox(.init(context.config.execution), logger: context.logger.labeled("sandbox")))
     }
 }
 
@@ -75,7 +76,8 @@ extension BluetoothService: ModeRuntime {
     public static var mode: Mode { .bluetooth }
 
     public static func make(_ context: ModeRuntimeContext) -> BluetoothService {
-        BluetoothService(daemon: context.daemon, backend: context.backend, config: context.config,
-                         logger: context.logger.labeled("bluetooth"))
+        BluetoothService(
+            daemon: context.daemon, backend: context.backend, config: context.config,
+            logger: context.logger.labeled("bluetooth"))
     }
 }

@@ -17,8 +17,10 @@ public struct ModelProbeService: Service {
     /// How often the probe looks again while a load runs, to say `ready` soon after.
     let loadPollNanoseconds: UInt64
 
-    public init(daemon: WorkerDaemon, backend: ModelBackend, logger: Logger, intervalNanoseconds: UInt64 = 30_000_000_000,
-                loadPollNanoseconds: UInt64 = 1_000_000_000) {
+    public init(
+        daemon: WorkerDaemon, backend: ModelBackend, logger: Logger, intervalNanoseconds: UInt64 = 30_000_000_000,
+        loadPollNanoseconds: UInt64 = 1_000_000_000
+    ) {
         self.daemon = daemon
         self.backend = backend
         self.logger = logger
@@ -78,7 +80,11 @@ public struct ModelProbeService: Service {
                         interval = min(interval, UInt64(1_000_000_000) << UInt64(min(notReady, 5)))
                     }
                     if readiness.state != last {
-                        if readiness.state == .ready { logger.info("model backend ready: \(readiness.detail)") } else { logger.warning("model backend \(readiness.state.rawValue): \(readiness.detail)") }
+                        if readiness.state == .ready {
+                            logger.info("model backend ready: \(readiness.detail)")
+                        } else {
+                            logger.warning("model backend \(readiness.state.rawValue): \(readiness.detail)")
+                        }
                         last = readiness.state
                     }
                     await daemon.updateModel(state: readiness.state.rawValue, detail: readiness.detail)
@@ -92,16 +98,17 @@ public struct ModelProbeService: Service {
                 // when a load ends (then the model is in /api/ps: ready at once).
                 let wait = interval
                 let loading = loads.isRunning
-                _ = await race({
-                    // Mode off: nothing to probe until a working mode is selected (the other side).
-                    if !selected && !loading { await suspendUntilCancelled(); return }
-                    if loading {
-                        // Task.value cannot be cancelled, so the signal is what is awaited.
-                        _ = await race({ try? await Task.sleep(nanoseconds: wait) }, { await loads.idle.wait(for: true) })
-                    } else {
-                        try? await Task.sleep(nanoseconds: wait)
-                    }
-                }, { await working.wait(for: !selected) })
+                _ = await race(
+                    {
+                        // Mode off: nothing to probe until a working mode is selected (the other side).
+                        if !selected && !loading { await suspendUntilCancelled(); return }
+                        if loading {
+                            // Task.value cannot be cancelled, so the signal is what is awaited.
+                            _ = await race({ try? await Task.sleep(nanoseconds: wait) }, { await loads.idle.wait(for: true) })
+                        } else {
+                            try? await Task.sleep(nanoseconds: wait)
+                        }
+                    }, { await working.wait(for: !selected) })
                 try Task.checkCancellation()
             }
         }

@@ -38,12 +38,16 @@ struct ModelSwitcher: Sendable {
         }
         let reporter = SwitchReporter(link: link, throttle: ProgressThrottle(intervalMs: progressIntervalMs), clock: clock)
         let nowMs = clock.wallMs()
-        switch request.plan(allowed: await daemon.allowsRemoteModelSwitch, backend: config.backend.kind,
-                                   allowedRegistries: config.backend.allowedModelRegistries) {
+        switch request.plan(
+            allowed: await daemon.allowsRemoteModelSwitch, backend: config.backend.kind,
+            allowedRegistries: config.backend.allowedModelRegistries)
+        {
         case .refuse(let reason):
             logger.warning("refused the coordinator's model switch to \(request.model.map { printable($0) } ?? "?"): \(reason)")
-            await daemon.updateModelSwitch(ModelSwitchStatus(phase: .refused, model: request.model, rolloutID: request.rolloutID,
-                                                             message: reason, sinceMs: nowMs))
+            await daemon.updateModelSwitch(
+                ModelSwitchStatus(
+                    phase: .refused, model: request.model, rolloutID: request.rolloutID,
+                    message: reason, sinceMs: nowMs))
             await reporter.post(phase: "refused", message: reason, progressPct: nil, force: true)
             await finish(request, ok: false, error: reason)
         case .pull(let model):
@@ -56,10 +60,14 @@ struct ModelSwitcher: Sendable {
     private func carryOut(_ request: ModelSwitchRequest, model: String, pull: Bool, reporter: SwitchReporter) async {
         let started = clock.wallMs()
         func show(_ phase: ModelSwitchStatus.Phase, _ message: String, _ pct: Double? = nil) async {
-            await daemon.updateModelSwitch(ModelSwitchStatus(phase: phase, model: model, rolloutID: request.rolloutID, message: message,
-                                                             progressPct: pct, sinceMs: started))
+            await daemon.updateModelSwitch(
+                ModelSwitchStatus(
+                    phase: phase, model: model, rolloutID: request.rolloutID, message: message,
+                    progressPct: pct, sinceMs: started))
         }
-        logger.notice("the coordinator asks for model \(model)\(request.rolloutID.map { " (rollout \($0))" } ?? ""); \(pull ? "pulling it" : "switching without a download (autoInstall false)")")
+        logger.notice(
+            "the coordinator asks for model \(model)\(request.rolloutID.map { " (rollout \($0))" } ?? ""); \(pull ? "pulling it" : "switching without a download (autoInstall false)")"
+        )
         await show(.starting, "preparing to switch to \(model)")
         await reporter.post(phase: "starting", message: "preparing to switch to \(model)", progressPct: nil, force: true)
 
@@ -91,15 +99,18 @@ struct ModelSwitcher: Sendable {
                 let stillAllowed = try await whileAllowed {
                     try await puller.pull(model) { progress in
                         let message = progress.message(model: model)
-                        await daemon.updateModelSwitch(ModelSwitchStatus(phase: .pulling, model: model, rolloutID: request.rolloutID,
-                                                                         message: message, progressPct: progress.percent, sinceMs: started))
+                        await daemon.updateModelSwitch(
+                            ModelSwitchStatus(
+                                phase: .pulling, model: model, rolloutID: request.rolloutID,
+                                message: message, progressPct: progress.percent, sinceMs: started))
                         await reporter.post(phase: "pulling_model", message: message, progressPct: progress.percent, force: false)
                     }
                 }
                 guard stillAllowed else { return await refuseNow(request, model: model, started: started, reporter: reporter) }
                 await reporter.flush()
             } else if try await !puller.isInstalled(model) {
-                throw ModelError(.modelNotFound, "model \(model) is not on the Ollama server at \(puller.root) and the request says autoInstall false")
+                throw ModelError(
+                    .modelNotFound, "model \(model) is not on the Ollama server at \(puller.root) and the request says autoInstall false")
             }
         } catch let error as ModelError where error.kind != .cancelled && !Task.isCancelled {
             logger.error("model switch to \(model) failed: \(error.message)")
@@ -132,7 +143,8 @@ struct ModelSwitcher: Sendable {
     private func refuseNow(_ request: ModelSwitchRequest, model: String, started: Int64, reporter: SwitchReporter) async {
         let reason = ModelSwitchRequest.notAllowed
         logger.warning("model switch to \(model) cancelled before it switched: \(reason)")
-        await daemon.updateModelSwitch(ModelSwitchStatus(phase: .refused, model: model, rolloutID: request.rolloutID, message: reason, sinceMs: started))
+        await daemon.updateModelSwitch(
+            ModelSwitchStatus(phase: .refused, model: model, rolloutID: request.rolloutID, message: reason, sinceMs: started))
         await reporter.post(phase: "refused", message: reason, progressPct: nil, force: true)
         await finish(request, ok: false, error: reason)
     }
@@ -143,7 +155,8 @@ struct ModelSwitcher: Sendable {
     private func interrupted(_ request: ModelSwitchRequest, model: String, started: Int64, reporter: SwitchReporter) async {
         let message = "interrupted before the switch (mode off or the session ended); the coordinator asks again"
         logger.notice("model switch to \(model) \(message)")
-        await daemon.updateModelSwitch(ModelSwitchStatus(phase: .interrupted, model: model, rolloutID: request.rolloutID, message: message, sinceMs: started))
+        await daemon.updateModelSwitch(
+            ModelSwitchStatus(phase: .interrupted, model: model, rolloutID: request.rolloutID, message: message, sinceMs: started))
         // The session's cancellation would end the call at once: the word goes out from a
         // task of its own, bounded by the coordinator request timeout.
         await Task { await reporter.post(phase: "interrupted", message: message, progressPct: nil, force: true) }.value
@@ -221,9 +234,10 @@ extension CoordinatorLink {
     func orchestration(_ call: String, _ body: JSONValue) async -> OrchestrationWire.Answer {
         var headers = [("content-type", "application/json")]
         if let meshToken { headers.append(("x-mesh-token", meshToken)) }
-        let request = HTTP.HTTPRequest(method: "POST", url: baseURL + OrchestrationWire.path(call, agentID: agentID), headers: headers,
-                                  body: body.serializedBytes, connectTimeoutMs: config.coordinator.connectTimeoutMs,
-                                  totalTimeoutMs: config.coordinator.requestTimeoutMs, maxResponseBytes: 65_536)
+        let request = HTTP.HTTPRequest(
+            method: "POST", url: baseURL + OrchestrationWire.path(call, agentID: agentID), headers: headers,
+            body: body.serializedBytes, connectTimeoutMs: config.coordinator.connectTimeoutMs,
+            totalTimeoutMs: config.coordinator.requestTimeoutMs, maxResponseBytes: 65_536)
         do {
             let response = try await transport.perform(request)
             return OrchestrationWire.classify(status: response.status, body: response.body)

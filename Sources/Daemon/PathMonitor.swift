@@ -134,10 +134,12 @@ public struct PathMonitorService: Service {
             let logger = self.logger
             let agentID = daemon.agentID
             group.addTask {
-                let (outcome, output) = await HookRunner.run(hook.command, environment: [
-                    "EDGECODER_EVENT": "network-restored", "EDGECODER_INTERFACE": interface,
-                    "EDGECODER_MODE": "bluetooth", "EDGECODER_AGENT_ID": agentID,
-                ], timeoutMs: hook.timeoutMs)
+                let (outcome, output) = await HookRunner.run(
+                    hook.command,
+                    environment: [
+                        "EDGECODER_EVENT": "network-restored", "EDGECODER_INTERFACE": interface,
+                        "EDGECODER_MODE": "bluetooth", "EDGECODER_AGENT_ID": agentID,
+                    ], timeoutMs: hook.timeoutMs)
                 // Bounded by the runner: a chatty hook cannot flood the journal.
                 for line in output.logLines { logger.info("hooks.networkRestored: \(line)") }
                 if outcome.succeeded { logger.info("hooks.networkRestored \(outcome)") } else { logger.warning("hooks.networkRestored \(outcome)") }

@@ -55,8 +55,10 @@ public struct ServiceGroup: Sendable {
     /// signal is awaited once it returns.
     public var onReload: @Sendable () async -> Void
 
-    public init(services: [any Service], logger: Logger, gracefulDeadlineNanoseconds: UInt64, onShutdownStart: @escaping @Sendable () -> Void = {},
-                onReload: @escaping @Sendable () async -> Void = {}) {
+    public init(
+        services: [any Service], logger: Logger, gracefulDeadlineNanoseconds: UInt64, onShutdownStart: @escaping @Sendable () -> Void = {},
+        onReload: @escaping @Sendable () async -> Void = {}
+    ) {
         self.services = services
         self.logger = logger
         self.gracefulDeadlineNanoseconds = gracefulDeadlineNanoseconds
@@ -137,7 +139,9 @@ public struct ServiceGroup: Sendable {
                         logger.warning("received \(SignalPipe.name(signo)) again; stopping now")
                         break stopping
                     case .deadline:
-                        logger.warning("graceful stop took longer than \(gracefulDeadlineNanoseconds / 1_000_000) ms; cancelling \(running.map { services[$0].name }.sorted().joined(separator: ", "))")
+                        logger.warning(
+                            "graceful stop took longer than \(gracefulDeadlineNanoseconds / 1_000_000) ms; cancelling \(running.map { services[$0].name }.sorted().joined(separator: ", "))"
+                        )
                         break stopping
                     }
                 }

@@ -106,14 +106,20 @@ public actor WorkerDaemon {
     /// Opens the state directory's files and restores the persisted mode; anything that
     /// cannot be read is moved aside and reported, never fatal. `writer` replaces the one
     /// made for `directory` (tests pass one that mocks a failing disk).
-    public init(config: WorkerConfig, paths: DaemonPaths, directory: StateDirectory, logger: Logger,
-                clock: @escaping @Sendable () -> Int64 = wallClockMilliseconds, writer: DurableWriter? = nil) {
+    public init(
+        config: WorkerConfig, paths: DaemonPaths, directory: StateDirectory, logger: Logger,
+        clock: @escaping @Sendable () -> Int64 = wallClockMilliseconds, writer: DurableWriter? = nil
+    ) {
         self.config = config
         self.paths = paths
         self.files = WorkerStateFiles(directory: directory)
-        self.writer = writer ?? DurableWriter(directory: directory, onProblem: { [logger] problem in
-            if let problem { logger.error(problem) } else { logger.notice("state directory writable again") }
-        })
+        self.writer =
+            writer
+            ?? DurableWriter(
+                directory: directory,
+                onProblem: { [logger] problem in
+                    if let problem { logger.error(problem) } else { logger.notice("state directory writable again") }
+                })
         self.logger = logger
         self.clock = clock
         let now = clock()
@@ -176,7 +182,9 @@ public actor WorkerDaemon {
 
         let switchedModel = ActiveModel.resolve(config: config.backend, persisted: persistedModel).switched
         if let persistedModel, switchedModel == nil {
-            logger.notice("the coordinator's switch to model \(persistedModel.model) no longer applies (backend.model is now \(config.backend.model), was \(persistedModel.switchedFrom)); running \(config.backend.model)")
+            logger.notice(
+                "the coordinator's switch to model \(persistedModel.model) no longer applies (backend.model is now \(config.backend.model), was \(persistedModel.switchedFrom)); running \(config.backend.model)"
+            )
         }
 
         var agentID: String
@@ -191,13 +199,17 @@ public actor WorkerDaemon {
         }
 
         for file in recovered {
-            let text = file.movedTo.isEmpty
+            let text =
+                file.movedTo.isEmpty
                 ? "state file \(file.file) \(file.problem)"
                 : "state file \(file.file) \(file.problem); moved aside to \(file.movedTo), starting from defaults"
             logger.error(text)
             log.append(EventDraft(kind: .stateRecovered, reason: text), timeMs: now)
         }
-        log.append(EventDraft(kind: .daemonStarted, to: mode.mode, reason: "daemon started (version \(workerVersion), pid \(getpidValue())); restored mode \(mode.mode.rawValue)"), timeMs: now)
+        log.append(
+            EventDraft(
+                kind: .daemonStarted, to: mode.mode,
+                reason: "daemon started (version \(workerVersion), pid \(getpidValue())); restored mode \(mode.mode.rawValue)"), timeMs: now)
 
         self.modeState = mode
         self.policyOverrides = overrides
@@ -210,8 +222,9 @@ public actor WorkerDaemon {
         if config.agentId == nil {
             self.writer.submit(WorkerStateFiles.agentIDFile, mode: WorkerStateFiles.agentIDMode, WorkerStateFiles.agentIDBytes(agentID))
         }
-        identityProblem = CopiedIdentityCheck.problem(agentID: agentID, configured: config.agentId != nil,
-                                                      machineSuffix: ServiceManager.machineAppSpecificID().map { String($0.prefix(12)) })
+        identityProblem = CopiedIdentityCheck.problem(
+            agentID: agentID, configured: config.agentId != nil,
+            machineSuffix: ServiceManager.machineAppSpecificID().map { String($0.prefix(12)) })
         if let identityProblem { logger.warning(identityProblem) }
         self.writer.submit(WorkerStateFiles.modeFile, WorkerStateFiles.modeBytes(mode))
         self.writer.submit(WorkerStateFiles.eventsFile) { [log] in WorkerStateFiles.eventsBytes(log) }
@@ -221,7 +234,9 @@ public actor WorkerDaemon {
     /// and stable across reinstalls (derived from /etc/machine-id through an HMAC).
     static func deriveAgentID() -> String {
         var host = String(hostName().split(separator: ".").first ?? "linux")
-        host = String(host.unicodeScalars.filter { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "-") }.map(Character.init)).lowercased()
+        host = String(
+            host.unicodeScalars.filter { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "-") }.map(Character.init)
+        ).lowercased()
         if host.isEmpty { host = "linux" }
         let suffix = ServiceManager.machineAppSpecificID().map { String($0.prefix(12)) } ?? randomHex(12)
         return String(host.prefix(48)) + "-" + suffix
@@ -232,9 +247,10 @@ public actor WorkerDaemon {
     var effectivePolicy: (policy: PowerPolicy, sources: [String: PolicySource]) { policyOverrides.apply(to: config) }
 
     func modeContext() -> ModeContext {
-        ModeContext(runOnlyWhileCharging: effectivePolicy.policy.runOnlyWhileCharging,
-                    onExternalPower: reading?.telemetry.onExternalPower, nowMs: clock(),
-                    coordinatorProblem: CoordinatorPlaceholder.problem(config.coordinator.url))
+        ModeContext(
+            runOnlyWhileCharging: effectivePolicy.policy.runOnlyWhileCharging,
+            onExternalPower: reading?.telemetry.onExternalPower, nowMs: clock(),
+            coordinatorProblem: CoordinatorPlaceholder.problem(config.coordinator.url))
     }
 
     /// What a mode's runtime lacks (`ModeRuntimes`); until it has it, the mode stays
@@ -271,13 +287,15 @@ public actor WorkerDaemon {
         updateServiceStatus()
         switch decision.outcome {
         case .changed:
-            logger.notice("mode \(previous.mode.rawValue) -> \(modeState.mode.rawValue): \(modeState.reason)",
-                          WorkerDaemon.fields(events.last { $0.kind == .downgrade } ?? events.last, mode: modeState.mode))
+            logger.notice(
+                "mode \(previous.mode.rawValue) -> \(modeState.mode.rawValue): \(modeState.reason)",
+                WorkerDaemon.fields(events.last { $0.kind == .downgrade } ?? events.last, mode: modeState.mode))
         case .unchanged:
             for event in events where event.kind == .networkRestored { logger.notice(event.reason, WorkerDaemon.fields(event, mode: modeState.mode)) }
         case .refused(let message):
-            logger.warning("refused mode \(requestedMode(request)?.rawValue ?? "?"): \(message)",
-                           WorkerDaemon.fields(events.last, mode: modeState.mode))
+            logger.warning(
+                "refused mode \(requestedMode(request)?.rawValue ?? "?"): \(message)",
+                WorkerDaemon.fields(events.last, mode: modeState.mode))
         }
         // Every change to the actor's state is made above, before this suspension point;
         // another request may run meanwhile, and its newer mode supersedes this one.
@@ -390,8 +408,9 @@ public actor WorkerDaemon {
                 logger.notice("power policy: new work allowed again", [("event", EventKind.powerResume.rawValue), ("mode", modeState.mode.rawValue)])
             } else {
                 record(EventDraft(kind: .powerHold, reason: "new work held: \(decision.reasonText) (\(decision.reason?.explanation ?? ""))"))
-                logger.notice("power policy: holding new work: \(decision.reasonText)",
-                              [("event", EventKind.powerHold.rawValue), ("mode", modeState.mode.rawValue), ("hold_reason", decision.reasonText)])
+                logger.notice(
+                    "power policy: holding new work: \(decision.reasonText)",
+                    [("event", EventKind.powerHold.rawValue), ("mode", modeState.mode.rawValue), ("hold_reason", decision.reasonText)])
             }
         }
         let gateClosed = modeContext().chargeGateClosed
@@ -399,12 +418,15 @@ public actor WorkerDaemon {
             gateEvaluated = true
             if modeState.mode != .off && gateClosed {
                 gateBlocked = true
-                logger.warning("mode \(modeState.mode.rawValue) restored but the host is on battery and runOnlyWhileCharging is set: the runtime stays idle until power returns")
+                logger.warning(
+                    "mode \(modeState.mode.rawValue) restored but the host is on battery and runOnlyWhileCharging is set: the runtime stays idle until power returns"
+                )
             }
         } else if gateBlocked && !gateClosed {
             gateBlocked = false
             logger.notice("external power connected: starting the \(modeState.mode.rawValue) runtime")
-            record(EventDraft(kind: .powerResume, to: modeState.mode, reason: "external power connected: the \(modeState.mode.rawValue) runtime starts"))
+            record(
+                EventDraft(kind: .powerResume, to: modeState.mode, reason: "external power connected: the \(modeState.mode.rawValue) runtime starts"))
         }
         updateServiceStatus()
     }
@@ -451,10 +473,15 @@ public actor WorkerDaemon {
         guard runtimeActive(.on), coordinator != nil else { return false }
         let signal = heartbeatRequested
         signal.set(true)
-        switch await race({ await signal.wait(for: false); return true }, {
-            try? await Task.sleep(nanoseconds: UInt64(max(0, timeoutMs)) * 1_000_000)
-            return false
-        }) {
+        switch await race(
+            {
+                await signal.wait(for: false); return true
+            },
+            {
+                try? await Task.sleep(nanoseconds: UInt64(max(0, timeoutMs)) * 1_000_000)
+                return false
+            })
+        {
         case .first(let done): return done
         case .second(let done): return done
         }
@@ -468,8 +495,9 @@ public actor WorkerDaemon {
     /// connection under hold or a suspend, the charge gate), uncounted: the switch asks
     /// this repeatedly while it waits.
     public var modelSwitchHold: ModelSwitchHold? {
-        .first(power: powerDecision?.reason, host: host.hold(onMetered: config.network.onMetered),
-               chargeGateClosed: modeContext().chargeGateClosed)
+        .first(
+            power: powerDecision?.reason, host: host.hold(onMetered: config.network.onMetered),
+            chargeGateClosed: modeContext().chargeGateClosed)
     }
 
     /// Whether pulling must wait because the state directory cannot be written: a pulled
@@ -529,11 +557,16 @@ public actor WorkerDaemon {
     /// (it survives restarts). Switching back to the config's model forgets the switch.
     public func switchModel(to name: String, rolloutID: String?) async {
         let previous = activeModel
-        let next: ActiveModel? = name == config.backend.model
+        let next: ActiveModel? =
+            name == config.backend.model
             ? nil : ActiveModel(model: name, switchedFrom: config.backend.model, switchedAtMs: clock(), rolloutID: rolloutID)
         switchedModel = next
-        record(EventDraft(kind: .modelSwitched, reason: "model \(previous) -> \(name) at the coordinator's request\(rolloutID.map { " (rollout \($0))" } ?? "")"))
-        logger.notice("model switched from \(previous) to \(name) at the coordinator's request", [("event", EventKind.modelSwitched.rawValue), ("model", name)])
+        record(
+            EventDraft(
+                kind: .modelSwitched, reason: "model \(previous) -> \(name) at the coordinator's request\(rolloutID.map { " (rollout \($0))" } ?? "")"
+            ))
+        logger.notice(
+            "model switched from \(previous) to \(name) at the coordinator's request", [("event", EventKind.modelSwitched.rawValue), ("model", name)])
         updateServiceStatus()
         if let next {
             await persistDurably(WorkerStateFiles.activeModelFile, WorkerStateFiles.activeModelBytes(next))
@@ -568,8 +601,9 @@ public actor WorkerDaemon {
 
     /// How code subtasks are answered now.
     public var execution: ExecutionStatus {
-        ExecutionStatus(mode: config.execution.mode, engine: config.execution.engine, image: config.execution.image,
-                        sandbox: sandbox.availability, checkedAtMs: sandbox.atMs)
+        ExecutionStatus(
+            mode: config.execution.mode, engine: config.execution.engine, image: config.execution.image,
+            sandbox: sandbox.availability, checkedAtMs: sandbox.atMs)
     }
 
     public func updateModel(state: String, detail: String) {
@@ -609,11 +643,15 @@ public actor WorkerDaemon {
         if plan.appliedKeys.contains("log.level"), let level = LogLevel(name: config.log.level.rawValue) {
             logger.sharedLevel?.set(level)
         }
-        let status = ConfigReloadStatus(atMs: clock(), outcome: plan.appliedKeys.isEmpty ? .unchanged : .applied,
-                                        appliedKeys: plan.appliedKeys, restartKeys: plan.restartKeys)
+        let status = ConfigReloadStatus(
+            atMs: clock(), outcome: plan.appliedKeys.isEmpty ? .unchanged : .applied,
+            appliedKeys: plan.appliedKeys, restartKeys: plan.restartKeys)
         configReload = status
         record(EventDraft(kind: .configReloaded, reason: status.line))
-        logger.notice(status.line, [("event", EventKind.configReloaded.rawValue)] + (plan.restartKeys.isEmpty ? [] : [("needs_restart", plan.restartKeys.joined(separator: ","))]))
+        logger.notice(
+            status.line,
+            [("event", EventKind.configReloaded.rawValue)]
+                + (plan.restartKeys.isEmpty ? [] : [("needs_restart", plan.restartKeys.joined(separator: ","))]))
         // From the raw reading, so a telemetry.deviceType taken out of the file is undone.
         if let base = rawReading ?? reading { updateReading(base, monotonicMs: max(readingAtMonotonicMs, Int64(monotonicNanoseconds() / 1_000_000))) }
         if plan.restartsBluetooth { bluetoothRestart.set(true) }
@@ -627,8 +665,9 @@ public actor WorkerDaemon {
     /// the reason stays in status until a later reload succeeds.
     @discardableResult
     public func refuseReload(problems: [String]) -> ConfigReloadStatus {
-        let status = ConfigReloadStatus(atMs: clock(), outcome: .refused, problems: problems,
-                                        restartKeys: configReload?.restartKeys ?? [])
+        let status = ConfigReloadStatus(
+            atMs: clock(), outcome: .refused, problems: problems,
+            restartKeys: configReload?.restartKeys ?? [])
         configReload = status
         record(EventDraft(kind: .configRefused, reason: status.line))
         logger.error(status.line, [("event", EventKind.configRefused.rawValue)])
@@ -831,22 +870,27 @@ public actor WorkerDaemon {
         let (policy, sources) = effectivePolicy
         return StatusSnapshot(
             nowMs: clock(), agentID: agentID,
-            daemon: StatusSnapshot.Daemon(version: workerVersion, pid: Int64(getpidValue()), startedAtMs: startedAtMs,
-                                          configPath: paths.configPath, stateDirectory: paths.stateDirectory,
-                                          controlSocket: paths.controlSocket, persistenceProblem: persistenceProblem,
-                                          configReload: configReload, identityProblem: identityProblem),
+            daemon: StatusSnapshot.Daemon(
+                version: workerVersion, pid: Int64(getpidValue()), startedAtMs: startedAtMs,
+                configPath: paths.configPath, stateDirectory: paths.stateDirectory,
+                controlSocket: paths.controlSocket, persistenceProblem: persistenceProblem,
+                configReload: configReload, identityProblem: identityProblem),
             mode: modeState, runtime: runtime,
             network: path.map { StatusSnapshot.Network(path: $0, sinceMs: pathSinceMs) },
-            lastHook: lastHook.map { StatusSnapshot.Hook(name: $0.name, outcome: $0.outcome.description, succeeded: $0.outcome.succeeded, timeMs: $0.timeMs) },
+            lastHook: lastHook.map {
+                StatusSnapshot.Hook(name: $0.name, outcome: $0.outcome.description, succeeded: $0.outcome.succeeded, timeMs: $0.timeMs)
+            },
             host: host, hostHold: host.hold(onMetered: config.network.onMetered),
-            power: StatusSnapshot.Power(telemetry: reading?.telemetry, ageMs: monotonicNow - freshReadAtMs, decision: powerDecision,
-                                        monotonicNowMs: monotonicNow, chargeGateBlocked: gateBlocked, held: holdCounters, reads: powerReads),
+            power: StatusSnapshot.Power(
+                telemetry: reading?.telemetry, ageMs: monotonicNow - freshReadAtMs, decision: powerDecision,
+                monotonicNowMs: monotonicNow, chargeGateBlocked: gateBlocked, held: holdCounters, reads: powerReads),
             policy: policy, policySources: sources,
             coordinatorURL: config.coordinator.url, coordinator: coordinator, conduct: conduct,
             bluetooth: bluetooth, bluetoothConfiguredAdapter: config.bluetooth.adapter, bluetoothMaxClients: config.bluetooth.maxClients,
-            backend: StatusSnapshot.Backend(kind: config.backend.kind.rawValue, url: config.backend.url, model: activeModel,
-                                            modelState: model?.state, detail: model?.detail, checkedAtMs: model?.atMs,
-                                            configuredModel: config.backend.model, switchedModel: switchedModel, modelSwitch: modelSwitch),
+            backend: StatusSnapshot.Backend(
+                kind: config.backend.kind.rawValue, url: config.backend.url, model: activeModel,
+                modelState: model?.state, detail: model?.detail, checkedAtMs: model?.atMs,
+                configuredModel: config.backend.model, switchedModel: switchedModel, modelSwitch: modelSwitch),
             activeRuntimes: Set(Mode.allCases.filter { runtimeActive($0) }),
             recovered: recovered.map { StatusSnapshot.RecoveredFile(file: $0.file, movedTo: $0.movedTo, problem: $0.problem, timeMs: $0.timeMs) },
             eventCount: eventLog.events.count, lastEventSeq: eventLog.nextSeq - 1, counters: counters, execution: execution)

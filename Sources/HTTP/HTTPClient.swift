@@ -18,8 +18,10 @@ public struct HTTPRequest: Sendable {
     /// Larger response bodies are an error (`responseTooLarge`), never buffered whole.
     public var maxResponseBytes: Int
 
-    public init(method: String = "GET", url: String, headers: [(String, String)] = [], body: [UInt8]? = nil,
-                connectTimeoutMs: Int64 = 5_000, totalTimeoutMs: Int64 = 30_000, maxResponseBytes: Int = 1_048_576) {
+    public init(
+        method: String = "GET", url: String, headers: [(String, String)] = [], body: [UInt8]? = nil,
+        connectTimeoutMs: Int64 = 5_000, totalTimeoutMs: Int64 = 30_000, maxResponseBytes: Int = 1_048_576
+    ) {
         self.method = method
         self.url = url
         self.headers = headers
@@ -138,11 +140,13 @@ public final class HTTPClient: Sendable {
             guard let multi = ecw_curl_multi_init() else { throw HTTPError(kind: .transfer, message: "curl_multi_init failed") }
             let context = Unmanaged.passRetained(LoopContext(client: self, multi: multi)).toOpaque()
             var thread = pthread_t()
-            let rc = pthread_create(&thread, nil, { raw in
-                let context = Unmanaged<LoopContext>.fromOpaque(raw!).takeRetainedValue()
-                context.client.loop(multi: context.multi)
-                return nil
-            }, context)
+            let rc = pthread_create(
+                &thread, nil,
+                { raw in
+                    let context = Unmanaged<LoopContext>.fromOpaque(raw!).takeRetainedValue()
+                    context.client.loop(multi: context.multi)
+                    return nil
+                }, context)
             if rc != 0 { throw HTTPError(kind: .transfer, message: "pthread_create: \(rc)") }
             pthread_detach(thread)
             engine = multi
@@ -312,7 +316,8 @@ public final class HTTPClient: Sendable {
             var queued: Int32 = 0
             while let message = ecw_curl_multi_info_read(multi, &queued) {
                 guard message.pointee.msg == CURLMSG_DONE, let easy = message.pointee.easy_handle,
-                      let transfer = transfers.removeValue(forKey: easy) else { continue }
+                    let transfer = transfers.removeValue(forKey: easy)
+                else { continue }
                 let code = message.pointee.data.result
                 finish(transfer, result: outcome(of: transfer, code: code), multi: multi)
             }
@@ -323,7 +328,9 @@ public final class HTTPClient: Sendable {
                 // Transfers keep their own timeouts, checked by the next curl_multi_perform.
                 let (pause, isFirst) = backoff.failed()
                 if isFirst {
-                    logger.error("curl_multi_poll failed: \(failure); retrying, with pauses growing to \(FailureBackoff.longestPauseNanoseconds / 1_000_000) ms, until it works")
+                    logger.error(
+                        "curl_multi_poll failed: \(failure); retrying, with pauses growing to \(FailureBackoff.longestPauseNanoseconds / 1_000_000) ms, until it works"
+                    )
                 }
                 sleepNanoseconds(pause)
             } else if let failures = backoff.succeeded() {
@@ -337,7 +344,10 @@ public final class HTTPClient: Sendable {
         guard let easy = ecw_curl_easy_init() else { return .failure(HTTPError(kind: .transfer, message: "curl_easy_init failed")) }
         let transfer = Transfer(id: id, easy: easy, receiver: pending.receiver, maxBytes: request.maxResponseBytes)
         func check(_ code: CURLcode, _ what: String) throws(HTTPError) {
-            if code != CURLE_OK { throw HTTPError(kind: code == CURLE_URL_MALFORMAT ? .badURL : .transfer, message: "\(what): \(String(cString: ecw_curl_easy_strerror(code)))") }
+            if code != CURLE_OK {
+                throw HTTPError(
+                    kind: code == CURLE_URL_MALFORMAT ? .badURL : .transfer, message: "\(what): \(String(cString: ecw_curl_easy_strerror(code)))")
+            }
         }
         do {
             try check(ecw_curl_set_string(easy, CURLOPT_URL, request.url), "URL \(request.url)")
@@ -357,7 +367,10 @@ public final class HTTPClient: Sendable {
                 try check(ecw_curl_set_offset(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.count)), "body size")
                 try body.withUnsafeBufferPointer { (buffer) throws(HTTPError) in
                     // COPYPOSTFIELDS: libcurl keeps its own copy, so our array may go.
-                    try check(ecw_curl_set_pointer(easy, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: buffer.baseAddress ?? UnsafePointer(bitPattern: 1)!)), "body")
+                    try check(
+                        ecw_curl_set_pointer(
+                            easy, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: buffer.baseAddress ?? UnsafePointer(bitPattern: 1)!)),
+                        "body")
                 }
             }
             for (name, value) in request.headers {
@@ -368,28 +381,33 @@ public final class HTTPClient: Sendable {
             try check(ecw_curl_set_pointer(easy, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(transfer.headers)), "headers")
             let context = Unmanaged.passRetained(TransferContext(transfer: transfer, client: self)).toOpaque()
             transfer.context = context
-            try check(ecw_curl_set_write_function(easy, { data, size, count, raw in
-                let context = Unmanaged<TransferContext>.fromOpaque(raw!).takeUnretainedValue()
-                let transfer = context.transfer
-                let n = size * count
-                if transfer.received + n > transfer.maxBytes {
-                    transfer.tooLarge = true
-                    return 0  // makes libcurl stop with CURLE_WRITE_ERROR
-                }
-                transfer.received += n
-                guard let data, n > 0 else { return n }
-                let bytes = UnsafeRawBufferPointer(start: data, count: n)
-                if transfer.isStream {
-                    // A stream's chunk goes to its reader now, not at the end.
-                    let client = context.client
-                    transfer.openStream(onTermination: { client.cancel($0) })?.yield(Array(bytes))
-                } else {
-                    transfer.body.append(contentsOf: bytes)
-                }
-                return n
-            }, context), "write function")
+            try check(
+                ecw_curl_set_write_function(
+                    easy,
+                    { data, size, count, raw in
+                        let context = Unmanaged<TransferContext>.fromOpaque(raw!).takeUnretainedValue()
+                        let transfer = context.transfer
+                        let n = size * count
+                        if transfer.received + n > transfer.maxBytes {
+                            transfer.tooLarge = true
+                            return 0  // makes libcurl stop with CURLE_WRITE_ERROR
+                        }
+                        transfer.received += n
+                        guard let data, n > 0 else { return n }
+                        let bytes = UnsafeRawBufferPointer(start: data, count: n)
+                        if transfer.isStream {
+                            // A stream's chunk goes to its reader now, not at the end.
+                            let client = context.client
+                            transfer.openStream(onTermination: { client.cancel($0) })?.yield(Array(bytes))
+                        } else {
+                            transfer.body.append(contentsOf: bytes)
+                        }
+                        return n
+                    }, context), "write function")
             let added = ecw_curl_multi_add_handle(multi, easy)
-            if added != CURLM_OK { throw HTTPError(kind: .transfer, message: "curl_multi_add_handle: \(String(cString: ecw_curl_multi_strerror(added)))") }
+            if added != CURLM_OK {
+                throw HTTPError(kind: .transfer, message: "curl_multi_add_handle: \(String(cString: ecw_curl_multi_strerror(added)))")
+            }
             return .success(transfer)
         } catch {
             if let headers = transfer.headers { ecw_curl_slist_free_all(headers) }

@@ -94,7 +94,8 @@ public enum LogSink: Sendable, Equatable {
         if let journalStream, let stderr {
             let parts = journalStream.split(separator: ":", omittingEmptySubsequences: false)
             if parts.count == 2, let device = UInt64(parts[0]), let inode = UInt64(parts[1]),
-               device == stderr.device, inode == stderr.inode {
+                device == stderr.device, inode == stderr.inode
+            {
                 return .journal
             }
         }
@@ -114,8 +115,10 @@ public enum LogSink: Sendable, Equatable {
 /// (`label: message`, as the line had it), PRIORITY, SYSLOG_IDENTIFIER, the part of the
 /// daemon as EDGECODER_COMPONENT, and each metadata key as `EDGECODER_<KEY>`.
 public enum JournalFields {
-    public static func encode(level: LogLevel, label: String, message: String, metadata: [(String, String)],
-                              identifier: String) -> [String] {
+    public static func encode(
+        level: LogLevel, label: String, message: String, metadata: [(String, String)],
+        identifier: String
+    ) -> [String] {
         var fields = [
             "MESSAGE=\(label): \(message)",
             "PRIORITY=\(level.rawValue)",
@@ -181,8 +184,10 @@ public struct StderrLogHandler: LogHandler {
     /// `repeats: nil` writes every record (the command-line tools' one-shot output).
     /// `prefixed`: the `<N>` priority prefixes, which journald and syslog read and a
     /// person at a terminal does not need (default: unless stderr is a terminal).
-    public init(repeats: RepeatLimiter? = RepeatLimiter(), prefixed: Bool = LogSink.current() != .terminal,
-                clock: Bool = StderrLogHandler.clockFromEnvironment) {
+    public init(
+        repeats: RepeatLimiter? = RepeatLimiter(), prefixed: Bool = LogSink.current() != .terminal,
+        clock: Bool = StderrLogHandler.clockFromEnvironment
+    ) {
         limiter = repeats.map(SharedRepeatLimiter.init)
         self.prefixed = prefixed
         self.clock = clock
@@ -323,8 +328,9 @@ public struct RepeatLimiter: Sendable {
     private static func note(_ key: Key, _ window: Window, now: UInt64) -> Note? {
         guard window.dropped > 0 else { return nil }
         let seconds = (now - window.startedAt + 500_000_000) / 1_000_000_000
-        return Note(level: key.level, label: key.label,
-                    message: "last message repeated \(window.dropped) more times in \(seconds) s (not logged): \(key.message)")
+        return Note(
+            level: key.level, label: key.label,
+            message: "last message repeated \(window.dropped) more times in \(seconds) s (not logged): \(key.message)")
     }
 }
 
@@ -339,8 +345,12 @@ public final class MemoryLogHandler: LogHandler {
     private let storage = Mutex<[Record]>([])
     public init() {}
     public func log(level: LogLevel, label: String, message: String, metadata: [(String, String)]) {
-        storage.withLock { $0.append(Record(level: level, label: label, message: message,
-                                            metadata: Dictionary(metadata, uniquingKeysWith: { $1 }))) }
+        storage.withLock {
+            $0.append(
+                Record(
+                    level: level, label: label, message: message,
+                    metadata: Dictionary(metadata, uniquingKeysWith: { $1 })))
+        }
     }
     public var records: [Record] { storage.withLock { $0 } }
 }

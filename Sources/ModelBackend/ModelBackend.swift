@@ -57,7 +57,9 @@ public struct ModelBackend: Sendable {
 
     /// Opens the streamed request: checks it, sends it, and waits for the status. A non-2xx
     /// answer is read whole and becomes its error.
-    func open(_ request: ModelRequest, streaming: Bool) async throws(ModelError) -> (body: AsyncThrowingStream<[UInt8], any Error>, timeoutMs: Int64, connectTimeoutMs: Int64) {
+    func open(_ request: ModelRequest, streaming: Bool) async throws(ModelError) -> (
+        body: AsyncThrowingStream<[UInt8], any Error>, timeoutMs: Int64, connectTimeoutMs: Int64
+    ) {
         if let problem = wire.urlProblem {
             throw ModelError(.invalidRequest, "backend.url \(problem)")
         }
@@ -75,10 +77,11 @@ public struct ModelBackend: Sendable {
         let cap = wire.responseCap(for: request)
         // A stream's decoder bounds what it keeps; the HTTP cap then only bounds a server
         // that never stops. A whole answer is bounded as a whole.
-        let http = HTTPRequest(method: "POST", url: wire.root + path, headers: wire.headers(accept: accept),
-                               body: wire.generateBody(request, stream: streaming),
-                               connectTimeoutMs: connectTimeoutMs, totalTimeoutMs: timeoutMs,
-                               maxResponseBytes: streaming ? ModelWire.maxResponseCap : cap)
+        let http = HTTPRequest(
+            method: "POST", url: wire.root + path, headers: wire.headers(accept: accept),
+            body: wire.generateBody(request, stream: streaming),
+            connectTimeoutMs: connectTimeoutMs, totalTimeoutMs: timeoutMs,
+            maxResponseBytes: streaming ? ModelWire.maxResponseCap : cap)
         let started = monotonicNanoseconds()
         do {
             let response = try await client.stream(http)
@@ -88,8 +91,9 @@ public struct ModelBackend: Sendable {
             }
             return (response.body, timeoutMs, connectTimeoutMs)
         } catch {
-            throw failure(error, started: started, timeoutMs: timeoutMs, connectTimeoutMs: connectTimeoutMs,
-                          cap: streaming ? ModelWire.maxResponseCap : cap)
+            throw failure(
+                error, started: started, timeoutMs: timeoutMs, connectTimeoutMs: connectTimeoutMs,
+                cap: streaming ? ModelWire.maxResponseCap : cap)
         }
     }
 
@@ -98,8 +102,9 @@ public struct ModelBackend: Sendable {
         switch error {
         case let error as ModelError: return error
         case let error as HTTPError:
-            return wire.transportError(error, call: .generate, elapsedMs: ModelBackend.milliseconds(since: started),
-                                       timeoutMs: timeoutMs, connectTimeoutMs: connectTimeoutMs, cap: cap)
+            return wire.transportError(
+                error, call: .generate, elapsedMs: ModelBackend.milliseconds(since: started),
+                timeoutMs: timeoutMs, connectTimeoutMs: connectTimeoutMs, cap: cap)
         case is CancellationError:
             return ModelError(.cancelled, "the model call was cancelled after \(ModelBackend.milliseconds(since: started)) ms")
         default:
@@ -115,9 +120,10 @@ public struct ModelBackend: Sendable {
         guard config.kind == .ollama else { return }
         if let problem = wire.urlProblem { throw ModelError(.invalidRequest, "backend.url \(problem)") }
         let connectTimeoutMs = min(ModelBackend.connectTimeoutMs, config.timeoutMs)
-        let http = HTTPRequest(method: "POST", url: wire.root + "/api/generate", headers: wire.headers(), body: wire.loadBody,
-                               connectTimeoutMs: connectTimeoutMs, totalTimeoutMs: config.timeoutMs,
-                               maxResponseBytes: ModelWire.probeResponseCap)
+        let http = HTTPRequest(
+            method: "POST", url: wire.root + "/api/generate", headers: wire.headers(), body: wire.loadBody,
+            connectTimeoutMs: connectTimeoutMs, totalTimeoutMs: config.timeoutMs,
+            maxResponseBytes: ModelWire.probeResponseCap)
         let started = monotonicNanoseconds()
         let response: HTTPResponse
         do {
@@ -185,17 +191,19 @@ public struct ModelBackend: Sendable {
     private func get(_ path: String) async -> Result<(status: Int, body: [UInt8]), ProbeFailure> {
         let timeoutMs = min(ModelBackend.probeTimeoutMs, config.timeoutMs)
         let connectTimeoutMs = min(ModelBackend.connectTimeoutMs, timeoutMs)
-        let http = HTTPRequest(method: "GET", url: wire.root + path, headers: wire.headers(),
-                               connectTimeoutMs: connectTimeoutMs, totalTimeoutMs: timeoutMs,
-                               maxResponseBytes: ModelWire.probeResponseCap)
+        let http = HTTPRequest(
+            method: "GET", url: wire.root + path, headers: wire.headers(),
+            connectTimeoutMs: connectTimeoutMs, totalTimeoutMs: timeoutMs,
+            maxResponseBytes: ModelWire.probeResponseCap)
         let started = monotonicNanoseconds()
         do {
             let response = try await client.perform(http)
             return .success((response.status, response.body))
         } catch let error as HTTPError {
-            let failure = wire.transportError(error, call: .probe, elapsedMs: ModelBackend.milliseconds(since: started),
-                                              timeoutMs: timeoutMs, connectTimeoutMs: connectTimeoutMs,
-                                              cap: ModelWire.probeResponseCap)
+            let failure = wire.transportError(
+                error, call: .probe, elapsedMs: ModelBackend.milliseconds(since: started),
+                timeoutMs: timeoutMs, connectTimeoutMs: connectTimeoutMs,
+                cap: ModelWire.probeResponseCap)
             return .failure(ProbeFailure(.unavailable, failure.message))
         } catch {
             return .failure(ProbeFailure(.unavailable, "the probe of \(wire.serverName) was cancelled"))
@@ -206,7 +214,8 @@ public struct ModelBackend: Sendable {
     /// there is one: `$CREDENTIALS_DIRECTORY/backend-api-key`, whitespace trimmed.
     public static func credentialAPIKey(environment lookup: (String) -> String? = { environment($0) }) -> String? {
         guard let directory = lookup("CREDENTIALS_DIRECTORY"),
-              let bytes = try? readFile(directory + "/backend-api-key", limit: 4096) else { return nil }
+            let bytes = try? readFile(directory + "/backend-api-key", limit: 4096)
+        else { return nil }
         let key = String(decoding: bytes, as: UTF8.self).split(whereSeparator: { $0.isWhitespace }).joined()
         // A key with inner spaces cannot go into a header: it is taken as written without them
         // only when there are none, else refused like an absent key.
@@ -298,8 +307,9 @@ public struct ModelStream: AsyncSequence, Sendable {
                     chunk = try await body?.next()
                 } catch {
                     ended = true
-                    throw backend.failure(error, started: started, timeoutMs: timeoutMs, connectTimeoutMs: connectTimeoutMs,
-                                          cap: streaming ? ModelWire.maxResponseCap : backend.wire.responseCap(for: request))
+                    throw backend.failure(
+                        error, started: started, timeoutMs: timeoutMs, connectTimeoutMs: connectTimeoutMs,
+                        cap: streaming ? ModelWire.maxResponseCap : backend.wire.responseCap(for: request))
                 }
                 // The body stream ends early, without an error, when this task is cancelled.
                 if Task.isCancelled {

@@ -44,22 +44,26 @@ public struct ModelPuller: Sendable {
         self.root = root
         self.client = client
         self.authorization = apiKey.map { [("authorization", "Bearer \($0)")] } ?? []
-        self.source = source ?? { request in
-            let response = try await client.stream(request)
-            return (response.status, response.body)
-        }
+        self.source =
+            source ?? { request in
+                let response = try await client.stream(request)
+                return (response.status, response.body)
+            }
     }
 
     /// Pulls `model`; `progress` sees the download after every line. Returns when Ollama
     /// says `success`; throws with Ollama's own reason otherwise (an `error` line, an
     /// HTTP error, a stream that ends without `success`).
-    public func pull(_ model: String, timeoutMs: Int64 = ModelPuller.defaultTimeoutMs,
-                     progress: @Sendable (PullProgress) async -> Void) async throws(ModelError) {
+    public func pull(
+        _ model: String, timeoutMs: Int64 = ModelPuller.defaultTimeoutMs,
+        progress: @Sendable (PullProgress) async -> Void
+    ) async throws(ModelError) {
         let body: JSONValue = ["model": .string(model), "stream": true]
-        let request = HTTP.HTTPRequest(method: "POST", url: root + "/api/pull",
-                                  headers: [("content-type", "application/json"), ("accept", "application/x-ndjson")] + authorization,
-                                  body: body.serializedBytes, connectTimeoutMs: ModelBackend.connectTimeoutMs,
-                                  totalTimeoutMs: timeoutMs, maxResponseBytes: ModelPuller.maxBufferedBytes)
+        let request = HTTP.HTTPRequest(
+            method: "POST", url: root + "/api/pull",
+            headers: [("content-type", "application/json"), ("accept", "application/x-ndjson")] + authorization,
+            body: body.serializedBytes, connectTimeoutMs: ModelBackend.connectTimeoutMs,
+            totalTimeoutMs: timeoutMs, maxResponseBytes: ModelPuller.maxBufferedBytes)
         var state = PullProgress()
         var splitter = LineSplitter()
         var outcome: OllamaPullLine?
@@ -84,8 +88,9 @@ public struct ModelPuller: Sendable {
             }
             if !(200..<300).contains(status) {
                 let reason = (try? JSON.parse(errorBody))?["error"]?.stringValue.map { ModelText.printable($0) } ?? "no reason given"
-                throw ModelError(status == 404 ? .modelNotFound : .rejected(status: status),
-                                 "the Ollama server at \(root) refused to pull \(model) (HTTP \(status)): \(reason)")
+                throw ModelError(
+                    status == 404 ? .modelNotFound : .rejected(status: status),
+                    "the Ollama server at \(root) refused to pull \(model) (HTTP \(status)): \(reason)")
             }
             if let rest = splitter.finish() {
                 let parsed = OllamaPullLine.parse(rest)
@@ -99,20 +104,23 @@ public struct ModelPuller: Sendable {
         } catch is CancellationError {
             throw ModelError(.cancelled, "the pull of \(model) was cancelled")
         } catch {
-            throw ModelError(.unavailable, "pulling \(model) from the Ollama server at \(root) failed: \(ModelText.printable(String(describing: error)))")
+            throw ModelError(
+                .unavailable, "pulling \(model) from the Ollama server at \(root) failed: \(ModelText.printable(String(describing: error)))")
         }
         switch outcome {
         case .success?: return
         case .failed(let why)?: throw ModelError(.badAnswer, "the Ollama server at \(root) could not pull \(model): \(why)")
-        default: throw ModelError(.badAnswer, "the Ollama server at \(root) ended the pull of \(model) without success (last status: \(state.status))")
+        default:
+            throw ModelError(.badAnswer, "the Ollama server at \(root) ended the pull of \(model) without success (last status: \(state.status))")
         }
     }
 
     /// Whether the server has `model` (`GET /api/tags`, names compared as Ollama does).
     public func isInstalled(_ model: String) async throws(ModelError) -> Bool {
-        let request = HTTP.HTTPRequest(method: "GET", url: root + "/api/tags", headers: [("accept", "application/json")] + authorization,
-                                  connectTimeoutMs: ModelBackend.connectTimeoutMs, totalTimeoutMs: ModelBackend.probeTimeoutMs,
-                                  maxResponseBytes: ModelWire.probeResponseCap)
+        let request = HTTP.HTTPRequest(
+            method: "GET", url: root + "/api/tags", headers: [("accept", "application/json")] + authorization,
+            connectTimeoutMs: ModelBackend.connectTimeoutMs, totalTimeoutMs: ModelBackend.probeTimeoutMs,
+            maxResponseBytes: ModelWire.probeResponseCap)
         let response: HTTPResponse
         do {
             response = try await client.perform(request)

@@ -88,9 +88,11 @@ public struct ModelStreamDecoder: Sendable {
         if text.isEmpty && thinkingBytes > 0 {
             return .failure(wire.onlyThoughtError(thinkingBytes: thinkingBytes, finishReason: finishReason))
         }
-        return .success(ModelOutput(text: text, durationMs: 0, truncated: truncated,
-                                    finishReason: finishReason.map { ModelText.printable($0, limit: 40) },
-                                    promptTokens: promptTokens, outputTokens: outputTokens))
+        return .success(
+            ModelOutput(
+                text: text, durationMs: 0, truncated: truncated,
+                finishReason: finishReason.map { ModelText.printable($0, limit: 40) },
+                promptTokens: promptTokens, outputTokens: outputTokens))
     }
 
     // MARK: - Lines
@@ -216,7 +218,10 @@ public struct ModelStreamDecoder: Sendable {
 
     func tooLarge(whole: Bool = false) -> ModelError {
         let what = whole ? "\(lineCap) bytes" : "\(textCap) bytes of text"
-        return ModelError(.tooLarge, "\(wire.serverName)'s answer to \(path) is larger than \(what) (backend.maxOutputBytes \(wire.config.maxOutputBytes) plus room); lower maxTokens or raise backend.maxOutputBytes")
+        return ModelError(
+            .tooLarge,
+            "\(wire.serverName)'s answer to \(path) is larger than \(what) (backend.maxOutputBytes \(wire.config.maxOutputBytes) plus room); lower maxTokens or raise backend.maxOutputBytes"
+        )
     }
 }
 

@@ -116,7 +116,8 @@ public enum ModelText {
     /// The text of the first `<title>` element, printable, when there is one.
     static func htmlTitle(_ bytes: [UInt8]) -> String? {
         guard let open = find("<title", in: bytes, from: 0),
-              let close = bytes[open...].firstIndex(of: UInt8(ascii: ">")) else { return nil }
+            let close = bytes[open...].firstIndex(of: UInt8(ascii: ">"))
+        else { return nil }
         let end = find("</title", in: bytes, from: close + 1) ?? bytes.count
         return printable(String(decoding: bytes[(close + 1)..<end], as: UTF8.self), limit: 120)
     }

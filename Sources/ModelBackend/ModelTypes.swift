@@ -76,8 +76,10 @@ public struct ModelOutput: Sendable, Equatable {
     /// From sending the request to the first piece of text (0 when none came).
     public var firstPieceMs: Int64 = 0
 
-    public init(text: String, durationMs: Int64, truncated: Bool, finishReason: String? = nil,
-                promptTokens: Int? = nil, outputTokens: Int? = nil) {
+    public init(
+        text: String, durationMs: Int64, truncated: Bool, finishReason: String? = nil,
+        promptTokens: Int? = nil, outputTokens: Int? = nil
+    ) {
         self.text = text
         self.durationMs = durationMs
         self.truncated = truncated

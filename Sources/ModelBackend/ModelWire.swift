@@ -163,8 +163,12 @@ public struct ModelWire: Sendable {
     /// The body that makes Ollama load the model and keep it (`keep_alive`): a generate
     /// without a prompt, which Ollama answers with `done_reason: "load"`.
     public var loadBody: [UInt8] {
-        JSONValue.object(JSONObject([("model", .string(config.model)), ("stream", false),
-                                     ("think", .bool(config.think)), ("keep_alive", config.keepAlive)])).serializedBytes
+        JSONValue.object(
+            JSONObject([
+                ("model", .string(config.model)), ("stream", false),
+                ("think", .bool(config.think)), ("keep_alive", config.keepAlive),
+            ])
+        ).serializedBytes
     }
 
     /// The largest answer accepted for `request`: three times `backend.maxOutputBytes`
@@ -188,7 +192,8 @@ public struct ModelWire: Sendable {
     /// measured the call and sets it.
     public func decodeGenerate(status: Int, body: [UInt8], chat: Bool? = nil) -> Result<ModelOutput, ModelError> {
         let chat = chat ?? (config.kind == .openai && config.openaiEndpoint == .chat)
-        let generatePath = chat ? (config.kind == .ollama ? "/api/chat" : "/v1/chat/completions") : (config.kind == .ollama ? "/api/generate" : "/v1/completions")
+        let generatePath =
+            chat ? (config.kind == .ollama ? "/api/chat" : "/v1/chat/completions") : (config.kind == .ollama ? "/api/generate" : "/v1/completions")
         guard (200...299).contains(status) else { return .failure(statusError(status: status, body: body, path: generatePath)) }
         func bad(_ what: String) -> Result<ModelOutput, ModelError> {
             .failure(ModelError(.badAnswer, "\(serverName) answered \(generatePath) with \(what); \(kindHint)"))
@@ -257,8 +262,10 @@ public struct ModelWire: Sendable {
             return .failure(onlyThoughtError(thinkingBytes: thinking, finishReason: reason))
         }
         let cut = ModelText.cutUTF8(text, maxBytes: Int(clamping: max(0, config.maxOutputBytes)))
-        return .success(ModelOutput(text: cut.text, durationMs: 0, truncated: cut.truncated,
-                                    finishReason: reason.map { ModelText.printable($0, limit: 40) }))
+        return .success(
+            ModelOutput(
+                text: cut.text, durationMs: 0, truncated: cut.truncated,
+                finishReason: reason.map { ModelText.printable($0, limit: 40) }))
     }
 
     /// The error for an answer with thinking and no text.
@@ -266,10 +273,19 @@ public struct ModelWire: Sendable {
         let why = finishReason.map { " (finish reason \"\(ModelText.printable($0, limit: 40))\")" } ?? ""
         switch config.kind {
         case .ollama:
-            let advice = config.think ? "set backend.think to false, or raise maxTokens" : "the model thinks although think is false: raise maxTokens or use a model that answers without thinking"
-            return ModelError(.onlyThought, "model \"\(ModelText.printable(config.model, limit: 120))\" spent the answer thinking (\(thinkingBytes) bytes of thinking, no text\(why)); \(advice)")
+            let advice =
+                config.think
+                ? "set backend.think to false, or raise maxTokens"
+                : "the model thinks although think is false: raise maxTokens or use a model that answers without thinking"
+            return ModelError(
+                .onlyThought,
+                "model \"\(ModelText.printable(config.model, limit: 120))\" spent the answer thinking (\(thinkingBytes) bytes of thinking, no text\(why)); \(advice)"
+            )
         case .openai:
-            return ModelError(.onlyThought, "\(serverName) put the whole answer in reasoning_content (\(thinkingBytes) bytes, no text\(why)); raise maxTokens or turn the model's reasoning off")
+            return ModelError(
+                .onlyThought,
+                "\(serverName) put the whole answer in reasoning_content (\(thinkingBytes) bytes, no text\(why)); raise maxTokens or turn the model's reasoning off"
+            )
         }
     }
 
@@ -283,14 +299,24 @@ public struct ModelWire: Sendable {
             if isModelNotFoundBody(body) {
                 switch config.kind {
                 case .ollama:
-                    return ModelError(.modelNotFound, "model \"\(model)\" is not on the Ollama server at \(root) (HTTP 404\(saying)); pull it there with: ollama pull \(model)")
+                    return ModelError(
+                        .modelNotFound,
+                        "model \"\(model)\" is not on the Ollama server at \(root) (HTTP 404\(saying)); pull it there with: ollama pull \(model)")
                 case .openai:
-                    return ModelError(.modelNotFound, "the model server at \(root) does not serve model \"\(model)\" (HTTP 404\(saying)); set backend.model to a model that \(probeURL) lists")
+                    return ModelError(
+                        .modelNotFound,
+                        "the model server at \(root) does not serve model \"\(model)\" (HTTP 404\(saying)); set backend.model to a model that \(probeURL) lists"
+                    )
                 }
             }
-            return ModelError(.rejected(status: 404), "\(serverName) has no \(generatePath) (HTTP 404\(saying)); check backend.url and backend.kind\(config.kind == .openai ? " and backend.openaiEndpoint" : "")")
+            return ModelError(
+                .rejected(status: 404),
+                "\(serverName) has no \(generatePath) (HTTP 404\(saying)); check backend.url and backend.kind\(config.kind == .openai ? " and backend.openaiEndpoint" : "")"
+            )
         case 400, 413, 422:
-            return ModelError(.rejected(status: status), "\(serverName) refused the request (HTTP \(status)\(saying)); a prompt plus maxTokens beyond the model's context is a common cause")
+            return ModelError(
+                .rejected(status: status),
+                "\(serverName) refused the request (HTTP \(status)\(saying)); a prompt plus maxTokens beyond the model's context is a common cause")
         case 401, 403:
             return ModelError(.rejected(status: status), "\(serverName) refused access (HTTP \(status)\(saying)); \(keyAdvice)")
         case 429:
@@ -353,7 +379,10 @@ public struct ModelWire: Sendable {
             if names.contains(where: { ModelWire.ollamaName($0) == wanted }) {
                 return (.ready, "model \"\(model)\" is on the Ollama server at \(root)")
             }
-            return (.unavailable, "model \"\(model)\" is not pulled on the Ollama server at \(root) (ollama pull \(model)); it has \(ModelWire.list(names))")
+            return (
+                .unavailable,
+                "model \"\(model)\" is not pulled on the Ollama server at \(root) (ollama pull \(model)); it has \(ModelWire.list(names))"
+            )
         case .openai:
             guard case .array(let data)? = object["data"] else {
                 return (.unavailable, "\(serverName) answered \(probePath) without a \"data\" list; \(kindHint)")
@@ -362,7 +391,10 @@ public struct ModelWire: Sendable {
             if ids.contains(config.model) {
                 return (.ready, "the model server at \(root) lists model \"\(model)\"")
             }
-            return (.ready, "the model server at \(root) answers but does not list model \"\(model)\" (it lists \(ModelWire.list(ids))); llama.cpp serves its one model under any name, other servers refuse an unlisted one")
+            return (
+                .ready,
+                "the model server at \(root) answers but does not list model \"\(model)\" (it lists \(ModelWire.list(ids))); llama.cpp serves its one model under any name, other servers refuse an unlisted one"
+            )
         }
     }
 
@@ -479,29 +511,38 @@ public struct ModelWire: Sendable {
 
     /// The error for a request that got no HTTP answer. `elapsedMs` tells a connect
     /// timeout (nothing accepted the connection: `unavailable`) from a slow answer.
-    public func transportError(_ error: HTTPError, call: Call, elapsedMs: Int64, timeoutMs: Int64,
-                               connectTimeoutMs: Int64, cap: Int) -> ModelError {
+    public func transportError(
+        _ error: HTTPError, call: Call, elapsedMs: Int64, timeoutMs: Int64,
+        connectTimeoutMs: Int64, cap: Int
+    ) -> ModelError {
         let detail = ModelText.printable(error.message, limit: 200)
         let path = call == .generate ? generatePath : probePath
         switch error.kind {
         case .couldNotConnect, .couldNotResolve:
             return ModelError(.unavailable, "cannot reach \(serverName): \(detail); \(startHint)")
         case .tls:
-            return ModelError(.unavailable, "TLS with \(serverName) failed: \(detail); its certificate must be valid for the host (TLS is always verified)")
+            return ModelError(
+                .unavailable, "TLS with \(serverName) failed: \(detail); its certificate must be valid for the host (TLS is always verified)")
         case .timedOut:
             if connectTimeoutMs < timeoutMs && elapsedMs < timeoutMs - (timeoutMs - connectTimeoutMs) / 2 {
                 return ModelError(.unavailable, "\(serverName) did not accept a connection within \(connectTimeoutMs) ms: \(detail); \(startHint)")
             }
             switch call {
             case .generate:
-                return ModelError(.timedOut, "\(serverName) did not answer \(path) within \(timeoutMs) ms (the request's time, at most backend.timeoutMs \(config.timeoutMs)); a smaller maxTokens or a faster model helps")
+                return ModelError(
+                    .timedOut,
+                    "\(serverName) did not answer \(path) within \(timeoutMs) ms (the request's time, at most backend.timeoutMs \(config.timeoutMs)); a smaller maxTokens or a faster model helps"
+                )
             case .probe:
                 return ModelError(.timedOut, "\(serverName) did not answer \(path) within \(timeoutMs) ms")
             }
         case .responseTooLarge:
             switch call {
             case .generate:
-                return ModelError(.tooLarge, "\(serverName)'s answer to \(path) is larger than \(cap) bytes (backend.maxOutputBytes \(config.maxOutputBytes) plus room for JSON); lower maxTokens or raise backend.maxOutputBytes")
+                return ModelError(
+                    .tooLarge,
+                    "\(serverName)'s answer to \(path) is larger than \(cap) bytes (backend.maxOutputBytes \(config.maxOutputBytes) plus room for JSON); lower maxTokens or raise backend.maxOutputBytes"
+                )
             case .probe:
                 return ModelError(.tooLarge, "\(serverName)'s answer to \(path) is larger than \(cap) bytes")
             }
@@ -533,7 +574,8 @@ public struct ModelWire: Sendable {
         if config.apiKey != nil {
             return "the API key the worker sends (backend.apiKey or the credential backend-api-key) is not the server's: set the right one"
         }
-        return "the worker sends no API key: set backend.apiKey or the systemd credential backend-api-key, or serve the model without authentication (on loopback)"
+        return
+            "the worker sends no API key: set backend.apiKey or the systemd credential backend-api-key, or serve the model without authentication (on loopback)"
     }
 
     var startHint: String {

@@ -16,29 +16,35 @@ public actor ConnectionCount {
 /// task and close it after. Returns when accepting fails after cancellation; rethrows an
 /// accept failure otherwise unless `retryAcceptFailures` (a listener that must not die of
 /// one EMFILE).
-public func acceptConnections(limit: Int, counter open: ConnectionCount = ConnectionCount(),
-                              accept: @escaping @Sendable () async throws -> UnixConnection,
-                              retryAcceptFailures: Bool,
-                              refuse: @escaping @Sendable (UnixConnection) async -> Void,
-                              serve: @escaping @Sendable (UnixConnection) async -> Void) async throws {
-    try await acceptConnections(accept: accept, retryAcceptFailures: retryAcceptFailures, admit: { connection -> Bool? in
-        guard await open.tryEnter(limit: limit) else {
-            await refuse(connection)
-            return nil
-        }
-        return true
-    }, serve: { connection, _ in await serve(connection) }, release: { _ in await open.leave() })
+public func acceptConnections(
+    limit: Int, counter open: ConnectionCount = ConnectionCount(),
+    accept: @escaping @Sendable () async throws -> UnixConnection,
+    retryAcceptFailures: Bool,
+    refuse: @escaping @Sendable (UnixConnection) async -> Void,
+    serve: @escaping @Sendable (UnixConnection) async -> Void
+) async throws {
+    try await acceptConnections(
+        accept: accept, retryAcceptFailures: retryAcceptFailures,
+        admit: { connection -> Bool? in
+            guard await open.tryEnter(limit: limit) else {
+                await refuse(connection)
+                return nil
+            }
+            return true
+        }, serve: { connection, _ in await serve(connection) }, release: { _ in await open.leave() })
 }
 
 /// The accept loop with admission decided per connection: `admit` returns a ticket (what
 /// the connection holds, e.g. its peer's place in a quota) or nil to refuse it (having
 /// told the peer why; it is closed at once). Each admitted connection is served in a child
 /// task, then closed, then its ticket released.
-public func acceptConnections<Ticket: Sendable>(accept: @escaping @Sendable () async throws -> UnixConnection,
-                                                retryAcceptFailures: Bool,
-                                                admit: @escaping @Sendable (UnixConnection) async -> Ticket?,
-                                                serve: @escaping @Sendable (UnixConnection, Ticket) async -> Void,
-                                                release: @escaping @Sendable (Ticket) async -> Void) async throws {
+public func acceptConnections<Ticket: Sendable>(
+    accept: @escaping @Sendable () async throws -> UnixConnection,
+    retryAcceptFailures: Bool,
+    admit: @escaping @Sendable (UnixConnection) async -> Ticket?,
+    serve: @escaping @Sendable (UnixConnection, Ticket) async -> Void,
+    release: @escaping @Sendable (Ticket) async -> Void
+) async throws {
     try await withThrowingDiscardingTaskGroup { group in
         while !Task.isCancelled {
             let connection: UnixConnection

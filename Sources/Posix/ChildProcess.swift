@@ -73,9 +73,11 @@ public enum ChildProcess {
     /// kills its process group. `stdin` is the child's whole standard input (nil:
     /// /dev/null); each of stdout and stderr keeps its first `outputLimit` bytes and counts
     /// the rest, so the child never blocks on a full pipe and nothing large is buffered.
-    public static func run(_ executable: String, arguments: [String], environment: [String: String],
-                           stdin: [UInt8]? = nil, timeoutMs: Int64, outputLimit: Int,
-                           mergeOutput: Bool = false) async -> Result {
+    public static func run(
+        _ executable: String, arguments: [String], environment: [String: String],
+        stdin: [UInt8]? = nil, timeoutMs: Int64, outputLimit: Int,
+        mergeOutput: Bool = false
+    ) async -> Result {
         let started = monotonicNanoseconds()
         func failed(_ why: String) -> Result {
             Result(outcome: .couldNotStart(why), stdout: CapturedOutput(), stderr: CapturedOutput(), durationMs: 0)

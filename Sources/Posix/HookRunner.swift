@@ -29,10 +29,13 @@ public enum HookRunner {
 
     /// Runs `command` with `HookRunner.environment(variables)` until it exits or
     /// `timeoutMs` passes (or the task is cancelled), then kills its process group.
-    public static func run(_ command: String, environment variables: [String: String], timeoutMs: Int64,
-                           outputLimit: Int = defaultOutputLimit) async -> (outcome: HookOutcome, output: HookOutput) {
-        let result = await ChildProcess.run("/bin/sh", arguments: ["-c", command], environment: environment(variables),
-                                            timeoutMs: timeoutMs, outputLimit: outputLimit, mergeOutput: true)
+    public static func run(
+        _ command: String, environment variables: [String: String], timeoutMs: Int64,
+        outputLimit: Int = defaultOutputLimit
+    ) async -> (outcome: HookOutcome, output: HookOutput) {
+        let result = await ChildProcess.run(
+            "/bin/sh", arguments: ["-c", command], environment: environment(variables),
+            timeoutMs: timeoutMs, outputLimit: outputLimit, mergeOutput: true)
         return (result.outcome, result.stdout)
     }
 

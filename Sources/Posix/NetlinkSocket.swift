@@ -35,8 +35,10 @@ public final class NetlinkSocket: Sendable {
     /// most `timeoutMs` for each datagram and reads at most `maxDatagrams`; throws
     /// ETIMEDOUT or E2BIG past those. After a throw the socket may hold the rest of the
     /// dump: close it rather than send another request on it.
-    public func dump(_ request: [UInt8], timeoutMs: Int32 = 1_000, maxDatagrams: Int = 4_096,
-                     handle: ([UInt8]) throws(SystemError) -> DumpProgress) throws(SystemError) {
+    public func dump(
+        _ request: [UInt8], timeoutMs: Int32 = 1_000, maxDatagrams: Int = 4_096,
+        handle: ([UInt8]) throws(SystemError) -> DumpProgress
+    ) throws(SystemError) {
         try send(request)
         var buffer = [UInt8](repeating: 0, count: 32_768)
         for _ in 0..<maxDatagrams {

@@ -55,11 +55,13 @@ public final class Reactor: Sendable {
         wakeFD = try systemCall("eventfd") { ecw_eventfd_nonblocking() }
         var thread = pthread_t()
         let context = Unmanaged.passRetained(self).toOpaque()
-        let rc = pthread_create(&thread, nil, { raw in
-            let reactor = Unmanaged<Reactor>.fromOpaque(raw!).takeUnretainedValue()
-            reactor.loop()
-            return nil
-        }, context)
+        let rc = pthread_create(
+            &thread, nil,
+            { raw in
+                let reactor = Unmanaged<Reactor>.fromOpaque(raw!).takeUnretainedValue()
+                reactor.loop()
+                return nil
+            }, context)
         if rc != 0 { throw SystemError("pthread_create", errno: rc) }
         pthread_detach(thread)
     }
@@ -152,7 +154,9 @@ public final class Reactor: Sendable {
                 // pause instead of spinning; the waiters stay registered for the next try.
                 let (pause, isFirst) = backoff.failed()
                 if isFirst {
-                    logger.error("poll failed: \(String(cString: strerror(code))); retrying, with pauses growing to \(FailureBackoff.longestPauseNanoseconds / 1_000_000) ms, until it works")
+                    logger.error(
+                        "poll failed: \(String(cString: strerror(code))); retrying, with pauses growing to \(FailureBackoff.longestPauseNanoseconds / 1_000_000) ms, until it works"
+                    )
                 }
                 sleepNanoseconds(pause)
                 continue

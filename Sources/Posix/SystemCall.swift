@@ -30,8 +30,9 @@ public struct SystemError: Error, Sendable, Equatable, CustomStringConvertible {
 /// number means by now; NIOPosix draws the same line.
 @inline(__always)
 public func preconditionErrnoIsNotABug(_ code: Int32, call: @autoclosure () -> String) {
-    precondition(code != EBADF && code != EFAULT,
-                 "\(call()) failed with errno \(code) (\(String(cString: strerror(code)))): a bug in edgecoder-worker")
+    precondition(
+        code != EBADF && code != EFAULT,
+        "\(call()) failed with errno \(code) (\(String(cString: strerror(code)))): a bug in edgecoder-worker")
 }
 
 /// Runs a system call that returns -1 and sets errno on failure, retrying on EINTR;

@@ -18,7 +18,9 @@ public final class LoopbackTCPListener: Sendable {
         self.family = family
         let domain = family == .ipv4 ? AF_INET : AF_INET6
         let where_ = family == .ipv4 ? "127.0.0.1:\(port)" : "[::1]:\(port)"
-        fd = try systemCall("socket") { socket(domain, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0) }
+        fd = try systemCall("socket") {
+            socket(domain, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        }
         do {
             var one: Int32 = 1
             _ = setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
@@ -54,7 +56,8 @@ public final class LoopbackTCPListener: Sendable {
                 pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
             }
             self.port = withUnsafePointer(to: &bound) { pointer in
-                family == .ipv4 ? pointer.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin_port) }
+                family == .ipv4
+                    ? pointer.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin_port) }
                     : pointer.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin6_port) }
             }
         } catch {

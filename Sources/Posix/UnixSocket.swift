@@ -37,7 +37,9 @@ public final class UnixListener: Sendable {
             }
             unlink(path)
         }
-        fd = try systemCall("socket") { socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0) }
+        fd = try systemCall("socket") {
+            socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        }
         do {
             let fd = self.fd
             _ = try withUnixAddress(path) { (address, length) throws(SystemError) in
@@ -209,7 +211,9 @@ public struct UnixClient: ~Copyable {
     public func send(_ bytes: [UInt8]) throws(SystemError) {
         var offset = 0
         while offset < bytes.count {
-            let n = try systemCall("send", "control socket") { bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL)) } }
+            let n = try systemCall("send", "control socket") {
+                bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL)) }
+            }
             offset += n
         }
     }

@@ -48,22 +48,27 @@ public struct ProxyServer: Sendable {
     /// Connections being served now.
     public var openConnections: Int { get async { await open.count } }
 
-    public init(listener: LoopbackTCPListener, upstream: any ProxyUpstream, version: String, logger: Logger, requestTimeoutMs: Int64,
-                readTimeoutMs: Int64 = 10_000, maxConnections: Int = 64, guardian: BrowserGuard = BrowserGuard(),
-                idleTimeoutMs: Int64 = 30_000, maxRequestsPerConnection: Int = 100, streamHoldMs: Int64 = 1_000,
-                wholeHoldMs: Int64 = 10_000, pulseMs: Int64 = 10_000, writeProgressMs: Int64 = ProxyServer.defaultWriteProgressMs,
-                maxConnectionsPerAddress: Int = ProxyServer.defaultMaxConnectionsPerAddress) {
-        self.init(listeners: [listener], upstream: upstream, version: version, logger: logger, requestTimeoutMs: requestTimeoutMs,
-                  readTimeoutMs: readTimeoutMs, maxConnections: maxConnections, guardian: guardian, idleTimeoutMs: idleTimeoutMs,
-                  maxRequestsPerConnection: maxRequestsPerConnection, streamHoldMs: streamHoldMs, wholeHoldMs: wholeHoldMs, pulseMs: pulseMs,
-                  writeProgressMs: writeProgressMs, maxConnectionsPerAddress: maxConnectionsPerAddress)
+    public init(
+        listener: LoopbackTCPListener, upstream: any ProxyUpstream, version: String, logger: Logger, requestTimeoutMs: Int64,
+        readTimeoutMs: Int64 = 10_000, maxConnections: Int = 64, guardian: BrowserGuard = BrowserGuard(),
+        idleTimeoutMs: Int64 = 30_000, maxRequestsPerConnection: Int = 100, streamHoldMs: Int64 = 1_000,
+        wholeHoldMs: Int64 = 10_000, pulseMs: Int64 = 10_000, writeProgressMs: Int64 = ProxyServer.defaultWriteProgressMs,
+        maxConnectionsPerAddress: Int = ProxyServer.defaultMaxConnectionsPerAddress
+    ) {
+        self.init(
+            listeners: [listener], upstream: upstream, version: version, logger: logger, requestTimeoutMs: requestTimeoutMs,
+            readTimeoutMs: readTimeoutMs, maxConnections: maxConnections, guardian: guardian, idleTimeoutMs: idleTimeoutMs,
+            maxRequestsPerConnection: maxRequestsPerConnection, streamHoldMs: streamHoldMs, wholeHoldMs: wholeHoldMs, pulseMs: pulseMs,
+            writeProgressMs: writeProgressMs, maxConnectionsPerAddress: maxConnectionsPerAddress)
     }
 
-    public init(listeners: [LoopbackTCPListener], upstream: any ProxyUpstream, version: String, logger: Logger, requestTimeoutMs: Int64,
-                readTimeoutMs: Int64 = 10_000, maxConnections: Int = 64, guardian: BrowserGuard = BrowserGuard(),
-                idleTimeoutMs: Int64 = 30_000, maxRequestsPerConnection: Int = 100, streamHoldMs: Int64 = 1_000,
-                wholeHoldMs: Int64 = 10_000, pulseMs: Int64 = 10_000, writeProgressMs: Int64 = ProxyServer.defaultWriteProgressMs,
-                maxConnectionsPerAddress: Int = ProxyServer.defaultMaxConnectionsPerAddress) {
+    public init(
+        listeners: [LoopbackTCPListener], upstream: any ProxyUpstream, version: String, logger: Logger, requestTimeoutMs: Int64,
+        readTimeoutMs: Int64 = 10_000, maxConnections: Int = 64, guardian: BrowserGuard = BrowserGuard(),
+        idleTimeoutMs: Int64 = 30_000, maxRequestsPerConnection: Int = 100, streamHoldMs: Int64 = 1_000,
+        wholeHoldMs: Int64 = 10_000, pulseMs: Int64 = 10_000, writeProgressMs: Int64 = ProxyServer.defaultWriteProgressMs,
+        maxConnectionsPerAddress: Int = ProxyServer.defaultMaxConnectionsPerAddress
+    ) {
         self.listeners = listeners
         self.upstream = upstream
         self.version = version
@@ -78,8 +83,10 @@ public struct ProxyServer: Sendable {
         self.wholeHoldMs = wholeHoldMs
         self.pulseMs = pulseMs
         self.writeProgressMs = writeProgressMs
-        self.open = ConnectionRegistry(limits: ConnectionAdmission.Limits(total: maxConnections, perAddress: maxConnectionsPerAddress,
-                                                                          minimumStillNs: UInt64(Self.evictableAfterMs) * 1_000_000))
+        self.open = ConnectionRegistry(
+            limits: ConnectionAdmission.Limits(
+                total: maxConnections, perAddress: maxConnectionsPerAddress,
+                minimumStillNs: UInt64(Self.evictableAfterMs) * 1_000_000))
     }
 
     /// Serves until cancelled.
@@ -87,14 +94,17 @@ public struct ProxyServer: Sendable {
         await withDiscardingTaskGroup { group in
             for listener in listeners {
                 group.addTask {
-                    try? await acceptConnections(accept: { try await listener.accept() }, retryAcceptFailures: true, admit: { connection -> ConnectionProgress? in
-                        let (admitted, refusal) = await open.admit(connection, address: connection.peerAddress())
-                        // Sent without waiting: a client that does not read it must not hold up the accept loop.
-                        if let refusal { connection.sendNow(HTTPServerResponse.json(503, ["error": .string(refusal)])) }
-                        return admitted
-                    }, serve: { connection, progress in
-                        await ConnectionProgress.$current.withValue(progress) { await serve(connection) }
-                    }, release: { progress in await open.leave(progress.id) })
+                    try? await acceptConnections(
+                        accept: { try await listener.accept() }, retryAcceptFailures: true,
+                        admit: { connection -> ConnectionProgress? in
+                            let (admitted, refusal) = await open.admit(connection, address: connection.peerAddress())
+                            // Sent without waiting: a client that does not read it must not hold up the accept loop.
+                            if let refusal { connection.sendNow(HTTPServerResponse.json(503, ["error": .string(refusal)])) }
+                            return admitted
+                        },
+                        serve: { connection, progress in
+                            await ConnectionProgress.$current.withValue(progress) { await serve(connection) }
+                        }, release: { progress in await open.leave(progress.id) })
                 }
             }
         }
@@ -115,7 +125,9 @@ public struct ProxyServer: Sendable {
                 return
             case .refused(let refusal):
                 logger.info("refused a request: \(refusal.status) \(refusal.message)")
-                try? await connection.write(HTTPServerResponse.json(refusal.status, ["error": .string(refusal.message)]), progressTimeoutMs: writeProgressMs, onProgress: ConnectionProgress.current?.marker)
+                try? await connection.write(
+                    HTTPServerResponse.json(refusal.status, ["error": .string(refusal.message)]), progressTimeoutMs: writeProgressMs,
+                    onProgress: ConnectionProgress.current?.marker)
                 await drain(connection)
                 return
             case .request(let request):
@@ -135,10 +147,11 @@ public struct ProxyServer: Sendable {
     /// has read why (it is still writing its body and would see only a broken pipe).
     func drain(_ connection: UnixConnection) async {
         _ = shutdown(connection.fd, Int32(SHUT_WR))
-        _ = await race({ () -> Void in
-            var total = 0
-            while total < 64 << 20, let bytes = try? await connection.read(max: 65_536), !bytes.isEmpty { total += bytes.count }
-        }, { () -> Void in try? await Task.sleep(nanoseconds: 2_000_000_000) })
+        _ = await race(
+            { () -> Void in
+                var total = 0
+                while total < 64 << 20, let bytes = try? await connection.read(max: 65_536), !bytes.isEmpty { total += bytes.count }
+            }, { () -> Void in try? await Task.sleep(nanoseconds: 2_000_000_000) })
     }
 
     /// The next request: after the first, the client may stay silent up to the idle limit
@@ -154,10 +167,12 @@ public struct ProxyServer: Sendable {
             }
         } else if !first {
             let idle = UInt64(idleTimeoutMs) * 1_000_000
-            let winner = await race({ () -> [UInt8] in (try? await connection.read(max: 16_384)) ?? [] }, { () -> [UInt8] in
-                try? await Task.sleep(nanoseconds: idle)
-                return []
-            })
+            let winner = await race(
+                { () -> [UInt8] in (try? await connection.read(max: 16_384)) ?? [] },
+                { () -> [UInt8] in
+                    try? await Task.sleep(nanoseconds: idle)
+                    return []
+                })
             let bytes: [UInt8]
             switch winner {
             case .first(let read): bytes = read
@@ -172,26 +187,31 @@ public struct ProxyServer: Sendable {
         }
         let readTimeout = UInt64(readTimeoutMs) * 1_000_000
         let start = reader
-        let winner = await race({ () -> (Read, HTTPRequestReader) in
-            var reader = start
-            while true {
-                if reader.takeContinue() { try? await connection.write(HTTPServerResponse.continueAnswer, progressTimeoutMs: writeProgressMs, onProgress: ConnectionProgress.current?.marker) }
-                let bytes: [UInt8]
-                do { bytes = try await connection.read(max: 16_384) } catch {
-                    logger.debug("reading a request failed: \(error)")
-                    return (.closed, reader)
+        let winner = await race(
+            { () -> (Read, HTTPRequestReader) in
+                var reader = start
+                while true {
+                    if reader.takeContinue() {
+                        try? await connection.write(
+                            HTTPServerResponse.continueAnswer, progressTimeoutMs: writeProgressMs, onProgress: ConnectionProgress.current?.marker)
+                    }
+                    let bytes: [UInt8]
+                    do { bytes = try await connection.read(max: 16_384) } catch {
+                        logger.debug("reading a request failed: \(error)")
+                        return (.closed, reader)
+                    }
+                    if bytes.isEmpty { return (.closed, reader) }
+                    switch reader.feed(bytes) {
+                    case .needMore: continue
+                    case .complete(let request): return (.request(request), reader)
+                    case .refused(let refusal): return (.refused(refusal), reader)
+                    }
                 }
-                if bytes.isEmpty { return (.closed, reader) }
-                switch reader.feed(bytes) {
-                case .needMore: continue
-                case .complete(let request): return (.request(request), reader)
-                case .refused(let refusal): return (.refused(refusal), reader)
-                }
-            }
-        }, { () -> (Read, HTTPRequestReader) in
-            do { try await Task.sleep(nanoseconds: readTimeout) } catch { return (.closed, start) }
-            return (.refused(HTTPRefusal(408, "the request did not arrive within \(readTimeoutMs) ms")), start)
-        })
+            },
+            { () -> (Read, HTTPRequestReader) in
+                do { try await Task.sleep(nanoseconds: readTimeout) } catch { return (.closed, start) }
+                return (.refused(HTTPRefusal(408, "the request did not arrive within \(readTimeoutMs) ms")), start)
+            })
         switch winner {
         case .first(let value), .second(let value): return value
         }
@@ -206,16 +226,21 @@ public struct ProxyServer: Sendable {
         switch guardian.check(host: request.header("Host"), origin: request.header("Origin")) {
         case .forbidden(let why):
             logger.warning("403 for \(request.method) \(request.path): \(why)")
-            try? await connection.write(HTTPServerResponse.json(403, ["error": .string(why)]), progressTimeoutMs: writeProgressMs, onProgress: ConnectionProgress.current?.marker)
+            try? await connection.write(
+                HTTPServerResponse.json(403, ["error": .string(why)]), progressTimeoutMs: writeProgressMs,
+                onProgress: ConnectionProgress.current?.marker)
             return (false, [])
         case .allowed(let origin):
             cors = origin.map(BrowserGuard.corsHeaders) ?? []
         }
         let head = request.method == "HEAD"
         func json(_ status: Int, _ body: JSONValue, dialect: ProxyDialect? = nil) async -> (Bool, [UInt8]) {
-            let bytes = HTTPServerResponse.whole(status, contentType: "application/json", body: body.serializedBytes + [10], keepAlive: keepAlive,
-                                                 headers: cors, omitBody: head)
-            do { try await connection.write(bytes, progressTimeoutMs: writeProgressMs, onProgress: ConnectionProgress.current?.marker) } catch { return (false, []) }
+            let bytes = HTTPServerResponse.whole(
+                status, contentType: "application/json", body: body.serializedBytes + [10], keepAlive: keepAlive,
+                headers: cors, omitBody: head)
+            do { try await connection.write(bytes, progressTimeoutMs: writeProgressMs, onProgress: ConnectionProgress.current?.marker) } catch {
+                return (false, [])
+            }
             return (true, [])
         }
         func refused(_ refusal: HTTPRefusal, _ dialect: ProxyDialect) async -> (Bool, [UInt8]) {
@@ -226,18 +251,27 @@ public struct ProxyServer: Sendable {
         switch (request.method, request.path) {
         case ("OPTIONS", _):
             guard let origin = request.header("Origin") else {
-                let bytes = HTTPServerResponse.whole(204, contentType: nil, body: [], keepAlive: keepAlive, headers: [("Allow", "GET, HEAD, POST, OPTIONS")])
-                do { try await connection.write(bytes, progressTimeoutMs: writeProgressMs, onProgress: ConnectionProgress.current?.marker) } catch { return (false, []) }
+                let bytes = HTTPServerResponse.whole(
+                    204, contentType: nil, body: [], keepAlive: keepAlive, headers: [("Allow", "GET, HEAD, POST, OPTIONS")])
+                do { try await connection.write(bytes, progressTimeoutMs: writeProgressMs, onProgress: ConnectionProgress.current?.marker) } catch {
+                    return (false, [])
+                }
                 return (true, [])
             }
-            let bytes = HTTPServerResponse.whole(204, contentType: nil, body: [], keepAlive: keepAlive,
-                                                 headers: BrowserGuard.preflightHeaders(origin: origin, requestedHeaders: request.header("Access-Control-Request-Headers")))
-            do { try await connection.write(bytes, progressTimeoutMs: writeProgressMs, onProgress: ConnectionProgress.current?.marker) } catch { return (false, []) }
+            let bytes = HTTPServerResponse.whole(
+                204, contentType: nil, body: [], keepAlive: keepAlive,
+                headers: BrowserGuard.preflightHeaders(origin: origin, requestedHeaders: request.header("Access-Control-Request-Headers")))
+            do { try await connection.write(bytes, progressTimeoutMs: writeProgressMs, onProgress: ConnectionProgress.current?.marker) } catch {
+                return (false, [])
+            }
             return (true, [])
         case (_, "/") where get:
-            let bytes = HTTPServerResponse.whole(200, contentType: "text/plain; charset=utf-8", body: Array("Ollama is running".utf8), keepAlive: keepAlive,
-                                                 headers: cors, omitBody: head)
-            do { try await connection.write(bytes, progressTimeoutMs: writeProgressMs, onProgress: ConnectionProgress.current?.marker) } catch { return (false, []) }
+            let bytes = HTTPServerResponse.whole(
+                200, contentType: "text/plain; charset=utf-8", body: Array("Ollama is running".utf8), keepAlive: keepAlive,
+                headers: cors, omitBody: head)
+            do { try await connection.write(bytes, progressTimeoutMs: writeProgressMs, onProgress: ConnectionProgress.current?.marker) } catch {
+                return (false, [])
+            }
             return (true, [])
         case (_, "/status") where get:
             return await json(200, await upstream.currentStatus.json)
@@ -259,7 +293,8 @@ public struct ProxyServer: Sendable {
         case (_, _) where get && request.path.hasPrefix("/v1/models/"):
             let name = String(request.path.dropFirst("/v1/models/".count))
             guard await upstream.currentStatus.connected else {
-                return await json(404, ProxyAnswer.error(.openAIChat, status: 404, message: "no worker connected, so no model \(BrowserGuard.printable(name))"))
+                return await json(
+                    404, ProxyAnswer.error(.openAIChat, status: 404, message: "no worker connected, so no model \(BrowserGuard.printable(name))"))
             }
             return await json(200, ProxyAnswer.openAIModel(name.isEmpty ? ProxyAnswer.modelName : name))
         case ("POST", "/api/generate"):
@@ -269,15 +304,22 @@ public struct ProxyServer: Sendable {
         case ("POST", "/v1/chat/completions"):
             return await generation(ProxyCall.openAIChat(request.body), .openAIChat, request, connection, keepAlive: keepAlive, cors: cors)
         case ("POST", "/v1/completions"):
-            return await generation(ProxyCall.openAICompletion(request.body), .openAICompletion, request, connection, keepAlive: keepAlive, cors: cors)
+            return await generation(
+                ProxyCall.openAICompletion(request.body), .openAICompletion, request, connection, keepAlive: keepAlive, cors: cors)
         case (_, "/api/embed"), (_, "/api/embeddings"), (_, "/v1/embeddings"):
             let dialect: ProxyDialect = request.path.hasPrefix("/v1") ? .openAIChat : .ollamaGenerate
             return await refused(HTTPRefusal(400, "embeddings are not available: the worker over Bluetooth only generates text"), dialect)
-        case (_, "/"), (_, "/status"), (_, "/api/tags"), (_, "/api/ps"), (_, "/api/version"), (_, "/api/show"), (_, "/api/generate"), (_, "/api/chat"),
-             (_, "/v1/models"), (_, "/v1/chat/completions"), (_, "/v1/completions"):
+        case (_, "/"), (_, "/status"), (_, "/api/tags"), (_, "/api/ps"), (_, "/api/version"), (_, "/api/show"), (_, "/api/generate"),
+            (_, "/api/chat"),
+            (_, "/v1/models"), (_, "/v1/chat/completions"), (_, "/v1/completions"):
             return await json(405, ["error": .string("\(request.method) is not allowed on \(request.path)")])
         default:
-            return await json(404, ["error": .string("no such path: \(BrowserGuard.printable(request.path)) (try /status, /api/generate, /api/chat, /v1/chat/completions)")])
+            return await json(
+                404,
+                [
+                    "error": .string(
+                        "no such path: \(BrowserGuard.printable(request.path)) (try /status, /api/generate, /api/chat, /v1/chat/completions)")
+                ])
         }
     }
 
@@ -291,23 +333,31 @@ public struct ProxyServer: Sendable {
         case held
     }
 
-    func generation(_ parsed: Result<ProxyCall, HTTPRefusal>, _ dialect: ProxyDialect, _ request: HTTPRequest, _ connection: UnixConnection,
-                    keepAlive: Bool, cors: [(String, String)]) async -> (usable: Bool, early: [UInt8]) {
+    func generation(
+        _ parsed: Result<ProxyCall, HTTPRefusal>, _ dialect: ProxyDialect, _ request: HTTPRequest, _ connection: UnixConnection,
+        keepAlive: Bool, cors: [(String, String)]
+    ) async -> (usable: Bool, early: [UInt8]) {
         let call: ProxyCall
         switch parsed {
         case .failure(let refusal):
             logger.info("\(request.method) \(request.path): \(refusal.status) \(refusal.message)")
             let body = ProxyAnswer.error(dialect, status: refusal.status, message: refusal.message, field: refusal.field)
-            let bytes = HTTPServerResponse.whole(refusal.status, contentType: "application/json", body: body.serializedBytes + [10], keepAlive: keepAlive, headers: cors)
-            do { try await connection.write(bytes, progressTimeoutMs: writeProgressMs, onProgress: ConnectionProgress.current?.marker) } catch { return (false, []) }
+            let bytes = HTTPServerResponse.whole(
+                refusal.status, contentType: "application/json", body: body.serializedBytes + [10], keepAlive: keepAlive, headers: cors)
+            do { try await connection.write(bytes, progressTimeoutMs: writeProgressMs, onProgress: ConnectionProgress.current?.marker) } catch {
+                return (false, [])
+            }
             return (true, [])
         case .success(let value):
             call = value
         }
         if call.loadOnly {
-            let bytes = HTTPServerResponse.whole(200, contentType: "application/json", body: ProxyAnswer.loaded(call, nowMs: wallClockMilliseconds()).serializedBytes + [10],
-                                                 keepAlive: keepAlive, headers: cors)
-            do { try await connection.write(bytes, progressTimeoutMs: writeProgressMs, onProgress: ConnectionProgress.current?.marker) } catch { return (false, []) }
+            let bytes = HTTPServerResponse.whole(
+                200, contentType: "application/json", body: ProxyAnswer.loaded(call, nowMs: wallClockMilliseconds()).serializedBytes + [10],
+                keepAlive: keepAlive, headers: cors)
+            do { try await connection.write(bytes, progressTimeoutMs: writeProgressMs, onProgress: ConnectionProgress.current?.marker) } catch {
+                return (false, [])
+            }
             return (true, [])
         }
         let started = monotonicNanoseconds()
@@ -321,9 +371,12 @@ public struct ProxyServer: Sendable {
         var early: [UInt8] = []
         await withTaskGroup(of: Outcome.self) { group in
             group.addTask {
-                .result(await upstream.generate(call.ask, timeoutMs: timeoutMs, onDelta: { [logger, id] text in
-                    if await responder.piece(text) { logger.debug("\(id): the first piece of text went to the HTTP client") }
-                }))
+                .result(
+                    await upstream.generate(
+                        call.ask, timeoutMs: timeoutMs,
+                        onDelta: { [logger, id] text in
+                            if await responder.piece(text) { logger.debug("\(id): the first piece of text went to the HTTP client") }
+                        }))
             }
             group.addTask { await Self.watch(connection) }
             group.addTask {
@@ -459,12 +512,15 @@ actor Responder {
                 openHead()
                 let rest = ProxyAnswer.unsent(output: output, streamed: streamed)
                 if !rest.isEmpty { enqueue(HTTPServerResponse.chunk(ProxyAnswer.piece(call, rest, nowMs: now, id: id))) }
-                enqueue(HTTPServerResponse.chunk(ProxyAnswer.streamEnd(call, durationMs: durationMs, nowMs: now, id: id)) + HTTPServerResponse.lastChunk)
+                enqueue(
+                    HTTPServerResponse.chunk(ProxyAnswer.streamEnd(call, durationMs: durationMs, nowMs: now, id: id)) + HTTPServerResponse.lastChunk)
                 await flush()
                 return 200
             }
             let (status, body) = ProxyAnswer.whole(call, result, durationMs: durationMs, nowMs: now, id: id)
-            enqueue(HTTPServerResponse.whole(status, contentType: "application/json", body: body.serializedBytes + [10], keepAlive: keepAlive, headers: cors))
+            enqueue(
+                HTTPServerResponse.whole(
+                    status, contentType: "application/json", body: body.serializedBytes + [10], keepAlive: keepAlive, headers: cors))
             await flush()
             return status
         }
@@ -490,7 +546,8 @@ actor Responder {
         guard state == .pending else { return }
         state = .open
         let type = call.stream ? ProxyAnswer.streamContentType(call.dialect) : "application/json"
-        enqueue(HTTPServerResponse.chunkedHead(200, contentType: type, keepAlive: keepAlive, headers: cors)
+        enqueue(
+            HTTPServerResponse.chunkedHead(200, contentType: type, keepAlive: keepAlive, headers: cors)
                 + (call.stream ? HTTPServerResponse.chunk(ProxyAnswer.streamOpening(call, nowMs: wallClockMilliseconds(), id: id)) : []))
     }
 

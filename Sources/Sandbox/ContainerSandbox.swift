@@ -18,8 +18,10 @@ public struct ContainerSandbox: Sendable {
     /// Where the engine is looked up when it is a bare name.
     let searchPath: String
 
-    public init(_ settings: Settings, logger: Logger? = nil,
-                searchPath: String = Posix.environment("PATH") ?? "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin") {
+    public init(
+        _ settings: Settings, logger: Logger? = nil,
+        searchPath: String = Posix.environment("PATH") ?? "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    ) {
         self.settings = settings
         self.logger = logger
         self.searchPath = searchPath
@@ -29,9 +31,11 @@ public struct ContainerSandbox: Sendable {
     func engineExecutable() -> Result<String, EngineMissing> {
         if let path = findExecutable(settings.engine, searchPath: searchPath) { return .success(path) }
         let hint = EngineKind(engine: settings.engine) == .docker ? "apt-get install docker.io" : "apt-get install podman"
-        return .failure(EngineMissing(message: settings.engine.contains("/")
-            ? "\(settings.engine) is not an executable file (\(hint))"
-            : "\(settings.engine) is not installed: no executable of that name on PATH (\(hint))"))
+        return .failure(
+            EngineMissing(
+                message: settings.engine.contains("/")
+                    ? "\(settings.engine) is not an executable file (\(hint))"
+                    : "\(settings.engine) is not installed: no executable of that name on PATH (\(hint))"))
     }
 
     struct EngineMissing: Error { let message: String }
@@ -47,32 +51,37 @@ public struct ContainerSandbox: Sendable {
         }
         let name = ContainerSandbox.containerName(random: UInt64.random(in: 0...UInt64.max))
         let environment = ContainerSandbox.engineEnvironment(inherited: Posix.environment)
-        let created = await ChildProcess.run(engine, arguments: ContainerSandbox.createArguments(settings, language: language, containerName: name),
-                                             environment: environment, timeoutMs: settings.createTimeoutMs, outputLimit: 64 * 1_024)
+        let created = await ChildProcess.run(
+            engine, arguments: ContainerSandbox.createArguments(settings, language: language, containerName: name),
+            environment: environment, timeoutMs: settings.createTimeoutMs, outputLimit: 64 * 1_024)
         guard created.outcome.succeeded else {
             if ContainerSandbox.mayHaveCreated(created.outcome) {
                 await removeContainer(name, engine: engine, environment: environment, created: false)
             }
             if case .timedOut = created.outcome {
-                return ProgramRun(ending: .engineFailed("\(settings.engine) did not create the container within \(settings.createTimeoutMs) ms"),
-                                  durationMs: created.durationMs)
+                return ProgramRun(
+                    ending: .engineFailed("\(settings.engine) did not create the container within \(settings.createTimeoutMs) ms"),
+                    durationMs: created.durationMs)
             }
             // Whatever `create` says is the engine's: the program has not run.
             let said = ContainerSandbox.engineMessage(created.stderr.text) ?? ContainerSandbox.firstLine(created.stderr.text)
-            return ProgramRun(ending: .engineFailed("\(settings.engine) could not create the container (\(created.outcome))" + (said.map { ": \($0)" } ?? "")),
-                              stderr: created.stderr.text, durationMs: created.durationMs)
+            return ProgramRun(
+                ending: .engineFailed("\(settings.engine) could not create the container (\(created.outcome))" + (said.map { ": \($0)" } ?? "")),
+                stderr: created.stderr.text, durationMs: created.durationMs)
         }
-        let result = await ChildProcess.run(engine, arguments: ContainerSandbox.startArguments(settings, containerName: name),
-                                            environment: environment, stdin: Array(code.utf8), timeoutMs: settings.timeoutMs,
-                                            outputLimit: settings.outputLimitBytes)
+        let result = await ChildProcess.run(
+            engine, arguments: ContainerSandbox.startArguments(settings, containerName: name),
+            environment: environment, stdin: Array(code.utf8), timeoutMs: settings.timeoutMs,
+            outputLimit: settings.outputLimitBytes)
         let ending = ContainerSandbox.ending(result.outcome, stderr: result.stderr, settings: settings)
         if ContainerSandbox.mayBeLeft(after: ending) {
             await removeContainer(name, engine: engine, environment: environment, created: true)
         }
-        return ProgramRun(ending: ending,
-                          stdout: result.stdout.text, stderr: result.stderr.text,
-                          droppedBytes: result.stdout.droppedBytes + result.stderr.droppedBytes,
-                          durationMs: created.durationMs + result.durationMs)
+        return ProgramRun(
+            ending: ending,
+            stdout: result.stdout.text, stderr: result.stderr.text,
+            droppedBytes: result.stdout.droppedBytes + result.stderr.droppedBytes,
+            durationMs: created.durationMs + result.durationMs)
     }
 
     /// Kills and removes a container whose client was killed at the time limit, then
@@ -114,13 +123,16 @@ public struct ContainerSandbox: Sendable {
         case .failure(let missing): return .unusable(missing.message)
         }
         let environment = ContainerSandbox.engineEnvironment(inherited: Posix.environment)
-        let inspect = await ChildProcess.run(engine, arguments: ContainerSandbox.imageInspectArguments(settings), environment: environment,
-                                             timeoutMs: 30_000, outputLimit: 4_096)
+        let inspect = await ChildProcess.run(
+            engine, arguments: ContainerSandbox.imageInspectArguments(settings), environment: environment,
+            timeoutMs: 30_000, outputLimit: 4_096)
         guard inspect.outcome.succeeded else {
             let line = ContainerSandbox.firstLine(inspect.stderr.text)
             guard let line, !ContainerSandbox.saysImageMissing(line) else {
                 let said = line.map { " (\(settings.engine) said: \($0))" } ?? ""
-                return .unusable("the image \(settings.image) is not in \(settings.engine)'s store\(said): build it with `edgecoder-worker sandbox build` as the user the worker runs as")
+                return .unusable(
+                    "the image \(settings.image) is not in \(settings.engine)'s store\(said): build it with `edgecoder-worker sandbox build` as the user the worker runs as"
+                )
             }
             // The engine itself failed (a unit that forbids it what it needs, a broken store):
             // building the image would not help, so say what it said.

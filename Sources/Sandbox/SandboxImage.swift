@@ -23,7 +23,9 @@ public enum SandboxImage {
         /// Why this recipe cannot be used; empty when it can.
         public var problems: [String] {
             var problems: [String] = []
-            if !WorkerConfig.Execution.isWord(tag) || tag.hasPrefix("-") { problems.append("the tag must be an image name like localhost/edgecoder-sandbox:1, got '\(printable(tag))'") }
+            if !WorkerConfig.Execution.isWord(tag) || tag.hasPrefix("-") {
+                problems.append("the tag must be an image name like localhost/edgecoder-sandbox:1, got '\(printable(tag))'")
+            }
             if suite.isEmpty || !suite.unicodeScalars.allSatisfy({ ("a"..."z").contains($0) || ("0"..."9").contains($0) || $0 == "-" }) {
                 problems.append("the suite must be a Debian release name like bookworm, got '\(printable(suite))'")
             }
@@ -98,7 +100,9 @@ public enum SandboxImage {
         }
         var template = Array("\(workDirectory)/edgecoder-sandbox-XXXXXX".utf8CString)
         guard template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) != nil else {
-            return [Step(name: "bootstrap", durationMs: 0, failure: "cannot make a directory in \(workDirectory): \(String(cString: strerror(errno)))")]
+            return [
+                Step(name: "bootstrap", durationMs: 0, failure: "cannot make a directory in \(workDirectory): \(String(cString: strerror(errno)))")
+            ]
         }
         let directory = String(decoding: template.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self)
         let tar = directory + "/rootfs.tar"
@@ -108,26 +112,36 @@ public enum SandboxImage {
         }
 
         progress("bootstrapping Debian \(recipe.suite) with \(packages.joined(separator: " and ")) (mmdebstrap; minutes)")
-        let bootstrap = await ChildProcess.run(mmdebstrap, arguments: bootstrapArguments(recipe, output: tar), environment: environment,
-                                               timeoutMs: 3_600_000, outputLimit: 65_536, mergeOutput: true)
-        steps.append(Step(name: "bootstrap", durationMs: bootstrap.durationMs,
-                          failure: bootstrap.outcome.succeeded ? nil : "mmdebstrap \(bootstrap.outcome): \(lastLines(bootstrap.stdout.text))"))
+        let bootstrap = await ChildProcess.run(
+            mmdebstrap, arguments: bootstrapArguments(recipe, output: tar), environment: environment,
+            timeoutMs: 3_600_000, outputLimit: 65_536, mergeOutput: true)
+        steps.append(
+            Step(
+                name: "bootstrap", durationMs: bootstrap.durationMs,
+                failure: bootstrap.outcome.succeeded ? nil : "mmdebstrap \(bootstrap.outcome): \(lastLines(bootstrap.stdout.text))"))
         guard bootstrap.outcome.succeeded else { return steps }
 
         progress("importing \(tar) as \(recipe.tag) (\(recipe.engine) import)")
-        let imported = await ChildProcess.run(engine, arguments: importArguments(recipe, tar: tar), environment: environment,
-                                              timeoutMs: 1_800_000, outputLimit: 65_536, mergeOutput: true)
-        steps.append(Step(name: "import", durationMs: imported.durationMs,
-                          failure: imported.outcome.succeeded ? nil : "\(recipe.engine) import \(imported.outcome): \(lastLines(imported.stdout.text))"))
+        let imported = await ChildProcess.run(
+            engine, arguments: importArguments(recipe, tar: tar), environment: environment,
+            timeoutMs: 1_800_000, outputLimit: 65_536, mergeOutput: true)
+        steps.append(
+            Step(
+                name: "import", durationMs: imported.durationMs,
+                failure: imported.outcome.succeeded ? nil : "\(recipe.engine) import \(imported.outcome): \(lastLines(imported.stdout.text))"))
         guard imported.outcome.succeeded else { return steps }
 
-        for (language, code, expected) in [(CodeLanguage.python, "import sys; print('python', sys.version.split()[0])", "python "),
-                                           (.javascript, "console.log('node', process.version)", "node v")] {
+        for (language, code, expected) in [
+            (CodeLanguage.python, "import sys; print('python', sys.version.split()[0])", "python "),
+            (.javascript, "console.log('node', process.version)", "node v"),
+        ] {
             progress("running a \(language.rawValue) program in the image")
             let run = await sandbox.run(language, code: code)
             let worked = run.succeeded && run.stdout.hasPrefix(expected)
-            steps.append(Step(name: "\(language.rawValue) check (\(worked ? run.stdout.trimmingCharacters(in: "\n") : "failed"))", durationMs: run.durationMs,
-                              failure: worked ? nil : "a trivial \(language.rawValue) program \(run.ending): \(lastLines(run.stderr))"))
+            steps.append(
+                Step(
+                    name: "\(language.rawValue) check (\(worked ? run.stdout.trimmingCharacters(in: "\n") : "failed"))", durationMs: run.durationMs,
+                    failure: worked ? nil : "a trivial \(language.rawValue) program \(run.ending): \(lastLines(run.stderr))"))
         }
         return steps
     }

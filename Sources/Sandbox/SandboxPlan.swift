@@ -45,8 +45,10 @@ extension ContainerSandbox {
         /// engine is taken for broken.
         public var createTimeoutMs: Int64 = 120_000
 
-        public init(engine: String = "podman", engineArguments: [String] = [], image: String = "localhost/edgecoder-sandbox:1",
-                    timeoutMs: Int64 = 4_000, memoryMiB: Int = 256, cpus: Double = 0.5, pids: Int = 50, outputLimitBytes: Int = 65_536) {
+        public init(
+            engine: String = "podman", engineArguments: [String] = [], image: String = "localhost/edgecoder-sandbox:1",
+            timeoutMs: Int64 = 4_000, memoryMiB: Int = 256, cpus: Double = 0.5, pids: Int = 50, outputLimitBytes: Int = 65_536
+        ) {
             self.engine = engine
             self.engineArguments = engineArguments
             self.image = image
@@ -330,7 +332,10 @@ extension ContainerSandbox {
     }
 
     static func engineMessage(_ stderr: String) -> String? {
-        guard let line = lines(stderr).last(where: { $0.hasPrefix("Error: ") || $0.hasPrefix("Error response from daemon: ") || $0.hasPrefix("docker: ") })
+        guard
+            let line = lines(stderr).last(where: {
+                $0.hasPrefix("Error: ") || $0.hasPrefix("Error response from daemon: ") || $0.hasPrefix("docker: ")
+            })
         else { return nil }
         return printable(String(line), limit: 400)
     }

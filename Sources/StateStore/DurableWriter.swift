@@ -29,8 +29,10 @@ public final class DurableWriter: Sendable {
     /// hold the thread there to let submissions pile up, and record the order. `fault`,
     /// when it returns an error for a file and kind of operation (true: a removal), fails
     /// that operation with it instead of performing it: tests mock a full or read-only disk.
-    init(directory: StateDirectory, onProblem: @escaping @Sendable (String?) -> Void,
-         beforeEach: (@Sendable (String) -> Void)?, fault: (@Sendable (_ name: String, _ removal: Bool) -> (any Error)?)? = nil) {
+    init(
+        directory: StateDirectory, onProblem: @escaping @Sendable (String?) -> Void,
+        beforeEach: (@Sendable (String) -> Void)?, fault: (@Sendable (_ name: String, _ removal: Bool) -> (any Error)?)? = nil
+    ) {
         self.directory = directory
         queue = WriteQueue(directory: directory, onProblem: onProblem, beforeEach: beforeEach, fault: fault)
     }
@@ -125,8 +127,10 @@ private final class WriteQueue: Sendable {
     /// Counts submissions the thread has not looked at yet; the thread sleeps on it.
     private nonisolated(unsafe) let wakeups: UnsafeMutablePointer<sem_t>
 
-    init(directory: StateDirectory, onProblem: @escaping @Sendable (String?) -> Void, beforeEach: (@Sendable (String) -> Void)?,
-         fault: (@Sendable (String, Bool) -> (any Error)?)?) {
+    init(
+        directory: StateDirectory, onProblem: @escaping @Sendable (String?) -> Void, beforeEach: (@Sendable (String) -> Void)?,
+        fault: (@Sendable (String, Bool) -> (any Error)?)?
+    ) {
         self.directory = directory
         self.onProblem = onProblem
         self.beforeEach = beforeEach
@@ -189,11 +193,13 @@ private final class WriteQueue: Sendable {
     private func startThread() throws(SystemError) {
         var thread = pthread_t()
         let context = Unmanaged.passRetained(self).toOpaque()
-        let rc = pthread_create(&thread, nil, { raw in
-            let queue = Unmanaged<WriteQueue>.fromOpaque(raw!).takeRetainedValue()
-            queue.loop()
-            return nil
-        }, context)
+        let rc = pthread_create(
+            &thread, nil,
+            { raw in
+                let queue = Unmanaged<WriteQueue>.fromOpaque(raw!).takeRetainedValue()
+                queue.loop()
+                return nil
+            }, context)
         if rc != 0 {
             Unmanaged<WriteQueue>.fromOpaque(context).release()
             throw SystemError("pthread_create", errno: rc, detail: "the state writer's thread")

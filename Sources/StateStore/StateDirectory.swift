@@ -51,8 +51,10 @@ public final class StateDirectory: Sendable {
 
     /// Replaces `name` with `bytes` atomically. `beforeRename` exists for the test that
     /// proves a crash between the temp write and the rename keeps the old content.
-    public func write(_ name: String, _ bytes: [UInt8], mode: mode_t = 0o640,
-                      beforeRename: () throws -> Void = {}) throws {
+    public func write(
+        _ name: String, _ bytes: [UInt8], mode: mode_t = 0o640,
+        beforeRename: () throws -> Void = {}
+    ) throws {
         let temp = ".\(name)\(StateDirectory.tempMarker)\(getpid())"
         let fd = try systemCall("open", "\(path)/\(temp)") { openat(directoryFD, temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode) }
         do {

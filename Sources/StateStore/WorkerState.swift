@@ -45,8 +45,10 @@ public struct WorkerStateFiles: Sendable {
 
     /// Reads and decodes one state file; a file that cannot be read or decoded is
     /// quarantined and reported, and the caller starts from its default.
-    public func load<T: Sendable>(_ name: String, nowMs: Int64, limit: Int = WorkerStateFiles.maxStateFileBytes,
-                                  decode: ([UInt8]) -> Result<T, StateFileProblem>) -> Loaded<T> {
+    public func load<T: Sendable>(
+        _ name: String, nowMs: Int64, limit: Int = WorkerStateFiles.maxStateFileBytes,
+        decode: ([UInt8]) -> Result<T, StateFileProblem>
+    ) -> Loaded<T> {
         let problem: String
         do {
             guard let bytes = try directory.read(name, limit: limit) else { return .absent }
@@ -66,8 +68,10 @@ public struct WorkerStateFiles: Sendable {
     }
 
     /// `load` for JSON files decoded by `decode`.
-    public func loadJSON<T: Sendable>(_ name: String, nowMs: Int64, limit: Int = WorkerStateFiles.maxStateFileBytes,
-                                      decode: (JSONValue) -> T?) -> Loaded<T> {
+    public func loadJSON<T: Sendable>(
+        _ name: String, nowMs: Int64, limit: Int = WorkerStateFiles.maxStateFileBytes,
+        decode: (JSONValue) -> T?
+    ) -> Loaded<T> {
         load(name, nowMs: nowMs, limit: limit) { bytes in
             do {
                 let value = try JSON.parse(bytes)
@@ -291,13 +295,18 @@ public struct WorkJournal: Sendable {
         var recovered: [RecoveredStateFile] = []
         for name in directory.names() where name.hasSuffix(".json") {
             if name.hasPrefix(WorkJournal.journalPrefix) {
-                switch files.loadJSON(name, nowMs: nowMs, limit: WorkJournal.readLimit(name, RecoveryPlan.JournalEntry.maxStoredBytes), decode: { RecoveryPlan.JournalEntry.from(json: $0) }) {
+                switch files.loadJSON(
+                    name, nowMs: nowMs, limit: WorkJournal.readLimit(name, RecoveryPlan.JournalEntry.maxStoredBytes),
+                    decode: { RecoveryPlan.JournalEntry.from(json: $0) })
+                {
                 case .loaded(let entry): journal.append(entry)
                 case .recovered(let file): recovered.append(file)
                 case .absent: break
                 }
             } else if name.hasPrefix(WorkJournal.outboxPrefix) {
-                switch files.loadJSON(name, nowMs: nowMs, limit: WorkJournal.readLimit(name, SubtaskResult.maxStoredBytes), decode: { SubtaskResult.from(json: $0) }) {
+                switch files.loadJSON(
+                    name, nowMs: nowMs, limit: WorkJournal.readLimit(name, SubtaskResult.maxStoredBytes), decode: { SubtaskResult.from(json: $0) })
+                {
                 case .loaded(let result): outbox.append(result)
                 case .recovered(let file): recovered.append(file)
                 case .absent: break

@@ -37,8 +37,10 @@ public struct JournalLogHandler: LogHandler {
     private let fellBack = FallbackFlag()
 
     /// `send` is `Journal.send` except in tests.
-    public init(identifier: String = "edgecoder-worker", repeats: RepeatLimiter? = RepeatLimiter(),
-                send: @escaping @Sendable ([String]) -> Int32 = { Journal.send($0) }) {
+    public init(
+        identifier: String = "edgecoder-worker", repeats: RepeatLimiter? = RepeatLimiter(),
+        send: @escaping @Sendable ([String]) -> Int32 = { Journal.send($0) }
+    ) {
         self.identifier = identifier
         self.limiter = repeats.map(SharedRepeatLimiter.init)
         self.send = send
@@ -57,9 +59,11 @@ public struct JournalLogHandler: LogHandler {
         let rc = send(JournalFields.encode(level: level, label: label, message: message, metadata: metadata, identifier: identifier))
         guard rc < 0 else { return }
         if fellBack.setOnce() {
-            StderrLogHandler.write(formatLogLine(level: .warning, label: label,
-                                                 message: "journald did not take a record (sd_journal_sendv: \(String(cString: strerror(-rc)))); writing lines to stderr instead",
-                                                 metadata: []))
+            StderrLogHandler.write(
+                formatLogLine(
+                    level: .warning, label: label,
+                    message: "journald did not take a record (sd_journal_sendv: \(String(cString: strerror(-rc)))); writing lines to stderr instead",
+                    metadata: []))
         }
         StderrLogHandler.write(formatLogLine(level: level, label: label, message: message, metadata: metadata))
     }

@@ -43,8 +43,10 @@ public struct OwnProcesses: Sendable {
     /// socket, a bind and a close every 5 s).
     private var sockDiagSocket: NetlinkSocket?
 
-    public init(root: String = "/", serverPort: UInt16?, workerPID: Int32, derivedUnits: [String] = [],
-                nameOfUser: @escaping @Sendable (UInt32) -> String? = OwnProcesses.systemUserName) {
+    public init(
+        root: String = "/", serverPort: UInt16?, workerPID: Int32, derivedUnits: [String] = [],
+        nameOfUser: @escaping @Sendable (UInt32) -> String? = OwnProcesses.systemUserName
+    ) {
         var prefix = root
         while prefix.hasSuffix("/") { prefix.removeLast() }
         self.prefix = prefix
@@ -82,11 +84,14 @@ public struct OwnProcesses: Sendable {
             case .remote: return "the model server is not on this host: its CPU is not counted here"
             case .notListening(let port): return "nothing listens on port \(port)"
             case .process(let pid, let port): return "pid \(pid) listens on port \(port)"
-            case .user(let uid, let port): return "the socket on port \(port) belongs to uid \(uid), whose processes count (their descriptors are not readable)"
-            case .cgroup(let path, let via, let port): return "the model server on port \(port) is measured by its cgroup \(path) (cpu.stat usage_usec, its children included), found \(via)"
+            case .user(let uid, let port):
+                return "the socket on port \(port) belongs to uid \(uid), whose processes count (their descriptors are not readable)"
+            case .cgroup(let path, let via, let port):
+                return "the model server on port \(port) is measured by its cgroup \(path) (cpu.stat usage_usec, its children included), found \(via)"
             case .hidden(let uid, let port, let tried):
                 let units = tried.isEmpty ? "no unit to try" : "no running unit among \(tried.joined(separator: ", "))"
-                return "the socket on port \(port) belongs to uid \(uid), whose processes are not visible (ProtectProc=invisible) and \(units): the model server's load counts as other load"
+                return
+                    "the socket on port \(port) belongs to uid \(uid), whose processes are not visible (ProtectProc=invisible) and \(units): the model server's load counts as other load"
             case .unreadable(let port): return "the socket on port \(port) belongs to root or cannot be traced to a process"
             }
         }
@@ -100,7 +105,8 @@ public struct OwnProcesses: Sendable {
         var uidProcesses: Set<Int32> = []
         var usage: CgroupUsage?
         if let port = serverPort {
-            let listeners = (prefix.isEmpty ? sockDiagListeners(port: port) : nil)
+            let listeners =
+                (prefix.isEmpty ? sockDiagListeners(port: port) : nil)
                 ?? ProcNetTCP.listeners(read("proc/net/tcp"), port: port) + ProcNetTCP.listeners(read("proc/net/tcp6"), port: port)
             let inodes = Set(listeners.map(\.inode))
             if listeners.isEmpty {
@@ -115,7 +121,8 @@ public struct OwnProcesses: Sendable {
                 }
             } else if let uid = listeners.first?.uid, uid != getuid() {
                 if let cached = cachedOwnerUnit, cached.uid == uid,
-                   Cgroup.hasProcesses(cgroupProcs: cgroupFile(cached.path, "cgroup.procs")), let measured = cgroupUsage(cached.path) {
+                    Cgroup.hasProcesses(cgroupProcs: cgroupFile(cached.path, "cgroup.procs")), let measured = cgroupUsage(cached.path)
+                {
                     usage = measured
                     server = .cgroup(path: cached.path, via: cached.via, port: port)
                 } else {
@@ -128,13 +135,18 @@ public struct OwnProcesses: Sendable {
                         uidProcesses = Set(owned)
                         server = .user(uid: uid, port: port)
                     } else {
-                        let candidates = (uid == 0 ? [] : [nameOfUser(uid).map { $0 + ".service" }].compactMap { $0 }.compactMap(Cgroup.serviceName)) + derivedUnits
+                        let candidates =
+                            (uid == 0 ? [] : [nameOfUser(uid).map { $0 + ".service" }].compactMap { $0 }.compactMap(Cgroup.serviceName))
+                            + derivedUnits
                         var found = false
                         for unit in candidates where !found {
                             let path = "/system.slice/" + unit
-                            guard Cgroup.hasProcesses(cgroupProcs: cgroupFile(path, "cgroup.procs")), let measured = cgroupUsage(path) else { continue }
+                            guard Cgroup.hasProcesses(cgroupProcs: cgroupFile(path, "cgroup.procs")), let measured = cgroupUsage(path) else {
+                                continue
+                            }
                             usage = measured
-                            server = .cgroup(path: path, via: "by its unit name \(unit) (the socket's owner, uid \(uid), has no visible process)", port: port)
+                            server = .cgroup(
+                                path: path, via: "by its unit name \(unit) (the socket's owner, uid \(uid), has no visible process)", port: port)
                             found = true
                         }
                         if !found { server = uid == 0 ? .unreadable(port: port) : .hidden(uid: uid, port: port, tried: candidates) }
@@ -191,7 +203,9 @@ public struct OwnProcesses: Sendable {
             for (sequence, family) in [(UInt32(1), UInt8(AF_INET)), (UInt32(2), UInt8(AF_INET6))] {
                 try socket.dump(SockDiag.listenersRequest(family: family, sequence: sequence)) { datagram throws(SystemError) in
                     let reply = SockDiag.parse(datagram, port: port)
-                    guard reply.errno == nil, reply.malformed == nil else { throw SystemError("sock_diag", errno: EPROTO, detail: "an unusable reply") }
+                    guard reply.errno == nil, reply.malformed == nil else {
+                        throw SystemError("sock_diag", errno: EPROTO, detail: "an unusable reply")
+                    }
                     found += reply.listeners
                     return reply.done ? .done : .more
                 }

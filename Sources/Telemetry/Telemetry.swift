@@ -56,8 +56,9 @@ public struct TelemetryReader: Sendable {
             self.own = own
             server = found
             if let sample, let previousCPU, let previousOwn {
-                share = CPUShare.between(host: previousCPU, sample, own: previousOwn, processes,
-                                         server: previousServerCgroup, cgroup, ticksPerSecond: TelemetryReader.ticksPerSecond)
+                share = CPUShare.between(
+                    host: previousCPU, sample, own: previousOwn, processes,
+                    server: previousServerCgroup, cgroup, ticksPerSecond: TelemetryReader.ticksPerSecond)
             }
             previousOwn = processes
             previousServerCgroup = cgroup
@@ -68,7 +69,10 @@ public struct TelemetryReader: Sendable {
         let throttled = CPUThrottle.throttled(previous: previousThrottle, current: throttleTotal)
         let throttleText: String
         if let throttleTotal {
-            throttleText = "\(throttleFiles) thermal_throttle counters, total \(throttleTotal)" + (previousThrottle == nil ? " (first reading)" : throttled ? ", rose since the last reading: the CPU is throttled" : ", unchanged since the last reading")
+            throttleText =
+                "\(throttleFiles) thermal_throttle counters, total \(throttleTotal)"
+                + (previousThrottle == nil
+                    ? " (first reading)" : throttled ? ", rose since the last reading: the CPU is throttled" : ", unchanged since the last reading")
         } else {
             throttleText = "no thermal_throttle counters in sys/devices/system/cpu (not an Intel CPU, or a virtual one)"
         }
@@ -86,7 +90,9 @@ public struct TelemetryReader: Sendable {
         reading.throttle = throttleText
         reading.telemetry.otherCpuUsagePct = share?.otherPct
         reading.cpuShare = share
-        reading.ownProcesses = server.map { found in ((own?.workerPID ?? 0) > 1 ? "worker pid \(own?.workerPID ?? 0); " : "no worker process; ") + found.description }
+        reading.ownProcesses = server.map { found in
+            ((own?.workerPID ?? 0) > 1 ? "worker pid \(own?.workerPID ?? 0); " : "no worker process; ") + found.description
+        }
         return reading
     }
 
@@ -103,9 +109,10 @@ public struct TelemetryReader: Sendable {
         for file in Virtualization.dmiFiles {
             if let bytes = TelemetryReader.readAttribute(path("sys/class/dmi/id/\(file)")).bytes { dmi[file] = bytes }
         }
-        return Virtualization.detect(dmi: dmi, cpuinfo: TelemetryReader.readHead(path("proc/cpuinfo"), limit: 65_536),
-                                     systemdContainer: TelemetryReader.readAttribute(path("run/systemd/container")).bytes,
-                                     dockerenv: fileExists(path(".dockerenv")), containerenv: fileExists(path("run/.containerenv")))
+        return Virtualization.detect(
+            dmi: dmi, cpuinfo: TelemetryReader.readHead(path("proc/cpuinfo"), limit: 65_536),
+            systemdContainer: TelemetryReader.readAttribute(path("run/systemd/container")).bytes,
+            dockerenv: fileExists(path(".dockerenv")), containerenv: fileExists(path("run/.containerenv")))
     }
 
     /// The sum of every CPU's thermal_throttle counters, and how many files gave one.
@@ -144,9 +151,10 @@ public struct TelemetryReader: Sendable {
                     trips.append(trip)
                 }
             }
-            return ThermalSensor(source: .thermalZone, name: zone,
-                                 label: SysfsText.value(TelemetryReader.readAttribute("\(zonePath)/type").bytes),
-                                 rawTemp: TelemetryReader.readAttribute("\(zonePath)/temp"), trips: trips)
+            return ThermalSensor(
+                source: .thermalZone, name: zone,
+                label: SysfsText.value(TelemetryReader.readAttribute("\(zonePath)/type").bytes),
+                rawTemp: TelemetryReader.readAttribute("\(zonePath)/temp"), trips: trips)
         }
     }
 
@@ -158,9 +166,11 @@ public struct TelemetryReader: Sendable {
             let name = SysfsText.value(TelemetryReader.readAttribute("\(hwmonPath)/name").bytes)
             for input in TelemetryReader.list(hwmonPath) where TelemetryReader.isTempInput(input) {
                 let labelFile = "\(hwmonPath)/\(input.dropLast("input".count))label"
-                sensors.append(ThermalSensor(source: .hwmon, name: "\(hwmon)/\(input)", label: name,
-                                             sensorLabel: SysfsText.value(TelemetryReader.readAttribute(labelFile).bytes),
-                                             rawTemp: TelemetryReader.readAttribute("\(hwmonPath)/\(input)")))
+                sensors.append(
+                    ThermalSensor(
+                        source: .hwmon, name: "\(hwmon)/\(input)", label: name,
+                        sensorLabel: SysfsText.value(TelemetryReader.readAttribute(labelFile).bytes),
+                        rawTemp: TelemetryReader.readAttribute("\(hwmonPath)/\(input)")))
             }
         }
         return sensors

@@ -24,9 +24,10 @@ protocol Command {
 
 var commands: [any Command.Type] {
     [
-    RunCommand.self, ModeCommand.self, StatusCommand.self, TasksCommand.self, EventsCommand.self, PolicyCommand.self,
-    TelemetryCommand.self, MetricsCommand.self, DoctorCommand.self, ConfigCommand.self, ReloadCommand.self, EnrollCommand.self, IdentityCommand.self,
-    ProxyCommand.self, BluetoothCommand.self, SandboxCommand.self, VersionCommand.self,
+        RunCommand.self, ModeCommand.self, StatusCommand.self, TasksCommand.self, EventsCommand.self, PolicyCommand.self,
+        TelemetryCommand.self, MetricsCommand.self, DoctorCommand.self, ConfigCommand.self, ReloadCommand.self, EnrollCommand.self,
+        IdentityCommand.self,
+        ProxyCommand.self, BluetoothCommand.self, SandboxCommand.self, VersionCommand.self,
     ]
 }
 
@@ -199,9 +200,11 @@ struct RunCommand: Command {
                 logger.notice("no config file at \(configPath); using the defaults")
             }
             let path = configPath, explicit = configExplicit
-            return await DaemonMain.run(config: config, paths: paths, logger: logger, reloadConfig: {
-                loadConfig(path: path, explicit: explicit).mapError { ConfigReloadFailure($0.lines) }
-            })
+            return await DaemonMain.run(
+                config: config, paths: paths, logger: logger,
+                reloadConfig: {
+                    loadConfig(path: path, explicit: explicit).mapError { ConfigReloadFailure($0.lines) }
+                })
         }
     }
 }
@@ -232,7 +235,8 @@ struct ConfigCommand: Command {
         json = arguments.flag("--json")
         let positionals = arguments.positionals()
         guard positionals == ["check"] else {
-            throw UsageError(positionals.isEmpty ? "missing subcommand: config check" : "unknown subcommand '\(printable(positionals.joined(separator: " ")))'")
+            throw UsageError(
+                positionals.isEmpty ? "missing subcommand: config check" : "unknown subcommand '\(printable(positionals.joined(separator: " ")))'")
         }
     }
 
@@ -243,11 +247,15 @@ struct ConfigCommand: Command {
             // A placeholder address is valid JSON and a daemon runs with it (modes off and
             // bluetooth), so the file stays valid (exit 0); `mode on` refuses it.
             // So is an admission by address over an unencrypted link: valid, proving nothing.
-            let warnings = [CoordinatorPlaceholder.problem(config.coordinator.url).map { (path: "coordinator.url", message: $0) },
-                            AllowedClientsWarning.of(config).map { (path: $0.path, message: $0.message) }].compactMap { $0 }
+            let warnings = [
+                CoordinatorPlaceholder.problem(config.coordinator.url).map { (path: "coordinator.url", message: $0) },
+                AllowedClientsWarning.of(config).map { (path: $0.path, message: $0.message) },
+            ].compactMap { $0 }
             if json {
-                Output.printJSON(["valid": true, "file": .string(path), "problems": [],
-                                  "warnings": .array(warnings.map { ["path": .string($0.path), "message": .string($0.message)] })])
+                Output.printJSON([
+                    "valid": true, "file": .string(path), "problems": [],
+                    "warnings": .array(warnings.map { ["path": .string($0.path), "message": .string($0.message)] }),
+                ])
             } else {
                 print("\(path): valid")
                 for warning in warnings { printErr("\(path): warning: \(warning.message)") }

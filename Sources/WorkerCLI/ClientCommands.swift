@@ -22,7 +22,9 @@ struct ControlClient: ~Copyable {
         } catch {
             switch error.errno {
             case ENOENT, ECONNREFUSED:
-                throw .unavailable("the daemon is not running (no control socket at \(socketPath)). Start it with 'systemctl start edgecoder-worker' or 'edgecoder-worker run', or pass --runtime-dir.")
+                throw .unavailable(
+                    "the daemon is not running (no control socket at \(socketPath)). Start it with 'systemctl start edgecoder-worker' or 'edgecoder-worker run', or pass --runtime-dir."
+                )
             case EACCES:
                 throw .unavailable("permission denied on \(socketPath): reading needs root, the daemon's user or the group edgecoder")
             default:
@@ -218,14 +220,18 @@ struct StatusCommand: Command {
                 if let since = network["since"]?.stringValue { line += " since \(since)" }
                 lines.append(line + ": \(network["reason"]?.stringValue ?? "")")
                 if let hook = network["lastHook"] {
-                    lines.append("          last hook \(hook["name"]?.stringValue ?? "?") at \(hook["time"]?.stringValue ?? "?"): \(hook["outcome"]?.stringValue ?? "?")")
+                    lines.append(
+                        "          last hook \(hook["name"]?.stringValue ?? "?") at \(hook["time"]?.stringValue ?? "?"): \(hook["outcome"]?.stringValue ?? "?")"
+                    )
                 }
             }
             if let coordinator = status["coordinator"], coordinator["url"] != .null || coordinator["active"] == true {
                 var line = "coordinator: \(coordinator["url"]?.stringValue ?? "not configured")"
                 if coordinator["active"] == true {
                     line += coordinator["registered"] == true ? ", registered" : ", not registered"
-                    if let at = coordinator["lastHeartbeat"]?.stringValue { line += ", last heartbeat \(at) (\(coordinator["lastHeartbeatLatencyMs"]?.intValue ?? 0) ms)" }
+                    if let at = coordinator["lastHeartbeat"]?.stringValue {
+                        line += ", last heartbeat \(at) (\(coordinator["lastHeartbeatLatencyMs"]?.intValue ?? 0) ms)"
+                    }
                 } else {
                     line += " (inactive)"
                 }
@@ -233,54 +239,77 @@ struct StatusCommand: Command {
                 let failures = coordinator["consecutiveFailures"]?.intValue ?? 0
                 let heartbeatFailures = coordinator["heartbeatFailures"]?.intValue ?? 0
                 if failures > 0 || heartbeatFailures > 0 {
-                    lines.append("          \(failures) consecutive failures (backoff \(coordinator["backoffMs"]?.intValue ?? 0) ms), \(heartbeatFailures) failed heartbeats; last: \(coordinator["lastError"]?.stringValue ?? "")")
+                    lines.append(
+                        "          \(failures) consecutive failures (backoff \(coordinator["backoffMs"]?.intValue ?? 0) ms), \(heartbeatFailures) failed heartbeats; last: \(coordinator["lastError"]?.stringValue ?? "")"
+                    )
                 }
                 if let rejection = coordinator["rejection"]?.stringValue {
                     lines.append("          REJECTED by the coordinator: \(rejection); retry at \(coordinator["retryAt"]?.stringValue ?? "?")")
                 }
                 if let deferred = coordinator["deferredReason"]?.stringValue { lines.append("          pulls deferred: \(deferred)") }
                 if let done = coordinator["subtasksDone"]?.intValue {
-                    lines.append("          subtasks done \(done), failed \(coordinator["subtasksFailed"]?.intValue ?? 0), outbox \(coordinator["outboxDepth"]?.intValue ?? 0)"
-                                 + ((coordinator["running"]?.stringValue).map { ", running \($0)" } ?? ""))
+                    lines.append(
+                        "          subtasks done \(done), failed \(coordinator["subtasksFailed"]?.intValue ?? 0), outbox \(coordinator["outboxDepth"]?.intValue ?? 0)"
+                            + ((coordinator["running"]?.stringValue).map { ", running \($0)" } ?? ""))
                 }
             }
             if let bluetooth = status["bluetooth"], bluetooth["active"] == true || bluetooth["state"]?.stringValue != "inactive" {
                 var line = "bluetooth: \(bluetooth["state"]?.stringValue ?? "?")"
-                if let adapter = bluetooth["adapter"]?.stringValue { line += " on \(adapter)" + ((bluetooth["address"]?.stringValue).map { " (\($0))" } ?? "") }
+                if let adapter = bluetooth["adapter"]?.stringValue {
+                    line += " on \(adapter)" + ((bluetooth["address"]?.stringValue).map { " (\($0))" } ?? "")
+                }
                 line += bluetooth["advertising"] == true ? ", advertising as \(bluetooth["localName"]?.stringValue ?? "?")" : ", not advertising"
                 lines.append(line)
                 if let problem = bluetooth["problem"]?.stringValue { lines.append("          problem: \(problem)") }
                 let clients = (bluetooth["clients"]?.arrayValue ?? []).map { client in
                     (client["address"]?.stringValue ?? "?") + ((client["mtu"]?.intValue).map { " (MTU \($0))" } ?? "")
                 }
-                lines.append("          clients: \(clients.isEmpty ? "none" : clients.joined(separator: ", ")) of at most \(bluetooth["maxClients"]?.intValue ?? 1); refused \(bluetooth["clientsRefused"]?.intValue ?? 0)")
-                lines.append("          not allowed \(bluetooth["clientsNotAllowed"]?.intValue ?? 0), evicted idle \(bluetooth["clientsEvicted"]?.intValue ?? 0), cooled down \(bluetooth["clientsCooledDown"]?.intValue ?? 0), rejections dropped \(bluetooth["rejectionsDropped"]?.intValue ?? 0)")
+                lines.append(
+                    "          clients: \(clients.isEmpty ? "none" : clients.joined(separator: ", ")) of at most \(bluetooth["maxClients"]?.intValue ?? 1); refused \(bluetooth["clientsRefused"]?.intValue ?? 0)"
+                )
+                lines.append(
+                    "          not allowed \(bluetooth["clientsNotAllowed"]?.intValue ?? 0), evicted idle \(bluetooth["clientsEvicted"]?.intValue ?? 0), cooled down \(bluetooth["clientsCooledDown"]?.intValue ?? 0), rejections dropped \(bluetooth["rejectionsDropped"]?.intValue ?? 0)"
+                )
                 if let pacing = bluetooth["pacing"]?.stringValue {
-                    lines.append("          notifications paced by \(pacing); bluetoothd's ATT bearers: " + ((bluetooth["attBearers"]?.intValue).map { "\($0)" + ($0 > 1 ? " (EATT: see doctor)" : "") } ?? "unknown"))
+                    lines.append(
+                        "          notifications paced by \(pacing); bluetoothd's ATT bearers: "
+                            + ((bluetooth["attBearers"]?.intValue).map { "\($0)" + ($0 > 1 ? " (EATT: see doctor)" : "") } ?? "unknown"))
                 }
                 if let answerer = bluetooth["pairingAgent"]?.stringValue {
                     let registered = bluetooth["pairingAgentRegistered"] == true ? "registered, " : ""
-                    lines.append("          pairings answered by the \(answerer) (\(registered)accepted \(bluetooth["pairingsAccepted"]?.intValue ?? 0), refused \(bluetooth["pairingsRefused"]?.intValue ?? 0), unused bonds removed \(bluetooth["agentBondsRemoved"]?.intValue ?? 0)): \(bluetooth["pairingAgentReason"]?.stringValue ?? "")")
+                    lines.append(
+                        "          pairings answered by the \(answerer) (\(registered)accepted \(bluetooth["pairingsAccepted"]?.intValue ?? 0), refused \(bluetooth["pairingsRefused"]?.intValue ?? 0), unused bonds removed \(bluetooth["agentBondsRemoved"]?.intValue ?? 0)): \(bluetooth["pairingAgentReason"]?.stringValue ?? "")"
+                    )
                 }
-                lines.append("          requests served \(bluetooth["requestsServed"]?.intValue ?? 0), failed \(bluetooth["requestsFailed"]?.intValue ?? 0), rejected as bad input \(bluetooth["requestsRejected"]?.intValue ?? 0), queued \(bluetooth["queued"]?.intValue ?? 0)")
+                lines.append(
+                    "          requests served \(bluetooth["requestsServed"]?.intValue ?? 0), failed \(bluetooth["requestsFailed"]?.intValue ?? 0), rejected as bad input \(bluetooth["requestsRejected"]?.intValue ?? 0), queued \(bluetooth["queued"]?.intValue ?? 0)"
+                )
             }
             if let backend = status["backend"] {
-                lines.append("backend:  \(backend["kind"]?.stringValue ?? "?") \(backend["url"]?.stringValue ?? "?") model \(backend["model"]?.stringValue ?? "?"): \(backend["modelState"]?.stringValue ?? "?") — \(backend["detail"]?.stringValue ?? "")")
+                lines.append(
+                    "backend:  \(backend["kind"]?.stringValue ?? "?") \(backend["url"]?.stringValue ?? "?") model \(backend["model"]?.stringValue ?? "?"): \(backend["modelState"]?.stringValue ?? "?") — \(backend["detail"]?.stringValue ?? "")"
+                )
                 if let from = backend["configuredModel"]?.stringValue {
-                    lines.append("          model switched by the coordinator at \(backend["switchedAt"]?.stringValue ?? "?") (backend.model is \(from))")
+                    lines.append(
+                        "          model switched by the coordinator at \(backend["switchedAt"]?.stringValue ?? "?") (backend.model is \(from))")
                 }
                 if let change = backend["modelSwitch"], case .object = change {
                     let pct = change["progressPct"]?.doubleValue.map { " \($0) %" } ?? ""
-                    lines.append("          model switch to \(change["model"]?.stringValue ?? "?"): \(change["phase"]?.stringValue ?? "?")\(pct) — \(change["message"]?.stringValue ?? "")")
+                    lines.append(
+                        "          model switch to \(change["model"]?.stringValue ?? "?"): \(change["phase"]?.stringValue ?? "?")\(pct) — \(change["message"]?.stringValue ?? "")"
+                    )
                 }
             }
             if let power = status["power"] {
                 if let decision = power["decision"] {
-                    var line = "power:    new work \(decision["allowed"]?.boolValue == true ? "allowed" : "HELD: \(decision["reason"]?.stringValue ?? "?")")"
+                    var line =
+                        "power:    new work \(decision["allowed"]?.boolValue == true ? "allowed" : "HELD: \(decision["reason"]?.stringValue ?? "?")")"
                     if let waiting = decision["waitingFor"]?.stringValue { line += " (waiting for \(waiting))" }
                     lines.append(line)
                 }
-                if power["chargeGate"]?.stringValue != "open", let gate = power["chargeGate"]?.stringValue { lines.append("          charge gate \(gate)") }
+                if power["chargeGate"]?.stringValue != "open", let gate = power["chargeGate"]?.stringValue {
+                    lines.append("          charge gate \(gate)")
+                }
                 if let telemetry = power["telemetry"], case .object = telemetry {
                     let age = power["ageMs"]?.intValue.map { " (read \(formatDuration(milliseconds: $0)) ago)" } ?? ""
                     let parts = (telemetry.objectValue?.members ?? []).filter { !["updatedAtMs", "onACPower", "batteryLevelPct"].contains($0.key) }
@@ -295,20 +324,25 @@ struct StatusCommand: Command {
                 lines.append("NOTICE:   \(notice) (restored at \(status["mode"]?["networkRestoredAt"]?.stringValue ?? "?"))")
             }
             if let daemon = status["daemon"] {
-                lines.append("daemon:   version \(daemon["version"]?.stringValue ?? "?"), pid \(daemon["pid"]?.intValue ?? 0), up \(formatDuration(milliseconds: daemon["uptimeMs"]?.intValue ?? 0))")
+                lines.append(
+                    "daemon:   version \(daemon["version"]?.stringValue ?? "?"), pid \(daemon["pid"]?.intValue ?? 0), up \(formatDuration(milliseconds: daemon["uptimeMs"]?.intValue ?? 0))"
+                )
                 lines.append("          config \(daemon["config"]?.stringValue ?? "?"), state \(daemon["stateDirectory"]?.stringValue ?? "?")")
                 if let problem = daemon["persistenceProblem"]?.stringValue { lines.append("          PROBLEM: \(problem)") }
                 if let reload = daemon["configReload"], case .object = reload {
                     let outcome = reload["outcome"]?.stringValue ?? "?"
                     let problems = (reload["problems"]?.arrayValue ?? []).compactMap(\.stringValue)
                     let restart = (reload["needsRestart"]?.arrayValue ?? []).compactMap(\.stringValue)
-                    lines.append("          last reload at \(reload["at"]?.stringValue ?? "?"): \(outcome == "refused" ? "REFUSED, the running config is kept: " + problems.joined(separator: "; ") : outcome)")
+                    lines.append(
+                        "          last reload at \(reload["at"]?.stringValue ?? "?"): \(outcome == "refused" ? "REFUSED, the running config is kept: " + problems.joined(separator: "; ") : outcome)"
+                    )
                     if !restart.isEmpty { lines.append("          needs a restart to apply: \(restart.joined(separator: ", "))") }
                 }
             }
             for file in status["recoveredStateFiles"]?.arrayValue ?? [] {
-                lines.append("recovered: \(file["file"]?.stringValue ?? "?") at \(file["time"]?.stringValue ?? "?"): \(file["problem"]?.stringValue ?? "")"
-                             + ((file["movedTo"]?.stringValue).map { $0.isEmpty ? "" : "; kept as \($0)" } ?? ""))
+                lines.append(
+                    "recovered: \(file["file"]?.stringValue ?? "?") at \(file["time"]?.stringValue ?? "?"): \(file["problem"]?.stringValue ?? "")"
+                        + ((file["movedTo"]?.stringValue).map { $0.isEmpty ? "" : "; kept as \($0)" } ?? ""))
             }
             if let events = status["events"] { lines.append("events:   \(events["count"]?.intValue ?? 0) kept (edgecoder-worker events)") }
             print(lines.joined(separator: "\n"))
@@ -429,7 +463,8 @@ struct TasksCommand: Command {
             if tasks.isEmpty { print("no tasks yet") }
             for task in tasks {
                 let duration = task["durationMs"]?.intValue.map { formatDuration(milliseconds: $0) } ?? "-"
-                var line = "\(task["started"]?.stringValue ?? "?")  \(task["source"]?.stringValue ?? "?")  \(task["state"]?.stringValue ?? "?")  \(duration)  \(task["id"]?.stringValue ?? "?") (\(task["origin"]?.stringValue ?? "?"))"
+                var line =
+                    "\(task["started"]?.stringValue ?? "?")  \(task["source"]?.stringValue ?? "?")  \(task["state"]?.stringValue ?? "?")  \(duration)  \(task["id"]?.stringValue ?? "?") (\(task["origin"]?.stringValue ?? "?"))"
                 if let error = task["error"]?.stringValue { line += "  error: \(error)" }
                 line += "  \"" + printable(task["prompt"]?.stringValue ?? "", limit: 60) + "\""
                 print(line)
@@ -513,8 +548,10 @@ struct ReloadCommand: Command {
             if outcome == "refused" {
                 // Under --json the same reasons as one error object on stdout.
                 let message = "the config file was refused, the running config is kept: " + problems.joined(separator: "; ")
-                return Output.fail(ExitCode.invalidConfig, message,
-                                   text: (["edgecoder-worker: the config file was refused, the running config is kept:"] + problems.map { "  \($0)" }).joined(separator: "\n"))
+                return Output.fail(
+                    ExitCode.invalidConfig, message,
+                    text: (["edgecoder-worker: the config file was refused, the running config is kept:"] + problems.map { "  \($0)" }).joined(
+                        separator: "\n"))
             }
             if json {
                 Output.printJSON(result)

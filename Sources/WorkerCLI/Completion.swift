@@ -116,7 +116,8 @@ extension Manual {
             out += "complete -c edgecoder-worker -n __edgecoder_worker_command_is -a \(synopsis.name) -d \(fishQuote(synopsis.summary))\n"
         }
         let names = synopses.map(\.name).joined(separator: " ")
-        out += "complete -c edgecoder-worker -n '__edgecoder_worker_command_is help; and not __fish_seen_subcommand_from \(names)' -a \(fishQuote(names))\n"
+        out +=
+            "complete -c edgecoder-worker -n '__edgecoder_worker_command_is help; and not __fish_seen_subcommand_from \(names)' -a \(fishQuote(names))\n"
         for synopsis in synopses {
             out += "\n"
             let condition = "__edgecoder_worker_command_is \(synopsis.name)"
@@ -132,7 +133,8 @@ extension Manual {
             }
             if !synopsis.words.isEmpty {
                 let words = synopsis.words.joined(separator: " ")
-                out += "complete -c edgecoder-worker -n \(fishQuote("\(condition); and not __fish_seen_subcommand_from \(words)")) -a \(fishQuote(words))\n"
+                out +=
+                    "complete -c edgecoder-worker -n \(fishQuote("\(condition); and not __fish_seen_subcommand_from \(words)")) -a \(fishQuote(words))\n"
             }
         }
         return out

@@ -61,7 +61,9 @@ struct EnrollCommand: Command {
         credentialPath = try arguments.option("--credential") ?? EnrollCommand.defaultCredential
         runtimeDirectory = try WorkerCLI.runtimeDirectory(&arguments)
         if let problem = HTTPURL.validationProblem(url) { throw UsageError("--coordinator \(problem)") }
-        if CoordinatorPlaceholder.problem(url) != nil { throw UsageError("--coordinator \(url) is the example placeholder: give the real coordinator's address") }
+        if CoordinatorPlaceholder.problem(url) != nil {
+            throw UsageError("--coordinator \(url) is the example placeholder: give the real coordinator's address")
+        }
     }
 
     func run() async -> Int32 {
@@ -96,7 +98,8 @@ struct EnrollCommand: Command {
 
         // Reachable: any HTTP answer counts (the coordinator may answer 404 at its root).
         do {
-            let answer = try await HTTPClient.shared.perform(HTTPRequest(url: url, connectTimeoutMs: 5_000, totalTimeoutMs: 10_000, maxResponseBytes: 65_536))
+            let answer = try await HTTPClient.shared.perform(
+                HTTPRequest(url: url, connectTimeoutMs: 5_000, totalTimeoutMs: 10_000, maxResponseBytes: 65_536))
             print("\(url) answered (HTTP \(answer.status))")
         } catch {
             return fail(ExitCode.failure, "the coordinator at \(url) is not reachable: \(error); nothing was changed")
@@ -155,7 +158,10 @@ struct EnrollCommand: Command {
     func applyToDaemon(tokenWritten: Bool) async -> Int32 {
         var client: ControlClient
         do { client = try ControlClient(runtimeDirectory: runtimeDirectory) } catch {
-            if turnOn { return fail(ExitCode.daemonUnavailable, "the daemon is not running, so mode on cannot be set: start it, then run 'edgecoder-worker mode on'") }
+            if turnOn {
+                return fail(
+                    ExitCode.daemonUnavailable, "the daemon is not running, so mode on cannot be set: start it, then run 'edgecoder-worker mode on'")
+            }
             print("the daemon is not running: it reads the config when it starts")
             return ExitCode.ok
         }
@@ -184,7 +190,9 @@ struct EnrollCommand: Command {
                 // Answered once the file is applied or refused (the `reload` request).
                 let reload = try client.call(.reload)
                 if reload["outcome"]?.stringValue == "refused" {
-                    return fail(ExitCode.invalidConfig, "the daemon refused the config: \((reload["problems"]?.arrayValue ?? []).compactMap(\.stringValue).joined(separator: "; "))")
+                    return fail(
+                        ExitCode.invalidConfig,
+                        "the daemon refused the config: \((reload["problems"]?.arrayValue ?? []).compactMap(\.stringValue).joined(separator: "; "))")
                 }
                 print("the daemon reloaded its config")
             }
@@ -196,7 +204,9 @@ struct EnrollCommand: Command {
             switch error {
             case .unavailable(let message): return fail(ExitCode.daemonUnavailable, message)
             case .daemon(let failure):
-                return fail(failure.code == .refused ? ExitCode.refused : failure.code == .forbidden ? ExitCode.permission : ExitCode.failure, failure.message)
+                return fail(
+                    failure.code == .refused ? ExitCode.refused : failure.code == .forbidden ? ExitCode.permission : ExitCode.failure, failure.message
+                )
             }
         }
     }
@@ -257,8 +267,10 @@ func spawnAndWait(_ argv: [String]) -> Int32? {
 /// owner and mode (else `mode`), fsync, rename, fsync of the directory. `keepOwner` false
 /// leaves the new file to its writer (no fchown, which a unit's syscall filter may deny).
 enum AtomicFile {
-    static func write(_ path: String, _ bytes: [UInt8], mode: mode_t, directoryMode: mode_t, keepMode: Bool,
-                      keepOwner: Bool = true) throws(SystemError) {
+    static func write(
+        _ path: String, _ bytes: [UInt8], mode: mode_t, directoryMode: mode_t, keepMode: Bool,
+        keepOwner: Bool = true
+    ) throws(SystemError) {
         let slash = path.lastIndex(of: "/")
         let directory = slash.map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
         if mkdir(directory, directoryMode) != 0 && errno != EEXIST { throw SystemError("mkdir", errno: errno, detail: directory) }

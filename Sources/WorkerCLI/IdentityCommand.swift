@@ -39,7 +39,8 @@ struct IdentityCommand: Command {
         runtimeDirectory = try WorkerCLI.runtimeDirectory(&arguments)
         let positionals = arguments.positionals()
         guard positionals == ["reset"] else {
-            throw UsageError(positionals.isEmpty ? "missing subcommand: identity reset" : "unknown subcommand '\(printable(positionals.joined(separator: " ")))'")
+            throw UsageError(
+                positionals.isEmpty ? "missing subcommand: identity reset" : "unknown subcommand '\(printable(positionals.joined(separator: " ")))'")
         }
     }
 
@@ -57,7 +58,8 @@ struct IdentityCommand: Command {
         if let refusal = IdentityReset.refusal(status: status, force: force) {
             return Output.fail(ExitCode.refused, refusal, text: "edgecoder-worker: \(refusal)")
         }
-        let path = stateDirectory ?? status?["daemon"]?["stateDirectory"]?.stringValue
+        let path =
+            stateDirectory ?? status?["daemon"]?["stateDirectory"]?.stringValue
             ?? environment("EDGECODER_WORKER_STATE_DIR") ?? Defaults.stateDirectory
         var forgot: [String] = []
         var previous: String?
@@ -71,17 +73,26 @@ struct IdentityCommand: Command {
                     forgot.append(name)
                 }
             } catch {
-                return Output.fail(ExitCode.failure, "cannot reset the identity in \(path): \(error)", text: "edgecoder-worker: cannot reset the identity in \(path): \(error)")
+                return Output.fail(
+                    ExitCode.failure, "cannot reset the identity in \(path): \(error)",
+                    text: "edgecoder-worker: cannot reset the identity in \(path): \(error)")
             }
         }
         let running = status != nil
         if json {
-            Output.printJSON(["stateDirectory": .string(path), "forgot": .array(forgot.map { .string($0) }),
-                              "previousAgentId": .optional(previous), "restartNeeded": .bool(running && !forgot.isEmpty)])
+            Output.printJSON([
+                "stateDirectory": .string(path), "forgot": .array(forgot.map { .string($0) }),
+                "previousAgentId": .optional(previous), "restartNeeded": .bool(running && !forgot.isEmpty),
+            ])
         } else {
-            print(forgot.isEmpty ? "nothing to forget in \(path)" : "forgot \(forgot.joined(separator: " and ")) in \(path)" + (previous.map { " (agent id was \(printable($0)))" } ?? ""))
+            print(
+                forgot.isEmpty
+                    ? "nothing to forget in \(path)"
+                    : "forgot \(forgot.joined(separator: " and ")) in \(path)" + (previous.map { " (agent id was \(printable($0)))" } ?? ""))
             if running && !forgot.isEmpty { print("the daemon keeps the old identity until it restarts: systemctl restart edgecoder-worker") }
-            print("the new agent id is derived from /etc/machine-id: each copy of an image needs its own (rm -f /etc/machine-id && systemd-machine-id-setup)")
+            print(
+                "the new agent id is derived from /etc/machine-id: each copy of an image needs its own (rm -f /etc/machine-id && systemd-machine-id-setup)"
+            )
         }
         return ExitCode.ok
     }

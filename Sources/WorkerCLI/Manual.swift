@@ -263,10 +263,12 @@ enum Manual {
             if !files.isEmpty || !directories.isEmpty {
                 out += "            case \"$prev\" in\n"
                 if !files.isEmpty {
-                    out += "                \(files.joined(separator: "|"))) compopt -o filenames 2>/dev/null; COMPREPLY=($(compgen -f -- \"$cur\")); return 0 ;;\n"
+                    out +=
+                        "                \(files.joined(separator: "|"))) compopt -o filenames 2>/dev/null; COMPREPLY=($(compgen -f -- \"$cur\")); return 0 ;;\n"
                 }
                 if !directories.isEmpty {
-                    out += "                \(directories.joined(separator: "|"))) compopt -o filenames 2>/dev/null; COMPREPLY=($(compgen -d -- \"$cur\")); return 0 ;;\n"
+                    out +=
+                        "                \(directories.joined(separator: "|"))) compopt -o filenames 2>/dev/null; COMPREPLY=($(compgen -d -- \"$cur\")); return 0 ;;\n"
                 }
                 out += "            esac\n"
             }
@@ -310,15 +312,18 @@ enum Manual {
     /// "COMMAND --option" is that command's own line.
     static let sharedOptionText: [String: String] = [
         "--json": "print one JSON object instead of text; its keys are stable (docs/reference/json-output.md)",
-        "--runtime-dir": "the daemon's runtime directory, where its control socket control.sock is (default \(Defaults.runtimeDirectory), or $EDGECODER_WORKER_RUNTIME_DIR)",
+        "--runtime-dir":
+            "the daemon's runtime directory, where its control socket control.sock is (default \(Defaults.runtimeDirectory), or $EDGECODER_WORKER_RUNTIME_DIR)",
         "--sysfs-root": "read sysfs and procfs below D instead of / (tests point it at fake trees)",
         "--config": "the config file (default \(Defaults.config), or $EDGECODER_WORKER_CONFIG)",
         "--limit": "show at most the newest N entries",
         "events --json": "print {\"events\": [...]}; with --follow, one event object per line (docs/reference/json-output.md)",
         "events --limit": "show at most the newest N events (1-100000)",
         "tasks --limit": "show at most the newest N tasks (1-1000; the daemon keeps 50)",
-        "doctor --config": "the config file read for the policy when the daemon is not running (default \(Defaults.config), or $EDGECODER_WORKER_CONFIG)",
-        "doctor --runtime-dir": "where to ask the daemon for its policy and state (default \(Defaults.runtimeDirectory), or $EDGECODER_WORKER_RUNTIME_DIR)",
+        "doctor --config":
+            "the config file read for the policy when the daemon is not running (default \(Defaults.config), or $EDGECODER_WORKER_CONFIG)",
+        "doctor --runtime-dir":
+            "where to ask the daemon for its policy and state (default \(Defaults.runtimeDirectory), or $EDGECODER_WORKER_RUNTIME_DIR)",
     ]
 
     /// The text after an option on its description line, else the shared line for it, else

@@ -54,8 +54,9 @@ struct MetricsCommand: Command {
                 try AtomicFile.write(writePath, Array(text.utf8), mode: 0o644, directoryMode: 0o755, keepMode: false, keepOwner: false)
             } catch {
                 // The previous file stays as it was: the rename is the only step that replaces it.
-                return Output.fail(ExitCode.failure, "cannot write \(writePath): \(error)",
-                                   text: "edgecoder-worker: cannot write \(writePath): \(error)")
+                return Output.fail(
+                    ExitCode.failure, "cannot write \(writePath): \(error)",
+                    text: "edgecoder-worker: cannot write \(writePath): \(error)")
             }
             return ExitCode.ok
         }
@@ -65,11 +66,13 @@ struct MetricsCommand: Command {
     /// client sees it (another pid namespace, or it just exited).
     static func usage(pid: Int64) -> ProcessUsage? {
         guard pid > 0, pid <= Int64(Int32.max),
-              let comm = try? readFile("/proc/\(pid)/comm", limit: 64),
-              String(decoding: comm, as: UTF8.self).hasPrefix("edgecoder-work"),
-              let stat = try? readFile("/proc/\(pid)/stat", limit: 4_096),
-              let statm = try? readFile("/proc/\(pid)/statm", limit: 4_096) else { return nil }
-        return ProcessUsage.parse(stat: stat, statm: statm, ticksPerSecond: Int64(sysconf(Int32(_SC_CLK_TCK))),
-                                  pageBytes: Int64(sysconf(Int32(_SC_PAGESIZE))))
+            let comm = try? readFile("/proc/\(pid)/comm", limit: 64),
+            String(decoding: comm, as: UTF8.self).hasPrefix("edgecoder-work"),
+            let stat = try? readFile("/proc/\(pid)/stat", limit: 4_096),
+            let statm = try? readFile("/proc/\(pid)/statm", limit: 4_096)
+        else { return nil }
+        return ProcessUsage.parse(
+            stat: stat, statm: statm, ticksPerSecond: Int64(sysconf(Int32(_SC_CLK_TCK))),
+            pageBytes: Int64(sysconf(Int32(_SC_PAGESIZE))))
     }
 }

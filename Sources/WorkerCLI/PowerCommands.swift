@@ -26,8 +26,9 @@ func commandOwnProcesses(root: String, daemonStatus: JSONValue, config: WorkerCo
     let url = daemonStatus["backend"]?["url"]?.stringValue ?? config?.backend.url
     let kind = daemonStatus["backend"]?["kind"]?.stringValue ?? config?.backend.kind.rawValue ?? ""
     let daemonPID = daemonStatus["daemon"]?["pid"]?.intValue.map { Int32(truncatingIfNeeded: $0) } ?? 0
-    return OwnProcesses(root: root, serverPort: url.flatMap(LoopbackServer.port(of:)), workerPID: daemonPID,
-                        derivedUnits: OwnProcesses.derivedUnits(backendKind: kind))
+    return OwnProcesses(
+        root: root, serverPort: url.flatMap(LoopbackServer.port(of:)), workerPID: daemonPID,
+        derivedUnits: OwnProcesses.derivedUnits(backendKind: kind))
 }
 
 /// Renders JSON as an indented outline for people (doctor, policy show).
@@ -105,17 +106,22 @@ struct TelemetryCommand: Command {
             Output.printJSON(telemetry.heartbeatJSON)
             return ExitCode.ok
         }
-        print((TelemetryCommand.describe(telemetry) + [
-            "CPU, own load:  \(reading.ownProcesses ?? "not measured")",
-            "thermal, sent:  \(telemetry.heartbeatThermalState?.rawValue ?? "unknown") (CPU throttling: \(reading.throttle ?? "not read"))",
-        ]).joined(separator: "\n"))
+        print(
+            (TelemetryCommand.describe(telemetry) + [
+                "CPU, own load:  \(reading.ownProcesses ?? "not measured")",
+                "thermal, sent:  \(telemetry.heartbeatThermalState?.rawValue ?? "unknown") (CPU throttling: \(reading.throttle ?? "not read"))",
+            ]).joined(separator: "\n"))
         return ExitCode.ok
     }
 
     static func describe(_ t: PowerTelemetry) -> [String] {
         func yesNo(_ value: Bool?) -> String { value.map { $0 ? "yes" : "no" } ?? "unknown" }
         let battery: String
-        if let pct = t.batteryPct { battery = "\(pct) %" + (t.draining ? " (discharging on external power)" : "") } else { battery = t.hasSystemBattery ? "unknown" : "no system battery" }
+        if let pct = t.batteryPct {
+            battery = "\(pct) %" + (t.draining ? " (discharging on external power)" : "")
+        } else {
+            battery = t.hasSystemBattery ? "unknown" : "no system battery"
+        }
         return [
             "external power: \(yesNo(t.onExternalPower))",
             "battery:        \(battery)",
@@ -270,13 +276,20 @@ struct DoctorCommand: Command {
         var object = JSONObject([("defaultTarget", .optional(boot.defaultTarget)), ("displayManager", .bool(boot.displayManager))])
         guard case .success(let config) = loadConfig(path: configPath, explicit: false) else { return (.object(object), nil, nil) }
         let bluetooth = config.bluetooth
-        let choice = PairingAgentChoice.decide(security: bluetooth.security, allowedClients: bluetooth.allowedClients,
-                                               setting: bluetooth.pairingAgent, boot: boot)
+        let choice = PairingAgentChoice.decide(
+            security: bluetooth.security, allowedClients: bluetooth.allowedClients,
+            setting: bluetooth.pairingAgent, boot: boot)
         object["answerer"] = .string(choice.answerer.rawValue)
         object["reason"] = .string(choice.reason)
         let warning = AllowedClientsWarning.of(config).map { "bluetooth: " + $0.message }
-        guard bluetooth.security == .encrypted, bluetooth.pairingAgent == .host, !boot.isGraphicalDesktop else { return (.object(object), nil, warning) }
-        return (.object(object), "bluetooth: security is encrypted and bluetooth.pairingAgent is host, but this host has no desktop (\(boot.description)) whose agent could answer: a client that never paired is refused until it pairs in edgecoder-worker bluetooth pair; set bluetooth.pairingAgent to auto to let the worker accept Just Works pairings", warning)
+        guard bluetooth.security == .encrypted, bluetooth.pairingAgent == .host, !boot.isGraphicalDesktop else {
+            return (.object(object), nil, warning)
+        }
+        return (
+            .object(object),
+            "bluetooth: security is encrypted and bluetooth.pairingAgent is host, but this host has no desktop (\(boot.description)) whose agent could answer: a client that never paired is refused until it pairs in edgecoder-worker bluetooth pair; set bluetooth.pairingAgent to auto to let the worker accept Just Works pairings",
+            warning
+        )
     }
 
     func run() async -> Int32 {
@@ -320,7 +333,8 @@ struct DoctorCommand: Command {
         if reading.telemetry.thermalState == nil { notes.append("no temperature sensor was readable: the thermal rule cannot hold work") }
         advice.append(contentsOf: notes)
 
-        let stateDirectory = daemonStatus["daemon"]?["stateDirectory"]?.stringValue
+        let stateDirectory =
+            daemonStatus["daemon"]?["stateDirectory"]?.stringValue
             ?? environment("EDGECODER_WORKER_STATE_DIR") ?? Defaults.stateDirectory
         let state = examineStateDirectory(stateDirectory, daemonProblem: daemonStatus["daemon"]?["persistenceProblem"]?.stringValue)
         advice.append(contentsOf: state.advice)
@@ -349,7 +363,8 @@ struct DoctorCommand: Command {
         if let network = daemonStatus["network"] { report["network"] = network }
         // The host's services as the daemon follows them (logind, NetworkManager,
         // power-profiles-daemon): absent ones are normal on a server.
-        report["host"] = daemonStatus["host"] ?? ["state": "the daemon is not running: it follows logind, NetworkManager and power-profiles-daemon while it runs"]
+        report["host"] =
+            daemonStatus["host"] ?? ["state": "the daemon is not running: it follows logind, NetworkManager and power-profiles-daemon while it runs"]
         if let hold = daemonStatus["host"]?["hold"], let reason = hold["reason"]?.stringValue {
             advice.append("\(reason): \(hold["explanation"]?.stringValue ?? "")")
         }
@@ -373,10 +388,13 @@ struct DoctorCommand: Command {
             let why = execution["why"]?.stringValue ?? ""
             switch execution["answering"]?.stringValue {
             case "held"?:
-                advice.append("\(LocalHoldReason.sandboxUnavailable.rawValue): \(why); 'edgecoder-worker sandbox check' says what the engine answers, 'edgecoder-worker sandbox build' makes the image")
+                advice.append(
+                    "\(LocalHoldReason.sandboxUnavailable.rawValue): \(why); 'edgecoder-worker sandbox check' says what the engine answers, 'edgecoder-worker sandbox build' makes the image"
+                )
             case "text"? where execution["mode"]?.stringValue == ExecutionMode.auto.rawValue && execution["sandbox"]?.stringValue == "unusable":
                 // Work goes on as text: listed, not counted as a problem.
-                let note = "code subtasks are answered as text: \(why); the coordinator keeps its tenants' work for agents with a sandbox ('edgecoder-worker sandbox build' makes the image)"
+                let note =
+                    "code subtasks are answered as text: \(why); the coordinator keeps its tenants' work for agents with a sandbox ('edgecoder-worker sandbox build' makes the image)"
                 advice.append(note)
                 notes.append(note)
             default: break
@@ -388,12 +406,16 @@ struct DoctorCommand: Command {
             if let hold = conduct["hold"]?.stringValue, let reason = LocalHoldReason(rawValue: hold) {
                 advice.append("\(hold) until \(conduct["holdUntil"]?.stringValue ?? "?"): \(reason.explanation)")
             } else if coordinator["active"] == true, let held = coordinator["deferredReason"]?.stringValue,
-                      held.hasPrefix("held: \(LocalHoldReason.modelUnavailable.rawValue)") || held.hasPrefix("held: \(LocalHoldReason.sandboxRequired.rawValue)") {
+                held.hasPrefix("held: \(LocalHoldReason.modelUnavailable.rawValue)")
+                    || held.hasPrefix("held: \(LocalHoldReason.sandboxRequired.rawValue)")
+            {
                 advice.append(held.dropFirst("held: ".count) + "")
             }
             if let findings = conduct["monitorFindings"]?.arrayValue, !findings.isEmpty {
                 let rules = findings.compactMap(\.stringValue).joined(separator: ", ")
-                advice.append("the coordinator's behaviour monitor would find \(rules) in this worker's last hour (see docs/reference/protocol-coordinator.md §8): a ban there is permanent")
+                advice.append(
+                    "the coordinator's behaviour monitor would find \(rules) in this worker's last hour (see docs/reference/protocol-coordinator.md §8): a ban there is permanent"
+                )
             }
         }
         report["advice"] = .array(advice.map { .string($0) })
@@ -414,8 +436,9 @@ struct DoctorCommand: Command {
 func examineStateDirectory(_ path: String, daemonProblem: String?) -> StateDirectoryCheck {
     var info = statvfs()
     guard statvfs(path, &info) == 0 else {
-        return StateDirectoryCheck(path: path, freeBytes: nil, readOnly: nil, problem: "statvfs: \(String(cString: strerror(errno)))",
-                                   daemonProblem: daemonProblem)
+        return StateDirectoryCheck(
+            path: path, freeBytes: nil, readOnly: nil, problem: "statvfs: \(String(cString: strerror(errno)))",
+            daemonProblem: daemonProblem)
     }
     let free = Int64(clamping: UInt64(info.f_bavail).multipliedReportingOverflow(by: UInt64(info.f_frsize)).partialValue)
     return StateDirectoryCheck(path: path, freeBytes: free, readOnly: info.f_flag & UInt(ST_RDONLY) != 0, daemonProblem: daemonProblem)

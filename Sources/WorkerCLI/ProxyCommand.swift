@@ -83,16 +83,22 @@ struct ProxyCommand: Command {
         json = arguments.flag("--json")
         if json && !list { throw UsageError("--json goes with --list (the proxy's own status is GET /status)") }
         adapter = try arguments.option("--adapter")
-        if let adapter, !WorkerConfig.isAdapterName(adapter) { throw UsageError("--adapter must be an adapter name like hci0, got '\(printable(adapter))'") }
+        if let adapter, !WorkerConfig.isAdapterName(adapter) {
+            throw UsageError("--adapter must be an adapter name like hci0, got '\(printable(adapter))'")
+        }
         device = try arguments.option("--device")
-        if let device, !ProxyCommand.isAddress(device) { throw UsageError("--device must be a Bluetooth address like 00:AA:01:00:00:00, got '\(printable(device))'") }
+        if let device, !ProxyCommand.isAddress(device) {
+            throw UsageError("--device must be a Bluetooth address like 00:AA:01:00:00:00, got '\(printable(device))'")
+        }
         any = arguments.flag("--any")
         if any && device != nil { throw UsageError("--device and --any exclude each other: --device uses one worker, --any the strongest each time") }
         forget = arguments.flag("--forget")
         stateDir = try arguments.option("--state-dir")
         allowOrigins = try arguments.options("--allow-origin")
         for origin in allowOrigins where !BrowserGuard.isOriginPattern(origin) {
-            throw UsageError("--allow-origin must be an origin like https://app.example.com (scheme://host[:port], no path; * for any characters), got '\(printable(origin))'")
+            throw UsageError(
+                "--allow-origin must be an origin like https://app.example.com (scheme://host[:port], no path; * for any characters), got '\(printable(origin))'"
+            )
         }
         timeoutMs = try arguments.number("--timeout-ms", in: 1_000...3_600_000) ?? 120_000
         let levelName = try arguments.option("--log-level") ?? "info"
@@ -133,7 +139,8 @@ struct ProxyCommand: Command {
             signals = try SignalPipe()
             listeners.append(try LoopbackTCPListener(port: UInt16(port)))
         } catch {
-            logger.error("cannot start: \(error)\(error.errno == EADDRINUSE ? ": another program listens on 127.0.0.1:\(port); pick one with --port" : "")")
+            logger.error(
+                "cannot start: \(error)\(error.errno == EADDRINUSE ? ": another program listens on 127.0.0.1:\(port); pick one with --port" : "")")
             return ExitCode.failure
         }
         do {
@@ -158,9 +165,11 @@ struct ProxyCommand: Command {
             upstream = made
             central = made
         }
-        let server = ProxyServer(listeners: listeners, upstream: upstream, version: workerVersion, logger: logger, requestTimeoutMs: Int64(timeoutMs),
-                                 guardian: BrowserGuard(allowedOrigins: allowOrigins))
-        logger.notice("listening on \(listeners.map { "http://\($0.authority)" }.joined(separator: " and ")) (Ollama's /api/* and OpenAI's /v1/*; GET /status)")
+        let server = ProxyServer(
+            listeners: listeners, upstream: upstream, version: workerVersion, logger: logger, requestTimeoutMs: Int64(timeoutMs),
+            guardian: BrowserGuard(allowedOrigins: allowOrigins))
+        logger.notice(
+            "listening on \(listeners.map { "http://\($0.authority)" }.joined(separator: " and ")) (Ollama's /api/* and OpenAI's /v1/*; GET /status)")
         await withTaskGroup(of: Void.self) { group in
             if let central { group.addTask { await central.run() } }
             group.addTask { await server.run() }
@@ -195,11 +204,17 @@ struct ProxyCommand: Command {
         }
         let chosen = ProxyCommand.wouldUse(workers, device: device, any: any, remembered: forget ? nil : rememberedWorker())
         if json {
-            Output.printJSON(["workers": .array(workers.map { worker in
-                .object(JSONObject([("address", .string(worker.address)), ("name", .optional(worker.name)),
-                                    ("rssi", worker.rssi.map { .int(Int64($0)) } ?? .null), ("connected", .bool(worker.connected)),
-                                    ("wouldUse", .bool(worker.address == chosen))]))
-            })])
+            Output.printJSON([
+                "workers": .array(
+                    workers.map { worker in
+                        .object(
+                            JSONObject([
+                                ("address", .string(worker.address)), ("name", .optional(worker.name)),
+                                ("rssi", worker.rssi.map { .int(Int64($0)) } ?? .null), ("connected", .bool(worker.connected)),
+                                ("wouldUse", .bool(worker.address == chosen)),
+                            ]))
+                    })
+            ])
         } else if workers.isEmpty {
             print("no worker in range (scanned \(scanMs) ms)")
         } else {
@@ -224,14 +239,16 @@ struct ProxyCommand: Command {
     /// The worker a previous `proxy` remembered in the state directory, if any.
     func rememberedWorker() -> String? {
         guard let path = Self.stateDirectory(given: stateDir, environment: { getenv($0).map { String(cString: $0) } }),
-              let directory = try? StateDirectory(path: path) else { return nil }
+            let directory = try? StateDirectory(path: path)
+        else { return nil }
         return Self.pinnedAddress(in: directory)
     }
 
     /// The address in `directory`'s pin file, when it holds a valid one.
     static func pinnedAddress(in directory: StateDirectory) -> String? {
         guard let bytes = try? directory.read(pinFile, limit: 4_096),
-              let address = (try? JSON.parse(bytes))?["device"]?.stringValue, isAddress(address) else { return nil }
+            let address = (try? JSON.parse(bytes))?["device"]?.stringValue, isAddress(address)
+        else { return nil }
         return address
     }
 
@@ -243,7 +260,8 @@ struct ProxyCommand: Command {
         if any { settings.selection = "any"; return settings }
         settings.selection = "remembered"
         guard let path = Self.stateDirectory(given: stateDir, environment: { getenv($0).map { String(cString: $0) } }) else {
-            logger.warning("no state directory (no --state-dir, $STATE_DIRECTORY, $XDG_STATE_HOME or $HOME): the worker is remembered for this run only")
+            logger.warning(
+                "no state directory (no --state-dir, $STATE_DIRECTORY, $XDG_STATE_HOME or $HOME): the worker is remembered for this run only")
             settings.pinFirstWorker = true
             return settings
         }
@@ -265,7 +283,8 @@ struct ProxyCommand: Command {
         settings.pinFirstWorker = true
         settings.onPinned = { address in
             do {
-                try directory.write(Self.pinFile, Array((JSONValue.object(JSONObject([("device", .string(address))])).serialized + "\n").utf8), mode: 0o644)
+                try directory.write(
+                    Self.pinFile, Array((JSONValue.object(JSONObject([("device", .string(address))])).serialized + "\n").utf8), mode: 0o644)
             } catch {
                 logger.warning("cannot remember the worker \(address) in \(path)/\(Self.pinFile): \(error)")
             }

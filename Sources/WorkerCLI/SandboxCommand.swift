@@ -93,9 +93,12 @@ struct SandboxCommand: Command {
             guard words.isEmpty else { throw UsageError("sandbox check takes no arguments besides its options") }
             action = .check
         case "build":
-            try refuse("--language", language); try refuse("--image", image); try refuse("--timeout-ms", timeout); try refuse("--json", json ? true : nil)
+            try refuse("--language", language); try refuse("--image", image); try refuse("--timeout-ms", timeout);
+            try refuse("--json", json ? true : nil)
             guard words.isEmpty else { throw UsageError("sandbox build takes no arguments besides its options") }
-            var recipe = SandboxImage.Recipe(suite: suite ?? SandboxImage.releaseName(osRelease: (try? readFile("/etc/os-release", limit: 65_536)).map { String(decoding: $0, as: UTF8.self) } ?? "") ?? "bookworm")
+            var recipe = SandboxImage.Recipe(
+                suite: suite ?? SandboxImage.releaseName(
+                    osRelease: (try? readFile("/etc/os-release", limit: 65_536)).map { String(decoding: $0, as: UTF8.self) } ?? "") ?? "bookworm")
             recipe.engine = settings.engine
             recipe.engineArguments = settings.engineArguments
             if let tag { recipe.tag = tag }
@@ -122,8 +125,10 @@ struct SandboxCommand: Command {
     private func runProgram(_ language: CodeLanguage, source: String) async -> Int32 {
         let bytes: [UInt8]
         do {
-            bytes = source == "-" ? try readAll(fd: 0, limit: Self.maxProgramBytes, name: "stdin")
-                                  : try readFile(source, limit: Self.maxProgramBytes)
+            bytes =
+                source == "-"
+                ? try readAll(fd: 0, limit: Self.maxProgramBytes, name: "stdin")
+                : try readFile(source, limit: Self.maxProgramBytes)
         } catch {
             let why = error.errno == EFBIG ? "larger than \(Self.maxProgramBytes) bytes" : error.errnoDescription
             let message = "cannot read the program \(source == "-" ? "from stdin" : printable(source)): \(why)"
@@ -209,9 +214,11 @@ struct SandboxCommand: Command {
         case .engineFailed(let why): ending = JSONObject([("kind", "engineFailed"), ("message", .string(why))])
         }
         ending["text"] = .string(run.ending.description)
-        return ["language": .string(language.rawValue), "image": .string(image), "ok": .bool(run.succeeded), "ending": .object(ending),
-                "stdout": .string(run.stdout), "stderr": .string(run.stderr),
-                "droppedBytes": .int(Int64(run.droppedBytes)), "durationMs": .int(run.durationMs)]
+        return [
+            "language": .string(language.rawValue), "image": .string(image), "ok": .bool(run.succeeded), "ending": .object(ending),
+            "stdout": .string(run.stdout), "stderr": .string(run.stderr),
+            "droppedBytes": .int(Int64(run.droppedBytes)), "durationMs": .int(run.durationMs),
+        ]
     }
 
     private func writeAll(_ fd: Int32, _ text: String) {

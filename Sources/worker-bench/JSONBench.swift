@@ -17,13 +17,16 @@ func jsonBench(keys: Int = 100_000) {
     let objectBytes = Array(object.utf8)
     let arrayBytes = Array(array.utf8)
     precondition(objectBytes.count == arrayBytes.count)
-    compareParses(title: "JSON parse of \(keys) keys (\(objectBytes.count / 1024) KiB; medians of 5)",
-                  measured: ("object of \(keys) keys:             ", objectBytes),
-                  baseline: ("baseline, the same bytes as an array:", arrayBytes), ratio: ("object", "array; want < 2x"))
+    compareParses(
+        title: "JSON parse of \(keys) keys (\(objectBytes.count / 1024) KiB; medians of 5)",
+        measured: ("object of \(keys) keys:             ", objectBytes),
+        baseline: ("baseline, the same bytes as an array:", arrayBytes), ratio: ("object", "array; want < 2x"))
 }
 
 /// Parses `measured` and `baseline` (medians of 5 each) and prints both and their ratio.
-func compareParses(title: String, measured: (label: String, bytes: [UInt8]), baseline: (label: String, bytes: [UInt8]), ratio: (of: String, to: String)) {
+func compareParses(
+    title: String, measured: (label: String, bytes: [UInt8]), baseline: (label: String, bytes: [UInt8]), ratio: (of: String, to: String)
+) {
     let base = measure(baseline.label, iterations: 1, batches: 5) { _ = try? JSON.parse(baseline.bytes) }
     let value = measure(measured.label, iterations: 1, batches: 5) { _ = try? JSON.parse(measured.bytes) }
     let format = { (value: Double) in String((value * 100).rounded() / 100) }
@@ -48,7 +51,8 @@ func jsonEscapesBench(bytes: Int = 1 << 20) {
     let escapedBytes = Array(escaped.utf8)
     let plainBytes = Array(("\"" + String(repeating: "p", count: escapedBytes.count - 2) + "\"").utf8)
     precondition(escapedBytes.count == plainBytes.count)
-    compareParses(title: "JSON parse of one \(escapedBytes.count / 1024) KiB string (medians of 5)",
-                  measured: ("\(i) escapes and runs:                 ", escapedBytes),
-                  baseline: ("baseline, as many bytes of plain text:", plainBytes), ratio: ("escaped", "plain"))
+    compareParses(
+        title: "JSON parse of one \(escapedBytes.count / 1024) KiB string (medians of 5)",
+        measured: ("\(i) escapes and runs:                 ", escapedBytes),
+        baseline: ("baseline, as many bytes of plain text:", plainBytes), ratio: ("escaped", "plain"))
 }

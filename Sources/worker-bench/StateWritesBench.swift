@@ -40,8 +40,9 @@ func makeBenchDaemon(root: String) throws -> WorkerDaemon {
         log.append(EventDraft(kind: .hookRan, reason: "fill \(i) exited 0"), timeMs: wallClockMilliseconds())
     }
     try WorkerStateFiles(directory: directory).saveEvents(log)
-    return WorkerDaemon(config: WorkerConfig(), paths: paths, directory: directory,
-                        logger: Logger(label: "bench", handler: SilentLogHandler()))
+    return WorkerDaemon(
+        config: WorkerConfig(), paths: paths, directory: directory,
+        logger: Logger(label: "bench", handler: SilentLogHandler()))
 }
 
 /// Records events one after another for `seconds`; returns how many were recorded.
@@ -87,10 +88,12 @@ func statusRoundTrips(socket: String, seconds: Double) async -> [Double] {
         let job = Job(socket: socket, seconds: seconds)
         job.continuation = continuation
         var thread = pthread_t()
-        let rc = pthread_create(&thread, nil, { raw in
-            Unmanaged<Job>.fromOpaque(raw!).takeRetainedValue().run()
-            return nil
-        }, Unmanaged.passRetained(job).toOpaque())
+        let rc = pthread_create(
+            &thread, nil,
+            { raw in
+                Unmanaged<Job>.fromOpaque(raw!).takeRetainedValue().run()
+                return nil
+            }, Unmanaged.passRetained(job).toOpaque())
         if rc != 0 { continuation.resume(returning: []) } else { pthread_detach(thread) }
     }
 }
@@ -123,7 +126,9 @@ func stateWritesBench() async {
         let taken = Double(recordedAt - start) / 1e9
         let durable = Double(stoppedAt - start) / 1e9
         print("== state writes: events recorded through the daemon's actor (release build; state on \(rootA))")
-        print("   \(recorded) events in \(ms(taken)) s: \(Int(Double(recorded) / taken)) events/s recorded; \(Int(Double(recorded) / durable)) events/s counting the stop that makes them durable")
+        print(
+            "   \(recorded) events in \(ms(taken)) s: \(Int(Double(recorded) / taken)) events/s recorded; \(Int(Double(recorded) / durable)) events/s counting the stop that makes them durable"
+        )
     } catch {
         print("   cannot open a state directory under \(rootA): \(error)")
     }
@@ -137,8 +142,9 @@ func stateWritesBench() async {
         try makeDirectories(rootB + "/run", mode: 0o755)
         let socket = rootB + "/run/control.sock"
         let listener = try UnixListener(path: socket, mode: 0o600, group: nil)
-        let server = ControlServer(listener: listener, daemon: daemon, logger: Logger(label: "bench", handler: SilentLogHandler()),
-                                   daemonUID: getuid(), readGroupName: "bench", readGroupGID: nil)
+        let server = ControlServer(
+            listener: listener, daemon: daemon, logger: Logger(label: "bench", handler: SilentLogHandler()),
+            daemonUID: getuid(), readGroupName: "bench", readGroupGID: nil)
         let shutdown = GracefulShutdown()
         let stopRecording = GracefulShutdown()
         let (idle, loaded, recorded) = await withTaskGroup(of: Void.self) { group -> ([Double], [Double], Int) in
@@ -155,8 +161,12 @@ func stateWritesBench() async {
         listener.close()
         await daemon.stop(reason: "bench done")
         print("== state writes: control socket `status` round trips, one client, back to back for \(ms(statusSeconds)) s each")
-        print("   idle:                       median \(ms(percentile(idle, 0.5))) ms, mean \(ms(mean(idle))) ms, p99 \(ms(percentile(idle, 0.99))) ms, max \(ms(idle.max() ?? .nan)) ms (\(idle.count) round trips)")
-        print("   while events are recorded:  median \(ms(percentile(loaded, 0.5))) ms, mean \(ms(mean(loaded))) ms, p99 \(ms(percentile(loaded, 0.99))) ms, max \(ms(loaded.max() ?? .nan)) ms (\(loaded.count) round trips, \(recorded) events recorded meanwhile)")
+        print(
+            "   idle:                       median \(ms(percentile(idle, 0.5))) ms, mean \(ms(mean(idle))) ms, p99 \(ms(percentile(idle, 0.99))) ms, max \(ms(idle.max() ?? .nan)) ms (\(idle.count) round trips)"
+        )
+        print(
+            "   while events are recorded:  median \(ms(percentile(loaded, 0.5))) ms, mean \(ms(mean(loaded))) ms, p99 \(ms(percentile(loaded, 0.99))) ms, max \(ms(loaded.max() ?? .nan)) ms (\(loaded.count) round trips, \(recorded) events recorded meanwhile)"
+        )
     } catch {
         print("   cannot run the control socket bench under \(rootB): \(error)")
     }

@@ -65,13 +65,18 @@ func streamBench(url: String) async {
     print("   time to the first streamed piece:  \(format(first)) ms")
     print("   time to the whole answer (stream: false): \(format(answer)) ms; the same stream to its end: \(format(median(streamedWhole))) ms")
     print("   ratio first piece / whole answer: \(format(first / max(answer, 1)))  (a client sees text \(format(answer / max(first, 1)))x sooner)")
-    print("   worker CPU per streamed piece (libcurl thread, decoding, the iterator): \(format(Double(cpu) / Double(max(pieces, 1)))) µs over \(pieces) pieces")
+    print(
+        "   worker CPU per streamed piece (libcurl thread, decoding, the iterator): \(format(Double(cpu) / Double(max(pieces, 1)))) µs over \(pieces) pieces"
+    )
 
     // The decoding alone, on a recorded 500-piece answer in memory, against parsing each
     // event's JSON as the baseline.
     var body: [UInt8] = []
     for i in 0..<500 {
-        body += Array(#"data: {"id":"cmpl-1","object":"text_completion","created":1,"model":"tiny","choices":[{"text":" word\#(i)","index":0,"logprobs":null,"finish_reason":null}]}"#.utf8) + [10, 10]
+        body +=
+            Array(
+                #"data: {"id":"cmpl-1","object":"text_completion","created":1,"model":"tiny","choices":[{"text":" word\#(i)","index":0,"logprobs":null,"finish_reason":null}]}"#
+                    .utf8) + [10, 10]
     }
     body += Array("data: [DONE]\n\n".utf8)
     let wire = ModelWire(config: config)

@@ -12,7 +12,7 @@ if CommandLine.arguments.dropFirst().first == "state-writes" {
     jsonBench()
     jsonEscapesBench()
 
-await stateWritesBench()
+    await stateWritesBench()
     exit(0)
 }
 // `worker-bench json` runs only the JSON object figures.
@@ -99,7 +99,9 @@ func format(_ value: Double) -> String {
 print("== power telemetry (release build; medians of 15 batches)")
 print("   one full reading, fake laptop (2 batteries, AC, mouse, 7 sensors):    \(format(laptopRead)) µs")
 print("   one full reading, this host:                                        \(format(hostRead)) µs")
-print("   baseline: open+read+close of one sysfs-sized file:                  \(format(oneFile)) µs   (laptop reading = \(format(laptopRead / oneFile))x one file)")
+print(
+    "   baseline: open+read+close of one sysfs-sized file:                  \(format(oneFile)) µs   (laptop reading = \(format(laptopRead / oneFile))x one file)"
+)
 print("   one policy decision:                                                \(format(decision)) µs")
 print("   heartbeat powerTelemetry JSON:                                      \(format(heartbeat)) µs")
 _ = previous
@@ -125,7 +127,8 @@ func firstSuccessAfterOutage(workers: Int, outageMs: Int64, jitter: Bool) -> [In
 
 func spread(_ times: [Int64]) -> String {
     let buckets = Dictionary(grouping: times, by: { $0 / 100 }).values.map(\.count).max() ?? 0
-    return "first retry after the outage: min \(times.first! - 30_000) ms, median \(times[times.count / 2] - 30_000) ms, max \(times.last! - 30_000) ms; busiest 100 ms window: \(buckets) of \(times.count) workers"
+    return
+        "first retry after the outage: min \(times.first! - 30_000) ms, median \(times[times.count / 2] - 30_000) ms, max \(times.last! - 30_000) ms; busiest 100 ms window: \(buckets) of \(times.count) workers"
 }
 print("== 100 workers after a 30 s coordinator outage (backoff base 1.5 s, cap 60 s)")
 print("   full jitter (this daemon): " + spread(firstSuccessAfterOutage(workers: 100, outageMs: 30_000, jitter: true)))
@@ -153,7 +156,9 @@ for chunk in [20, 509] {
         }
     }
     print("== Bluetooth reassembly of a \(bigRequest.count / 1024) KiB request in \(chunk)-byte writes")
-    print("   linear scan (this daemon): \(format(scan / 1000)) ms; re-parse after every write (EdgeCoder): \(format(reparse / 1000)) ms; ratio \(format(reparse / scan))x")
+    print(
+        "   linear scan (this daemon): \(format(scan / 1000)) ms; re-parse after every write (EdgeCoder): \(format(reparse / 1000)) ms; ratio \(format(reparse / scan))x"
+    )
 }
 
 await stateWritesBench()

@@ -53,11 +53,17 @@ func pump(_ buses: [Bus], until done: () -> Bool) throws {
         .properties([]),
         .variant(.variant(.int32(1))),
         .structure([.string("a"), .uint32(1), .array(elementSignature: "o", [.objectPath("/a"), .objectPath("/b")])]),
-        .dictionary(keySignature: "o", valueSignature: "a{sa{sv}}", [
-            DBusDictEntry(key: .objectPath("/x"), value: .dictionary(keySignature: "s", valueSignature: "a{sv}", [
-                DBusDictEntry(key: .string("org.bluez.GattService1"), value: .properties([("Primary", .bool(true))])),
-            ])),
-        ]),
+        .dictionary(
+            keySignature: "o", valueSignature: "a{sa{sv}}",
+            [
+                DBusDictEntry(
+                    key: .objectPath("/x"),
+                    value: .dictionary(
+                        keySignature: "s", valueSignature: "a{sv}",
+                        [
+                            DBusDictEntry(key: .string("org.bluez.GattService1"), value: .properties([("Primary", .bool(true))]))
+                        ]))
+            ]),
     ]
 
     @Test func everyTypeSurvivesACallAndItsReply() throws {
@@ -71,7 +77,9 @@ func pump(_ buses: [Bus], until done: () -> Bool) throws {
             return .reply(received ?? [])
         }
         var answer: Result<[DBusValue], DBusError>?
-        try client.call(destination: server.uniqueName!, path: "/t/child", interface: "x.Echo", member: "Echo", arguments: Self.sample) { answer = $0 }
+        try client.call(destination: server.uniqueName!, path: "/t/child", interface: "x.Echo", member: "Echo", arguments: Self.sample) {
+            answer = $0
+        }
         try pump([server, client]) { answer != nil }
         #expect(received == Self.sample)
         #expect(try answer?.get() == Self.sample)
@@ -112,10 +120,14 @@ func pump(_ buses: [Bus], until done: () -> Bool) throws {
         }
         var confirmed: Result<[DBusValue], DBusError>?
         var refused: Result<[DBusValue], DBusError>?
-        try client.call(destination: server.uniqueName!, path: "/agent", interface: "org.bluez.Agent1", member: "RequestPasskey",
-                        arguments: [.objectPath("/org/bluez/hci0/dev_00_AA_01_01_00_01")]) { confirmed = $0 }
-        try client.call(destination: server.uniqueName!, path: "/agent", interface: "org.bluez.Agent1", member: "RequestConfirmation",
-                        arguments: [.objectPath("/org/bluez/hci0/dev_00_AA_01_01_00_01"), .uint32(123_456)]) { refused = $0 }
+        try client.call(
+            destination: server.uniqueName!, path: "/agent", interface: "org.bluez.Agent1", member: "RequestPasskey",
+            arguments: [.objectPath("/org/bluez/hci0/dev_00_AA_01_01_00_01")]
+        ) { confirmed = $0 }
+        try client.call(
+            destination: server.uniqueName!, path: "/agent", interface: "org.bluez.Agent1", member: "RequestConfirmation",
+            arguments: [.objectPath("/org/bluez/hci0/dev_00_AA_01_01_00_01"), .uint32(123_456)]
+        ) { refused = $0 }
         try pump([server, client]) { held.count == 2 }
         // Nothing answered yet: the calls wait for the operator.
         for _ in 0..<50 { while try client.process() {}; while try server.process() {}; usleep(1_000) }
@@ -135,12 +147,15 @@ func pump(_ buses: [Bus], until done: () -> Bool) throws {
         let sender = try Bus.connect(address: daemon.address)
         let listener = try Bus.connect(address: daemon.address)
         var seen: [[DBusValue]] = []
-        var slot: BusSlot? = try listener.addMatch("type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged'") { message in
+        var slot: BusSlot? = try listener.addMatch("type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged'") {
+            message in
             seen.append((try? message.arguments()) ?? [])
         }
         // The match is installed asynchronously: wait for its AddMatch to be answered.
         var ready = false
-        try listener.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus", member: "GetId") { _ in ready = true }
+        try listener.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus", member: "GetId") {
+            _ in ready = true
+        }
         try pump([listener]) { ready }
         let args: [DBusValue] = [.string("org.bluez.GattCharacteristic1"), .properties([("Value", .bytes([1, 2, 3]))]), .strings([])]
         try sender.emitSignal(path: "/c", interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged", arguments: args)
@@ -150,7 +165,9 @@ func pump(_ buses: [Bus], until done: () -> Bool) throws {
         slot = nil
         try sender.emitSignal(path: "/c", interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged", arguments: args)
         var flushed = false
-        try sender.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus", member: "GetId") { _ in flushed = true }
+        try sender.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus", member: "GetId") { _ in
+            flushed = true
+        }
         try pump([sender, listener]) { flushed }
         for _ in 0..<50 { while try listener.process() {}; usleep(1_000) }
         #expect(seen.count == 1)
@@ -168,7 +185,9 @@ func pump(_ buses: [Bus], until done: () -> Bool) throws {
             return .reply([])
         }
         var answered = false
-        try client.call(destination: server.uniqueName!, path: "/t/child", interface: "x.Echo", member: "Echo", arguments: values) { _ in answered = true }
+        try client.call(destination: server.uniqueName!, path: "/t/child", interface: "x.Echo", member: "Echo", arguments: values) { _ in
+            answered = true
+        }
         try pump([server, client]) { answered }
         _ = slot
         return read

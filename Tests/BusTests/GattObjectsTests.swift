@@ -26,29 +26,47 @@ import WorkerCore
     }
 
     @Test func theAdvertisementIsConnectableWithTheServiceUUIDAndName() throws {
-        let props = try #require(GattObjects.properties(path: GattObjects.advertisement, interface: "org.bluez.LEAdvertisement1",
-                                                        localName: "EdgeCoder-abc", values: [:], notifying: []))
+        let props = try #require(
+            GattObjects.properties(
+                path: GattObjects.advertisement, interface: "org.bluez.LEAdvertisement1",
+                localName: "EdgeCoder-abc", values: [:], notifying: []))
         let map = Dictionary(uniqueKeysWithValues: props)
         #expect(map["Type"] == .string("peripheral"))
         #expect(map["ServiceUUIDs"]?.arrayValue == [.string(BluetoothUUID.service)])
         #expect(map["LocalName"] == .string("EdgeCoder-abc"))
-        #expect(GattObjects.properties(path: GattObjects.advertisement, interface: "org.bluez.GattService1", localName: "", values: [:], notifying: []) == nil)
+        #expect(
+            GattObjects.properties(path: GattObjects.advertisement, interface: "org.bluez.GattService1", localName: "", values: [:], notifying: [])
+                == nil)
         #expect(GattObjects.properties(path: "/elsewhere", interface: "org.bluez.LEAdvertisement1", localName: "", values: [:], notifying: []) == nil)
     }
 
     static func adapter(_ name: String, powered: DBusValue) -> DBusDictEntry {
-        DBusDictEntry(key: .objectPath("/org/bluez/\(name)"), value: .dictionary(keySignature: "s", valueSignature: "a{sv}", [
-            DBusDictEntry(key: .string("org.bluez.Adapter1"), value: .properties([("Address", .string("00:AA:01:00:00:0\(name.last!)")), ("Powered", powered)])),
-            DBusDictEntry(key: .string("org.bluez.LEAdvertisingManager1"), value: .properties([])),
-        ]))
+        DBusDictEntry(
+            key: .objectPath("/org/bluez/\(name)"),
+            value: .dictionary(
+                keySignature: "s", valueSignature: "a{sv}",
+                [
+                    DBusDictEntry(
+                        key: .string("org.bluez.Adapter1"),
+                        value: .properties([("Address", .string("00:AA:01:00:00:0\(name.last!)")), ("Powered", powered)])),
+                    DBusDictEntry(key: .string("org.bluez.LEAdvertisingManager1"), value: .properties([])),
+                ]))
     }
 
     @Test func bluetoothdsObjectsAreReadAndTheFirstPoweredAdapterChosen() throws {
-        let device = DBusDictEntry(key: .objectPath("/org/bluez/hci1/dev_00_AA_01_01_00_01"), value: .dictionary(keySignature: "s", valueSignature: "a{sv}", [
-            DBusDictEntry(key: .string("org.bluez.Device1"), value: .properties([("Connected", .bool(true)), ("Adapter", .objectPath("/org/bluez/hci1"))])),
-        ]))
-        let objects = BlueZObjects(managedObjects: .dictionary(keySignature: "o", valueSignature: "a{sa{sv}}",
-                                                               [Self.adapter("hci1", powered: .bool(true)), Self.adapter("hci0", powered: .bool(false)), device]))
+        let device = DBusDictEntry(
+            key: .objectPath("/org/bluez/hci1/dev_00_AA_01_01_00_01"),
+            value: .dictionary(
+                keySignature: "s", valueSignature: "a{sv}",
+                [
+                    DBusDictEntry(
+                        key: .string("org.bluez.Device1"),
+                        value: .properties([("Connected", .bool(true)), ("Adapter", .objectPath("/org/bluez/hci1"))]))
+                ]))
+        let objects = BlueZObjects(
+            managedObjects: .dictionary(
+                keySignature: "o", valueSignature: "a{sa{sv}}",
+                [Self.adapter("hci1", powered: .bool(true)), Self.adapter("hci0", powered: .bool(false)), device]))
         #expect(objects.adapters.count == 2)
         #expect(objects.choose(configured: nil)?.adapter.name == "hci1")
         #expect(objects.choose(configured: "hci0")?.adapter.powered == false)

@@ -37,8 +37,10 @@ final class StandInHostServices {
         bus = try Bus.connect(address: address)
         slots.append(try bus.exportObjects(under: "/") { [unowned self] message in answer(message) })
         for name in names {
-            try bus.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-                         member: "RequestName", arguments: [.string(name), .uint32(0)]) { [unowned self] _ in owned.insert(name) }
+            try bus.call(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: "RequestName", arguments: [.string(name), .uint32(0)]
+            ) { [unowned self] _ in owned.insert(name) }
         }
     }
 
@@ -67,12 +69,14 @@ final class StandInHostServices {
 
     func setMetered(_ value: UInt32) throws {
         metered = value
-        try bus.emitSignal(path: "/org/freedesktop/NetworkManager", interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged",
-                           arguments: [.string("org.freedesktop.NetworkManager"), .properties([("Metered", .uint32(value))]), .strings([])])
+        try bus.emitSignal(
+            path: "/org/freedesktop/NetworkManager", interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged",
+            arguments: [.string("org.freedesktop.NetworkManager"), .properties([("Metered", .uint32(value))]), .strings([])])
     }
 
     func prepareForSleep(_ starting: Bool) throws {
-        try bus.emitSignal(path: "/org/freedesktop/login1", interface: "org.freedesktop.login1.Manager", member: "PrepareForSleep", arguments: [.bool(starting)])
+        try bus.emitSignal(
+            path: "/org/freedesktop/login1", interface: "org.freedesktop.login1.Manager", member: "PrepareForSleep", arguments: [.bool(starting)])
     }
 
     /// Whether the worker closed the inhibitor it was handed `index`-th.
@@ -116,7 +120,9 @@ final class BusDaemon {
         FileManager.default.createFile(atPath: root + "/daemon.log", contents: nil)
         process.executableURL = URL(fileURLWithPath: daemonBinary)
         // An empty sysfs root: no platform_profile, so power-profiles-daemon decides low power.
-        process.arguments = ["run", "--config", root + "/config.json", "--state-dir", root + "/state", "--runtime-dir", runtime, "--sysfs-root", root + "/sys"]
+        process.arguments = [
+            "run", "--config", root + "/config.json", "--state-dir", root + "/state", "--runtime-dir", runtime, "--sysfs-root", root + "/sys",
+        ]
         var env = ProcessInfo.processInfo.environment
         env["DBUS_SYSTEM_BUS_ADDRESS"] = busAddress
         env.removeValue(forKey: "NOTIFY_SOCKET")
@@ -155,8 +161,9 @@ final class BusDaemon {
     @Test func standInLogindNetworkManagerAndPowerProfilesDriveSuspendMeteredAndLowPower() throws {
         let daemonBus = try PrivateBus()
         defer { daemonBus.stop() }
-        let services = try StandInHostServices(address: daemonBus.address,
-                                               names: ["org.freedesktop.login1", "org.freedesktop.NetworkManager", "net.hadess.PowerProfiles"])
+        let services = try StandInHostServices(
+            address: daemonBus.address,
+            names: ["org.freedesktop.login1", "org.freedesktop.NetworkManager", "net.hadess.PowerProfiles"])
         #expect(services.pump { services.owned.count == 3 })
         let worker = try BusDaemon(busAddress: daemonBus.address)
         defer { _ = worker.stop() }
@@ -164,13 +171,17 @@ final class BusDaemon {
         // Metered (1, yes) under the default onMetered hold; power-saver without a
         // platform_profile is low-power mode; one delay inhibitor for sleep.
         var status: JSONValue = .null
-        #expect(services.pump {
-            status = worker.status() ?? .null
-            return status["host"]?["logind"]?["inhibitor"] == "held" && status["host"]?["networkManager"]?["metered"] == "yes"
-                && status["host"]?["powerProfiles"]?["activeProfile"] == "power-saver"
-        }, "\(status["host"] ?? .null)\n\(worker.log)")
-        #expect(services.inhibitCalls.first == [.string("sleep"), .string("edgecoder-worker"),
-                                                 .string("Finish taking work, save the journal and tell the coordinator"), .string("delay")])
+        #expect(
+            services.pump {
+                status = worker.status() ?? .null
+                return status["host"]?["logind"]?["inhibitor"] == "held" && status["host"]?["networkManager"]?["metered"] == "yes"
+                    && status["host"]?["powerProfiles"]?["activeProfile"] == "power-saver"
+            }, "\(status["host"] ?? .null)\n\(worker.log)")
+        #expect(
+            services.inhibitCalls.first == [
+                .string("sleep"), .string("edgecoder-worker"),
+                .string("Finish taking work, save the journal and tell the coordinator"), .string("delay"),
+            ])
         #expect(status["host"]?["hold"]?["reason"] == "metered")
         #expect(status["summary"]?.stringValue?.contains("new work held: metered") == true, "\(status["summary"] ?? .null)")
         #expect(status["power"]?["telemetry"]?["lowPowerMode"] == true, "\(status["power"] ?? .null)")
@@ -189,10 +200,11 @@ final class BusDaemon {
 
         // Resume: a new inhibitor, awake, work allowed again.
         try services.prepareForSleep(false)
-        #expect(services.pump {
-            status = worker.status() ?? .null
-            return services.inhibitCalls.count == 2 && status["host"]?["logind"]?["inhibitor"] == "held"
-        }, "\(status["host"] ?? .null)")
+        #expect(
+            services.pump {
+                status = worker.status() ?? .null
+                return services.inhibitCalls.count == 2 && status["host"]?["logind"]?["inhibitor"] == "held"
+            }, "\(status["host"] ?? .null)")
         #expect(status["host"]?["logind"]?["sleep"] == "awake")
         #expect(status["host"]?["logind"]?["lastResume"]?.stringValue != nil)
         #expect(status["host"]?["hold"] == .null)
@@ -211,7 +223,10 @@ final class BusDaemon {
         for _ in 0..<100 {
             status = worker.status() ?? .null
             if status["host"]?["powerProfiles"]?["state"] == "absent" && status["host"]?["logind"]?["state"] == "absent"
-                && status["host"]?["networkManager"]?["state"] == "absent" { break }
+                && status["host"]?["networkManager"]?["state"] == "absent"
+            {
+                break
+            }
             usleep(100_000)
         }
         #expect(status["host"]?["systemBus"] == "connected", "\(status["host"] ?? .null)")

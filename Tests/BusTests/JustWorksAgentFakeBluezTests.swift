@@ -64,12 +64,16 @@ import WorkerCore
         // Another process on the bus may not drive the agent, not even with a good request.
         let intruder = try Bus.connect(address: daemon.address)
         var intruded: Result<[DBusValue], DBusError>?
-        try intruder.call(destination: agent.owner, path: agent.path, interface: "org.bluez.Agent1", member: "RequestAuthorization",
-                          arguments: [.objectPath(Self.dev)]) { intruded = $0 }
+        try intruder.call(
+            destination: agent.owner, path: agent.path, interface: "org.bluez.Agent1", member: "RequestAuthorization",
+            arguments: [.objectPath(Self.dev)]
+        ) { intruded = $0 }
         for _ in 0..<5_000 where intruded == nil { while try intruder.process() {}; usleep(1_000) }
         guard case .failure(let denied)? = intruded else { Issue.record("the intruder's call was obeyed: \(String(describing: intruded))"); return }
         #expect(denied.name == "org.freedesktop.DBus.Error.AccessDenied")
-        await eventually("the counts in status") { let last = await host.last; return last?.pairingsAccepted == 1 && last?.pairingsRefused == 6 }
+        await eventually("the counts in status") {
+            let last = await host.last; return last?.pairingsAccepted == 1 && last?.pairingsRefused == 6
+        }
         // #26 row 8: the accepted device never used the service: its bond is removed.
         await eventually("the unused bond removed") { bluez.with { $0.removedDevices } == [Self.dev] }
         await eventually("counted in status") { await host.last?.agentBondsRemoved == 1 }
@@ -101,8 +105,9 @@ import WorkerCore
         #expect(await host.last?.pairingAgent == "host")
         // bluetoothd's own name calling the (unregistered) object: refused, never accepted.
         let owner = try #require(await PeripheralFakeBluezTests().uniqueNameOfWorker(daemon: daemon, excluding: bluez))
-        bluez.call("justWorks", to: owner, path: GattObjects.agent, interface: "org.bluez.Agent1", member: "RequestAuthorization",
-                   arguments: [.objectPath(Self.dev)])
+        bluez.call(
+            "justWorks", to: owner, path: GattObjects.agent, interface: "org.bluez.Agent1", member: "RequestAuthorization",
+            arguments: [.objectPath(Self.dev)])
         await eventually("the answer") { bluez.with { $0.replies["justWorks"] } != nil }
         guard case .failure(let error)? = bluez.with({ $0.replies["justWorks"] }) else { Issue.record("accepted without an agent"); return }
         #expect(error.name == "org.bluez.Error.Rejected")

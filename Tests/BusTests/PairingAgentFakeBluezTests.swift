@@ -38,7 +38,9 @@ import WorkerCore
             (reading, typing) = (fds[0], fds[1])
             let (input, address, lines, stop, wake) = (reading, daemon.address, lines, stop, wake)
             task = Task {
-                let agent = PairingAgent(adapter: "hci0", durationMs: 30_000, input: input, busAddress: address, stop: stop, wake: wake) { lines.append($0) }
+                let agent = PairingAgent(adapter: "hci0", durationMs: 30_000, input: input, busAddress: address, stop: stop, wake: wake) {
+                    lines.append($0)
+                }
                 return await agent.run()
             }
         }
@@ -86,10 +88,14 @@ import WorkerCore
         // Another process on the bus may not drive the agent.
         let intruder = try Bus.connect(address: daemon.address)
         var intruded: Result<[DBusValue], DBusError>?
-        try intruder.call(destination: agent.owner, path: agent.path, interface: "org.bluez.Agent1", member: "RequestConfirmation",
-                          arguments: [.objectPath(Self.dev), .uint32(111_111)]) { intruded = $0 }
+        try intruder.call(
+            destination: agent.owner, path: agent.path, interface: "org.bluez.Agent1", member: "RequestConfirmation",
+            arguments: [.objectPath(Self.dev), .uint32(111_111)]
+        ) { intruded = $0 }
         for _ in 0..<5_000 where intruded == nil { while try intruder.process() {}; usleep(1_000) }
-        guard case .failure(let denied)? = intruded else { Issue.record("the intruder's call was not refused: \(String(describing: intruded))"); return }
+        guard case .failure(let denied)? = intruded else {
+            Issue.record("the intruder's call was not refused: \(String(describing: intruded))"); return
+        }
         #expect(denied.name == "org.freedesktop.DBus.Error.AccessDenied")
         #expect(!lines.all.contains { $0.contains("111111") }, "the operator was never asked about the intruder's passkey")
 
@@ -106,8 +112,9 @@ import WorkerCore
 
         // bluetoothd says the device paired: the window closes by itself and cleans up.
         bluez.enqueue { bus in
-            try bus.emitSignal(path: Self.dev, interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged",
-                               arguments: [.string("org.bluez.Device1"), .properties([("Paired", .bool(true)), ("Bonded", .bool(true))]), .strings([])])
+            try bus.emitSignal(
+                path: Self.dev, interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged",
+                arguments: [.string("org.bluez.Device1"), .properties([("Paired", .bool(true)), ("Bonded", .bool(true))]), .strings([])])
         }
         let outcome = await window.value
         #expect(outcome == .paired("00:AA:01:01:00:01"))
@@ -121,7 +128,8 @@ import WorkerCore
         let (bluez, lines, stop, wake, window) = (open.bluez, open.lines, open.stop, open.wake, open.task)
         await eventually("the window to open") { lines.all.contains { $0.hasPrefix("Pairing window open") } }
         guard let agent = bluez.with({ $0.agent }) else { Issue.record("no agent registered"); return }
-        bluez.call("held", to: agent.owner, path: agent.path, interface: "org.bluez.Agent1", member: "RequestPasskey", arguments: [.objectPath(Self.dev)])
+        bluez.call(
+            "held", to: agent.owner, path: agent.path, interface: "org.bluez.Agent1", member: "RequestPasskey", arguments: [.objectPath(Self.dev)])
         await eventually("the prompt") { lines.all.contains { $0.contains("Type the 6-digit passkey") } }
         stop.set(SIGINT)
         wake.signal()

@@ -49,15 +49,19 @@ final class FakeBluez: @unchecked Sendable {
             guard let bus = try? Bus.connect(address: address) else { return }
             var slots: [BusSlot] = []
             slots.append(try! bus.exportObjects(under: "/") { [self] message in answer(message, bus: bus) })
-            slots.append(try! bus.addMatch("type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged'") { [self] message in
-                guard let path = message.path, GattLayout.characteristic(path: path)?.notifies == true,
-                      let value = (try? message.arguments())?[1].stringKeyedEntries?["Value"]?.bytesValue else { return }
-                with { $0.notifications.append(value) }
-            })
+            slots.append(
+                try! bus.addMatch("type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged'") { [self] message in
+                    guard let path = message.path, GattLayout.characteristic(path: path)?.notifies == true,
+                        let value = (try? message.arguments())?[1].stringKeyedEntries?["Value"]?.bytesValue
+                    else { return }
+                    with { $0.notifications.append(value) }
+                })
             self.requestName(bus)
             while !with({ _ in stopRequestedValue() }) {
                 while (try? bus.process()) == true {}
-                let pending: [(Bus) throws -> Void] = { lock.lock(); defer { commands.removeAll(); lock.unlock() }; return commands }()
+                let pending: [(Bus) throws -> Void] = {
+                    lock.lock(); defer { commands.removeAll(); lock.unlock() }; return commands
+                }()
                 for command in pending { try? command(bus) }
                 usleep(2_000)
             }
@@ -71,34 +75,54 @@ final class FakeBluez: @unchecked Sendable {
     func stop() { with { _ in stopRequested = true } }
 
     func requestName(_ bus: Bus) {
-        try? bus.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-                      member: "RequestName", arguments: [.string("org.bluez"), .uint32(0)]) { [self] _ in with { $0.owned = true } }
+        try? bus.call(
+            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+            member: "RequestName", arguments: [.string("org.bluez"), .uint32(0)]
+        ) { [self] _ in with { $0.owned = true } }
     }
 
     func releaseName() {
         enqueue { bus in
-            try bus.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-                         member: "ReleaseName", arguments: [.string("org.bluez")]) { [self] _ in with { $0.owned = false } }
+            try bus.call(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: "ReleaseName", arguments: [.string("org.bluez")]
+            ) { [self] _ in with { $0.owned = false } }
         }
     }
 
     func answer(_ message: BusMessage, bus: Bus) -> ObjectAnswer {
         switch (message.path, message.member) {
         case ("/", "GetManagedObjects"):
-            return .reply([.dictionary(keySignature: "o", valueSignature: "a{sa{sv}}", [
-                DBusDictEntry(key: .objectPath("/org/bluez/hci0"), value: .dictionary(keySignature: "s", valueSignature: "a{sv}", [
-                    DBusDictEntry(key: .string("org.bluez.Adapter1"), value: .properties([("Address", .string("00:AA:01:00:00:00")), ("Powered", .bool(true))])),
-                    DBusDictEntry(key: .string("org.bluez.GattManager1"), value: .properties([])),
-                    DBusDictEntry(key: .string("org.bluez.LEAdvertisingManager1"), value: .properties([])),
-                ])),
-                // A nearby LE device (public address, no Class of Device), not connected.
-                DBusDictEntry(key: .objectPath("/org/bluez/hci0/dev_00_AA_01_01_00_01"), value: .dictionary(keySignature: "s", valueSignature: "a{sv}", [
-                    DBusDictEntry(key: .string("org.bluez.Device1"), value: .properties([
-                        ("Address", .string("00:AA:01:01:00:01")), ("AddressType", .string("public")),
-                        ("Adapter", .objectPath("/org/bluez/hci0")), ("Connected", .bool(false)),
-                    ])),
-                ])),
-            ])])
+            return .reply([
+                .dictionary(
+                    keySignature: "o", valueSignature: "a{sa{sv}}",
+                    [
+                        DBusDictEntry(
+                            key: .objectPath("/org/bluez/hci0"),
+                            value: .dictionary(
+                                keySignature: "s", valueSignature: "a{sv}",
+                                [
+                                    DBusDictEntry(
+                                        key: .string("org.bluez.Adapter1"),
+                                        value: .properties([("Address", .string("00:AA:01:00:00:00")), ("Powered", .bool(true))])),
+                                    DBusDictEntry(key: .string("org.bluez.GattManager1"), value: .properties([])),
+                                    DBusDictEntry(key: .string("org.bluez.LEAdvertisingManager1"), value: .properties([])),
+                                ])),
+                        // A nearby LE device (public address, no Class of Device), not connected.
+                        DBusDictEntry(
+                            key: .objectPath("/org/bluez/hci0/dev_00_AA_01_01_00_01"),
+                            value: .dictionary(
+                                keySignature: "s", valueSignature: "a{sv}",
+                                [
+                                    DBusDictEntry(
+                                        key: .string("org.bluez.Device1"),
+                                        value: .properties([
+                                            ("Address", .string("00:AA:01:01:00:01")), ("AddressType", .string("public")),
+                                            ("Adapter", .objectPath("/org/bluez/hci0")), ("Connected", .bool(false)),
+                                        ]))
+                                ])),
+                    ])
+            ])
         case ("/org/bluez/hci0", "RemoveDevice"):
             let device = (try? message.arguments())?.first?.stringValue ?? ""
             with { $0.removedDevices.append(device) }
@@ -106,8 +130,11 @@ final class FakeBluez: @unchecked Sendable {
         case ("/org/bluez/hci0", "RegisterApplication"):
             // Like bluetoothd: read the application's objects before answering.
             let sender = message.sender ?? ""
-            try? bus.call(destination: sender, path: GattObjects.root, interface: "org.freedesktop.DBus.ObjectManager", member: "GetManagedObjects") { [self] result in
-                with { $0.objectsOfApplication = try? result.get().first; $0.registeredApplications += 1 }
+            try? bus.call(destination: sender, path: GattObjects.root, interface: "org.freedesktop.DBus.ObjectManager", member: "GetManagedObjects") {
+                [self] result in
+                with {
+                    $0.objectsOfApplication = try? result.get().first; $0.registeredApplications += 1
+                }
             }
             return .reply([])
         case ("/org/bluez/hci0", "RegisterAdvertisement"):
@@ -129,7 +156,9 @@ final class FakeBluez: @unchecked Sendable {
             with { $0.agentDefault = true }
             return .reply([])
         case ("/org/bluez", "UnregisterAgent"):
-            with { $0.agentUnregistered = true; $0.agentDefault = false }
+            with {
+                $0.agentUnregistered = true; $0.agentDefault = false
+            }
             return .reply([])
         case ("/org/bluez/hci0", "Get") where message.interface == "org.freedesktop.DBus.Properties":
             return .reply([.variant(.bool(with { $0.pairable }))])
@@ -145,8 +174,10 @@ final class FakeBluez: @unchecked Sendable {
     }
 
     /// Calls a method on the worker's objects as bluetoothd would, recording the answer under `key`.
-    func call(_ key: String, to destination: String, path: String, interface: String = "org.bluez.GattCharacteristic1",
-              member: String, arguments: [DBusValue]) {
+    func call(
+        _ key: String, to destination: String, path: String, interface: String = "org.bluez.GattCharacteristic1",
+        member: String, arguments: [DBusValue]
+    ) {
         enqueue { [self] bus in
             try bus.call(destination: destination, path: path, interface: interface, member: member, arguments: arguments) { [self] result in
                 with { $0.replies[key] = result }
@@ -159,8 +190,10 @@ final class FakeBluez: @unchecked Sendable {
 actor RecordingHost: PeripheralHost {
     var served: [BluetoothRequest] = []
     var statuses: [BluetoothStatus] = []
-    func serve(_ request: BluetoothRequest, client: String, cancellation: ServeCancellation,
-               onPartial: @escaping @Sendable (String) async -> Void) async -> PeripheralOutcome {
+    func serve(
+        _ request: BluetoothRequest, client: String, cancellation: ServeCancellation,
+        onPartial: @escaping @Sendable (String) async -> Void
+    ) async -> PeripheralOutcome {
         served.append(request)
         return PeripheralOutcome(ok: true, output: "echo: " + request.prompt, error: nil, durationMs: 1)
     }
@@ -217,9 +250,11 @@ func peripheralSettings(on daemon: PrivateBus) -> PeripheralSettings {
         bluez.call("wrong-types", to: name, path: GattObjects.request, member: "WriteValue", arguments: [.string("{}"), .int32(1)])
         bluez.call("bad-offset", to: name, path: GattObjects.status, member: "ReadValue", arguments: [.properties([("offset", .uint16(60_000))])])
         bluez.call("unknown", to: name, path: GattObjects.request, member: "Explode", arguments: [])
-        bluez.call("garbage", to: name, path: GattObjects.request, member: "WriteValue", arguments: [.bytes(Array("{\"id\":\"g\", nope}".utf8)), device])
-        bluez.call("good", to: name, path: GattObjects.request, member: "WriteValue",
-                   arguments: [.bytes(Array(#"{"id":"r-1","prompt":"hello"}"#.utf8)), device])
+        bluez.call(
+            "garbage", to: name, path: GattObjects.request, member: "WriteValue", arguments: [.bytes(Array("{\"id\":\"g\", nope}".utf8)), device])
+        bluez.call(
+            "good", to: name, path: GattObjects.request, member: "WriteValue",
+            arguments: [.bytes(Array(#"{"id":"r-1","prompt":"hello"}"#.utf8)), device])
         await eventually("all answers") { bluez.with { $0.replies.count == 6 } }
         let replies = bluez.with { $0.replies }
         #expect(replies["no-args"].map { if case .failure = $0 { true } else { false } } == true)
@@ -231,7 +266,8 @@ func peripheralSettings(on daemon: PrivateBus) -> PeripheralSettings {
         // The two messages come back whole, in chunks of at most MTU − 5 = 180 bytes.
         await eventually("two responses") { messages(in: bluez).count >= 2 }
         let answers = messages(in: bluez)
-        #expect(answers.contains { $0["id"]?.stringValue == "g" && $0["ok"] == false && $0["error"]?.stringValue?.hasPrefix("malformed_json") == true })
+        #expect(
+            answers.contains { $0["id"]?.stringValue == "g" && $0["ok"] == false && $0["error"]?.stringValue?.hasPrefix("malformed_json") == true })
         #expect(answers.contains { $0["id"]?.stringValue == "r-1" && $0["ok"] == true && $0["output"]?.stringValue == "echo: hello" })
         #expect(bluez.with { $0.notifications }.allSatisfy { $0.count <= 180 })
         #expect(await host.served.map(\.id) == ["r-1"])
@@ -239,8 +275,10 @@ func peripheralSettings(on daemon: PrivateBus) -> PeripheralSettings {
         // A caller that is not bluetoothd is refused.
         let stranger = try Bus.connect(address: daemon.address)
         var strangerAnswer: Result<[DBusValue], DBusError>?
-        try stranger.call(destination: name, path: GattObjects.request, interface: "org.bluez.GattCharacteristic1", member: "WriteValue",
-                          arguments: [.bytes(Array(#"{"id":"x","prompt":"p"}"#.utf8)), device]) { strangerAnswer = $0 }
+        try stranger.call(
+            destination: name, path: GattObjects.request, interface: "org.bluez.GattCharacteristic1", member: "WriteValue",
+            arguments: [.bytes(Array(#"{"id":"x","prompt":"p"}"#.utf8)), device]
+        ) { strangerAnswer = $0 }
         for _ in 0..<500 where strangerAnswer == nil {
             while try stranger.process() {}
             try await Task.sleep(nanoseconds: 10_000_000)
@@ -266,13 +304,16 @@ func peripheralSettings(on daemon: PrivateBus) -> PeripheralSettings {
         let probe = try Bus.connect(address: daemon.address)
         var names: [String] = []
         var done = false
-        try probe.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus", member: "ListNames") { result in
+        try probe.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus", member: "ListNames") {
+            result in
             names = ((try? result.get().first?.arrayValue) ?? []).compactMap(\.stringValue)
             done = true
         }
         var owner: String?
-        try probe.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus", member: "GetNameOwner",
-                       arguments: [.string("org.bluez")]) { owner = try? $0.get().first?.stringValue }
+        try probe.call(
+            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus", member: "GetNameOwner",
+            arguments: [.string("org.bluez")]
+        ) { owner = try? $0.get().first?.stringValue }
         for _ in 0..<500 where !(done && owner != nil) {
             while try probe.process() {}
             try await Task.sleep(nanoseconds: 10_000_000)
@@ -301,8 +342,10 @@ actor SlowHost: PeripheralHost {
         self.delayMs = delayMs
         self.outputBytes = outputBytes
     }
-    func serve(_ request: BluetoothRequest, client: String, cancellation: ServeCancellation,
-               onPartial: @escaping @Sendable (String) async -> Void) async -> PeripheralOutcome {
+    func serve(
+        _ request: BluetoothRequest, client: String, cancellation: ServeCancellation,
+        onPartial: @escaping @Sendable (String) async -> Void
+    ) async -> PeripheralOutcome {
         try? await Task.sleep(nanoseconds: delayMs * 1_000_000)
         return PeripheralOutcome(ok: true, output: String(repeating: "w", count: outputBytes), error: nil, durationMs: Int64(delayMs))
     }
@@ -316,14 +359,16 @@ actor SlowHost: PeripheralHost {
         defer { bluez.stop(); daemon.stop() }
         var settings = peripheralSettings(on: daemon)
         settings.chunkPacingMs = 10
-        let peripheral = GattPeripheral(settings: settings, host: SlowHost(delayMs: 1_500, outputBytes: 6_000), logger: Logger(label: "test", level: .error))
+        let peripheral = GattPeripheral(
+            settings: settings, host: SlowHost(delayMs: 1_500, outputBytes: 6_000), logger: Logger(label: "test", level: .error))
         let session = Task { await peripheral.run() }
         await eventually("registration") { bluez.with { $0.registeredApplications == 1 && $0.registeredAdvertisements == 1 } }
         let name = try #require(await PeripheralFakeBluezTests().uniqueNameOfWorker(daemon: daemon, excluding: bluez))
         let device: DBusValue = .properties([("device", .objectPath("/org/bluez/hci0/dev_00_AA_01_01_00_01")), ("mtu", .uint16(48))])
         bluez.call("subscribe", to: name, path: GattObjects.status, member: "StartNotify", arguments: [])
-        bluez.call("write", to: name, path: GattObjects.request, member: "WriteValue",
-                   arguments: [.bytes(Array(#"{"id":"long-1","prompt":"hello"}"#.utf8)), device])
+        bluez.call(
+            "write", to: name, path: GattObjects.request, member: "WriteValue",
+            arguments: [.bytes(Array(#"{"id":"long-1","prompt":"hello"}"#.utf8)), device])
         await eventually("the answer", seconds: 30) { messages(in: bluez).contains { $0["id"]?.stringValue == "long-1" } }
         let all = messages(in: bluez)
         #expect(all.contains { $0["modelState"]?.stringValue == "ready" }, "the status arrived whole")
@@ -345,8 +390,10 @@ actor TokenHost: PeripheralHost {
         self.everyMs = everyMs
         self.tokens = tokens
     }
-    func serve(_ request: BluetoothRequest, client: String, cancellation: ServeCancellation,
-               onPartial: @escaping @Sendable (String) async -> Void) async -> PeripheralOutcome {
+    func serve(
+        _ request: BluetoothRequest, client: String, cancellation: ServeCancellation,
+        onPartial: @escaping @Sendable (String) async -> Void
+    ) async -> PeripheralOutcome {
         for n in 0..<tokens {
             do { try await Task.sleep(nanoseconds: everyMs * 1_000_000) } catch {
                 stoppedBecause = cancellation.reason ?? "cancelled without a reason"
@@ -372,13 +419,15 @@ actor TokenHost: PeripheralHost {
         let name = try #require(await PeripheralFakeBluezTests().uniqueNameOfWorker(daemon: daemon, excluding: bluez))
         let device: DBusValue = .properties([("device", .objectPath("/org/bluez/hci0/dev_00_AA_01_01_00_01")), ("mtu", .uint16(185))])
         let started = Date()
-        bluez.call("write", to: name, path: GattObjects.request, member: "WriteValue",
-                   arguments: [.bytes(Array(#"{"id":"s-1","prompt":"hello","stream":true}"#.utf8)), device])
+        bluez.call(
+            "write", to: name, path: GattObjects.request, member: "WriteValue",
+            arguments: [.bytes(Array(#"{"id":"s-1","prompt":"hello","stream":true}"#.utf8)), device])
         await eventually("partials") { messages(in: bluez).filter { $0["delta"] != nil }.count >= 3 }
         let firstPartialAfter = Date().timeIntervalSince(started)
         #expect(firstPartialAfter < 5, "partials come while the model runs (500 tokens take 10 s)")
-        bluez.call("cancel", to: name, path: GattObjects.request, member: "WriteValue",
-                   arguments: [.bytes(Array(#"{"id":"s-1","cancel":true}"#.utf8)), device])
+        bluez.call(
+            "cancel", to: name, path: GattObjects.request, member: "WriteValue",
+            arguments: [.bytes(Array(#"{"id":"s-1","cancel":true}"#.utf8)), device])
         await eventually("the end") { messages(in: bluez).contains { $0["done"] == true } }
         #expect(Date().timeIntervalSince(started) < 8)
         #expect(await host.stoppedBecause == "cancelled", "the host's task was cancelled, with the client's reason")

@@ -16,8 +16,9 @@ import StateStore
 
     func bridge(_ transport: ScriptedTransport) throws -> (PeripheralBridge, WorkerDaemon) {
         let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
-        let daemon = WorkerDaemon(config: WorkerConfig(), paths: paths, directory: try StateDirectory(path: dir),
-                                  logger: Logger(label: "test", handler: MemoryLogHandler()), clock: { 1_000 })
+        let daemon = WorkerDaemon(
+            config: WorkerConfig(), paths: paths, directory: try StateDirectory(path: dir),
+            logger: Logger(label: "test", handler: MemoryLogHandler()), clock: { 1_000 })
         var config = WorkerConfig.Backend()
         config.kind = .openai
         config.url = "http://127.0.0.1:9"
@@ -28,7 +29,9 @@ import StateStore
     static func chat() -> BluetoothRequest {
         var request = BluetoothRequest(id: "chat-1", prompt: "", maxTokens: 20)
         request.stream = true
-        request.messages = [ChatTurn(role: "user", content: "hi"), ChatTurn(role: "assistant", content: "hello"), ChatTurn(role: "user", content: "more")]
+        request.messages = [
+            ChatTurn(role: "user", content: "hi"), ChatTurn(role: "assistant", content: "hello"), ChatTurn(role: "user", content: "more"),
+        ]
         request.system = "be brief"
         request.options.temperature = 0.3
         request.options.seed = 42
@@ -38,8 +41,10 @@ import StateStore
 
     @Test func aStreamedChatReachesTheChatAPIWithItsOptionsAndItsPiecesArriveInOrder() async throws {
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let sse = #"data: {"choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":null}]}"# + "\n\n"
-            + #"data: {"choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":2}}"# + "\n\n"
+        let sse =
+            #"data: {"choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":null}]}"# + "\n\n"
+            + #"data: {"choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":2}}"#
+            + "\n\n"
             + "data: [DONE]\n\n"
         let transport = ScriptedTransport(defaults: ["/v1/chat/completions": .json(200, sse)])
         let (bridge, daemon) = try bridge(transport)
@@ -50,8 +55,11 @@ import StateStore
         #expect(await pieces.all == ["Hello"])
         #expect(outcome.evalCount == 2)
         let body = try #require(transport.calls(to: "/v1/chat/completions").first?.body)
-        #expect(body["messages"] == [["role": "system", "content": "be brief"], ["role": "user", "content": "hi"],
-                                     ["role": "assistant", "content": "hello"], ["role": "user", "content": "more"]])
+        #expect(
+            body["messages"] == [
+                ["role": "system", "content": "be brief"], ["role": "user", "content": "hi"],
+                ["role": "assistant", "content": "hello"], ["role": "user", "content": "more"],
+            ])
         #expect(body["temperature"] == .double(0.3) && body["seed"] == 42 && body["stop"] == ["END"] && body["stream"] == true)
         #expect(body["max_tokens"] == 20)
         let record = await daemon.tasksJSON(limit: 1)["tasks"]?.arrayValue?.first
@@ -65,13 +73,15 @@ import StateStore
         let (bridge, daemon) = try bridge(transport)
         let cancellation = ServeCancellation()
         let started = Date()
-        let winner = await race({
-            await bridge.serve(Self.chat(), client: "AA:BB", cancellation: cancellation) { _ in }
-        }, {
-            try? await Task.sleep(nanoseconds: 200_000_000)
-            cancellation.cancel(reason: "cancelled")
-            await cancellation.wait()
-        })
+        let winner = await race(
+            {
+                await bridge.serve(Self.chat(), client: "AA:BB", cancellation: cancellation) { _ in }
+            },
+            {
+                try? await Task.sleep(nanoseconds: 200_000_000)
+                cancellation.cancel(reason: "cancelled")
+                await cancellation.wait()
+            })
         #expect(Date().timeIntervalSince(started) < 5, "the hanging call was aborted")
         if case .first(let outcome) = winner { Issue.record("the serve ended by itself: \(outcome)") }
         let record = await daemon.tasksJSON(limit: 1)["tasks"]?.arrayValue?.first

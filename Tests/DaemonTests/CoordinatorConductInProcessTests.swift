@@ -23,7 +23,9 @@ import WorkerCore
         let status = await bed.daemon.statusJSON()
         #expect(status["coordinator"]?["deferredReason"]?.stringValue?.hasPrefix("held: model-unavailable: unavailable: connection refused") == true)
         #expect(status["power"]?["held"]?["model-unavailable"] == 2)
-        #expect(status["summary"]?.stringValue?.contains("; new work held: model-unavailable (model backend unavailable)") == true, "\(status["summary"] ?? .null)")
+        #expect(
+            status["summary"]?.stringValue?.contains("; new work held: model-unavailable (model backend unavailable)") == true,
+            "\(status["summary"] ?? .null)")
         #expect(await bed.daemon.recentEvents(limit: nil).contains { $0.kind == .workHeld && $0.reason.contains("model-unavailable") })
 
         await bed.daemon.updateModel(state: "ready", detail: "back")
@@ -37,10 +39,12 @@ import WorkerCore
 
     @Test func aModelServerThatFailsReleasesEverySubtaskUnansweredAndTheBreakerOpensAtTheThird() async throws {
         let bed = try CoordinatorBed()
-        bed.transport.script("/pull", .json(200, Self.subtask("a")), .json(200, Self.subtask("b")), .json(200, Self.subtask("c")),
-                             .json(200, Self.subtask("d")))
-        bed.transport.script("/api/generate", .json(500, #"{"error":"model runner crashed"}"#), .json(502, #"{"error":"bad gateway"}"#),
-                             .json(503, #"{"error":"busy"}"#))
+        bed.transport.script(
+            "/pull", .json(200, Self.subtask("a")), .json(200, Self.subtask("b")), .json(200, Self.subtask("c")),
+            .json(200, Self.subtask("d")))
+        bed.transport.script(
+            "/api/generate", .json(500, #"{"error":"model runner crashed"}"#), .json(502, #"{"error":"bad gateway"}"#),
+            .json(503, #"{"error":"busy"}"#))
         bed.start()
         // The breaker's first hold is 30 s; the loop looks again every pull interval.
         #expect(await bed.clock.waitForSleep(CoordinatorBed.pullMs))
@@ -211,7 +215,9 @@ import WorkerCore
         #expect(await bed.clock.waitForSleep(CoordinatorBed.pullMs))
         #expect(bed.transport.calls(to: "/pull").count == 1, "no second claim before the probe says the server is back")
         #expect(bed.transport.calls(to: "/result").isEmpty)
-        #expect(await bed.status["deferredReason"]?.stringValue?.hasPrefix("held: model-unavailable: unavailable: a subtask's generation failed: model_unavailable") == true)
+        #expect(
+            await bed.status["deferredReason"]?.stringValue?.hasPrefix(
+                "held: model-unavailable: unavailable: a subtask's generation failed: model_unavailable") == true)
         await bed.daemon.updateModel(state: "ready", detail: "back")
         bed.clock.advance(by: CoordinatorBed.pullMs)
         await eventually("the next claim once ready") { bed.transport.calls(to: "/result").count == 1 }

@@ -30,9 +30,11 @@ final class CoordinatorBed: Sendable {
 
     /// `fault` mocks a failing disk: the daemon's writer fails each operation it returns an error for;
     /// `configure` changes the config before the daemon is made.
-    init(jitter: @escaping @Sendable (ClosedRange<Int64>) -> Int64 = { $0.upperBound },
-         fault: (@Sendable (_ name: String, _ removal: Bool) -> (any Error)?)? = nil,
-         configure: (inout WorkerConfig) -> Void = { _ in }, sandbox: (any ProgramSandbox)? = nil) throws {
+    init(
+        jitter: @escaping @Sendable (ClosedRange<Int64>) -> Int64 = { $0.upperBound },
+        fault: (@Sendable (_ name: String, _ removal: Bool) -> (any Error)?)? = nil,
+        configure: (inout WorkerConfig) -> Void = { _ in }, sandbox: (any ProgramSandbox)? = nil
+    ) throws {
         clock = ManualClock(jitter: jitter)
         transport = ScriptedTransport(defaults: [
             "/register": .json(200, #"{"accepted":true,"meshToken":"mesh-1"}"#),
@@ -56,8 +58,9 @@ final class CoordinatorBed: Sendable {
         let writer = fault.map { DurableWriter(directory: stateDirectory, onProblem: { _ in }, beforeEach: nil, fault: $0) }
         daemon = WorkerDaemon(config: config, paths: paths, directory: directory, logger: logger, clock: { clock.wallMs() }, writer: writer)
         let notified = self.notified
-        service = CoordinatorService(daemon: daemon, config: config, directory: directory, logger: logger, transport: transport, clock: clock,
-                                     notify: { notified.append($0) }, sandbox: sandbox)
+        service = CoordinatorService(
+            daemon: daemon, config: config, directory: directory, logger: logger, transport: transport, clock: clock,
+            notify: { notified.append($0) }, sandbox: sandbox)
     }
 
     var journal: WorkJournal { WorkJournal(writer: daemon.writer) }
@@ -164,11 +167,12 @@ final class CoordinatorBed: Sendable {
         #expect(await eventually("the second extension") { bed.notified.all.count == 2 })
         bed.clock.advance(by: 5_000)
         #expect(await bed.clock.waitForSleep(2_000))
-        #expect(bed.notified.all == [
-            "EXTEND_TIMEOUT_USEC=10000000\nSTATUS=stopping: waiting up to 12000 ms for subtask s1",
-            "EXTEND_TIMEOUT_USEC=10000000\nSTATUS=stopping: waiting up to 7000 ms for subtask s1",
-            "EXTEND_TIMEOUT_USEC=7000000\nSTATUS=stopping: waiting up to 2000 ms for subtask s1",
-        ], "each covers the next step and one more, until stopGraceMs is spent")
+        #expect(
+            bed.notified.all == [
+                "EXTEND_TIMEOUT_USEC=10000000\nSTATUS=stopping: waiting up to 12000 ms for subtask s1",
+                "EXTEND_TIMEOUT_USEC=10000000\nSTATUS=stopping: waiting up to 7000 ms for subtask s1",
+                "EXTEND_TIMEOUT_USEC=7000000\nSTATUS=stopping: waiting up to 2000 ms for subtask s1",
+            ], "each covers the next step and one more, until stopGraceMs is spent")
         bed.clock.advance(by: 2_000)
         #expect(await eventually("the session to end when the grace is spent") { bed.ended.value })
         #expect(bed.notified.all.count == 3)
@@ -217,8 +221,9 @@ final class CoordinatorBed: Sendable {
     func unauthorizedForgetsTheMeshTokenAndRegistersAgain(path: String) async throws {
         let bed = try CoordinatorBed()
         bed.transport.script(path, .json(401, #"{"error":"mesh_unauthorized","reason":"token rotated"}"#))
-        bed.transport.script("/register", .json(200, #"{"accepted":true,"meshToken":"mesh-1"}"#), .failure(.couldNotConnect),
-                             .json(200, #"{"accepted":true,"meshToken":"mesh-2"}"#))
+        bed.transport.script(
+            "/register", .json(200, #"{"accepted":true,"meshToken":"mesh-1"}"#), .failure(.couldNotConnect),
+            .json(200, #"{"accepted":true,"meshToken":"mesh-2"}"#))
         bed.start()
         // The registration after the 401 fails once: the old token is gone meanwhile.
         #expect(await bed.clock.waitForSleep(1_500))
@@ -384,7 +389,8 @@ final class CoordinatorBed: Sendable {
         bed.start()
         await eventually("the rerun's result") { bed.transport.calls(to: "/result").count == 1 }
         let generate = try #require(bed.transport.calls(to: "/api/generate").first)
-        #expect(generate.totalTimeoutMs == WorkerConfig.Backend().timeoutMs, "the subtask's timeoutMs is advisory; backend.timeoutMs bounds the answer")
+        #expect(
+            generate.totalTimeoutMs == WorkerConfig.Backend().timeoutMs, "the subtask's timeoutMs is advisory; backend.timeoutMs bounds the answer")
         #expect(generate.body?["prompt"] == "say hi")
         #expect(bed.transport.calls(to: "/result").first?.body?["ok"] == true)
         await bed.finish()
@@ -577,7 +583,9 @@ final class MockedVanishingEngine: ProgramSandbox, Sendable {
         #expect(bed.transport.calls(to: "/result").isEmpty, "the host's fault completes nothing for the swarm")
         #expect(bed.transport.calls(to: "/api/generate").count == 2, "a plan and a program were asked for, then the engine failed")
         let task = try #require(await bed.daemon.tasksJSON(limit: 1)["tasks"]?.arrayValue?.first)
-        #expect(task["state"] == "released" && task["error"]?.stringValue?.hasPrefix("sandbox_unavailable: mocked: the engine vanished") == true, "\(task)")
+        #expect(
+            task["state"] == "released" && task["error"]?.stringValue?.hasPrefix("sandbox_unavailable: mocked: the engine vanished") == true,
+            "\(task)")
         await eventually("a second look at the engine") { engine.checks.withLock { $0 } >= 2 }
         await bed.finish()
     }

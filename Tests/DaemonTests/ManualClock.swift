@@ -90,8 +90,10 @@ final class ManualClock: WorkerClock {
 /// Polls `condition` in real time until it holds; records an issue after `timeoutMs`.
 /// For what an in-process loop reaches on its own tasks, a few milliseconds later.
 @discardableResult
-func eventually(_ what: @autoclosure () -> String, timeoutMs: Int = 5_000, sourceLocation: SourceLocation = #_sourceLocation,
-                _ condition: () async -> Bool) async -> Bool {
+func eventually(
+    _ what: @autoclosure () -> String, timeoutMs: Int = 5_000, sourceLocation: SourceLocation = #_sourceLocation,
+    _ condition: () async -> Bool
+) async -> Bool {
     for _ in 0..<(timeoutMs / 2) {
         if await condition() { return true }
         try? await Task.sleep(nanoseconds: 2_000_000)

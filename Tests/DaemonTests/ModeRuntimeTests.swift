@@ -17,8 +17,9 @@ import WorkerCore
         var config = WorkerConfig()
         config.coordinator.url = coordinatorURL
         let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
-        return WorkerDaemon(config: config, paths: paths, directory: try StateDirectory(path: dir),
-                            logger: Logger(label: "test", handler: MemoryLogHandler()), clock: { 1_000 })
+        return WorkerDaemon(
+            config: config, paths: paths, directory: try StateDirectory(path: dir),
+            logger: Logger(label: "test", handler: MemoryLogHandler()), clock: { 1_000 })
     }
 
     func active(_ daemon: WorkerDaemon) -> [Mode] { Mode.allCases.filter { daemon.runtimeSignal(for: $0).value } }
@@ -81,8 +82,9 @@ import WorkerCore
         let logger = Logger(label: "test", handler: logs)
         let daemon = WorkerDaemon(config: config, paths: paths, directory: directory, logger: logger, clock: { 1_000 })
         await daemon.request(.operatorSet(mode, by: "test"))
-        let context = ModeRuntimeContext(daemon: daemon, config: config, directory: directory,
-                                         backend: ModelBackend(config: config.backend), logger: logger)
+        let context = ModeRuntimeContext(
+            daemon: daemon, config: config, directory: directory,
+            backend: ModelBackend(config: config.backend), logger: logger)
         for runtime in ModeRuntimes.all {
             let service = runtime.make(context)
             let before = logs.records.count
@@ -97,8 +99,12 @@ import WorkerCore
             while !ended.value && monotonicNanoseconds() < deadline { try await Task.sleep(nanoseconds: 10_000_000) }
             #expect(ended.value, "\(service.name) in mode \(mode.rawValue) did not end within 5 s of its cancellation")
             let records = logs.records.dropFirst(before)
-            let starts = records.filter { $0.message.hasPrefix("starting the Bluetooth runtime") || $0.message.hasPrefix("coordinator session starting") }.count
-            #expect(starts <= (runtime.mode == mode ? 1 : 0), "\(service.name) in mode \(mode.rawValue) started its runtime \(starts) times: \(records.map(\.message))")
+            let starts = records.filter {
+                $0.message.hasPrefix("starting the Bluetooth runtime") || $0.message.hasPrefix("coordinator session starting")
+            }.count
+            #expect(
+                starts <= (runtime.mode == mode ? 1 : 0),
+                "\(service.name) in mode \(mode.rawValue) started its runtime \(starts) times: \(records.map(\.message))")
         }
     }
 }

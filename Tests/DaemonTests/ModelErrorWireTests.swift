@@ -15,15 +15,17 @@ import StateStore
     @Test func aModelThatIsNotThereIsAnsweredWithTheModelUnavailableCode() async throws {
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
-        let daemon = WorkerDaemon(config: WorkerConfig(), paths: paths, directory: try StateDirectory(path: dir),
-                                  logger: Logger(label: "test", handler: MemoryLogHandler()), clock: { 1_000 })
+        let daemon = WorkerDaemon(
+            config: WorkerConfig(), paths: paths, directory: try StateDirectory(path: dir),
+            logger: Logger(label: "test", handler: MemoryLogHandler()), clock: { 1_000 })
         // Port 9 (discard) on loopback: nothing listens, so the connection is refused.
         var backendConfig = WorkerConfig.Backend()
         backendConfig.url = "http://127.0.0.1:9"
         let bridge = PeripheralBridge(daemon: daemon, backend: ModelBackend(config: backendConfig), timeoutMs: 5_000)
 
-        let outcome = await bridge.serve(BluetoothRequest(id: "r1", prompt: "hi", maxTokens: 4), client: "AA:BB",
-                                         cancellation: ServeCancellation(), onPartial: { _ in })
+        let outcome = await bridge.serve(
+            BluetoothRequest(id: "r1", prompt: "hi", maxTokens: 4), client: "AA:BB",
+            cancellation: ServeCancellation(), onPartial: { _ in })
 
         #expect(outcome.ok == false)
         let error = try #require(outcome.error)

@@ -16,8 +16,9 @@ import Synchronization
 
     func daemon(_ config: WorkerConfig) throws -> WorkerDaemon {
         let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
-        return WorkerDaemon(config: config, paths: paths, directory: try StateDirectory(path: dir),
-                            logger: Logger(label: "test", handler: MemoryLogHandler()), clock: { 1_000 })
+        return WorkerDaemon(
+            config: config, paths: paths, directory: try StateDirectory(path: dir),
+            logger: Logger(label: "test", handler: MemoryLogHandler()), clock: { 1_000 })
     }
 
     @Test func aPulledModelIsLoadedWhenAWorkingModeStartsAndReadyOnlyOnceLoaded() async throws {
@@ -29,9 +30,10 @@ import Synchronization
         let daemon = try daemon(config)
         // Ollama as it behaves: /api/ps lists the model once a load has returned.
         let transport = LoadingOllama(loadMs: 300)
-        let service = ModelProbeService(daemon: daemon, backend: ModelBackend(config: config.backend, client: transport),
-                                        logger: Logger(label: "test", handler: MemoryLogHandler()),
-                                        intervalNanoseconds: 30_000_000, loadPollNanoseconds: 50_000_000)
+        let service = ModelProbeService(
+            daemon: daemon, backend: ModelBackend(config: config.backend, client: transport),
+            logger: Logger(label: "test", handler: MemoryLogHandler()),
+            intervalNanoseconds: 30_000_000, loadPollNanoseconds: 50_000_000)
         let shutdown = GracefulShutdown()
         let running = Task { try await service.run(shutdown: shutdown) }
         defer { shutdown.trigger(); running.cancel() }
@@ -69,9 +71,10 @@ import Synchronization
             "/api/ps": .json(200, #"{"models":[]}"#),
             "/api/generate": .json(500, #"{"error":"llama runner process has terminated: signal: killed"}"#),
         ])
-        let service = ModelProbeService(daemon: daemon, backend: ModelBackend(config: config.backend, client: transport),
-                                        logger: Logger(label: "test", handler: MemoryLogHandler()),
-                                        intervalNanoseconds: 20_000_000, loadPollNanoseconds: 10_000_000)
+        let service = ModelProbeService(
+            daemon: daemon, backend: ModelBackend(config: config.backend, client: transport),
+            logger: Logger(label: "test", handler: MemoryLogHandler()),
+            intervalNanoseconds: 20_000_000, loadPollNanoseconds: 10_000_000)
         let shutdown = GracefulShutdown()
         daemon.workingModeSelected.set(true)
         let running = Task { try await service.run(shutdown: shutdown) }
@@ -105,8 +108,9 @@ final class LoadingOllama: HTTPTransport {
 
     func perform(_ request: HTTP.HTTPRequest) async throws -> HTTPResponse {
         let path = ScriptedTransport.path(of: request.url)
-        let call = Call(path: path, body: request.body.flatMap { try? JSON.parse($0) },
-                        authorization: request.headers.first { $0.0 == "authorization" }?.1)
+        let call = Call(
+            path: path, body: request.body.flatMap { try? JSON.parse($0) },
+            authorization: request.headers.first { $0.0 == "authorization" }?.1)
         let loaded = state.withLock { state -> Bool in
             state.calls.append(call)
             return state.loaded

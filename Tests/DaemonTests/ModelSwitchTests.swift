@@ -9,17 +9,20 @@ import WorkerCore
 /// server, the manual clock. Tests/Suites/coordinator.sh runs it against the dev
 /// coordinator and the Ollama fixture.
 @Suite struct ModelSwitchInProcess {
-    static let request = #"{"ok":true,"orchestration":{"rolloutId":"r1","provider":"ollama-local","model":"big:7b","autoInstall":true,"pending":true}}"#
-    static let pull = [
-        #"{"status":"pulling manifest"}"#,
-        #"{"status":"pulling aa","digest":"sha256:aa","total":100,"completed":50}"#,
-        #"{"status":"pulling aa","digest":"sha256:aa","total":100,"completed":100}"#,
-        #"{"status":"success"}"#,
-    ].joined(separator: "\n") + "\n"
+    static let request =
+        #"{"ok":true,"orchestration":{"rolloutId":"r1","provider":"ollama-local","model":"big:7b","autoInstall":true,"pending":true}}"#
+    static let pull =
+        [
+            #"{"status":"pulling manifest"}"#,
+            #"{"status":"pulling aa","digest":"sha256:aa","total":100,"completed":50}"#,
+            #"{"status":"pulling aa","digest":"sha256:aa","total":100,"completed":100}"#,
+            #"{"status":"success"}"#,
+        ].joined(separator: "\n") + "\n"
 
     static func reading(battery: Int, mains: Bool) -> PowerReading {
-        PowerReading(telemetry: PowerTelemetry(onExternalPower: mains, batteryPct: battery, hasSystemBattery: true, updatedAtMs: 1),
-                     supplies: [], sensors: [], platformProfile: nil, chassisType: nil, cpuSampled: false, cpuHadPreviousSample: false, memoryRead: false)
+        PowerReading(
+            telemetry: PowerTelemetry(onExternalPower: mains, batteryPct: battery, hasSystemBattery: true, updatedAtMs: 1),
+            supplies: [], sensors: [], platformProfile: nil, chassisType: nil, cpuSampled: false, cpuHadPreviousSample: false, memoryRead: false)
     }
 
     func paths(_ bed: CoordinatorBed) async -> (status: String, ack: String) {
@@ -46,7 +49,9 @@ import WorkerCore
     }
 
     @Test func thePowerPolicyHoldsAPullThenItRunsSwitchesPersistsAndAcks() async throws {
-        let bed = try CoordinatorBed(configure: { $0.backend.allowRemoteModelSwitch = true; $0.policy.allowRemoteModelSwitch = true })
+        let bed = try CoordinatorBed(configure: {
+            $0.backend.allowRemoteModelSwitch = true; $0.policy.allowRemoteModelSwitch = true
+        })
         let (status, ack) = await paths(bed)
         bed.transport.script("/heartbeat", .json(200, Self.request))
         for _ in 0..<8 { bed.transport.script(status, .json(200, #"{"ok":true}"#)) }
@@ -128,7 +133,9 @@ import WorkerCore
     }
 
     @Test func aSuspendHoldsASwitch() async throws {
-        let bed = try CoordinatorBed(configure: { Self.allowed(&$0); $0.network.onMetered = .allow })
+        let bed = try CoordinatorBed(configure: {
+            Self.allowed(&$0); $0.network.onMetered = .allow
+        })
         _ = await scriptCoordinator(bed, ack: true)
         var suspending = HostServices()
         suspending.sleep = .preparing
@@ -201,8 +208,9 @@ import WorkerCore
 @Suite struct ModelSwitchMemory {
     @Test func aSessionRemembersTheLast64AcknowledgedSwitchesAndOutcomes() async throws {
         let bed = try CoordinatorBed()
-        let link = CoordinatorLink(config: await bed.daemon.config, agentID: await bed.daemon.agentID, files: WorkerStateFiles(directory: bed.directory),
-                                   daemon: bed.daemon, logger: Logger(label: "test", handler: MemoryLogHandler()), transport: bed.transport, clock: bed.clock)
+        let link = CoordinatorLink(
+            config: await bed.daemon.config, agentID: await bed.daemon.agentID, files: WorkerStateFiles(directory: bed.directory),
+            daemon: bed.daemon, logger: Logger(label: "test", handler: MemoryLogHandler()), transport: bed.transport, clock: bed.clock)
         for i in 0..<1_000 {
             await link.recordSwitchOutcome("rollout-\(i)", ok: false, error: nil)
             if i % 2 == 0 { await link.forgetSwitchOutcome("rollout-\(i)") }

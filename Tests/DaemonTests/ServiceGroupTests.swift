@@ -126,10 +126,11 @@ struct GroupRun {
     let reloads = HitCounter()
 
     func start(_ services: [any Service], deadlineMs: UInt64) -> Task<ServiceGroupExit, Never> {
-        let group = ServiceGroup(services: services, logger: Logger(label: "group", handler: logs),
-                                 gracefulDeadlineNanoseconds: deadlineMs * 1_000_000,
-                                 onShutdownStart: { [shutdownStarts] in shutdownStarts.increment() },
-                                 onReload: { [reloads] in reloads.increment() })
+        let group = ServiceGroup(
+            services: services, logger: Logger(label: "group", handler: logs),
+            gracefulDeadlineNanoseconds: deadlineMs * 1_000_000,
+            onShutdownStart: { [shutdownStarts] in shutdownStarts.increment() },
+            onReload: { [reloads] in reloads.increment() })
         let signals = self.signals
         return Task { await group.run(nextSignal: { try await signals.next() }) }
     }
@@ -154,7 +155,8 @@ func milliseconds(since start: UInt64) -> UInt64 { (monotonicNanoseconds() - sta
         run.signals.send(SIGHUP)
         #expect(await eventually("two reloads") { run.reloads.count == 2 })
         #expect(run.shutdownStarts.count == 0)
-        #expect(run.journal.all == ["a started", "b started"] || run.journal.all == ["b started", "a started"], "nothing stopped: \(run.journal.all)")
+        #expect(
+            run.journal.all == ["a started", "b started"] || run.journal.all == ["b started", "a started"], "nothing stopped: \(run.journal.all)")
         run.signals.send(SIGTERM)
         #expect(await task.value == .signal(SIGTERM))
         #expect(run.reloads.count == 2)
@@ -179,8 +181,9 @@ func milliseconds(since start: UInt64) -> UInt64 { (monotonicNanoseconds() - sta
         #expect(run.shutdownStarts.count == 0)
         run.signals.send(SIGTERM)
         #expect(await task.value == .signal(SIGTERM))
-        #expect(Array(run.journal.all.dropFirst(3)) == ["c stopping", "c stopped", "b stopping", "b stopped", "a stopping", "a stopped"],
-                "each service is asked only once the one started after it has returned")
+        #expect(
+            Array(run.journal.all.dropFirst(3)) == ["c stopping", "c stopped", "b stopping", "b stopped", "a stopping", "a stopped"],
+            "each service is asked only once the one started after it has returned")
         #expect(run.shutdownStarts.count == 1)
     }
 
@@ -217,8 +220,11 @@ func milliseconds(since start: UInt64) -> UInt64 { (monotonicNanoseconds() - sta
 
     @Test func aFailingServiceStopsTheOthersInReverseOrder() async {
         let run = GroupRun()
-        let task = run.start([PoliteService(name: "a", journal: run.journal), EndingService(name: "b", journal: run.journal, fails: true),
-                              PoliteService(name: "c", journal: run.journal)], deadlineMs: 10_000)
+        let task = run.start(
+            [
+                PoliteService(name: "a", journal: run.journal), EndingService(name: "b", journal: run.journal, fails: true),
+                PoliteService(name: "c", journal: run.journal),
+            ], deadlineMs: 10_000)
         #expect(await task.value == .serviceFailed("b: the disk is gone"))
         #expect(Array(run.journal.all.dropFirst(3)) == ["c stopping", "c stopped", "a stopping", "a stopped"])
         #expect(run.shutdownStarts.count == 1)
@@ -226,7 +232,8 @@ func milliseconds(since start: UInt64) -> UInt64 { (monotonicNanoseconds() - sta
 
     @Test func aServiceThatReturnsOnItsOwnIsAFailure() async {
         let run = GroupRun()
-        let task = run.start([PoliteService(name: "a", journal: run.journal), EndingService(name: "b", journal: run.journal, fails: false)], deadlineMs: 10_000)
+        let task = run.start(
+            [PoliteService(name: "a", journal: run.journal), EndingService(name: "b", journal: run.journal, fails: false)], deadlineMs: 10_000)
         #expect(await task.value == .serviceFailed("b: returned unexpectedly"))
         #expect(run.journal.all.suffix(2) == ["a stopping", "a stopped"])
     }

@@ -28,13 +28,21 @@ import Posix
     @Test func settingAValueWakesEveryWaiterForItAndNoOther() async {
         let signal = StateSignal(false)
         let wantTrue = HitCounter(), wantFalse = HitCounter()
-        let trues = (0..<3).map { _ in Task { await signal.wait(for: true); wantTrue.increment() } }
+        let trues = (0..<3).map { _ in
+            Task {
+                await signal.wait(for: true); wantTrue.increment()
+            }
+        }
         try? await Task.sleep(nanoseconds: 10_000_000)
         signal.set(true)
         for task in trues { await task.value }
         #expect(wantTrue.count == 3)
 
-        let falses = (0..<2).map { _ in Task { await signal.wait(for: false); wantFalse.increment() } }
+        let falses = (0..<2).map { _ in
+            Task {
+                await signal.wait(for: false); wantFalse.increment()
+            }
+        }
         try? await Task.sleep(nanoseconds: 10_000_000)
         signal.set(true)
         try? await Task.sleep(nanoseconds: 10_000_000)

@@ -14,12 +14,14 @@ import WorkerCore
 
     func daemon(_ config: WorkerConfig = WorkerConfig(), logs: MemoryLogHandler = MemoryLogHandler()) throws -> WorkerDaemon {
         let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
-        return WorkerDaemon(config: config, paths: paths, directory: try StateDirectory(path: dir), logger: Logger(label: "test", handler: logs), clock: { 1_000 })
+        return WorkerDaemon(
+            config: config, paths: paths, directory: try StateDirectory(path: dir), logger: Logger(label: "test", handler: logs), clock: { 1_000 })
     }
 
     func reading(battery: Int, mains: Bool, cpu: Double? = nil) -> PowerReading {
-        PowerReading(telemetry: PowerTelemetry(onExternalPower: mains, batteryPct: battery, cpuUsagePct: cpu, hasSystemBattery: true, updatedAtMs: 1),
-                     supplies: [], sensors: [], platformProfile: nil, chassisType: nil, cpuSampled: false, cpuHadPreviousSample: false, memoryRead: false)
+        PowerReading(
+            telemetry: PowerTelemetry(onExternalPower: mains, batteryPct: battery, cpuUsagePct: cpu, hasSystemBattery: true, updatedAtMs: 1),
+            supplies: [], sensors: [], platformProfile: nil, chassisType: nil, cpuSampled: false, cpuHadPreviousSample: false, memoryRead: false)
     }
 
     @Test func heldWorkIsRefusedAndCountedPerReason() async throws {
@@ -74,7 +76,9 @@ import WorkerCore
 
     func daemon(logs: MemoryLogHandler = MemoryLogHandler()) throws -> WorkerDaemon {
         let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
-        return WorkerDaemon(config: WorkerConfig(), paths: paths, directory: try StateDirectory(path: dir), logger: Logger(label: "test", handler: logs), clock: { 1_000 })
+        return WorkerDaemon(
+            config: WorkerConfig(), paths: paths, directory: try StateDirectory(path: dir), logger: Logger(label: "test", handler: logs),
+            clock: { 1_000 })
     }
 
     func file(_ name: String) -> String? {
@@ -161,8 +165,9 @@ import WorkerCore
         let now = Mutex<Int64>(1_000)
         let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
         func start() throws -> WorkerDaemon {
-            WorkerDaemon(config: WorkerConfig(), paths: paths, directory: try StateDirectory(path: dir),
-                         logger: Logger(label: "test", handler: MemoryLogHandler()), clock: { now.withLock { $0 } })
+            WorkerDaemon(
+                config: WorkerConfig(), paths: paths, directory: try StateDirectory(path: dir),
+                logger: Logger(label: "test", handler: MemoryLogHandler()), clock: { now.withLock { $0 } })
         }
         let first = try start()
         await first.request(.operatorSet(.bluetooth, by: "test"))
@@ -226,8 +231,9 @@ import WorkerCore
         let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
         var running = WorkerConfig()
         running.bluetooth.security = .encrypted
-        let daemon = WorkerDaemon(config: running, paths: paths, directory: try StateDirectory(path: dir),
-                                  logger: Logger(label: "test", handler: MemoryLogHandler()), clock: { 1_000 })
+        let daemon = WorkerDaemon(
+            config: running, paths: paths, directory: try StateDirectory(path: dir),
+            logger: Logger(label: "test", handler: MemoryLogHandler()), clock: { 1_000 })
         var file = running
         file.log.level = .debug
         await daemon.reload(file: file)

@@ -40,41 +40,41 @@ final class LoopbackServer {
 
     init() throws {
         let script = #"""
-import http.server, json, sys, time, socketserver
-ABORTED = [0]
-class H(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def log_message(self, *a): pass
-    def reply(self, status, body, ctype="application/json"):
-        self.send_response(status); self.send_header("content-type", ctype)
-        self.send_header("content-length", str(len(body))); self.end_headers(); self.wfile.write(body)
-    def do_GET(self):
-        if self.path == "/big": self.reply(200, b"x" * 3_000_000)
-        elif self.path == "/slow": time.sleep(10); self.reply(200, b"{}")
-        elif self.path == "/status/503": self.reply(503, b'{"error":"busy"}')
-        elif self.path.startswith("/drip/"):
-            count = int(self.path.split("/")[2])
-            self.send_response(200); self.send_header("content-type", "application/x-ndjson")
-            self.send_header("transfer-encoding", "chunked"); self.end_headers()
-            try:
-                for i in range(count):
-                    if i: time.sleep(0.15)
-                    data = b"piece %d\n" % i
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data)); self.wfile.flush()
-                self.wfile.write(b"0\r\n\r\n")
-            except (BrokenPipeError, ConnectionResetError):
-                ABORTED[0] += 1
-                self.close_connection = True
-        elif self.path == "/aborted": self.reply(200, str(ABORTED[0]).encode())
-        else: self.reply(404, b'{"error":"not found"}')
-    def do_POST(self):
-        n = int(self.headers.get("content-length", 0)); body = self.rfile.read(n)
-        echo = {"method": "POST", "path": self.path, "body": body.decode(), "token": self.headers.get("x-mesh-token"),
-                "type": self.headers.get("content-type"), "agent": self.headers.get("user-agent")}
-        self.reply(200, json.dumps(echo).encode())
-class S(socketserver.ThreadingMixIn, http.server.HTTPServer): daemon_threads = True
-s = S(("127.0.0.1", 0), H); print(s.server_address[1], flush=True); s.serve_forever()
-"""#
+            import http.server, json, sys, time, socketserver
+            ABORTED = [0]
+            class H(http.server.BaseHTTPRequestHandler):
+                protocol_version = "HTTP/1.1"
+                def log_message(self, *a): pass
+                def reply(self, status, body, ctype="application/json"):
+                    self.send_response(status); self.send_header("content-type", ctype)
+                    self.send_header("content-length", str(len(body))); self.end_headers(); self.wfile.write(body)
+                def do_GET(self):
+                    if self.path == "/big": self.reply(200, b"x" * 3_000_000)
+                    elif self.path == "/slow": time.sleep(10); self.reply(200, b"{}")
+                    elif self.path == "/status/503": self.reply(503, b'{"error":"busy"}')
+                    elif self.path.startswith("/drip/"):
+                        count = int(self.path.split("/")[2])
+                        self.send_response(200); self.send_header("content-type", "application/x-ndjson")
+                        self.send_header("transfer-encoding", "chunked"); self.end_headers()
+                        try:
+                            for i in range(count):
+                                if i: time.sleep(0.15)
+                                data = b"piece %d\n" % i
+                                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data)); self.wfile.flush()
+                            self.wfile.write(b"0\r\n\r\n")
+                        except (BrokenPipeError, ConnectionResetError):
+                            ABORTED[0] += 1
+                            self.close_connection = True
+                    elif self.path == "/aborted": self.reply(200, str(ABORTED[0]).encode())
+                    else: self.reply(404, b'{"error":"not found"}')
+                def do_POST(self):
+                    n = int(self.headers.get("content-length", 0)); body = self.rfile.read(n)
+                    echo = {"method": "POST", "path": self.path, "body": body.decode(), "token": self.headers.get("x-mesh-token"),
+                            "type": self.headers.get("content-type"), "agent": self.headers.get("user-agent")}
+                    self.reply(200, json.dumps(echo).encode())
+            class S(socketserver.ThreadingMixIn, http.server.HTTPServer): daemon_threads = True
+            s = S(("127.0.0.1", 0), H); print(s.server_address[1], flush=True); s.serve_forever()
+            """#
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = ["python3", "-c", script]
         let out = Pipe()
@@ -105,8 +105,10 @@ s = S(("127.0.0.1", 0), H); print(s.server_address[1], flush=True); s.serve_fore
 
     @Test func postsABodyWithHeadersAndReadsTheAnswer() async throws {
         let body = Array(#"{"agentId":"a"}"#.utf8)
-        let response = try await HTTPClient.shared.perform(HTTPRequest(method: "POST", url: server.base + "/register",
-            headers: [("content-type", "application/json"), ("x-mesh-token", "tok")], body: body))
+        let response = try await HTTPClient.shared.perform(
+            HTTPRequest(
+                method: "POST", url: server.base + "/register",
+                headers: [("content-type", "application/json"), ("x-mesh-token", "tok")], body: body))
         #expect(response.status == 200)
         let echo = try JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any]
         #expect(echo?["body"] as? String == #"{"agentId":"a"}"#)
@@ -181,8 +183,9 @@ s = S(("127.0.0.1", 0), H); print(s.server_address[1], flush=True); s.serve_fore
             try await Task.sleep(nanoseconds: 100_000_000)
             aborted = try await HTTPClient.shared.perform(HTTPRequest(url: server.base + "/aborted")).body
         }
-        #expect(Int(String(decoding: aborted, as: UTF8.self)) == Int(String(decoding: before, as: UTF8.self))! + 1,
-                "the server's next write failed: the connection was closed")
+        #expect(
+            Int(String(decoding: aborted, as: UTF8.self)) == Int(String(decoding: before, as: UTF8.self))! + 1,
+            "the server's next write failed: the connection was closed")
     }
 
     @Test func cancellingTheReadingTaskEndsTheStream() async throws {
@@ -220,7 +223,9 @@ s = S(("127.0.0.1", 0), H); print(s.server_address[1], flush=True); s.serve_fore
         let base = server.base
         let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
             for i in 0..<20 {
-                group.addTask { try await HTTPClient.shared.perform(HTTPRequest(method: "POST", url: base + "/n\(i)", body: Array("\(i)".utf8))).status }
+                group.addTask {
+                    try await HTTPClient.shared.perform(HTTPRequest(method: "POST", url: base + "/n\(i)", body: Array("\(i)".utf8))).status
+                }
             }
             return try await group.reduce(into: [Int]()) { $0.append($1) }
         }
@@ -255,7 +260,10 @@ s = S(("127.0.0.1", 0), H); print(s.server_address[1], flush=True); s.serve_fore
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let gen = Process()
         gen.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
-        gen.arguments = ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", dir + "/k.pem", "-out", dir + "/c.pem", "-days", "1", "-subj", "/CN=127.0.0.1"]
+        gen.arguments = [
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", dir + "/k.pem", "-out", dir + "/c.pem", "-days", "1", "-subj",
+            "/CN=127.0.0.1",
+        ]
         gen.standardError = FileHandle.nullDevice
         try gen.run()
         for _ in 0..<3000 where gen.isRunning { usleep(10_000) }

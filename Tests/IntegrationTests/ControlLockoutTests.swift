@@ -16,31 +16,33 @@ import WorkerCore
 
         init(socket: String, uid: Int, count: Int, holdSeconds: Int = 30) throws {
             let script = """
-            import json, socket, sys, time
-            path, count, hold = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-            conns = []
-            for _ in range(count):
-                s = socket.socket(socket.AF_UNIX)
-                try:
-                    s.connect(path)
-                except OSError:
-                    continue
-                conns.append(s)
-            time.sleep(0.5)
-            stats = {"connected": len(conns), "open": 0, "busy": 0, "closed": 0}
-            for s in conns:
-                s.setblocking(False)
-                try:
-                    data = s.recv(4096)
-                    stats["busy" if b'"busy"' in data else "closed"] += 1
-                except BlockingIOError:
-                    stats["open"] += 1
-            print(json.dumps(stats), flush=True)
-            time.sleep(hold)
-            """
+                import json, socket, sys, time
+                path, count, hold = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+                conns = []
+                for _ in range(count):
+                    s = socket.socket(socket.AF_UNIX)
+                    try:
+                        s.connect(path)
+                    except OSError:
+                        continue
+                    conns.append(s)
+                time.sleep(0.5)
+                stats = {"connected": len(conns), "open": 0, "busy": 0, "closed": 0}
+                for s in conns:
+                    s.setblocking(False)
+                    try:
+                        data = s.recv(4096)
+                        stats["busy" if b'"busy"' in data else "closed"] += 1
+                    except BlockingIOError:
+                        stats["open"] += 1
+                print(json.dumps(stats), flush=True)
+                time.sleep(hold)
+                """
             process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
-            process.arguments = ["--reuid", String(uid), "--regid", String(uid), "--clear-groups",
-                                 "/usr/bin/env", "python3", "-c", script, socket, String(count), String(holdSeconds)]
+            process.arguments = [
+                "--reuid", String(uid), "--regid", String(uid), "--clear-groups",
+                "/usr/bin/env", "python3", "-c", script, socket, String(count), String(holdSeconds),
+            ]
             process.standardOutput = out
             try process.run()
         }
@@ -86,8 +88,9 @@ import WorkerCore
         }
         #expect(try daemon.cli(["mode"]).stdout.hasPrefix("off"))
         #expect(daemon.stderr.contains("refusing a control connection from"), "refusals are logged")
-        #expect(daemon.stderr.components(separatedBy: "refusing a control connection").count - 1 < 50,
-                "292 refusals in a row are folded by the log's repeat limit")
+        #expect(
+            daemon.stderr.components(separatedBy: "refusing a control connection").count - 1 < 50,
+            "292 refusals in a row are folded by the log's repeat limit")
         _ = try daemon.stop()
     }
 
@@ -114,19 +117,23 @@ import WorkerCore
         let daemon = try DaemonHarness()
         try daemon.start()
         let script = """
-        import socket, sys
-        s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.settimeout(5)
-        s.sendall(b'{"cmd":"status"}\\n')
-        data = b''
-        while True:
-            chunk = s.recv(4096)
-            if not chunk: break
-            data += chunk
-        print(data.decode().strip())
-        print("closed")
-        """
-        let result = try runCommand("/usr/bin/setpriv", ["--reuid", "65534", "--regid", "65534", "--clear-groups",
-                                                         "/usr/bin/env", "python3", "-c", script, daemon.controlSocket], timeout: 10)
+            import socket, sys
+            s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.settimeout(5)
+            s.sendall(b'{"cmd":"status"}\\n')
+            data = b''
+            while True:
+                chunk = s.recv(4096)
+                if not chunk: break
+                data += chunk
+            print(data.decode().strip())
+            print("closed")
+            """
+        let result = try runCommand(
+            "/usr/bin/setpriv",
+            [
+                "--reuid", "65534", "--regid", "65534", "--clear-groups",
+                "/usr/bin/env", "python3", "-c", script, daemon.controlSocket,
+            ], timeout: 10)
         let lines = result.stdout.split(separator: "\n").map(String.init)
         #expect(lines.count == 2, "\(result.stdout) \(result.stderr)")
         #expect(lines.first?.contains("\"forbidden\"") == true)

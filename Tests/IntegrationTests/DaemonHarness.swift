@@ -26,7 +26,8 @@ struct CommandResult {
 }
 
 /// Runs a command to completion (with a deadline) and captures its output.
-func runCommand(_ executable: String, _ arguments: [String], environment: [String: String] = [:], timeout: TimeInterval = 20) throws -> CommandResult {
+func runCommand(_ executable: String, _ arguments: [String], environment: [String: String] = [:], timeout: TimeInterval = 20) throws -> CommandResult
+{
     let process = Process()
     process.executableURL = URL(fileURLWithPath: executable)
     process.arguments = arguments
@@ -44,9 +45,13 @@ func runCommand(_ executable: String, _ arguments: [String], environment: [Strin
     nonisolated(unsafe) var errData = Data()
     let group = DispatchGroup()
     group.enter()
-    DispatchQueue.global().async { outData = out.fileHandleForReading.readDataToEndOfFile(); group.leave() }
+    DispatchQueue.global().async {
+        outData = out.fileHandleForReading.readDataToEndOfFile(); group.leave()
+    }
     group.enter()
-    DispatchQueue.global().async { errData = err.fileHandleForReading.readDataToEndOfFile(); group.leave() }
+    DispatchQueue.global().async {
+        errData = err.fileHandleForReading.readDataToEndOfFile(); group.leave()
+    }
     let deadline = Date().addingTimeInterval(timeout)
     while process.isRunning && Date() < deadline { usleep(10_000) }
     if process.isRunning {
@@ -55,7 +60,8 @@ func runCommand(_ executable: String, _ arguments: [String], environment: [Strin
         throw HarnessError("\(executable) \(arguments.joined(separator: " ")) did not finish within \(timeout) s")
     }
     group.wait()
-    return CommandResult(status: process.terminationStatus, stdout: String(decoding: outData, as: UTF8.self), stderr: String(decoding: errData, as: UTF8.self))
+    return CommandResult(
+        status: process.terminationStatus, stdout: String(decoding: outData, as: UTF8.self), stderr: String(decoding: errData, as: UTF8.self))
 }
 
 /// Calls `body` with a sockaddr_un for `path`.
@@ -67,7 +73,9 @@ func withUnixAddress(_ path: String, _ body: (UnsafePointer<sockaddr>, socklen_t
         raw.copyBytes(from: bytes)
         raw[bytes.count] = 0
     }
-    return withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
+    return withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+    }
 }
 
 /// Foundation's waitUntilExit can spin on Linux; poll instead, with a bound.

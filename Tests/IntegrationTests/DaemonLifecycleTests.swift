@@ -180,7 +180,9 @@ import WorkerCore
     @Test func aSecondDaemonOnTheSameRuntimeDirectoryRefusesToStart() throws {
         let daemon = try DaemonHarness()
         try daemon.start()
-        let second = try runCommand(workerBinary, ["run", "--config", daemon.configPath, "--state-dir", daemon.stateDirectory + "2", "--runtime-dir", daemon.runtimeDirectory])
+        let second = try runCommand(
+            workerBinary,
+            ["run", "--config", daemon.configPath, "--state-dir", daemon.stateDirectory + "2", "--runtime-dir", daemon.runtimeDirectory])
         #expect(second.status == 1)
         #expect(second.stderr.contains("another edgecoder-worker daemon is listening"))
         #expect(try daemon.cli(["status"]).status == 0, "the first daemon keeps its socket")

@@ -48,7 +48,8 @@ import WorkerCore
     }
 
     @Test func configCheckWarnsAboutThePlaceholderButCallsTheFileValid() throws {
-        let example = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../Config/edgecoder-worker.json").standardized.path
+        let example = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../Config/edgecoder-worker.json")
+            .standardized.path
         let text = try runCommand(workerBinary, ["config", "check", "--config", example])
         #expect(text.status == 0)
         #expect(text.stderr.contains("warning: coordinator.url is the example placeholder"), "\(text.stderr)")
@@ -98,7 +99,8 @@ import WorkerCore
         let process = Process()
         let url: String
         init(_ arguments: [String]) throws {
-            let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../DevCoordinator/dev_coordinator.py").standardized.path
+            let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../DevCoordinator/dev_coordinator.py")
+                .standardized.path
             process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
             process.arguments = [script, "--port", "0"] + arguments
             let out = Pipe()
@@ -143,10 +145,14 @@ import WorkerCore
         let laptop = try FakeLaptop(in: daemon.root, onMains: true, batteryPct: 100)
         try daemon.start(extraEnvironment: ["CREDENTIALS_DIRECTORY": credentials], extraArguments: ["--sysfs-root", laptop.root])
         let credential = credentials + "/registration-token"
-        let script = "printf '%s\\n' \"$TOKEN\" | \"$BIN\" enroll --coordinator \"$URL\" --token-stdin --on --timeout 30 --config \"$CONFIG\" --credential \"$CRED\" --runtime-dir \"$RUN\""
-        let result = try runCommand("/bin/sh", ["-c", script], environment: [
-            "TOKEN": token, "BIN": workerBinary, "URL": coordinator.url, "CONFIG": daemon.configPath, "CRED": credential, "RUN": daemon.runtimeDirectory,
-        ], timeout: 60)
+        let script =
+            "printf '%s\\n' \"$TOKEN\" | \"$BIN\" enroll --coordinator \"$URL\" --token-stdin --on --timeout 30 --config \"$CONFIG\" --credential \"$CRED\" --runtime-dir \"$RUN\""
+        let result = try runCommand(
+            "/bin/sh", ["-c", script],
+            environment: [
+                "TOKEN": token, "BIN": workerBinary, "URL": coordinator.url, "CONFIG": daemon.configPath, "CRED": credential,
+                "RUN": daemon.runtimeDirectory,
+            ], timeout: 60)
         #expect(result.status == 0, "\(result.stdout)\n\(result.stderr)\n\(daemon.stderr)")
         #expect(result.stdout.contains("registered with \(coordinator.url)"), "\(result.stdout)")
 
@@ -177,8 +183,11 @@ import WorkerCore
         try FileManager.default.createDirectory(atPath: credentials, withIntermediateDirectories: true)
         try daemon.start(extraEnvironment: ["CREDENTIALS_DIRECTORY": credentials])
         try "wrong\n".write(toFile: daemon.root + "/token", atomically: true, encoding: .utf8)
-        let result = try daemon.cli(["enroll", "--coordinator", coordinator.url, "--token-file", daemon.root + "/token", "--on", "--timeout", "20",
-                                     "--config", daemon.configPath, "--credential", credentials + "/registration-token"], timeout: 40)
+        let result = try daemon.cli(
+            [
+                "enroll", "--coordinator", coordinator.url, "--token-file", daemon.root + "/token", "--on", "--timeout", "20",
+                "--config", daemon.configPath, "--credential", credentials + "/registration-token",
+            ], timeout: 40)
         #expect(result.status != 0)
         #expect(result.stderr.contains("registration_token_invalid"), "\(result.stdout)\n\(result.stderr)")
         _ = try daemon.stop()
@@ -186,10 +195,12 @@ import WorkerCore
 
     @Test func refusesCleartextToARemoteHostAndAnUnreachableCoordinatorWithoutChangingAnything() throws {
         let daemon = try DaemonHarness(config: Self.exampleLike)
-        let cleartext = try runCommand(workerBinary, ["enroll", "--coordinator", "http://192.0.2.1", "--config", daemon.configPath, "--credential", daemon.root + "/c"])
+        let cleartext = try runCommand(
+            workerBinary, ["enroll", "--coordinator", "http://192.0.2.1", "--config", daemon.configPath, "--credential", daemon.root + "/c"])
         #expect(cleartext.status == 64)
         #expect(cleartext.stderr.contains("unencrypted"), "\(cleartext.stderr)")
-        let unreachable = try runCommand(workerBinary, ["enroll", "--coordinator", "http://127.0.0.1:9", "--config", daemon.configPath, "--credential", daemon.root + "/c"])
+        let unreachable = try runCommand(
+            workerBinary, ["enroll", "--coordinator", "http://127.0.0.1:9", "--config", daemon.configPath, "--credential", daemon.root + "/c"])
         #expect(unreachable.status == 1)
         #expect(unreachable.stderr.contains("not reachable"), "\(unreachable.stderr)")
         #expect(try String(contentsOfFile: daemon.configPath, encoding: .utf8) == Self.exampleLike)
@@ -213,8 +224,9 @@ import WorkerCore
         var history = TaskHistory()
         history.upsert(record)
         try history.json.serialized.write(toFile: daemon.stateDirectory + "/tasks.json", atomically: true, encoding: .utf8)
-        try text.json.serialized.write(toFile: daemon.stateDirectory + "/" + TaskText.fileName(source: .coordinator, id: "sub-7"),
-                                       atomically: true, encoding: .utf8)
+        try text.json.serialized.write(
+            toFile: daemon.stateDirectory + "/" + TaskText.fileName(source: .coordinator, id: "sub-7"),
+            atomically: true, encoding: .utf8)
         // A text file whose task the history no longer has is removed at start.
         let orphan = daemon.stateDirectory + "/" + TaskText.fileName(source: .bluetooth, id: "gone")
         try text.json.serialized.write(toFile: orphan, atomically: true, encoding: .utf8)
@@ -222,10 +234,14 @@ import WorkerCore
 
         let shown = try daemon.cli(["tasks", "show", "sub-7"])
         #expect(shown.status == 0, "\(shown.stderr)")
-        #expect(shown.stdout.hasPrefix("task sub-7\nsource:   coordinator (coordinator task task-3)\nstate:    done\n"), "\(shown.stdout.prefix(300))")
+        #expect(
+            shown.stdout.hasPrefix("task sub-7\nsource:   coordinator (coordinator task task-3)\nstate:    done\n"), "\(shown.stdout.prefix(300))")
         #expect(shown.stdout.contains("--- prompt (\(prompt.utf8.count) bytes) ---\nWrite a function.\nword word"))
-        #expect(shown.stdout.contains("\\u{1b}[2J end\n") && !shown.stdout.contains("\u{1b}"), "control characters are shown, not sent to the terminal")
-        #expect(shown.stdout.contains("--- answer (\(answer.utf8.count) bytes; cut: the first \(TaskText.cut(answer).utf8.count) kept) ---\nfunc f() {}\n"))
+        #expect(
+            shown.stdout.contains("\\u{1b}[2J end\n") && !shown.stdout.contains("\u{1b}"), "control characters are shown, not sent to the terminal")
+        #expect(
+            shown.stdout.contains(
+                "--- answer (\(answer.utf8.count) bytes; cut: the first \(TaskText.cut(answer).utf8.count) kept) ---\nfunc f() {}\n"))
 
         let json = try daemon.cli(["tasks", "show", "sub-7", "--json"])
         let task = try #require(try JSON.parse(Array(json.stdout.utf8))["task"])

@@ -49,8 +49,11 @@ extension DaemonHarness {
         let json = try JSON.parse(result.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
         let keys = Set(json.objectValue?.keys ?? [])
         #expect(json.objectValue?.keys.first == "schemaVersion")
-        #expect(keys == ["schemaVersion", "onExternalPower", "batteryLevelPct", "onACPower", "batteryPct", "memoryUsagePct", "deviceType", "updatedAtMs"],
-                "unknown values (lowPowerMode, thermalState, CPU with an unchanging /proc/stat) are omitted: \(keys)")
+        #expect(
+            keys == [
+                "schemaVersion", "onExternalPower", "batteryLevelPct", "onACPower", "batteryPct", "memoryUsagePct", "deviceType", "updatedAtMs",
+            ],
+            "unknown values (lowPowerMode, thermalState, CPU with an unchanging /proc/stat) are omitted: \(keys)")
         #expect(json["batteryPct"] == 42 && json["batteryLevelPct"] == 42)
         #expect(json["onExternalPower"] == false && json["onACPower"] == false)
         #expect(json["deviceType"] == "laptop")
@@ -162,11 +165,13 @@ extension DaemonHarness {
         #expect(shown["maxCpuUsagePct"] == ["value": 80, "source": "config"])
         #expect(shown["resumeDwellSec"] == ["value": 30, "source": "default"])
 
-        for (args, message) in [(["policy", "set", "minBatteryPct", "abc"], "must be an integer"),
-                                (["policy", "set", "minBatteryPct", "101"], "0…100"),
-                                (["policy", "set", "minBatteryPct", "70"], "resumeBatteryPct: must be at least minBatteryPct (70)"),
-                                (["policy", "set", "maxThermalState", "lukewarm"], "must be one of"),
-                                (["policy", "set", "turbo", "1"], "unknown policy key")] {
+        for (args, message) in [
+            (["policy", "set", "minBatteryPct", "abc"], "must be an integer"),
+            (["policy", "set", "minBatteryPct", "101"], "0…100"),
+            (["policy", "set", "minBatteryPct", "70"], "resumeBatteryPct: must be at least minBatteryPct (70)"),
+            (["policy", "set", "maxThermalState", "lukewarm"], "must be one of"),
+            (["policy", "set", "turbo", "1"], "unknown policy key"),
+        ] {
             let bad = try daemon.cli(args)
             #expect(bad.status == 2, "\(args)")
             #expect(bad.stderr.contains(message), "\(args): \(bad.stderr)")
@@ -198,7 +203,8 @@ extension DaemonHarness {
         let dir = "/tmp/ecw-doc-" + UUID().uuidString.prefix(8)
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let laptop = try FakeLaptop(in: dir, onMains: false, batteryPct: 10)
-        let result = try runCommand(workerBinary, ["doctor", "--json", "--sysfs-root", laptop.root, "--runtime-dir", dir + "/none", "--config", dir + "/none.json"])
+        let result = try runCommand(
+            workerBinary, ["doctor", "--json", "--sysfs-root", laptop.root, "--runtime-dir", dir + "/none", "--config", dir + "/none.json"])
         #expect(result.status == 1, "a battery too low for work and no daemon are problems")
         let json = try JSON.parse(result.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
         let supplies = json["power"]?["powerSupplies"]?.arrayValue ?? []
@@ -214,7 +220,8 @@ extension DaemonHarness {
         #expect((json["problems"]?.arrayValue ?? []).contains { $0.stringValue?.contains("systemd-machine-id-setup") == true })
         try FileManager.default.createDirectory(atPath: laptop.root + "/etc", withIntermediateDirectories: true)
         try "0123456789abcdef0123456789abcdef\n".write(toFile: laptop.root + "/etc/machine-id", atomically: true, encoding: .utf8)
-        let again = try runCommand(workerBinary, ["doctor", "--json", "--sysfs-root", laptop.root, "--runtime-dir", dir + "/none", "--config", dir + "/none.json"])
+        let again = try runCommand(
+            workerBinary, ["doctor", "--json", "--sysfs-root", laptop.root, "--runtime-dir", dir + "/none", "--config", dir + "/none.json"])
         let fixed = try JSON.parse(again.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
         #expect(fixed["machineId"]?["problem"] == .null)
         #expect(!(fixed["problems"]?.arrayValue ?? []).contains { $0.stringValue?.contains("machine-id") == true })

@@ -19,7 +19,8 @@ import WorkerCore
         try daemon.start()
         let pid = daemon.process!.processIdentifier
         #expect(!daemon.stderr.contains("<7>"), "info level at start")
-        try #"{"policy": {"minBatteryPct": 25}, "bluetooth": {"maxClients": 3}, "log": {"level": "debug"}}"#.write(toFile: daemon.configPath, atomically: true, encoding: .utf8)
+        try #"{"policy": {"minBatteryPct": 25}, "bluetooth": {"maxClients": 3}, "log": {"level": "debug"}}"#.write(
+            toFile: daemon.configPath, atomically: true, encoding: .utf8)
         kill(pid, SIGHUP)
         let seen = try #require(daemon.notify?.waitFor("READY=1", timeout: 10), "READY=1 after the reload")
         let reloading = try #require(seen.first { $0.contains("RELOADING=1") }, "\(seen)")

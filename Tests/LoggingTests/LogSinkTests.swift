@@ -13,7 +13,8 @@ import Testing
     /// line's first bytes for journald and syslog; microseconds keep their leading zeros.
     @Test func aClockStampGoesAfterThePriorityWithMicroseconds() {
         let line = formatLogLine(level: .debug, label: "bluetooth", message: "write of 113 bytes", metadata: [])
-        #expect(StderrLogHandler.stamped(line, prefixed: true, seconds: 1_796_301_365, nanoseconds: 17_901_999)
+        #expect(
+            StderrLogHandler.stamped(line, prefixed: true, seconds: 1_796_301_365, nanoseconds: 17_901_999)
                 == "<7>[1796301365.017901] bluetooth: write of 113 bytes\n")
         let plain = formatLogLine(level: .info, label: "proxy", message: "up", metadata: [], prefixed: false)
         #expect(StderrLogHandler.stamped(plain, prefixed: false, seconds: 5, nanoseconds: 0) == "[5.000000] proxy: up\n")
@@ -41,24 +42,27 @@ import Testing
     }
 
     @Test func aTerminalLineHasNoPriorityPrefix() {
-        #expect(formatLogLine(level: .notice, label: "edgecoder-worker", message: "ready", metadata: [], prefixed: false) == "edgecoder-worker: ready\n")
+        #expect(
+            formatLogLine(level: .notice, label: "edgecoder-worker", message: "ready", metadata: [], prefixed: false) == "edgecoder-worker: ready\n")
         #expect(formatLogLine(level: .notice, label: "edgecoder-worker", message: "ready", metadata: []) == "<5>edgecoder-worker: ready\n")
     }
 }
 
 @Suite struct JournalFieldEncoding {
     @Test func aRecordBecomesMessagePriorityIdentifierAndTheEventsOwnKeys() {
-        let fields = JournalFields.encode(level: .notice, label: "edgecoder-worker", message: "mode on -> bluetooth: network lost",
-                                          metadata: [("event", "downgrade"), ("mode", "bluetooth"), ("from", "on")], identifier: "edgecoder-worker")
-        #expect(fields == [
-            "MESSAGE=edgecoder-worker: mode on -> bluetooth: network lost",
-            "PRIORITY=5",
-            "SYSLOG_IDENTIFIER=edgecoder-worker",
-            "EDGECODER_COMPONENT=edgecoder-worker",
-            "EDGECODER_EVENT=downgrade",
-            "EDGECODER_MODE=bluetooth",
-            "EDGECODER_FROM=on",
-        ])
+        let fields = JournalFields.encode(
+            level: .notice, label: "edgecoder-worker", message: "mode on -> bluetooth: network lost",
+            metadata: [("event", "downgrade"), ("mode", "bluetooth"), ("from", "on")], identifier: "edgecoder-worker")
+        #expect(
+            fields == [
+                "MESSAGE=edgecoder-worker: mode on -> bluetooth: network lost",
+                "PRIORITY=5",
+                "SYSLOG_IDENTIFIER=edgecoder-worker",
+                "EDGECODER_COMPONENT=edgecoder-worker",
+                "EDGECODER_EVENT=downgrade",
+                "EDGECODER_MODE=bluetooth",
+                "EDGECODER_FROM=on",
+            ])
     }
 
     @Test func newlinesStayInTheValueBecauseTheNativeProtocolCarriesThem() {
@@ -92,15 +96,30 @@ final class SentFields: Sendable {
 @Suite struct JournalHandlerSends {
     @Test func eachRecordIsOneEntryWithItsFields() {
         let sent = SentFields()
-        let logger = Logger(label: "coordinator", handler: JournalLogHandler(send: { sent.append($0); return 0 }))
+        let logger = Logger(
+            label: "coordinator",
+            handler: JournalLogHandler(send: {
+                sent.append($0); return 0
+            }))
         logger.notice("subtask s1 done", [("subtask", "s1")])
-        #expect(sent.all == [["MESSAGE=coordinator: subtask s1 done", "PRIORITY=5", "SYSLOG_IDENTIFIER=edgecoder-worker",
-                              "EDGECODER_COMPONENT=coordinator", "EDGECODER_SUBTASK=s1"]])
+        #expect(
+            sent.all == [
+                [
+                    "MESSAGE=coordinator: subtask s1 done", "PRIORITY=5", "SYSLOG_IDENTIFIER=edgecoder-worker",
+                    "EDGECODER_COMPONENT=coordinator", "EDGECODER_SUBTASK=s1",
+                ]
+            ])
     }
 
     @Test func repeatsAreLimitedAsOnStderr() {
         let sent = SentFields()
-        let logger = Logger(label: "l", handler: JournalLogHandler(repeats: RepeatLimiter(burst: 2), send: { sent.append($0); return 0 }))
+        let logger = Logger(
+            label: "l",
+            handler: JournalLogHandler(
+                repeats: RepeatLimiter(burst: 2),
+                send: {
+                    sent.append($0); return 0
+                }))
         for _ in 0..<50 { logger.info("same") }
         #expect(sent.all.count == 2)
     }

@@ -103,7 +103,8 @@ final class ServerRegistry: Sendable {
     /// Running (not a zombie waiting to be reaped) and still the process we started.
     static func isAlive(_ entry: Entry) -> Bool {
         guard let stat = try? String(contentsOfFile: "/proc/\(entry.pid)/stat", encoding: .utf8),
-              let close = stat.lastIndex(of: ")") else { return false }
+            let close = stat.lastIndex(of: ")")
+        else { return false }
         let fields = stat[stat.index(after: close)...].split(separator: " ")
         if fields.first == "Z" || fields.first == "X" { return false }
         guard let command = try? Data(contentsOf: URL(fileURLWithPath: "/proc/\(entry.pid)/cmdline")) else { return false }
@@ -119,18 +120,18 @@ final class ServerRegistry: Sendable {
     /// every process in the list (checking each command line first).
     private func startWatchdog() {
         let script = #"""
-trap '' INT TERM HUP
-parent=$1; list=$2
-while kill -0 "$parent" 2>/dev/null; do sleep 0.5; done
-[ -f "$list" ] || exit 0
-for signal in TERM KILL; do
-  while read -r pid marker; do
-    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$marker" && kill -"$signal" "$pid" 2>/dev/null
-  done <"$list"
-  sleep 3
-done
-rm -f "$list"
-"""#
+            trap '' INT TERM HUP
+            parent=$1; list=$2
+            while kill -0 "$parent" 2>/dev/null; do sleep 0.5; done
+            [ -f "$list" ] || exit 0
+            for signal in TERM KILL; do
+              while read -r pid marker; do
+                tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$marker" && kill -"$signal" "$pid" 2>/dev/null
+              done <"$list"
+              sleep 3
+            done
+            rm -f "$list"
+            """#
         guard let pid = try? spawn(["/bin/sh", "-c", script, "watchdog", String(getpid()), listPath]) else { return }
         state.withLock { $0.watchdog = pid }
     }
@@ -261,8 +262,11 @@ struct OllamaFixture: Sendable {
 func startLoadingFront(upstream: String, loadingMs: Int) async throws -> OllamaFixture {
     let out = NSTemporaryDirectory() + "/ecw-loading-front-\(getpid())-\(UUID().uuidString.prefix(8)).out"
     defer { unlink(out) }
-    let pid = try spawn(["python3", modelServerDirectory + "/loading_front.py", "--port", "0", "--upstream", upstream,
-                         "--loading-ms", String(loadingMs)], stdout: out)
+    let pid = try spawn(
+        [
+            "python3", modelServerDirectory + "/loading_front.py", "--port", "0", "--upstream", upstream,
+            "--loading-ms", String(loadingMs),
+        ], stdout: out)
     ServerRegistry.shared.register(pid: pid, marker: "loading_front.py", isChild: true)
     let deadline = ContinuousClock.now + .seconds(20)
     while ContinuousClock.now < deadline {
@@ -343,13 +347,16 @@ actor ModelServerBed {
             // A cold build compiles llama.cpp: minutes on two cores.
             let prepared = try await runCommand([modelServerDirectory + "/prepare.sh"], timeoutSeconds: 3_600)
             if prepared.status != 0 {
-                return .cannotBuild("Tests/ModelServer/prepare.sh could not build the llama.cpp environment (status \(prepared.status)), so the real-server tests are skipped: \(prepared.stderr.suffix(1_500))")
+                return .cannotBuild(
+                    "Tests/ModelServer/prepare.sh could not build the llama.cpp environment (status \(prepared.status)), so the real-server tests are skipped: \(prepared.stderr.suffix(1_500))"
+                )
             }
             let port = try freePort()
             let started: CommandResult
             do {
                 let command = [modelServerDirectory + "/start-llama.sh", String(port)]
-                started = try await runCommand(apiKey.map { ["/usr/bin/env", "EDGECODER_LLAMA_API_KEY=\($0)"] + command } ?? command, timeoutSeconds: 120)
+                started = try await runCommand(
+                    apiKey.map { ["/usr/bin/env", "EDGECODER_LLAMA_API_KEY=\($0)"] + command } ?? command, timeoutSeconds: 120)
             } catch {
                 // The script was killed mid-start: its server (pid file by port) goes too.
                 _ = try? await runCommand([modelServerDirectory + "/stop-llama.sh", String(port)], timeoutSeconds: 20)
@@ -358,7 +365,9 @@ actor ModelServerBed {
             guard started.status == 0, let pid = pid_t(started.stdout.split(separator: "\n").last ?? "") else {
                 return .failed("start-llama.sh \(port) failed (status \(started.status)): \(started.stderr.suffix(2_000))")
             }
-            let cache = ProcessInfo.processInfo.environment["EDGECODER_TEST_CACHE"] ?? (ProcessInfo.processInfo.environment["HOME"] ?? "/root") + "/.cache/edgecoder-worker"
+            let cache =
+                ProcessInfo.processInfo.environment["EDGECODER_TEST_CACHE"] ?? (ProcessInfo.processInfo.environment["HOME"] ?? "/root")
+                + "/.cache/edgecoder-worker"
             ServerRegistry.shared.register(pid: pid, marker: "llama_cpp.server", isChild: false, pidFile: cache + "/run/llama-\(port).pid")
             return .running("http://127.0.0.1:\(port)")
         } catch {
@@ -376,10 +385,12 @@ actor ModelServerBed {
 }
 
 /// A backend configuration for the tests.
-func backendConfig(_ kind: WorkerConfig.BackendKind, url: String, model: String = "tiny",
-                   endpoint: WorkerConfig.OpenAIEndpoint = .completions,
-                   timeoutMs: Int64 = 60_000, maxOutputBytes: Int64 = 262_144,
-                   apiKey: String? = nil, think: Bool = false) -> WorkerConfig.Backend {
+func backendConfig(
+    _ kind: WorkerConfig.BackendKind, url: String, model: String = "tiny",
+    endpoint: WorkerConfig.OpenAIEndpoint = .completions,
+    timeoutMs: Int64 = 60_000, maxOutputBytes: Int64 = 262_144,
+    apiKey: String? = nil, think: Bool = false
+) -> WorkerConfig.Backend {
     var config = WorkerConfig.Backend()
     config.apiKey = apiKey
     config.think = think

@@ -5,8 +5,10 @@ import WorkerCore
 // The wire format as pure functions: URLs, bodies, caps, and how every kind of answer
 // (good, broken, empty, oversized, hostile) decodes. No server involved.
 
-private func wire(_ kind: WorkerConfig.BackendKind, endpoint: WorkerConfig.OpenAIEndpoint = .completions,
-                  model: String = "tiny", url: String = "http://127.0.0.1:11434", maxOutputBytes: Int64 = 262_144) -> ModelWire {
+private func wire(
+    _ kind: WorkerConfig.BackendKind, endpoint: WorkerConfig.OpenAIEndpoint = .completions,
+    model: String = "tiny", url: String = "http://127.0.0.1:11434", maxOutputBytes: Int64 = 262_144
+) -> ModelWire {
     ModelWire(config: backendConfig(kind, url: url, model: model, endpoint: endpoint, maxOutputBytes: maxOutputBytes))
 }
 
@@ -61,7 +63,8 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
     }
 
     @Test func ollamaBodyAsksForOneNonStreamingAnswerWithNumPredict() throws {
-        let body = try JSON.parse(wire(.ollama, model: "qwen2.5-coder:1.5b").generateBody(ModelRequest(prompt: "hi \"you\"\n", maxTokens: 7, timeoutMs: 1_000)))
+        let body = try JSON.parse(
+            wire(.ollama, model: "qwen2.5-coder:1.5b").generateBody(ModelRequest(prompt: "hi \"you\"\n", maxTokens: 7, timeoutMs: 1_000)))
         #expect(body["model"] == "qwen2.5-coder:1.5b")
         #expect(body["prompt"] == "hi \"you\"\n")
         #expect(body["stream"] == false)
@@ -115,7 +118,8 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
 
 @Suite struct DecodingGoodAnswers {
     @Test func readsOllamasResponseAndDoneReason() throws {
-        let body = #"{"model":"tiny","created_at":"2024-01-01T00:00:00Z","response":"Hello there","done":true,"done_reason":"stop","context":[1,2,3],"eval_count":2}"#
+        let body =
+            #"{"model":"tiny","created_at":"2024-01-01T00:00:00Z","response":"Hello there","done":true,"done_reason":"stop","context":[1,2,3],"eval_count":2}"#
         let output = try wire(.ollama).decodeGenerate(status: 200, body: bytes(body)).get()
         #expect(output == ModelOutput(text: "Hello there", durationMs: 0, truncated: false, finishReason: "stop"))
     }
@@ -127,7 +131,8 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
     }
 
     @Test func readsTheFirstCompletionChoice() throws {
-        let body = #"{"id":"c","object":"text_completion","choices":[{"text":" a b","index":0,"finish_reason":"length"},{"text":"other"}],"usage":{}}"#
+        let body =
+            #"{"id":"c","object":"text_completion","choices":[{"text":" a b","index":0,"finish_reason":"length"},{"text":"other"}],"usage":{}}"#
         let output = try wire(.openai).decodeGenerate(status: 200, body: bytes(body)).get()
         #expect(output.text == " a b")
         #expect(output.finishReason == "length")
@@ -205,9 +210,13 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         Broken("empty object (openai)", .openai, "{}", says: "without \"choices\""),
         Broken("cut-off JSON (the fixture's --malformed)", .ollama, #"{"model":"tiny","response":"trunc"#, says: "not json"),
         Broken("garbage", .openai, "hello, world", says: "not json"),
-        Broken("HTML page", .ollama, "<!DOCTYPE html><html><head><title>Welcome to nginx!</title></head><body>…</body></html>", says: "html page titled \"welcome to nginx!\""),
+        Broken(
+            "HTML page", .ollama, "<!DOCTYPE html><html><head><title>Welcome to nginx!</title></head><body>…</body></html>",
+            says: "html page titled \"welcome to nginx!\""),
         Broken("HTML without a title", .openai, "<html><body><h1>Bad things</h1></body></html>", says: "html page starting \"bad things"),
-        Broken("an NDJSON stream", .ollama, "{\"response\":\"a\",\"done\":false}\n{\"response\":\"b\",\"done\":true}\n", says: "more than one json value"),
+        Broken(
+            "an NDJSON stream", .ollama, "{\"response\":\"a\",\"done\":false}\n{\"response\":\"b\",\"done\":true}\n", says: "more than one json value"
+        ),
         Broken("response is a number", .ollama, #"{"response":5,"done":true}"#, says: "\"response\" as an integer, not a string"),
         Broken("response is null", .ollama, #"{"response":null}"#, says: "\"response\" as null"),
         Broken("done is a string", .ollama, #"{"response":"x","done":"yes"}"#, says: "\"done\" as a string, not a boolean"),
@@ -216,16 +225,22 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         Broken("choices is empty", .openai, #"{"choices":[]}"#, says: "empty \"choices\""),
         Broken("choice is a number", .openai, #"{"choices":[1]}"#, says: "\"choices[0]\" as an integer"),
         Broken("text is a number", .openai, #"{"choices":[{"text":3}]}"#, says: "\"choices[0].text\" as an integer"),
-        Broken("a chat answer to completions", .openai, #"{"choices":[{"message":{"content":"x"}}]}"#, says: "set backend.openaiendpoint to \"chat\""),
-        Broken("a completions answer to chat", .openai, #"{"choices":[{"text":"x"}]}"#, endpoint: .chat, says: "set backend.openaiendpoint to \"completions\""),
-        Broken("message is a string", .openai, #"{"choices":[{"message":"x"}]}"#, endpoint: .chat, says: "\"choices[0].message\" as a string, not an object"),
+        Broken(
+            "a chat answer to completions", .openai, #"{"choices":[{"message":{"content":"x"}}]}"#, says: "set backend.openaiendpoint to \"chat\""),
+        Broken(
+            "a completions answer to chat", .openai, #"{"choices":[{"text":"x"}]}"#, endpoint: .chat,
+            says: "set backend.openaiendpoint to \"completions\""),
+        Broken(
+            "message is a string", .openai, #"{"choices":[{"message":"x"}]}"#, endpoint: .chat,
+            says: "\"choices[0].message\" as a string, not an object"),
         Broken("content missing", .openai, #"{"choices":[{"message":{"role":"assistant"}}]}"#, endpoint: .chat, says: "without \"content\""),
         Broken("content is an array", .openai, #"{"choices":[{"message":{"content":["x"]}}]}"#, endpoint: .chat, says: "content\" as an array"),
         Broken("a 200 carrying an error", .openai, #"{"error":{"message":"out of memory","type":"server_error"}}"#, says: "an error: out of memory"),
         Broken("duplicate keys", .ollama, #"{"response":"a","response":"b"}"#, says: "duplicate key"),
         Broken("lone surrogate escape", .ollama, #"{"response":"\ud800"}"#, says: "invalid escape"),
         Broken("nested 10000 deep", .openai, String(repeating: "[", count: 10_000) + String(repeating: "]", count: 10_000), says: "nested deeper"),
-        Broken("invalid UTF-8 in the text", .ollama, bytes: Array(#"{"response":""#.utf8) + [0xFF, 0xFE] + Array(#""}"#.utf8), says: "invalid utf-8"),
+        Broken(
+            "invalid UTF-8 in the text", .ollama, bytes: Array(#"{"response":""#.utf8) + [0xFF, 0xFE] + Array(#""}"#.utf8), says: "invalid utf-8"),
         Broken("a NUL byte", .ollama, bytes: [0x00], says: "not json"),
     ]
 
@@ -265,42 +280,69 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
     }
 
     static let cases: [StatusCase] = [
-        StatusCase(name: "Ollama: model not pulled", kind: .ollama, status: 404, body: #"{"error":"model 'nosuch' not found, try pulling it first"}"#,
-                   expected: .modelNotFound, says: ["ollama pull tiny", "model 'nosuch' not found"]),
-        StatusCase(name: "Ollama: no such path", kind: .ollama, status: 404, body: "404 page not found",
-                   expected: .rejected(status: 404), says: ["has no /api/generate", "404 page not found", "backend.kind"]),
-        StatusCase(name: "OpenAI: unknown model", kind: .openai, status: 404, body: #"{"error":{"message":"The model `tiny` does not exist","type":"invalid_request_error","code":"model_not_found"}}"#,
-                   expected: .modelNotFound, says: ["does not serve model \"tiny\"", "does not exist", "/v1/models"]),
-        StatusCase(name: "vLLM: unknown model", kind: .openai, status: 404, body: #"{"object":"error","message":"The model `tiny` does not exist.","type":"NotFoundError","code":404}"#,
-                   expected: .modelNotFound, says: ["does not exist"]),
-        StatusCase(name: "llama.cpp: no such path", kind: .openai, status: 404, body: #"{"detail":"Not Found"}"#,
-                   expected: .rejected(status: 404), says: ["has no /v1/completions", "Not Found", "backend.openaiEndpoint"]),
-        StatusCase(name: "llama.cpp (C++ server): no such path", kind: .openai, status: 404, body: #"{"error":{"code":404,"message":"File Not Found","type":"not_found_error"}}"#,
-                   expected: .rejected(status: 404), says: ["has no /v1/completions", "File Not Found"]),
-        StatusCase(name: "OpenAI: an unknown model by code only", kind: .openai, status: 404, body: #"{"error":{"message":"no such thing","code":"model_not_found"}}"#,
-                   expected: .modelNotFound, says: ["no such thing"]),
-        StatusCase(name: "500 with Ollama's error", kind: .ollama, status: 500, body: #"{"error":"llama runner process has terminated"}"#,
-                   expected: .rejected(status: 500), says: ["HTTP 500", "llama runner process has terminated"]),
-        StatusCase(name: "500 with an OpenAI error object", kind: .openai, status: 500, body: #"{"error":{"message":"CUDA out of memory","type":"server_error"}}"#,
-                   expected: .rejected(status: 500), says: ["CUDA out of memory"]),
-        StatusCase(name: "500 with an error object without message", kind: .openai, status: 500, body: #"{"error":{"code":17}}"#,
-                   expected: .rejected(status: 500), says: [#"{"code":17}"#]),
-        StatusCase(name: "502 from a proxy", kind: .openai, status: 502, body: "<html><head><title>502 Bad Gateway</title></head><body><center>nginx</center></body></html>",
-                   expected: .rejected(status: 502), says: ["HTTP 502", "HTML page titled \"502 Bad Gateway\""]),
-        StatusCase(name: "503 while loading", kind: .openai, status: 503, body: #"{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}"#,
-                   expected: .rejected(status: 503), says: ["Loading model", "loading the model"]),
-        StatusCase(name: "400 context too long", kind: .openai, status: 400, body: #"{"error":{"message":"This model's maximum context length is 512 tokens","type":"invalid_request_error"}}"#,
-                   expected: .rejected(status: 400), says: ["maximum context length is 512", "context"]),
-        StatusCase(name: "422 FastAPI validation", kind: .openai, status: 422, body: #"{"detail":[{"type":"int_parsing","loc":["body","max_tokens"],"msg":"Input should be a valid integer"}]}"#,
-                   expected: .rejected(status: 422), says: ["Input should be a valid integer"]),
-        StatusCase(name: "401 needs a key", kind: .openai, status: 401, body: #"{"error":{"message":"Invalid API key"}}"#,
-                   expected: .rejected(status: 401), says: ["Invalid API key", "without authentication"]),
-        StatusCase(name: "429 busy", kind: .ollama, status: 429, body: #"{"error":"server busy, please try again.  maximum pending requests exceeded"}"#,
-                   expected: .rejected(status: 429), says: ["server busy", "try again later"]),
-        StatusCase(name: "500 with an empty body", kind: .ollama, status: 500, body: "",
-                   expected: .rejected(status: 500), says: ["failed (HTTP 500)"]),
-        StatusCase(name: "an odd status", kind: .ollama, status: 302, body: "",
-                   expected: .rejected(status: 302), says: ["HTTP 302"]),
+        StatusCase(
+            name: "Ollama: model not pulled", kind: .ollama, status: 404, body: #"{"error":"model 'nosuch' not found, try pulling it first"}"#,
+            expected: .modelNotFound, says: ["ollama pull tiny", "model 'nosuch' not found"]),
+        StatusCase(
+            name: "Ollama: no such path", kind: .ollama, status: 404, body: "404 page not found",
+            expected: .rejected(status: 404), says: ["has no /api/generate", "404 page not found", "backend.kind"]),
+        StatusCase(
+            name: "OpenAI: unknown model", kind: .openai, status: 404,
+            body: #"{"error":{"message":"The model `tiny` does not exist","type":"invalid_request_error","code":"model_not_found"}}"#,
+            expected: .modelNotFound, says: ["does not serve model \"tiny\"", "does not exist", "/v1/models"]),
+        StatusCase(
+            name: "vLLM: unknown model", kind: .openai, status: 404,
+            body: #"{"object":"error","message":"The model `tiny` does not exist.","type":"NotFoundError","code":404}"#,
+            expected: .modelNotFound, says: ["does not exist"]),
+        StatusCase(
+            name: "llama.cpp: no such path", kind: .openai, status: 404, body: #"{"detail":"Not Found"}"#,
+            expected: .rejected(status: 404), says: ["has no /v1/completions", "Not Found", "backend.openaiEndpoint"]),
+        StatusCase(
+            name: "llama.cpp (C++ server): no such path", kind: .openai, status: 404,
+            body: #"{"error":{"code":404,"message":"File Not Found","type":"not_found_error"}}"#,
+            expected: .rejected(status: 404), says: ["has no /v1/completions", "File Not Found"]),
+        StatusCase(
+            name: "OpenAI: an unknown model by code only", kind: .openai, status: 404,
+            body: #"{"error":{"message":"no such thing","code":"model_not_found"}}"#,
+            expected: .modelNotFound, says: ["no such thing"]),
+        StatusCase(
+            name: "500 with Ollama's error", kind: .ollama, status: 500, body: #"{"error":"llama runner process has terminated"}"#,
+            expected: .rejected(status: 500), says: ["HTTP 500", "llama runner process has terminated"]),
+        StatusCase(
+            name: "500 with an OpenAI error object", kind: .openai, status: 500,
+            body: #"{"error":{"message":"CUDA out of memory","type":"server_error"}}"#,
+            expected: .rejected(status: 500), says: ["CUDA out of memory"]),
+        StatusCase(
+            name: "500 with an error object without message", kind: .openai, status: 500, body: #"{"error":{"code":17}}"#,
+            expected: .rejected(status: 500), says: [#"{"code":17}"#]),
+        StatusCase(
+            name: "502 from a proxy", kind: .openai, status: 502,
+            body: "<html><head><title>502 Bad Gateway</title></head><body><center>nginx</center></body></html>",
+            expected: .rejected(status: 502), says: ["HTTP 502", "HTML page titled \"502 Bad Gateway\""]),
+        StatusCase(
+            name: "503 while loading", kind: .openai, status: 503,
+            body: #"{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}"#,
+            expected: .rejected(status: 503), says: ["Loading model", "loading the model"]),
+        StatusCase(
+            name: "400 context too long", kind: .openai, status: 400,
+            body: #"{"error":{"message":"This model's maximum context length is 512 tokens","type":"invalid_request_error"}}"#,
+            expected: .rejected(status: 400), says: ["maximum context length is 512", "context"]),
+        StatusCase(
+            name: "422 FastAPI validation", kind: .openai, status: 422,
+            body: #"{"detail":[{"type":"int_parsing","loc":["body","max_tokens"],"msg":"Input should be a valid integer"}]}"#,
+            expected: .rejected(status: 422), says: ["Input should be a valid integer"]),
+        StatusCase(
+            name: "401 needs a key", kind: .openai, status: 401, body: #"{"error":{"message":"Invalid API key"}}"#,
+            expected: .rejected(status: 401), says: ["Invalid API key", "without authentication"]),
+        StatusCase(
+            name: "429 busy", kind: .ollama, status: 429, body: #"{"error":"server busy, please try again.  maximum pending requests exceeded"}"#,
+            expected: .rejected(status: 429), says: ["server busy", "try again later"]),
+        StatusCase(
+            name: "500 with an empty body", kind: .ollama, status: 500, body: "",
+            expected: .rejected(status: 500), says: ["failed (HTTP 500)"]),
+        StatusCase(
+            name: "an odd status", kind: .ollama, status: 302, body: "",
+            expected: .rejected(status: 302), says: ["HTTP 302"]),
     ]
 
     @Test(arguments: cases)
@@ -327,7 +369,8 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
 }
 
 @Suite struct DecodingProbes {
-    static let tags = #"{"models":[{"name":"qwen2.5-coder:1.5b","model":"qwen2.5-coder:1.5b","size":1},{"name":"Llama3:latest","model":"llama3:latest"},{"name":"hf.co/org/repo:Q4_K_M"},{"model":"only-model-key:7b"},5,{"name":3}]}"#
+    static let tags =
+        #"{"models":[{"name":"qwen2.5-coder:1.5b","model":"qwen2.5-coder:1.5b","size":1},{"name":"Llama3:latest","model":"llama3:latest"},{"name":"hf.co/org/repo:Q4_K_M"},{"model":"only-model-key:7b"},5,{"name":3}]}"#
 
     @Test(arguments: ["qwen2.5-coder:1.5b", "llama3", "llama3:latest", "LLAMA3", "hf.co/org/repo:Q4_K_M", "only-model-key:7b", " llama3 "])
     func ollamaIsReadyWhenTheModelIsListed(_ model: String) {
@@ -379,14 +422,22 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
     }
 
     @Test(arguments: [
-        ProbeCase(name: "llama.cpp loading", kind: .openai, status: 503, body: #"{"error":{"code":503,"message":"Loading model"}}"#, state: .loading, says: "Loading model"),
+        ProbeCase(
+            name: "llama.cpp loading", kind: .openai, status: 503, body: #"{"error":{"code":503,"message":"Loading model"}}"#, state: .loading,
+            says: "Loading model"),
         ProbeCase(name: "no data list", kind: .openai, status: 200, body: #"{"models":[]}"#, state: .unavailable, says: "without a \"data\" list"),
         ProbeCase(name: "data is an object", kind: .openai, status: 200, body: #"{"data":{}}"#, state: .unavailable, says: "without a \"data\" list"),
         ProbeCase(name: "no models list", kind: .ollama, status: 200, body: #"{"data":[]}"#, state: .unavailable, says: "without a \"models\" list"),
-        ProbeCase(name: "wrong server kind", kind: .ollama, status: 404, body: #"{"detail":"Not Found"}"#, state: .unavailable, says: "HTTP 404 to /api/tags: Not Found; check backend.url and backend.kind"),
-        ProbeCase(name: "HTML page", kind: .ollama, status: 200, body: "<html><title>Router login</title></html>", state: .unavailable, says: "HTML page titled \"Router login\""),
+        ProbeCase(
+            name: "wrong server kind", kind: .ollama, status: 404, body: #"{"detail":"Not Found"}"#, state: .unavailable,
+            says: "HTTP 404 to /api/tags: Not Found; check backend.url and backend.kind"),
+        ProbeCase(
+            name: "HTML page", kind: .ollama, status: 200, body: "<html><title>Router login</title></html>", state: .unavailable,
+            says: "HTML page titled \"Router login\""),
         ProbeCase(name: "malformed", kind: .openai, status: 200, body: #"{"data":["#, state: .unavailable, says: "not JSON"),
-        ProbeCase(name: "server error", kind: .ollama, status: 500, body: #"{"error":"disk full"}"#, state: .unavailable, says: "HTTP 500 to /api/tags: disk full"),
+        ProbeCase(
+            name: "server error", kind: .ollama, status: 500, body: #"{"error":"disk full"}"#, state: .unavailable,
+            says: "HTTP 500 to /api/tags: disk full"),
     ])
     func probeFailuresSayWhy(_ c: ProbeCase) {
         let probe = wire(c.kind).decodeProbe(status: c.status, body: bytes(c.body))
@@ -394,8 +445,10 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
         #expect(probe.detail.contains(c.says), "\(probe.detail)")
     }
 
-    @Test(arguments: [("tiny", "tiny:latest"), ("TINY:Latest", "tiny:latest"), ("ns/model", "ns/model:latest"),
-                      ("host:5000/ns/model", "host:5000/ns/model:latest"), ("m:7b", "m:7b")])
+    @Test(arguments: [
+        ("tiny", "tiny:latest"), ("TINY:Latest", "tiny:latest"), ("ns/model", "ns/model:latest"),
+        ("host:5000/ns/model", "host:5000/ns/model:latest"), ("m:7b", "m:7b"),
+    ])
     func normalizesOllamaNamesAsOllamaDoes(_ name: String, _ normalized: String) {
         #expect(ModelWire.ollamaName(name) == normalized)
     }
@@ -419,10 +472,10 @@ private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
     @Test(arguments: [
         Cut("abc", 3, "abc", false),
         Cut("abcd", 3, "abc", true),
-        Cut("aé", 2, "a", true),          // é is C3 A9: a cut after C3 steps back
+        Cut("aé", 2, "a", true),  // é is C3 A9: a cut after C3 steps back
         Cut("aé", 3, "aé", false),
-        Cut("日本", 5, "日", true),         // 3-byte characters
-        Cut("🎉🎉", 7, "🎉", true),         // 4-byte characters
+        Cut("日本", 5, "日", true),  // 3-byte characters
+        Cut("🎉🎉", 7, "🎉", true),  // 4-byte characters
         Cut("🎉", 3, "", true),
         Cut("x", 0, "", true),
         Cut("", 0, "", false),
@@ -511,7 +564,8 @@ extension Result {
 }
 
 @Suite struct OllamaParameterSizeTests {
-    static let tags = #"{"models":[{"name":"qwen2.5-coder:1.5b","details":{"parameter_size":"1.5B"}},{"name":"big:7b","details":{"parameter_size":"7.6B"}},{"name":"odd:1b","details":{"parameter_size":17}},{"name":"none:1b"}]}"#
+    static let tags =
+        #"{"models":[{"name":"qwen2.5-coder:1.5b","details":{"parameter_size":"1.5B"}},{"name":"big:7b","details":{"parameter_size":"7.6B"}},{"name":"odd:1b","details":{"parameter_size":17}},{"name":"none:1b"}]}"#
 
     @Test func readsTheConfiguredModelsParameterSizeFromTags() {
         #expect(wire(.ollama, model: "qwen2.5-coder:1.5b").ollamaParameterSize(tagsBody: bytes(Self.tags)) == 1.5)
@@ -523,8 +577,10 @@ extension Result {
         #expect(wire(.ollama, model: model).ollamaParameterSize(tagsBody: bytes(Self.tags)) == nil)
     }
 
-    @Test(arguments: ["", "{", "[]", #"{"models":5}"#, #"{"models":[{"name":"qwen2.5-coder:1.5b","details":"1.5B"}]}"#,
-                      #"{"models":[{"name":"qwen2.5-coder:1.5b","details":{"parameter_size":"-1.5B"}}]}"#])
+    @Test(arguments: [
+        "", "{", "[]", #"{"models":5}"#, #"{"models":[{"name":"qwen2.5-coder:1.5b","details":"1.5B"}]}"#,
+        #"{"models":[{"name":"qwen2.5-coder:1.5b","details":{"parameter_size":"-1.5B"}}]}"#,
+    ])
     func hostileTagsGiveNoSize(body: String) {
         #expect(wire(.ollama, model: "qwen2.5-coder:1.5b").ollamaParameterSize(tagsBody: bytes(body)) == nil)
     }

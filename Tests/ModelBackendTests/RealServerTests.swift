@@ -104,7 +104,8 @@ private func words(_ text: String) -> Int { text.split(whereSeparator: { $0 == "
     }
 
     @Test func probeIsUnavailableForAModelThatIsNotPulled() async throws {
-        let probe = await ModelBackend(config: backendConfig(.ollama, url: try await ModelServerBed.shared.upstream(), model: "qwen2.5-coder:1.5b")).probe()
+        let probe = await ModelBackend(config: backendConfig(.ollama, url: try await ModelServerBed.shared.upstream(), model: "qwen2.5-coder:1.5b"))
+            .probe()
         #expect(probe.state == .unavailable)
         #expect(probe.detail.contains("model \"qwen2.5-coder:1.5b\" is not pulled on the Ollama server"), "\(probe.detail)")
         #expect(probe.detail.contains("(ollama pull qwen2.5-coder:1.5b)"))
@@ -131,12 +132,13 @@ private func words(_ text: String) -> Int { text.split(whereSeparator: { $0 == "
 @Suite struct OllamaFixtureEchoing {
     @Test func cutsAMultibyteAnswerOnAUTF8Boundary() async throws {
         let url = try await ModelServerBed.shared.echo()
-        let prompt = "日本 ü 🎉"   // 6 + 1 + 2 + 1 + 4 bytes; the echo cycles the words
+        let prompt = "日本 ü 🎉"  // 6 + 1 + 2 + 1 + 4 bytes; the echo cycles the words
         let full = try await ModelBackend(config: backendConfig(.ollama, url: url)).generate(request(prompt, maxTokens: 12))
         #expect(!full.truncated)
         #expect(full.text.hasPrefix("日本 ü 🎉 日本"), "\(full.text)")
         for cap in [1, 2, 5, 8, 11, 12, 13, 14, 15, 17, 19] as [Int64] {
-            let output = try await ModelBackend(config: backendConfig(.ollama, url: url, maxOutputBytes: cap)).generate(request(prompt, maxTokens: 12))
+            let output = try await ModelBackend(config: backendConfig(.ollama, url: url, maxOutputBytes: cap)).generate(
+                request(prompt, maxTokens: 12))
             #expect(output.truncated)
             #expect(output.text.utf8.count <= Int(cap))
             #expect(full.text.hasPrefix(output.text), "cap \(cap): \(output.text)")

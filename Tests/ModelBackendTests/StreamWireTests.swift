@@ -5,17 +5,23 @@ import WorkerCore
 
 // The streaming wire, chat bodies, options, keys and readiness decoding, as pure functions.
 
-private func config(_ kind: WorkerConfig.BackendKind, endpoint: WorkerConfig.OpenAIEndpoint = .completions,
-                    maxOutputBytes: Int64 = 262_144, apiKey: String? = nil, think: Bool = false) -> ModelWire {
-    ModelWire(config: backendConfig(kind, url: "http://127.0.0.1:11434", endpoint: endpoint, maxOutputBytes: maxOutputBytes,
-                                    apiKey: apiKey, think: think))
+private func config(
+    _ kind: WorkerConfig.BackendKind, endpoint: WorkerConfig.OpenAIEndpoint = .completions,
+    maxOutputBytes: Int64 = 262_144, apiKey: String? = nil, think: Bool = false
+) -> ModelWire {
+    ModelWire(
+        config: backendConfig(
+            kind, url: "http://127.0.0.1:11434", endpoint: endpoint, maxOutputBytes: maxOutputBytes,
+            apiKey: apiKey, think: think))
 }
 
 private let prompt = ModelRequest(prompt: "hi", maxTokens: 8, timeoutMs: 1_000)
 private let chat = ModelRequest(messages: [ModelMessage(role: "user", content: "hello")], system: "be brief", maxTokens: 8, timeoutMs: 1_000)
 
 /// Feeds `text` in chunks of `size` bytes (splitting lines and characters anywhere).
-private func decode(_ wire: ModelWire, _ request: ModelRequest, _ text: String, chunk size: Int = 1) -> (pieces: [String], result: Result<ModelOutput, ModelError>) {
+private func decode(_ wire: ModelWire, _ request: ModelRequest, _ text: String, chunk size: Int = 1) -> (
+    pieces: [String], result: Result<ModelOutput, ModelError>
+) {
     var decoder = ModelStreamDecoder(wire: wire, request: request)
     var pieces: [String] = []
     let bytes = Array(text.utf8)
@@ -32,11 +38,11 @@ private func decode(_ wire: ModelWire, _ request: ModelRequest, _ text: String, 
 
 @Suite struct StreamDecoding {
     static let ollamaStream = #"""
-    {"model":"tiny","created_at":"2024-01-01T00:00:00Z","response":"日本","done":false}
-    {"model":"tiny","created_at":"2024-01-01T00:00:00Z","response":" 🎉","done":false}
-    {"model":"tiny","created_at":"2024-01-01T00:00:00Z","response":"","done":true,"done_reason":"length","prompt_eval_count":3,"eval_count":2}
+        {"model":"tiny","created_at":"2024-01-01T00:00:00Z","response":"日本","done":false}
+        {"model":"tiny","created_at":"2024-01-01T00:00:00Z","response":" 🎉","done":false}
+        {"model":"tiny","created_at":"2024-01-01T00:00:00Z","response":"","done":true,"done_reason":"length","prompt_eval_count":3,"eval_count":2}
 
-    """#
+        """#
 
     @Test(arguments: [1, 2, 3, 7, 1_000])
     func ollamaNDJSONGivesEachPieceWhateverTheChunking(_ size: Int) throws {
@@ -50,10 +56,10 @@ private func decode(_ wire: ModelWire, _ request: ModelRequest, _ text: String, 
 
     @Test func ollamaChatReadsMessageContent() throws {
         let stream = """
-        {"model":"tiny","message":{"role":"assistant","content":"Hel"},"done":false}
-        {"model":"tiny","message":{"role":"assistant","content":"lo"},"done":false}
-        {"model":"tiny","message":{"role":"assistant","content":""},"done":true,"done_reason":"stop"}
-        """
+            {"model":"tiny","message":{"role":"assistant","content":"Hel"},"done":false}
+            {"model":"tiny","message":{"role":"assistant","content":"lo"},"done":false}
+            {"model":"tiny","message":{"role":"assistant","content":""},"done":true,"done_reason":"stop"}
+            """
         let (pieces, result) = decode(config(.ollama), chat, stream, chunk: 5)
         #expect(pieces == ["Hel", "lo"])
         #expect(try result.get().text == "Hello")
@@ -61,7 +67,8 @@ private func decode(_ wire: ModelWire, _ request: ModelRequest, _ text: String, 
 
     @Test(arguments: [1, 4, 64])
     func openAIEventsSkipCommentsAndReadUsageAndDone(_ size: Int) throws {
-        let stream = ": ping - 2024-01-01\r\n\r\n"
+        let stream =
+            ": ping - 2024-01-01\r\n\r\n"
             + #"data: {"choices":[{"text":" one","index":0,"finish_reason":null}]}"# + "\r\n\r\n"
             + "event: message\n"
             + #"data: {"choices":[{"text":" two","index":0,"finish_reason":"length"}]}"# + "\n\n"
@@ -76,7 +83,8 @@ private func decode(_ wire: ModelWire, _ request: ModelRequest, _ text: String, 
     }
 
     @Test func openAIChatReadsDeltaContent() throws {
-        let stream = #"data: {"choices":[{"delta":{"role":"assistant"},"index":0,"finish_reason":null}]}"# + "\n\n"
+        let stream =
+            #"data: {"choices":[{"delta":{"role":"assistant"},"index":0,"finish_reason":null}]}"# + "\n\n"
             + #"data: {"choices":[{"delta":{"content":"Hi"},"index":0,"finish_reason":null}]}"# + "\n\n"
             + #"data: {"choices":[{"delta":{},"index":0,"finish_reason":"stop"}]}"# + "\n\ndata: [DONE]\n\n"
         let (pieces, result) = decode(config(.openai), chat, stream)
@@ -92,11 +100,14 @@ private func decode(_ wire: ModelWire, _ request: ModelRequest, _ text: String, 
     }
 
     @Test func anErrorInTheMiddleOfTheStreamFailsWithTheServersText() {
-        let stream = #"{"response":"a","done":false}"# + "\n" + #"{"error":"an error was encountered while running the model: unexpected EOF"}"# + "\n"
+        let stream =
+            #"{"response":"a","done":false}"# + "\n" + #"{"error":"an error was encountered while running the model: unexpected EOF"}"# + "\n"
         let (pieces, result) = decode(config(.ollama), prompt, stream, chunk: 1_000)
         #expect(pieces == ["a"])
         #expect(result.failure?.kind == .badAnswer)
-        #expect(result.failure?.message.contains("reported an error in its answer to /api/generate: an error was encountered while running the model") == true, "\(result.failure?.message ?? "")")
+        #expect(
+            result.failure?.message.contains("reported an error in its answer to /api/generate: an error was encountered while running the model")
+                == true, "\(result.failure?.message ?? "")")
         let sse = #"data: {"error":{"message":"slot unavailable","type":"server_error"}}"# + "\n\n"
         #expect(decode(config(.openai), prompt, sse).result.failure?.message.contains("slot unavailable") == true)
     }
@@ -104,7 +115,9 @@ private func decode(_ wire: ModelWire, _ request: ModelRequest, _ text: String, 
     @Test func aStreamThatEndsBeforeItsEndIsABadAnswer() {
         let cut = decode(config(.ollama), prompt, #"{"response":"a","done":false}"# + "\n")
         #expect(cut.result.failure?.kind == .badAnswer)
-        #expect(cut.result.failure?.message.contains("a stream that ended before a line with \"done\": true") == true, "\(cut.result.failure?.message ?? "")")
+        #expect(
+            cut.result.failure?.message.contains("a stream that ended before a line with \"done\": true") == true,
+            "\(cut.result.failure?.message ?? "")")
         let empty = decode(config(.openai), prompt, "")
         #expect(empty.result.failure?.message.contains("an empty stream (no data: [DONE])") == true, "\(empty.result.failure?.message ?? "")")
     }
@@ -118,12 +131,16 @@ private func decode(_ wire: ModelWire, _ request: ModelRequest, _ text: String, 
     }
 
     @Test func thinkingWithoutAnAnswerFailsAsOnlyThought() {
-        let stream = #"{"response":"","thinking":"Let me","done":false}"# + "\n" + #"{"response":"","thinking":" think","done":true,"done_reason":"length"}"# + "\n"
+        let stream =
+            #"{"response":"","thinking":"Let me","done":false}"# + "\n" + #"{"response":"","thinking":" think","done":true,"done_reason":"length"}"#
+            + "\n"
         let (pieces, result) = decode(config(.ollama, think: true), prompt, stream)
         #expect(pieces.isEmpty)
         #expect(result.failure?.kind == .onlyThought)
         #expect(result.failure?.code == "model_only_thought")
-        #expect(result.failure?.message.contains("spent the answer thinking (12 bytes of thinking, no text (finish reason \"length\"))") == true, "\(result.failure?.message ?? "")")
+        #expect(
+            result.failure?.message.contains("spent the answer thinking (12 bytes of thinking, no text (finish reason \"length\"))") == true,
+            "\(result.failure?.message ?? "")")
         #expect(result.failure?.message.contains("set backend.think to false") == true)
         let reasoning = #"data: {"choices":[{"delta":{"reasoning_content":"hmm"},"finish_reason":"length"}]}"# + "\n\ndata: [DONE]\n\n"
         let openai = decode(config(.openai), chat, reasoning).result
@@ -139,7 +156,8 @@ private func decode(_ wire: ModelWire, _ request: ModelRequest, _ text: String, 
     @Test func aWholeAnswerWithOnlyThinkingFailsToo() {
         let ollama = config(.ollama).decodeGenerate(status: 200, body: Array(#"{"response":"","thinking":"x","done":true}"#.utf8))
         #expect(ollama.failure?.kind == .onlyThought)
-        let chatAnswer = config(.openai, endpoint: .chat).decodeGenerate(status: 200, body: Array(#"{"choices":[{"message":{"content":"","reasoning_content":"x"},"finish_reason":"length"}]}"#.utf8))
+        let chatAnswer = config(.openai, endpoint: .chat).decodeGenerate(
+            status: 200, body: Array(#"{"choices":[{"message":{"content":"","reasoning_content":"x"},"finish_reason":"length"}]}"#.utf8))
         #expect(chatAnswer.failure?.kind == .onlyThought)
     }
 
@@ -192,7 +210,10 @@ private func decode(_ wire: ModelWire, _ request: ModelRequest, _ text: String, 
         request.numCtx = 4_096
         request.format = .json
         let ollama = try JSON.parse(config(.ollama, think: true).generateBody(request))
-        #expect(ollama["options"] == ["num_predict": 8, "temperature": 0.5, "top_p": 0.9, "top_k": 40, "seed": 7, "stop": ["\n\n", "END"], "num_ctx": 4_096])
+        #expect(
+            ollama["options"] == [
+                "num_predict": 8, "temperature": 0.5, "top_p": 0.9, "top_k": 40, "seed": 7, "stop": ["\n\n", "END"], "num_ctx": 4_096,
+            ])
         #expect(ollama["format"] == "json")
         #expect(ollama["think"] == true)
         let openai = try JSON.parse(config(.openai).generateBody(request, stream: true))
@@ -227,7 +248,8 @@ private func decode(_ wire: ModelWire, _ request: ModelRequest, _ text: String, 
 @Suite struct Readiness {
     @Test func ollamaIsReadyOnlyWhenTheModelIsInPs() {
         let wire = config(.ollama)
-        let loaded = wire.decodeRunning(status: 200, body: Array(#"{"models":[{"name":"tiny:latest","model":"tiny:latest","expires_at":"2030-01-01T00:00:00Z"}]}"#.utf8))
+        let loaded = wire.decodeRunning(
+            status: 200, body: Array(#"{"models":[{"name":"tiny:latest","model":"tiny:latest","expires_at":"2030-01-01T00:00:00Z"}]}"#.utf8))
         #expect(loaded.state == .ready && !loaded.needsLoad)
         #expect(loaded.detail.contains("is loaded on the Ollama server") && loaded.detail.contains("until 2030-01-01"), "\(loaded.detail)")
         let other = wire.decodeRunning(status: 200, body: Array(#"{"models":[{"name":"qwen:7b","model":"qwen:7b"}]}"#.utf8))
@@ -241,7 +263,8 @@ private func decode(_ wire: ModelWire, _ request: ModelRequest, _ text: String, 
 
     @Test func llamaCppHealth503IsLoading() {
         let wire = config(.openai)
-        let loading = wire.decodeHealth(status: 503, body: Array(#"{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}"#.utf8))
+        let loading = wire.decodeHealth(
+            status: 503, body: Array(#"{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}"#.utf8))
         #expect(loading?.state == .loading)
         #expect(loading?.detail.contains("/health answered HTTP 503: Loading model") == true, "\(loading?.detail ?? "")")
         #expect(wire.decodeHealth(status: 200, body: Array(#"{"status":"ok"}"#.utf8)) == nil)

@@ -9,7 +9,9 @@ import WorkerCore
 
 private func llamaLog(_ url: String) -> String {
     let port = url.split(separator: ":").last.map(String.init) ?? ""
-    let cache = ProcessInfo.processInfo.environment["EDGECODER_TEST_CACHE"] ?? (ProcessInfo.processInfo.environment["HOME"] ?? "/root") + "/.cache/edgecoder-worker"
+    let cache =
+        ProcessInfo.processInfo.environment["EDGECODER_TEST_CACHE"] ?? (ProcessInfo.processInfo.environment["HOME"] ?? "/root")
+        + "/.cache/edgecoder-worker"
     return (try? String(contentsOfFile: cache + "/run/llama-\(port).log", encoding: .utf8)) ?? ""
 }
 
@@ -97,12 +99,14 @@ private func drain(_ stream: ModelStream) async throws -> (pieces: [(String, Int
 
     @Test func aChatCarriesItsSystemMessage() async throws {
         let backend = ModelBackend(config: backendConfig(.openai, url: try await ModelServerBed.shared.llama()))
-        let fine = try await backend.generate(ModelRequest(messages: [ModelMessage(role: "user", content: "hi")], system: "short", maxTokens: 8, timeoutMs: 60_000))
+        let fine = try await backend.generate(
+            ModelRequest(messages: [ModelMessage(role: "user", content: "hi")], system: "short", maxTokens: 8, timeoutMs: 60_000))
         #expect(!fine.text.isEmpty)
         // A system message longer than the context proves it reached the model.
         let long = String(repeating: "word ", count: 700)
         let error = await #expect(throws: ModelError.self) {
-            try await backend.generate(ModelRequest(messages: [ModelMessage(role: "user", content: "hi")], system: long, maxTokens: 8, timeoutMs: 60_000))
+            try await backend.generate(
+                ModelRequest(messages: [ModelMessage(role: "user", content: "hi")], system: long, maxTokens: 8, timeoutMs: 60_000))
         }
         #expect(error?.kind == .rejected(status: 400), "\(error?.message ?? "")")
     }
@@ -198,7 +202,8 @@ private func drain(_ stream: ModelStream) async throws -> (pieces: [(String, Int
         #expect(pieces.map(\.0).joined() == output.text)
         #expect(output.finishReason == "length")
         #expect(output.outputTokens == 40, "eval_count of the last line")
-        let chat = try await drain(backend.stream(ModelRequest(messages: [ModelMessage(role: "user", content: "hi")], system: "brief", maxTokens: 12, timeoutMs: 60_000)))
+        let chat = try await drain(
+            backend.stream(ModelRequest(messages: [ModelMessage(role: "user", content: "hi")], system: "brief", maxTokens: 12, timeoutMs: 60_000)))
         #expect(chat.pieces.count >= 6 && chat.pieces.map(\.0).joined() == chat.output.text)
     }
 }
@@ -234,7 +239,10 @@ private func drain(_ stream: ModelStream) async throws -> (pieces: [(String, Int
         try await backend.load()
         _ = try await backend.generate(ModelRequest(prompt: "a b", maxTokens: 2, timeoutMs: 10_000))
         _ = try await drain(backend.stream(ModelRequest(messages: [ModelMessage(role: "user", content: "c d")], maxTokens: 2, timeoutMs: 10_000)))
-        let requests = try await fixtureState(fixture.url)["requests"]?.arrayValue?.filter { $0["path"]?.stringValue?.hasPrefix("/api/generate") == true || $0["path"] == "/api/chat" } ?? []
+        let requests =
+            try await fixtureState(fixture.url)["requests"]?.arrayValue?.filter {
+                $0["path"]?.stringValue?.hasPrefix("/api/generate") == true || $0["path"] == "/api/chat"
+            } ?? []
         #expect(requests.count == 3)
         for request in requests {
             #expect(request["body"]?["keep_alive"] == "2h", "\(request)")
@@ -267,7 +275,8 @@ private func drain(_ stream: ModelStream) async throws -> (pieces: [(String, Int
         let fixture = try await OllamaFixture.start(["--loaded"])
         defer { fixture.stop() }
         let error = await #expect(throws: ModelError.self) {
-            try await ModelBackend(config: backendConfig(.ollama, url: fixture.url, think: true)).generate(ModelRequest(prompt: "x", maxTokens: 4, timeoutMs: 10_000))
+            try await ModelBackend(config: backendConfig(.ollama, url: fixture.url, think: true)).generate(
+                ModelRequest(prompt: "x", maxTokens: 4, timeoutMs: 10_000))
         }
         #expect(error?.kind == .rejected(status: 400))
         #expect(error?.message.contains("\"tiny\" does not support thinking") == true, "\(error?.message ?? "")")

@@ -8,7 +8,8 @@ import Testing
 /// is, stdin from memory, stdout and stderr apart and each capped, nothing left behind.
 @Suite(.serialized) struct ChildProcessTests {
     @Test func argumentsReachTheProgramAsTheyAreWithNoShellBetween() async {
-        let result = await ChildProcess.run("/bin/echo", arguments: ["$HOME", "a b", "`id`", ";"], environment: [:], timeoutMs: 5_000, outputLimit: 1_000)
+        let result = await ChildProcess.run(
+            "/bin/echo", arguments: ["$HOME", "a b", "`id`", ";"], environment: [:], timeoutMs: 5_000, outputLimit: 1_000)
         #expect(result.outcome == .exited(0))
         #expect(result.stdout.text == "$HOME a b `id` ;\n")
     }
@@ -31,8 +32,9 @@ import Testing
     }
 
     @Test func mergedOutputKeepsTheOrderOfOneStream() async {
-        let result = await ChildProcess.run("/bin/sh", arguments: ["-c", "echo a; echo b >&2; echo c"], environment: [:], timeoutMs: 5_000,
-                                            outputLimit: 1_000, mergeOutput: true)
+        let result = await ChildProcess.run(
+            "/bin/sh", arguments: ["-c", "echo a; echo b >&2; echo c"], environment: [:], timeoutMs: 5_000,
+            outputLimit: 1_000, mergeOutput: true)
         #expect(result.stdout.text == "a\nb\nc\n")
         #expect(result.stderr.bytes.isEmpty)
     }
@@ -41,8 +43,9 @@ import Testing
         // Opened without O_CLOEXEC, as a library's socket might be.
         let leaked = open("/dev/null", O_RDONLY)
         defer { close(leaked) }
-        let result = await ChildProcess.run("/bin/sh", arguments: ["-c", "ls /proc/$$/fd; readlink /proc/$$/fd/0"], environment: [:],
-                                            stdin: Array("x".utf8), timeoutMs: 5_000, outputLimit: 1_000)
+        let result = await ChildProcess.run(
+            "/bin/sh", arguments: ["-c", "ls /proc/$$/fd; readlink /proc/$$/fd/0"], environment: [:],
+            stdin: Array("x".utf8), timeoutMs: 5_000, outputLimit: 1_000)
         let lines = result.stdout.text.split(separator: "\n").map(String.init)
         #expect(lines.dropLast().sorted() == ["0", "1", "2"], "open in the child: \(result.stdout.text)")
         #expect(lines.last?.hasPrefix("/memfd:stdin") == true, "stdin is the memory file: \(result.stdout.text)")
@@ -62,7 +65,8 @@ import Testing
 
     @Test func theTimeLimitKillsTheGroupAndSaysHowLongItRan() async {
         let started = monotonicNanoseconds()
-        let result = await ChildProcess.run("/bin/sh", arguments: ["-c", "echo started; sleep 300"], environment: [:], timeoutMs: 300, outputLimit: 1_000)
+        let result = await ChildProcess.run(
+            "/bin/sh", arguments: ["-c", "echo started; sleep 300"], environment: [:], timeoutMs: 300, outputLimit: 1_000)
         guard case .timedOut(let ms) = result.outcome else { Issue.record("outcome \(result.outcome)"); return }
         #expect(ms >= 300 && ms < 3_000)
         #expect(result.durationMs >= 300)

@@ -21,8 +21,9 @@ import Testing
     @Test func theEnvironmentIsPathLangAndTheGivenVariablesOnly() async throws {
         setenv("CREDENTIALS_DIRECTORY", "/run/credentials/edgecoder-worker.service", 1)
         defer { unsetenv("CREDENTIALS_DIRECTORY") }
-        let (outcome, output) = await HookRunner.run("env", environment: ["EDGECODER_EVENT": "network-restored", "EDGECODER_MODE": "bluetooth"],
-                                                     timeoutMs: 5_000)
+        let (outcome, output) = await HookRunner.run(
+            "env", environment: ["EDGECODER_EVENT": "network-restored", "EDGECODER_MODE": "bluetooth"],
+            timeoutMs: 5_000)
         #expect(outcome == .exited(0))
         let names = Set(output.text.split(separator: "\n").compactMap { $0.split(separator: "=", maxSplits: 1).first.map(String.init) })
         // The shell adds PWD itself.
@@ -32,7 +33,8 @@ import Testing
     }
 
     @Test func pathAndLangComeFromTheDaemonOrDefaults() {
-        let inherited = HookRunner.environment(["EDGECODER_MODE": "bluetooth"], inherited: { ["PATH": "/opt/bin:/usr/bin", "LANG": "de_DE.UTF-8", "HOME": "/root"][$0] })
+        let inherited = HookRunner.environment(
+            ["EDGECODER_MODE": "bluetooth"], inherited: { ["PATH": "/opt/bin:/usr/bin", "LANG": "de_DE.UTF-8", "HOME": "/root"][$0] })
         #expect(inherited == ["PATH": "/opt/bin:/usr/bin", "LANG": "de_DE.UTF-8", "EDGECODER_MODE": "bluetooth"])
         let defaults = HookRunner.environment([:], inherited: { _ in nil })
         #expect(defaults == ["PATH": HookRunner.defaultPath, "LANG": "C.UTF-8"])
@@ -55,8 +57,9 @@ import Testing
     }
 
     @Test func outputPastTheLimitIsReadDroppedAndNotedNotLogged() async throws {
-        let (outcome, output) = await HookRunner.run("head -c 1000000 /dev/zero | tr '\\0' x; echo; echo done >&2", environment: [:],
-                                                     timeoutMs: 10_000, outputLimit: 1_000)
+        let (outcome, output) = await HookRunner.run(
+            "head -c 1000000 /dev/zero | tr '\\0' x; echo; echo done >&2", environment: [:],
+            timeoutMs: 10_000, outputLimit: 1_000)
         #expect(outcome == .exited(0), "a hook writing more than the limit must not block on a full pipe")
         #expect(output.bytes.count == 1_000)
         #expect(output.droppedBytes == 1_000_000 + 1 + 5 - 1_000)

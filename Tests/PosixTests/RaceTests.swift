@@ -57,18 +57,21 @@ private struct Boom: Error, Equatable {}
     }
 
     @Test func theCancelledLosersErrorIsDiscarded() async throws {
-        let winner = try await race({ () async throws -> Int in
-            try await Task.sleep(nanoseconds: 60_000_000_000)  // throws CancellationError when it loses
-            return 1
-        }, { () async throws -> Int in 2 })
+        let winner = try await race(
+            { () async throws -> Int in
+                try await Task.sleep(nanoseconds: 60_000_000_000)  // throws CancellationError when it loses
+                return 1
+            }, { () async throws -> Int in 2 })
         #expect(winner == .second(2))
     }
 
     @Test func suspendUntilCancelledNeverWinsARace() async {
-        let winner = await race({ await suspendUntilCancelled() }, { () async -> Int in
-            try? await Task.sleep(nanoseconds: 20_000_000)
-            return 3
-        })
+        let winner = await race(
+            { await suspendUntilCancelled() },
+            { () async -> Int in
+                try? await Task.sleep(nanoseconds: 20_000_000)
+                return 3
+            })
         guard case .second(3) = winner else {
             Issue.record("suspendUntilCancelled ended before it was cancelled")
             return

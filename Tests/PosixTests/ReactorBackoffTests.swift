@@ -41,10 +41,12 @@ private final class FailingPoll: Sendable {
         var byte: UInt8 = 1
         #expect(write(fds[1], &byte, 1) == 1)
         let readEnd = fds[0]
-        let served = await race({ (try? await reactor.waitReadable(readEnd)) != nil }, { () async -> Bool in
-            try? await Task.sleep(nanoseconds: 10_000_000_000)
-            return false
-        })
+        let served = await race(
+            { (try? await reactor.waitReadable(readEnd)) != nil },
+            { () async -> Bool in
+                try? await Task.sleep(nanoseconds: 10_000_000_000)
+                return false
+            })
         #expect(served == .first(true))
 
         let calls = failing.calls

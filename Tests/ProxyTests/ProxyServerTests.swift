@@ -9,19 +9,24 @@ import WorkerCore
 /// The proxy's HTTP side over real TCP on 127.0.0.1, with a central that has no bus to
 /// reach (so no worker is ever connected): every answer here is the server's own.
 @Suite struct ProxyServerTests {
-    func withServer(readTimeoutMs: Int64 = 10_000, maxConnections: Int = 64,
-                    _ body: @escaping @Sendable (UInt16) async throws -> Void) async throws {
+    func withServer(
+        readTimeoutMs: Int64 = 10_000, maxConnections: Int = 64,
+        _ body: @escaping @Sendable (UInt16) async throws -> Void
+    ) async throws {
         try await withServer(readTimeoutMs: readTimeoutMs, maxConnections: maxConnections) { port, _ in try await body(port) }
     }
 
-    func withServer(readTimeoutMs: Int64 = 10_000, maxConnections: Int = 64,
-                    _ body: @escaping @Sendable (UInt16, ProxyServer) async throws -> Void) async throws {
+    func withServer(
+        readTimeoutMs: Int64 = 10_000, maxConnections: Int = 64,
+        _ body: @escaping @Sendable (UInt16, ProxyServer) async throws -> Void
+    ) async throws {
         let listener = try LoopbackTCPListener(port: 0)
         var settings = CentralSettings(adapter: nil, device: nil)
         settings.busAddress = "unix:path=/nonexistent/bus"
         let central = GattCentral(settings: settings, logger: Logger(label: "t", level: .error))
-        let server = ProxyServer(listener: listener, upstream: central, version: "0.1.0", logger: Logger(label: "t", level: .error),
-                                 requestTimeoutMs: 5_000, readTimeoutMs: readTimeoutMs, maxConnections: maxConnections)
+        let server = ProxyServer(
+            listener: listener, upstream: central, version: "0.1.0", logger: Logger(label: "t", level: .error),
+            requestTimeoutMs: 5_000, readTimeoutMs: readTimeoutMs, maxConnections: maxConnections)
         let serving = Task { await server.run() }
         let centralTask = Task { await central.run() }
         let outcome: Result<Void, any Error>
@@ -62,7 +67,9 @@ import WorkerCore
         address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
         var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        let rc = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        let rc = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
         guard rc == 0 else { close(fd); throw POSIXError(.ECONNREFUSED) }
         return fd
     }
@@ -105,7 +112,8 @@ import WorkerCore
             }
         }
         if let line = head.split(separator: "\r\n").first(where: { $0.hasPrefix("content-length:") }),
-           let length = Int(line.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) {
+            let length = Int(line.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces))
+        {
             return bytes.count >= bodyStart + length ? bodyStart + length : nil
         }
         return nil

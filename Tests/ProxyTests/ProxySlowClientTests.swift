@@ -11,12 +11,15 @@ import WorkerCore
 @Suite struct ProxySlowClientTests {
     let helper = ProxyServerTests()
 
-    func withServer(_ upstream: ScriptedUpstream, writeProgressMs: Int64, maxConnectionsPerAddress: Int = ProxyServer.defaultMaxConnectionsPerAddress,
-                    _ body: @escaping @Sendable (UInt16, ProxyServer) async throws -> Void) async throws {
+    func withServer(
+        _ upstream: ScriptedUpstream, writeProgressMs: Int64, maxConnectionsPerAddress: Int = ProxyServer.defaultMaxConnectionsPerAddress,
+        _ body: @escaping @Sendable (UInt16, ProxyServer) async throws -> Void
+    ) async throws {
         let listener = try LoopbackTCPListener(port: 0)
-        let server = ProxyServer(listener: listener, upstream: upstream, version: "9.9.9", logger: Logger(label: "t", level: .error),
-                                 requestTimeoutMs: 60_000, idleTimeoutMs: 60_000, writeProgressMs: writeProgressMs,
-                                 maxConnectionsPerAddress: maxConnectionsPerAddress)
+        let server = ProxyServer(
+            listener: listener, upstream: upstream, version: "9.9.9", logger: Logger(label: "t", level: .error),
+            requestTimeoutMs: 60_000, idleTimeoutMs: 60_000, writeProgressMs: writeProgressMs,
+            maxConnectionsPerAddress: maxConnectionsPerAddress)
         let serving = Task { await server.run() }
         let outcome: Result<Void, any Error>
         do { try await body(listener.port, server); outcome = .success(()) } catch { outcome = .failure(error) }
@@ -35,7 +38,9 @@ import WorkerCore
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = port.bigEndian
         address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
-        let rc = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        let rc = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
         guard rc == 0 else { close(fd); throw POSIXError(.ECONNREFUSED) }
         return fd
     }
@@ -55,7 +60,8 @@ import WorkerCore
     /// answers took; with it, it closes one deadline after the client's buffers filled.
     @Test func aClientThatStopsReadingLosesItsConnectionAfterTheDeadline() async throws {
         let piece = String(repeating: "x", count: 65_536)
-        let upstream = ScriptedUpstream(answer: .answered(ok: true, output: "", error: nil, workerDurationMs: 1), deltas: Array(repeating: piece, count: 64))
+        let upstream = ScriptedUpstream(
+            answer: .answered(ok: true, output: "", error: nil, workerDurationMs: 1), deltas: Array(repeating: piece, count: 64))
         try await withServer(upstream, writeProgressMs: 400) { port, server in
             let request = helper.http("POST", "/api/generate", body: #"{"model":"m","prompt":"p","stream":true}"#)
             let fd = try Self.connectWithSmallReceiveBuffer(port)
@@ -87,7 +93,8 @@ import WorkerCore
     /// taking longer than the deadline for the whole answer, still gets all of it.
     @Test func aSlowClientThatKeepsReadingGetsTheWholeAnswer() async throws {
         let piece = String(repeating: "y", count: 16_384)
-        let upstream = ScriptedUpstream(answer: .answered(ok: true, output: "", error: nil, workerDurationMs: 1), deltas: Array(repeating: piece, count: 24))
+        let upstream = ScriptedUpstream(
+            answer: .answered(ok: true, output: "", error: nil, workerDurationMs: 1), deltas: Array(repeating: piece, count: 24))
         try await withServer(upstream, writeProgressMs: 300) { port, _ in
             let request = helper.http("POST", "/api/generate", body: #"{"model":"m","prompt":"p","stream":true}"#)
             let (answer, seconds) = try await onThread { () -> (String, Double) in
@@ -118,7 +125,8 @@ import WorkerCore
     /// evicts the one still for longest, so `/api/version` is answered at once.
     @Test func sixtyFourStalledClientsLeaveTheVersionAnswered() async throws {
         let piece = String(repeating: "z", count: 65_536)
-        let upstream = ScriptedUpstream(answer: .answered(ok: true, output: "", error: nil, workerDurationMs: 1), deltas: Array(repeating: piece, count: 64))
+        let upstream = ScriptedUpstream(
+            answer: .answered(ok: true, output: "", error: nil, workerDurationMs: 1), deltas: Array(repeating: piece, count: 64))
         try await withServer(upstream, writeProgressMs: ProxyServer.defaultWriteProgressMs) { port, server in
             let request = helper.http("POST", "/api/generate", body: #"{"model":"m","prompt":"p","stream":true}"#)
             var clients: [Int32] = []

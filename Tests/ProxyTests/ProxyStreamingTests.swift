@@ -11,11 +11,14 @@ import WorkerCore
 @Suite struct ProxyStreamingTests {
     let helper = ProxyServerTests()
 
-    func withServer(_ upstream: ScriptedUpstream, guardian: BrowserGuard = BrowserGuard(), wholeHoldMs: Int64 = 10_000, pulseMs: Int64 = 10_000,
-                    _ body: @escaping @Sendable (UInt16) async throws -> Void) async throws {
+    func withServer(
+        _ upstream: ScriptedUpstream, guardian: BrowserGuard = BrowserGuard(), wholeHoldMs: Int64 = 10_000, pulseMs: Int64 = 10_000,
+        _ body: @escaping @Sendable (UInt16) async throws -> Void
+    ) async throws {
         let listener = try LoopbackTCPListener(port: 0)
-        let server = ProxyServer(listener: listener, upstream: upstream, version: "9.9.9", logger: Logger(label: "t", level: .error),
-                                 requestTimeoutMs: 7_000, guardian: guardian, wholeHoldMs: wholeHoldMs, pulseMs: pulseMs)
+        let server = ProxyServer(
+            listener: listener, upstream: upstream, version: "9.9.9", logger: Logger(label: "t", level: .error),
+            requestTimeoutMs: 7_000, guardian: guardian, wholeHoldMs: wholeHoldMs, pulseMs: pulseMs)
         let serving = Task { await server.run() }
         let outcome: Result<Void, any Error>
         do { try await body(listener.port); outcome = .success(()) } catch { outcome = .failure(error) }
@@ -53,8 +56,9 @@ import WorkerCore
     }
 
     @Test func aStreamedAnswersFirstPieceArrivesLongBeforeItsEnd() async throws {
-        let upstream = ScriptedUpstream(answer: .answered(ok: true, output: "", error: nil, workerDurationMs: 1), deltas: ["one ", "two ", "three"],
-                                        delayMs: 300)
+        let upstream = ScriptedUpstream(
+            answer: .answered(ok: true, output: "", error: nil, workerDurationMs: 1), deltas: ["one ", "two ", "three"],
+            delayMs: 300)
         try await withServer(upstream) { port in
             let request = helper.http("POST", "/api/generate", body: #"{"model":"m","prompt":"count"}"#)
             let (first, whole, text) = try await onThread { () -> (Double, Double, String) in
@@ -69,7 +73,9 @@ import WorkerCore
                     let n = recv(fd, &buffer, buffer.count, 0)
                     if n <= 0 { break }
                     received += buffer[0..<n]
-                    if firstAt == nil, String(decoding: received, as: UTF8.self).contains(#""response":"one ""#) { firstAt = Date().timeIntervalSince(started) }
+                    if firstAt == nil, String(decoding: received, as: UTF8.self).contains(#""response":"one ""#) {
+                        firstAt = Date().timeIntervalSince(started)
+                    }
                 }
                 return (firstAt ?? 99, Date().timeIntervalSince(started), String(decoding: received, as: UTF8.self))
             }
@@ -83,9 +89,12 @@ import WorkerCore
 
     @Test(arguments: ["/api/generate", "/api/chat", "/v1/chat/completions"])
     func aClientThatGoesAwayMidStreamCancelsItsRequest(path: String) async throws {
-        let upstream = ScriptedUpstream(answer: .answered(ok: true, output: "", error: nil, workerDurationMs: 1), deltas: Array(repeating: "tok ", count: 50),
-                                        delayMs: 100)
-        let body = path == "/api/generate" ? #"{"model":"m","prompt":"long"}"# : #"{"model":"m","messages":[{"role":"user","content":"long"}],"stream":true}"#
+        let upstream = ScriptedUpstream(
+            answer: .answered(ok: true, output: "", error: nil, workerDurationMs: 1), deltas: Array(repeating: "tok ", count: 50),
+            delayMs: 100)
+        let body =
+            path == "/api/generate"
+            ? #"{"model":"m","prompt":"long"}"# : #"{"model":"m","messages":[{"role":"user","content":"long"}],"stream":true}"#
         try await withServer(upstream) { port in
             let request = helper.http("POST", path, body: body)
             try await onThread {
@@ -112,9 +121,11 @@ import WorkerCore
     @Test func oneConnectionCarriesSeveralRequestsAndPipelinedOnes() async throws {
         let upstream = ScriptedUpstream(answer: .answered(ok: true, output: "ab", error: nil, workerDurationMs: 1), deltas: ["a", "b"])
         try await withServer(upstream) { port in
-            let requests = [helper.http("GET", "/status"), helper.http("POST", "/api/generate", body: #"{"prompt":"p"}"#),
-                            helper.http("POST", "/api/chat", body: #"{"model":"m","messages":[{"role":"user","content":"x"}]}"#),
-                            helper.http("POST", "/v1/completions", body: #"{"model":"m","prompt":"x","stream":true}"#)]
+            let requests = [
+                helper.http("GET", "/status"), helper.http("POST", "/api/generate", body: #"{"prompt":"p"}"#),
+                helper.http("POST", "/api/chat", body: #"{"model":"m","messages":[{"role":"user","content":"x"}]}"#),
+                helper.http("POST", "/v1/completions", body: #"{"model":"m","prompt":"x","stream":true}"#),
+            ]
             let answers = try await onThread { () -> [String] in
                 let fd = try ProxyServerTests.connectBlocking(port)
                 defer { close(fd) }
@@ -138,7 +149,8 @@ import WorkerCore
     }
 
     @Test func aRequestSentWhileTheLastOneStreamsIsAnsweredNext() async throws {
-        let upstream = ScriptedUpstream(answer: .answered(ok: true, output: "", error: nil, workerDurationMs: 1), deltas: ["a", "b", "c"], delayMs: 150)
+        let upstream = ScriptedUpstream(
+            answer: .answered(ok: true, output: "", error: nil, workerDurationMs: 1), deltas: ["a", "b", "c"], delayMs: 150)
         try await withServer(upstream) { port in
             let first = helper.http("POST", "/api/generate", body: #"{"model":"m","prompt":"p"}"#)
             let second = helper.http("GET", "/api/version")
@@ -164,7 +176,8 @@ import WorkerCore
     }
 
     @Test func headersGoOutBeforeALongWholeAnswerAndItsBodyStaysJSON() async throws {
-        let upstream = ScriptedUpstream(answer: .answered(ok: true, output: "late", error: nil, workerDurationMs: 1), deltas: ["x", "y", "z"], delayMs: 200)
+        let upstream = ScriptedUpstream(
+            answer: .answered(ok: true, output: "late", error: nil, workerDurationMs: 1), deltas: ["x", "y", "z"], delayMs: 200)
         try await withServer(upstream, wholeHoldMs: 100, pulseMs: 150) { port in
             let request = helper.http("POST", "/api/chat", body: #"{"messages":[{"role":"user","content":"hi"}],"maxTokens":64,"stream":false}"#)
             let (headAt, text) = try await onThread { () -> (Double, String) in
@@ -192,16 +205,24 @@ import WorkerCore
 
     @Test func browsersAreRefusedUnlessTheirOriginIsAllowed() async throws {
         let guardian = BrowserGuard(allowedOrigins: ["https://app.example.com"])
-        try await withServer(ScriptedUpstream(answer: .answered(ok: true, output: "x", error: nil, workerDurationMs: 1)), guardian: guardian) { port in
+        try await withServer(ScriptedUpstream(answer: .answered(ok: true, output: "x", error: nil, workerDurationMs: 1)), guardian: guardian) {
+            port in
             let rebound = try await helper.exchange(port, helper.http("GET", "/status", host: "attacker.example:11435"))
             #expect(rebound.hasPrefix("HTTP/1.1 403") && rebound.contains("not a loopback name"))
-            let foreign = try await helper.exchange(port, helper.http("POST", "/api/generate", body: #"{"prompt":"x"}"#, headers: "Origin: https://evil.example\r\nContent-Type: text/plain\r\n"))
+            let foreign = try await helper.exchange(
+                port,
+                helper.http(
+                    "POST", "/api/generate", body: #"{"prompt":"x"}"#, headers: "Origin: https://evil.example\r\nContent-Type: text/plain\r\n"))
             #expect(foreign.hasPrefix("HTTP/1.1 403") && foreign.contains("--allow-origin"))
             let local = try await helper.exchange(port, helper.http("GET", "/api/tags", headers: "Origin: http://localhost:3000\r\n"))
             #expect(local.hasPrefix("HTTP/1.1 200") && local.contains("Access-Control-Allow-Origin: http://localhost:3000"))
-            let allowed = try await helper.exchange(port, helper.http("OPTIONS", "/api/chat",
-                                                                      headers: "Origin: https://app.example.com\r\nAccess-Control-Request-Headers: content-type\r\n"))
-            #expect(allowed.hasPrefix("HTTP/1.1 204") && allowed.contains("Access-Control-Allow-Origin: https://app.example.com")
+            let allowed = try await helper.exchange(
+                port,
+                helper.http(
+                    "OPTIONS", "/api/chat",
+                    headers: "Origin: https://app.example.com\r\nAccess-Control-Request-Headers: content-type\r\n"))
+            #expect(
+                allowed.hasPrefix("HTTP/1.1 204") && allowed.contains("Access-Control-Allow-Origin: https://app.example.com")
                     && allowed.contains("Access-Control-Allow-Headers: content-type"))
             let refusedPreflight = try await helper.exchange(port, helper.http("OPTIONS", "/api/chat", headers: "Origin: https://evil.example\r\n"))
             #expect(refusedPreflight.hasPrefix("HTTP/1.1 403") && !refusedPreflight.contains("Access-Control-Allow-Origin"))
@@ -232,7 +253,8 @@ import WorkerCore
             #expect(((completion.json?["choices"] as? [[String: Any]])?.first?["text"] as? String) == "hello")
             let show = try await post(port, "/api/show", #"{"model":"edgecoder-bluetooth"}"#, "")
             #expect(show.json?["model_info"] != nil && show.json?["capabilities"] != nil)
-            let refused = try await post(port, "/v1/chat/completions", #"{"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]}"#, "")
+            let refused = try await post(
+                port, "/v1/chat/completions", #"{"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]}"#, "")
             #expect(refused.head.hasPrefix("HTTP/1.1 400") && (refused.json?["error"] as? [String: Any])?["param"] as? String == "tools")
             let embeddings = try await post(port, "/api/embed", #"{"model":"m","input":"x"}"#, "")
             #expect(embeddings.head.hasPrefix("HTTP/1.1 400") && (embeddings.json?["error"] as? String)?.contains("embeddings") == true)
@@ -254,9 +276,13 @@ import WorkerCore
             #expect(tooBig.hasPrefix("HTTP/1.1 413"))
             let deep = try await post(port, "/api/chat", String(repeating: "[", count: 5_000), "")
             #expect(deep.head.hasPrefix("HTTP/1.1 400"))
-            let nested = try await post(port, "/api/chat", "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":" + String(repeating: "[", count: 40) + String(repeating: "]", count: 40) + "}]}", "")
+            let nested = try await post(
+                port, "/api/chat",
+                "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":" + String(repeating: "[", count: 40)
+                    + String(repeating: "]", count: 40) + "}]}", "")
             #expect(nested.head.hasPrefix("HTTP/1.1 400"))
-            let badType = try await post(port, "/api/chat", #"{"model":"m","messages":[{"role":"user","content":"x"}],"options":{"num_ctx":"big"}}"#, "")
+            let badType = try await post(
+                port, "/api/chat", #"{"model":"m","messages":[{"role":"user","content":"x"}],"options":{"num_ctx":"big"}}"#, "")
             #expect(badType.head.hasPrefix("HTTP/1.1 400") && (badType.json?["error"] as? String)?.contains("options.num_ctx") == true)
             let after = try await helper.exchange(port, helper.http("GET", "/status"))
             #expect(after.hasPrefix("HTTP/1.1 200"))
@@ -269,8 +295,9 @@ import WorkerCore
             // A host with IPv6 disabled: nothing to test (the proxy then serves 127.0.0.1 only).
             return
         }
-        let server = ProxyServer(listeners: [listener], upstream: ScriptedUpstream(answer: .timedOut(1)), version: "9", logger: Logger(label: "t", level: .error),
-                                 requestTimeoutMs: 1_000)
+        let server = ProxyServer(
+            listeners: [listener], upstream: ScriptedUpstream(answer: .timedOut(1)), version: "9", logger: Logger(label: "t", level: .error),
+            requestTimeoutMs: 1_000)
         let serving = Task { await server.run() }
         let port = listener.port
         let answer = try await onThread { () -> String in
@@ -282,7 +309,9 @@ import WorkerCore
             address.sin6_addr = in6addr_loopback
             var timeout = timeval(tv_sec: 10, tv_usec: 0)
             setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-            let rc = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in6>.size)) } }
+            let rc = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in6>.size)) }
+            }
             guard rc == 0 else { return "connect failed" }
             Self.send(fd, Array("GET / HTTP/1.1\r\nHost: [::1]:\(port)\r\n\r\n".utf8))
             var buffer: [UInt8] = []

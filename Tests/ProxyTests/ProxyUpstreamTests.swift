@@ -61,8 +61,9 @@ actor ScriptedUpstream: ProxyUpstream {
 
     func withServer(_ upstream: ScriptedUpstream, _ body: @escaping @Sendable (UInt16) async throws -> Void) async throws {
         let listener = try LoopbackTCPListener(port: 0)
-        let server = ProxyServer(listener: listener, upstream: upstream, version: "9.9.9", logger: Logger(label: "t", level: .error),
-                                 requestTimeoutMs: 7_000)
+        let server = ProxyServer(
+            listener: listener, upstream: upstream, version: "9.9.9", logger: Logger(label: "t", level: .error),
+            requestTimeoutMs: 7_000)
         let serving = Task { await server.run() }
         let outcome: Result<Void, any Error>
         do { try await body(listener.port); outcome = .success(()) } catch { outcome = .failure(error) }
@@ -72,7 +73,8 @@ actor ScriptedUpstream: ProxyUpstream {
         try outcome.get()
     }
 
-    func post(_ port: UInt16, _ path: String, _ body: String, headers: String = "") async throws -> (head: String, json: [String: Any]?, body: String) {
+    func post(_ port: UInt16, _ path: String, _ body: String, headers: String = "") async throws -> (head: String, json: [String: Any]?, body: String)
+    {
         let answer = try await helper.exchange(port, helper.http("POST", path, body: body, headers: headers))
         let parts = answer.components(separatedBy: "\r\n\r\n")
         var payload = parts.dropFirst().joined(separator: "\r\n\r\n")
@@ -85,7 +87,9 @@ actor ScriptedUpstream: ProxyUpstream {
     static func dechunk(_ text: String) -> String {
         var bytes = Array(text.utf8)[...]
         var out: [UInt8] = []
-        while let lineEnd = bytes.indices.first(where: { bytes[$0] == 13 }), let size = Int(String(decoding: bytes[bytes.startIndex..<lineEnd], as: UTF8.self), radix: 16), size > 0 {
+        while let lineEnd = bytes.indices.first(where: { bytes[$0] == 13 }),
+            let size = Int(String(decoding: bytes[bytes.startIndex..<lineEnd], as: UTF8.self), radix: 16), size > 0
+        {
             let start = lineEnd + 2
             out += bytes[start..<min(bytes.endIndex, start + size)]
             bytes = bytes[min(bytes.endIndex, start + size + 2)...]
@@ -123,7 +127,8 @@ actor ScriptedUpstream: ProxyUpstream {
             // The text in a line with done false (LiteLLM's ollama/ provider ignores the
             // text of a done line), then the done line.
             #expect(lines.count == 2, "\(streamed.body)")
-            #expect(lines.first?["response"] as? String == "hello" && lines.first?["done"] as? Bool == false
+            #expect(
+                lines.first?["response"] as? String == "hello" && lines.first?["done"] as? Bool == false
                     && lines.first?["model"] as? String == "edgecoder-bluetooth")
             #expect(lines.last?["done"] as? Bool == true && lines.last?["done_reason"] as? String == "stop" && lines.last?["total_duration"] is Int)
             let plain = try await post(port, "/api/generate", #"{"model":"m","prompt":"hi","stream":false}"#)
@@ -134,7 +139,10 @@ actor ScriptedUpstream: ProxyUpstream {
     }
 
     @Test(arguments: [
-        (GenerateResult.answered(ok: false, output: "", error: "model_unavailable: down", workerDurationMs: 0), "HTTP/1.1 502", "model_unavailable: down"),
+        (
+            GenerateResult.answered(ok: false, output: "", error: "model_unavailable: down", workerDurationMs: 0), "HTTP/1.1 502",
+            "model_unavailable: down"
+        ),
         (.timedOut(7_000), "HTTP/1.1 504", "within 7000 ms"),
         (.notConnected("no worker connected: scanning"), "HTTP/1.1 503", "no worker connected"),
         (.answered(ok: false, output: "", error: "link_lost: the worker disconnected", workerDurationMs: 0), "HTTP/1.1 502", "link_lost"),
@@ -153,8 +161,10 @@ actor ScriptedUpstream: ProxyUpstream {
     @Test func statusTagsAndVersionShowTheConnectedWorker() async throws {
         try await withServer(ScriptedUpstream(answer: .timedOut(1))) { port in
             let status = try await helper.exchange(port, helper.http("GET", "/status"))
-            for key in [#""connected":true"#, #""deviceName":"EdgeCoder-abc""#, #""deviceId":"00:AA:01:00:00:00""#, #""batteryPct":87"#,
-                        #""rssi":-40"#, #""modelState":"ready""#] {
+            for key in [
+                #""connected":true"#, #""deviceName":"EdgeCoder-abc""#, #""deviceId":"00:AA:01:00:00:00""#, #""batteryPct":87"#,
+                #""rssi":-40"#, #""modelState":"ready""#,
+            ] {
                 #expect(status.contains(key), "\(key) in \(status)")
             }
             let tags = try await helper.exchange(port, helper.http("GET", "/api/tags"))

@@ -75,8 +75,11 @@ import WorkerCore
             (try? readFile(directory + "/" + name, limit: 1 << 20)).map { String(decoding: $0, as: UTF8.self) } ?? ""
         }
 
-        func sandbox(timeoutMs: Int64 = 10_000, outputLimit: Int = 65_536, engineArguments: [String] = [], createTimeoutMs: Int64 = 10_000) -> ContainerSandbox {
-            var settings = ContainerSandbox.Settings(engine: engine, engineArguments: engineArguments, timeoutMs: timeoutMs, outputLimitBytes: outputLimit)
+        func sandbox(timeoutMs: Int64 = 10_000, outputLimit: Int = 65_536, engineArguments: [String] = [], createTimeoutMs: Int64 = 10_000)
+            -> ContainerSandbox
+        {
+            var settings = ContainerSandbox.Settings(
+                engine: engine, engineArguments: engineArguments, timeoutMs: timeoutMs, outputLimitBytes: outputLimit)
             settings.createTimeoutMs = createTimeoutMs
             return ContainerSandbox(settings)
         }
@@ -126,11 +129,12 @@ import WorkerCore
         #expect(monotonicNanoseconds() - started < 5_000_000_000)
         let (lines, name) = fake.commands()
         let container = try #require(name)
-        #expect(Array(lines.dropFirst()) == [
-            "--log-level=fatal --runtime runc start --attach --interactive \(container)",
-            "--runtime runc kill \(container)", "--runtime runc rm --force \(container)",
-            "--runtime runc ps --all --quiet --filter name=\(container)",
-        ], "created, so one absence ends the cleanup")
+        #expect(
+            Array(lines.dropFirst()) == [
+                "--log-level=fatal --runtime runc start --attach --interactive \(container)",
+                "--runtime runc kill \(container)", "--runtime runc rm --force \(container)",
+                "--runtime runc ps --all --quiet --filter name=\(container)",
+            ], "created, so one absence ends the cleanup")
     }
 
     /// A create that outlasts its limit is the engine's failure; a daemon engine may still
@@ -169,7 +173,9 @@ import WorkerCore
         try fake.behave("create-error")
         try fake.write("log", "")
         let notCreated = await fake.sandbox().run(.python, code: "")
-        #expect(notCreated.ending == .engineFailed("\(fake.engine) could not create the container (exited with status 125): Error: localhost/x:1: image not known"))
+        #expect(
+            notCreated.ending
+                == .engineFailed("\(fake.engine) could not create the container (exited with status 125): Error: localhost/x:1: image not known"))
         #expect(fake.commands().lines.filter { $0.contains(" start ") }.isEmpty, "nothing is started")
         try fake.behave("oom")
         #expect(await fake.sandbox().run(.python, code: "").ending == .killed(signal: 9))
@@ -204,7 +210,8 @@ import WorkerCore
         let missing = ContainerSandbox(ContainerSandbox.Settings(engine: "no-such-engine-here"), searchPath: "/nonexistent")
         guard case .engineFailed(let why) = await missing.run(.python, code: "print(1)").ending else { Issue.record("not an engine failure"); return }
         #expect(why.contains("no-such-engine-here is not installed"))
-        #expect(await missing.check() == .unusable("no-such-engine-here is not installed: no executable of that name on PATH (apt-get install podman)"))
+        #expect(
+            await missing.check() == .unusable("no-such-engine-here is not installed: no executable of that name on PATH (apt-get install podman)"))
         let badImage = ContainerSandbox(ContainerSandbox.Settings(image: "--privileged"))
         guard case .engineFailed = await badImage.run(.python, code: "").ending else { Issue.record("a hostile image ran"); return }
     }

@@ -14,8 +14,11 @@ import WorkerCore
 
     @Test func aRunIsolatesTheProgramAsTheIssueAsks() {
         let arguments = Self.arguments()
-        for flag in ["--rm", "--interactive", "--pull=never", "--log-driver=none", "--network=none", "--read-only", "--read-only-tmpfs=false",
-                     "--memory=256m", "--memory-swap=256m", "--shm-size=64m", "--cpus=0.5", "--pids-limit=50", "--cap-drop=all", "--security-opt=no-new-privileges"] {
+        for flag in [
+            "--rm", "--interactive", "--pull=never", "--log-driver=none", "--network=none", "--read-only", "--read-only-tmpfs=false",
+            "--memory=256m", "--memory-swap=256m", "--shm-size=64m", "--cpus=0.5", "--pids-limit=50", "--cap-drop=all",
+            "--security-opt=no-new-privileges",
+        ] {
             #expect(arguments.contains(flag), "missing \(flag) in \(arguments)")
         }
         #expect(adjacent(arguments, "--user", "65534:65534"))
@@ -27,8 +30,10 @@ import WorkerCore
 
     @Test func nothingOfTheHostIsMountedOrShared() {
         let arguments = Self.arguments()
-        for forbidden in ["-v", "--volume", "--mount", "--privileged", "--env-host", "--network=host", "--pid=host", "--ipc=host",
-                          "--userns=host", "--cap-add", "--device", "--security-opt=seccomp=unconfined", "--env-file"] {
+        for forbidden in [
+            "-v", "--volume", "--mount", "--privileged", "--env-host", "--network=host", "--pid=host", "--ipc=host",
+            "--userns=host", "--cap-add", "--device", "--security-opt=seccomp=unconfined", "--env-file",
+        ] {
             #expect(!arguments.contains(where: { $0 == forbidden || $0.hasPrefix(forbidden + "=") }), "\(forbidden) in \(arguments)")
         }
         // The container's environment is only what we set.
@@ -44,15 +49,19 @@ import WorkerCore
 
     @Test func globalEngineArgumentsGoBeforeRun() {
         let arguments = Self.arguments(Settings(engineArguments: ["--runtime", "runc", "--log-level=warn"]))
-        #expect(Array(arguments.prefix(5)) == ["--log-level=fatal", "--runtime", "runc", "--log-level=warn", "create"], "the operator's own level wins")
-        #expect(ContainerSandbox.startArguments(Settings(engineArguments: ["--runtime", "runc"]), containerName: "edgecoder-sandbox-1")
-            == ["--log-level=fatal", "--runtime", "runc", "start", "--attach", "--interactive", "edgecoder-sandbox-1"])
+        #expect(
+            Array(arguments.prefix(5)) == ["--log-level=fatal", "--runtime", "runc", "--log-level=warn", "create"], "the operator's own level wins")
+        #expect(
+            ContainerSandbox.startArguments(Settings(engineArguments: ["--runtime", "runc"]), containerName: "edgecoder-sandbox-1")
+                == ["--log-level=fatal", "--runtime", "runc", "start", "--attach", "--interactive", "edgecoder-sandbox-1"])
         let cleanup = ContainerSandbox.cleanupArguments(Settings(engineArguments: ["--runtime", "runc"]), containerName: "edgecoder-sandbox-1")
         #expect(cleanup == [["--runtime", "runc", "kill", "edgecoder-sandbox-1"], ["--runtime", "runc", "rm", "--force", "edgecoder-sandbox-1"]])
-        #expect(ContainerSandbox.presenceArguments(Settings(engineArguments: ["--url", "unix:///x"]), containerName: "edgecoder-sandbox-1")
-            == ["--url", "unix:///x", "ps", "--all", "--quiet", "--filter", "name=edgecoder-sandbox-1"])
-        #expect(ContainerSandbox.imageInspectArguments(Settings(engineArguments: ["--root=/x"], image: "a/b:1"))
-            == ["--root=/x", "image", "inspect", "--format", "{{.Id}}", "a/b:1"])
+        #expect(
+            ContainerSandbox.presenceArguments(Settings(engineArguments: ["--url", "unix:///x"]), containerName: "edgecoder-sandbox-1")
+                == ["--url", "unix:///x", "ps", "--all", "--quiet", "--filter", "name=edgecoder-sandbox-1"])
+        #expect(
+            ContainerSandbox.imageInspectArguments(Settings(engineArguments: ["--root=/x"], image: "a/b:1"))
+                == ["--root=/x", "image", "inspect", "--format", "{{.Id}}", "a/b:1"])
     }
 
     /// A daemon engine may create the container after its killed client gave up: after a
@@ -64,7 +73,8 @@ import WorkerCore
             #expect(!ContainerSandbox.cleanupSettled(presence: [true], created: created))
             #expect(ContainerSandbox.cleanupSettled(presence: [false, false], created: created))
             #expect(!ContainerSandbox.cleanupSettled(presence: [false, true], created: created), "created late: removed, then checked again")
-            #expect(ContainerSandbox.cleanupSettled(presence: Array(repeating: true, count: ContainerSandbox.settleChecks), created: created), "gives up")
+            #expect(
+                ContainerSandbox.cleanupSettled(presence: Array(repeating: true, count: ContainerSandbox.settleChecks), created: created), "gives up")
             #expect(!ContainerSandbox.cleanupSettled(presence: Array(repeating: true, count: ContainerSandbox.settleChecks - 1), created: created))
         }
         #expect(!ContainerSandbox.cleanupSettled(presence: [false], created: false), "one absence may be a create still under way")
@@ -112,12 +122,19 @@ import WorkerCore
     }
 
     @Test func theEngineGetsWhatItNeedsAndNoSecretOfOurs() {
-        let ours = ["PATH": "/usr/bin", "HOME": "/var/lib/edgecoder-worker", "XDG_RUNTIME_DIR": "/run/user/998",
-                    "CREDENTIALS_DIRECTORY": "/run/credentials/edgecoder-worker.service", "NOTIFY_SOCKET": "/run/systemd/notify",
-                    "EDGECODER_WORKER_CONFIG": "/etc/x.json", "LANG": "", "DOCKER_HOST": "unix:///run/docker.sock"]
-        #expect(ContainerSandbox.engineEnvironment(inherited: { ours[$0] })
-            == ["PATH": "/usr/bin", "HOME": "/var/lib/edgecoder-worker", "XDG_RUNTIME_DIR": "/run/user/998", "DOCKER_HOST": "unix:///run/docker.sock"])
-        #expect(ContainerSandbox.engineEnvironment(inherited: { _ in nil }) == ["PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"])
+        let ours = [
+            "PATH": "/usr/bin", "HOME": "/var/lib/edgecoder-worker", "XDG_RUNTIME_DIR": "/run/user/998",
+            "CREDENTIALS_DIRECTORY": "/run/credentials/edgecoder-worker.service", "NOTIFY_SOCKET": "/run/systemd/notify",
+            "EDGECODER_WORKER_CONFIG": "/etc/x.json", "LANG": "", "DOCKER_HOST": "unix:///run/docker.sock",
+        ]
+        #expect(
+            ContainerSandbox.engineEnvironment(inherited: { ours[$0] })
+                == [
+                    "PATH": "/usr/bin", "HOME": "/var/lib/edgecoder-worker", "XDG_RUNTIME_DIR": "/run/user/998",
+                    "DOCKER_HOST": "unix:///run/docker.sock",
+                ])
+        #expect(
+            ContainerSandbox.engineEnvironment(inherited: { _ in nil }) == ["PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"])
     }
 
     static let settings = Settings(timeoutMs: 4_000)
@@ -137,12 +154,15 @@ import WorkerCore
     }
 
     @Test func theEnginesOwnErrorsAreTheHostsFault() {
-        #expect(Self.ending(.exited(125), "Error: localhost/edgecoder-sandbox:1: image not known\n")
-            == .engineFailed("Error: localhost/edgecoder-sandbox:1: image not known"))
-        #expect(Self.ending(.exited(127), "Error: runc: runc create failed: exec: \"python3\": executable file not found in $PATH\n")
-            == .engineFailed("Error: runc: runc create failed: exec: \"python3\": executable file not found in $PATH"))
-        #expect(Self.ending(.exited(125), "docker: Error response from daemon: No such image.\nSee 'docker run --help'.\n")
-            == .engineFailed("docker: Error response from daemon: No such image."))
+        #expect(
+            Self.ending(.exited(125), "Error: localhost/edgecoder-sandbox:1: image not known\n")
+                == .engineFailed("Error: localhost/edgecoder-sandbox:1: image not known"))
+        #expect(
+            Self.ending(.exited(127), "Error: runc: runc create failed: exec: \"python3\": executable file not found in $PATH\n")
+                == .engineFailed("Error: runc: runc create failed: exec: \"python3\": executable file not found in $PATH"))
+        #expect(
+            Self.ending(.exited(125), "docker: Error response from daemon: No such image.\nSee 'docker run --help'.\n")
+                == .engineFailed("docker: Error response from daemon: No such image."))
         #expect(Self.ending(.couldNotStart("Permission denied")) == .engineFailed("cannot start podman: Permission denied"))
         #expect(Self.ending(.killedBySignal(9)) == .engineFailed("podman was killed by signal 9"))
     }
@@ -152,9 +172,11 @@ import WorkerCore
     @Test func dockerStartsOwnFailureIsTheHostsFault() {
         let docker = Settings(engine: "/usr/bin/docker", timeoutMs: 4_000)
         let said = "Error response from daemon: failed to create shim task: OCI runtime create failed\nError: failed to start containers: x\n"
-        #expect(ContainerSandbox.ending(.exited(1), stderr: CapturedOutput(bytes: Array(said.utf8)), settings: docker)
-            == .engineFailed("Error response from daemon: failed to create shim task: OCI runtime create failed"))
-        #expect(ContainerSandbox.ending(.exited(1), stderr: CapturedOutput(bytes: Array("Traceback…\nError: x\n".utf8)), settings: docker) == .exited(1))
+        #expect(
+            ContainerSandbox.ending(.exited(1), stderr: CapturedOutput(bytes: Array(said.utf8)), settings: docker)
+                == .engineFailed("Error response from daemon: failed to create shim task: OCI runtime create failed"))
+        #expect(
+            ContainerSandbox.ending(.exited(1), stderr: CapturedOutput(bytes: Array("Traceback…\nError: x\n".utf8)), settings: docker) == .exited(1))
         #expect(Self.ending(.exited(1), said) == .exited(1), "podman's start has 125 for its own failures")
     }
 
@@ -235,7 +257,9 @@ import WorkerCore
     }
 
     @Test func theReleaseComesFromOsRelease() {
-        #expect(SandboxImage.releaseName(osRelease: "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nVERSION_CODENAME=bookworm\nID=debian\n") == "bookworm")
+        #expect(
+            SandboxImage.releaseName(osRelease: "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nVERSION_CODENAME=bookworm\nID=debian\n")
+                == "bookworm")
         #expect(SandboxImage.releaseName(osRelease: "VERSION_CODENAME=\"trixie\"") == "trixie")
         #expect(SandboxImage.releaseName(osRelease: "ID=debian\n") == nil)
         #expect(SandboxImage.releaseName(osRelease: "VERSION_CODENAME=\n") == nil)

@@ -47,8 +47,9 @@ final class ProblemLog: Sendable {
 @Suite struct DurableWrites {
     func gatedWriter(_ tmp: TempDir, holdBefore: String = "hold", problems: ProblemLog = ProblemLog()) throws -> (DurableWriter, WriterGate) {
         let gate = WriterGate(holdBefore: holdBefore)
-        let writer = DurableWriter(directory: try StateDirectory(path: tmp.path), onProblem: { problems.report($0) },
-                                   beforeEach: { gate.beforeEach($0) })
+        let writer = DurableWriter(
+            directory: try StateDirectory(path: tmp.path), onProblem: { problems.report($0) },
+            beforeEach: { gate.beforeEach($0) })
         return (writer, gate)
     }
 
@@ -197,8 +198,9 @@ final class ProblemLog: Sendable {
         let tmp = TempDir()
         let caller = pthread_self()
         let writerThread = Shared<pthread_t?>(nil)
-        let writer = DurableWriter(directory: try StateDirectory(path: tmp.path), onProblem: { _ in },
-                                   beforeEach: { _ in writerThread.value = pthread_self() })
+        let writer = DurableWriter(
+            directory: try StateDirectory(path: tmp.path), onProblem: { _ in },
+            beforeEach: { _ in writerThread.value = pthread_self() })
         try await writer.write("x", [1])
         let thread = try #require(writerThread.value)
         #expect(pthread_equal(thread, caller) == 0)

@@ -13,7 +13,9 @@ final class TempDir {
     }
     deinit { try? FileManager.default.removeItem(atPath: path) }
     func write(_ name: String, _ text: String) { FileManager.default.createFile(atPath: path + "/" + name, contents: Data(text.utf8)) }
-    func read(_ name: String) -> String? { (try? Data(contentsOf: URL(fileURLWithPath: path + "/" + name))).map { String(decoding: $0, as: UTF8.self) } }
+    func read(_ name: String) -> String? {
+        (try? Data(contentsOf: URL(fileURLWithPath: path + "/" + name))).map { String(decoding: $0, as: UTF8.self) }
+    }
     var names: [String] { ((try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []).sorted() }
 }
 
@@ -116,7 +118,7 @@ struct SimulatedCrash: Error {}
         try files.saveMode(mode)
         try files.saveEvents(log)
         guard case .loaded(let loadedMode) = files.loadJSON("mode.json", nowMs: now, decode: { ModeState.from(json: $0) }),
-              case .loaded(let loadedLog) = files.loadJSON("events.json", nowMs: now, decode: { EventLog.from(json: $0) })
+            case .loaded(let loadedLog) = files.loadJSON("events.json", nowMs: now, decode: { EventLog.from(json: $0) })
         else { Issue.record("state did not load back"); return }
         #expect(loadedMode == mode)
         #expect(loadedLog == log)

@@ -18,8 +18,9 @@ import WorkerCore
         try await journal.record(Self.entry("done"))
         try await journal.record(Self.entry("running"))
         // What a kill -9 between the outbox write and the journal removal leaves behind.
-        try await journal.writer.write(WorkJournal.fileName(prefix: WorkJournal.outboxPrefix, id: "done"),
-                                       Array(SubtaskResult(subtaskID: "done", taskID: "t", ok: true, output: "o", durationMs: 1).json.serialized.utf8))
+        try await journal.writer.write(
+            WorkJournal.fileName(prefix: WorkJournal.outboxPrefix, id: "done"),
+            Array(SubtaskResult(subtaskID: "done", taskID: "t", ok: true, output: "o", durationMs: 1).json.serialized.utf8))
         let loaded = journal.load(nowMs: 2_000)
         #expect(loaded.outbox.map(\.subtaskID) == ["done"])
         #expect(loaded.journal.map(\.subtask.id) == ["running"])
@@ -29,8 +30,9 @@ import WorkerCore
         let tmp = try TempDir()
         let journal = WorkJournal(writer: DurableWriter(directory: try StateDirectory(path: tmp.path)))
         try await journal.record(Self.entry("x"))
-        try await journal.writer.write(WorkJournal.fileName(prefix: WorkJournal.outboxPrefix, id: "x"),
-                                       Array(SubtaskResult(subtaskID: "x", taskID: "t", ok: true, output: "o", durationMs: 1).json.serialized.utf8))
+        try await journal.writer.write(
+            WorkJournal.fileName(prefix: WorkJournal.outboxPrefix, id: "x"),
+            Array(SubtaskResult(subtaskID: "x", taskID: "t", ok: true, output: "o", durationMs: 1).json.serialized.utf8))
         try await journal.delivered("x")
         let loaded = journal.load(nowMs: 2_000)
         #expect(loaded.journal.isEmpty && loaded.outbox.isEmpty)
@@ -56,8 +58,9 @@ import WorkerCore
         // What 0.1.0 left: a journal entry, and an outbox result of another subtask.
         let old = Self.entry("old:1")
         try await journal.writer.write(WorkJournal.legacyFileName(prefix: WorkJournal.journalPrefix, id: "old:1"), Array(old.json.serialized.utf8))
-        try await journal.writer.write(WorkJournal.legacyFileName(prefix: WorkJournal.outboxPrefix, id: "old:2"),
-                                       Array(SubtaskResult(subtaskID: "old:2", taskID: "t", ok: true, output: "o", durationMs: 1).json.serialized.utf8))
+        try await journal.writer.write(
+            WorkJournal.legacyFileName(prefix: WorkJournal.outboxPrefix, id: "old:2"),
+            Array(SubtaskResult(subtaskID: "old:2", taskID: "t", ok: true, output: "o", durationMs: 1).json.serialized.utf8))
         #expect(journal.directory.names().contains("journal-old%3A1.json"))
         let loaded = journal.load(nowMs: 2_000)
         #expect(loaded.journal.map(\.subtask.id) == ["old:1"])
@@ -77,9 +80,11 @@ import WorkerCore
         // The input at its limit, every byte escaped at worst (six bytes each), plus
         // whatever else a coordinator adds to the subtask (64 MiB max): kept out.
         let input = String(repeating: "\u{1}", count: Subtask.maxInputBytes)
-        let raw: JSONValue = ["id": .string(String(repeating: "\"", count: 200)), "taskId": .string(String(repeating: "\"", count: 199) + "t"),
-                              "kind": "single_step", "input": .string(input), "timeoutMs": 60_000,
-                              "projectMeta": .string(String(repeating: "m", count: 5 * 1_048_576))]
+        let raw: JSONValue = [
+            "id": .string(String(repeating: "\"", count: 200)), "taskId": .string(String(repeating: "\"", count: 199) + "t"),
+            "kind": "single_step", "input": .string(input), "timeoutMs": 60_000,
+            "projectMeta": .string(String(repeating: "m", count: 5 * 1_048_576)),
+        ]
         guard case .success(let subtask) = Subtask.parse(raw) else { Issue.record("a valid subtask"); return }
         let entry = RecoveryPlan.JournalEntry(subtask: subtask, pulledAtMs: 1_000)
         #expect(entry.json.serialized.utf8.count > WorkerStateFiles.maxStateFileBytes, "over the 4 MiB that once quarantined it")
@@ -87,8 +92,10 @@ import WorkerCore
         try await journal.record(entry)
         // The model's output at backend.maxOutputBytes' limit (16 MiB), escaped at worst.
         let output = String(repeating: "\u{1}", count: 16_777_216)
-        let stored = try await journal.complete(SubtaskResult(subtaskID: "big", taskID: "t", ok: true, output: output,
-                                                              error: String(repeating: "e", count: 100_000), durationMs: 1))
+        let stored = try await journal.complete(
+            SubtaskResult(
+                subtaskID: "big", taskID: "t", ok: true, output: output,
+                error: String(repeating: "e", count: 100_000), durationMs: 1))
         #expect(stored.json.serialized.utf8.count <= SubtaskResult.maxStoredBytes)
         #expect(stored.output.utf8.count > 100_000 && stored.error?.utf8.count == SubtaskResult.maxErrorBytes)
         let loaded = journal.load(nowMs: 2_000)
@@ -99,8 +106,10 @@ import WorkerCore
     }
 
     @Test func aJournalEntryKeepsWhatARerunNeedsAndNothingElse() throws {
-        let raw: JSONValue = ["id": "a", "taskId": "t", "kind": .string(String(repeating: "k", count: 65)), "input": "p", "timeoutMs": 5_000,
-                              "snapshotRef": "huge", "projectMeta": ["projectId": "x"]]
+        let raw: JSONValue = [
+            "id": "a", "taskId": "t", "kind": .string(String(repeating: "k", count: 65)), "input": "p", "timeoutMs": 5_000,
+            "snapshotRef": "huge", "projectMeta": ["projectId": "x"],
+        ]
         guard case .success(let subtask) = Subtask.parse(raw) else { Issue.record("a valid subtask"); return }
         let json = RecoveryPlan.JournalEntry(subtask: subtask, pulledAtMs: 7).json
         #expect(json["subtask"]?.objectValue?.keys == ["id", "taskId", "input", "timeoutMs"], "an over-long kind is not kept")

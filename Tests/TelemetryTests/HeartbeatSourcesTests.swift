@@ -12,8 +12,10 @@ import WorkerCore
     /// A tree where uid 999 listens on 11434 (inode 5151), and the unit cgroup of Ollama.
     func tree(unified: String = "sys/fs/cgroup", usage: Int = 1_000_000, procs: String = "4242\n") -> FakeTree {
         let tree = FakeTree()
-        tree.write("proc/net/tcp", "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
-            + "   0: 0100007F:2CAA 00000000:0000 0A 00000000:00000000 00:00000000 00000000   999        0 5151 1 0000000000000000 100 0 0 10 0\n")
+        tree.write(
+            "proc/net/tcp",
+            "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+                + "   0: 0100007F:2CAA 00000000:0000 0A 00000000:00000000 00:00000000 00000000   999        0 5151 1 0000000000000000 100 0 0 10 0\n")
         tree.write("\(unified)/system.slice/ollama.service/cgroup.procs", procs)
         tree.write("\(unified)/system.slice/ollama.service/cpu.stat", "usage_usec \(usage)\nuser_usec 1\nsystem_usec 1\n")
         return tree
@@ -42,8 +44,9 @@ import WorkerCore
 
     @Test func aHiddenServerIsMeasuredByTheBackendsUsualUnit() {
         let tree = tree()
-        var own = OwnProcesses(root: tree.root, serverPort: Self.port, workerPID: 0, derivedUnits: OwnProcesses.derivedUnits(backendKind: "ollama"),
-                               nameOfUser: { _ in "llm" })
+        var own = OwnProcesses(
+            root: tree.root, serverPort: Self.port, workerPID: 0, derivedUnits: OwnProcesses.derivedUnits(backendKind: "ollama"),
+            nameOfUser: { _ in "llm" })
         let (_, server, usage) = own.sample()
         #expect(usage?.path == "/system.slice/ollama.service")
         #expect(server.description.contains("cgroup /system.slice/ollama.service"))
@@ -51,8 +54,9 @@ import WorkerCore
 
     @Test func aHiddenServerWithoutARunningUnitCountsAsOtherLoadAndDoctorSaysSo() {
         let tree = tree(procs: "")
-        var own = OwnProcesses(root: tree.root, serverPort: Self.port, workerPID: 0, derivedUnits: ["ollama.service", "../../etc/passwd"],
-                               nameOfUser: { _ in "ollama" })
+        var own = OwnProcesses(
+            root: tree.root, serverPort: Self.port, workerPID: 0, derivedUnits: ["ollama.service", "../../etc/passwd"],
+            nameOfUser: { _ in "ollama" })
         let (_, server, usage) = own.sample()
         #expect(usage == nil)
         #expect(server == .hidden(uid: 999, port: Self.port, tried: ["ollama.service", "ollama.service"]))
@@ -83,8 +87,11 @@ import WorkerCore
     @Test func theHeartbeatSendsTheLoadThatIsNotTheServers() {
         let tree = tree(usage: 0)
         tree.procStat(user: 100, system: 0, idle: 100, iowait: 0)
-        var reader = TelemetryReader(root: tree.root, own: OwnProcesses(root: tree.root, serverPort: Self.port, workerPID: 0,
-                                                                        nameOfUser: { _ in "ollama" }))
+        var reader = TelemetryReader(
+            root: tree.root,
+            own: OwnProcesses(
+                root: tree.root, serverPort: Self.port, workerPID: 0,
+                nameOfUser: { _ in "ollama" }))
         _ = reader.read(nowMs: 1)
         // 200 ticks pass, 150 busy (75 %); the server used one CPU-second (100 ticks, 50 %).
         tree.procStat(user: 250, system: 0, idle: 150, iowait: 0)
@@ -159,7 +166,9 @@ import WorkerCore
     /// 101's); 200's child 250; 400's stat line claims parent 100 but no list names it.
     func workerTree(childrenLists: Bool = true) -> FakeTree {
         let tree = FakeTree()
-        for (pid, parent) in [(100, 1), (200, 100), (250, 200), (300, 100), (400, 100), (500, 1)] as [(Int32, Int32)] { stat(tree, pid, parent: parent) }
+        for (pid, parent) in [(100, 1), (200, 100), (250, 200), (300, 100), (400, 100), (500, 1)] as [(Int32, Int32)] {
+            stat(tree, pid, parent: parent)
+        }
         for (pid, thread) in [(100, 100), (100, 101), (200, 200), (250, 250), (300, 300), (400, 400), (500, 500)] as [(Int32, Int32)] {
             tree.directory("proc/\(pid)/task/\(thread)")
         }
@@ -229,7 +238,9 @@ import WorkerCore
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
-        let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
         #expect(bound == 0 && listen(fd, 1) == 0)
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
@@ -254,4 +265,3 @@ import WorkerCore
         #expect(ProcNetTCP.listeners(table, port: port) == listeners)
     }
 }
-

@@ -12,10 +12,13 @@ struct HostScenario: Sendable, CustomTestStringConvertible {
     var testDescription: String { name }
 }
 
-private func expect(external: Bool?, battery: Int? = nil, hasBattery: Bool = false, draining: Bool = false,
-                    lowPower: Bool? = nil, thermal: ThermalState? = nil, sent: ThermalState?? = .none, device: DeviceType) -> PowerTelemetry {
-    var telemetry = PowerTelemetry(onExternalPower: external, batteryPct: battery, lowPowerMode: lowPower, thermalState: thermal,
-                                   deviceType: device, draining: draining, hasSystemBattery: hasBattery, updatedAtMs: now)
+private func expect(
+    external: Bool?, battery: Int? = nil, hasBattery: Bool = false, draining: Bool = false,
+    lowPower: Bool? = nil, thermal: ThermalState? = nil, sent: ThermalState?? = .none, device: DeviceType
+) -> PowerTelemetry {
+    var telemetry = PowerTelemetry(
+        onExternalPower: external, batteryPct: battery, lowPowerMode: lowPower, thermalState: thermal,
+        deviceType: device, draining: draining, hasSystemBattery: hasBattery, updatedAtMs: now)
     // What the heartbeat sends: the policy's reading unless a scenario says otherwise.
     if case .some(let sent) = sent { telemetry.heartbeatThermalState = sent }
     return telemetry
@@ -32,97 +35,135 @@ extension PowerTelemetry {
 
 @Suite struct TelemetryReaderHostTests {
     static let scenarios: [HostScenario] = [
-        HostScenario(name: "a desktop without battery", build: { tree in
-            tree.chassis("3")
-            tree.directory("sys/class/power_supply")
-        }, expected: expect(external: true, device: .desktop)),
+        HostScenario(
+            name: "a desktop without battery",
+            build: { tree in
+                tree.chassis("3")
+                tree.directory("sys/class/power_supply")
+            }, expected: expect(external: true, device: .desktop)),
 
-        HostScenario(name: "a laptop discharging at 42 %", build: { tree in
-            tree.chassis("10")
-            tree.supply("AC", ["type": "Mains", "online": "0"])
-            tree.supply("BAT0", ["type": "Battery", "status": "Discharging", "capacity": "42", "energy_full": "50000000", "present": "1", "scope": "System"])
-        }, expected: expect(external: false, battery: 42, hasBattery: true, device: .laptop)),
+        HostScenario(
+            name: "a laptop discharging at 42 %",
+            build: { tree in
+                tree.chassis("10")
+                tree.supply("AC", ["type": "Mains", "online": "0"])
+                tree.supply(
+                    "BAT0",
+                    ["type": "Battery", "status": "Discharging", "capacity": "42", "energy_full": "50000000", "present": "1", "scope": "System"])
+            }, expected: expect(external: false, battery: 42, hasBattery: true, device: .laptop)),
 
-        HostScenario(name: "a laptop on Mains", build: { tree in
-            tree.chassis("9")
-            tree.supply("AC", ["type": "Mains", "online": "1"])
-            tree.supply("BAT0", ["type": "Battery", "status": "Charging", "capacity": "80"])
-        }, expected: expect(external: true, battery: 80, hasBattery: true, device: .laptop)),
+        HostScenario(
+            name: "a laptop on Mains",
+            build: { tree in
+                tree.chassis("9")
+                tree.supply("AC", ["type": "Mains", "online": "1"])
+                tree.supply("BAT0", ["type": "Battery", "status": "Charging", "capacity": "80"])
+            }, expected: expect(external: true, battery: 80, hasBattery: true, device: .laptop)),
 
-        HostScenario(name: "USB-C power", build: { tree in
-            tree.chassis("31")
-            tree.supply("ucsi-source-psy-USBC000:001", ["type": "USB", "online": "1", "usb_type": "C [PD] PD_PPS"])
-            tree.supply("BAT0", ["type": "Battery", "status": "Charging", "capacity": "55"])
-        }, expected: expect(external: true, battery: 55, hasBattery: true, device: .laptop)),
+        HostScenario(
+            name: "USB-C power",
+            build: { tree in
+                tree.chassis("31")
+                tree.supply("ucsi-source-psy-USBC000:001", ["type": "USB", "online": "1", "usb_type": "C [PD] PD_PPS"])
+                tree.supply("BAT0", ["type": "Battery", "status": "Charging", "capacity": "55"])
+            }, expected: expect(external: true, battery: 55, hasBattery: true, device: .laptop)),
 
-        HostScenario(name: "two batteries with different energy_full", build: { tree in
-            tree.chassis("10")
-            tree.supply("AC", ["type": "Mains", "online": "0"])
-            tree.supply("BAT0", ["type": "Battery", "status": "Discharging", "capacity": "90", "energy_full": "50000000"])
-            tree.supply("BAT1", ["type": "Battery", "status": "Discharging", "capacity": "30", "energy_full": "20000000"])
-        }, expected: expect(external: false, battery: 73, hasBattery: true, device: .laptop)),
+        HostScenario(
+            name: "two batteries with different energy_full",
+            build: { tree in
+                tree.chassis("10")
+                tree.supply("AC", ["type": "Mains", "online": "0"])
+                tree.supply("BAT0", ["type": "Battery", "status": "Discharging", "capacity": "90", "energy_full": "50000000"])
+                tree.supply("BAT1", ["type": "Battery", "status": "Discharging", "capacity": "30", "energy_full": "20000000"])
+            }, expected: expect(external: false, battery: 73, hasBattery: true, device: .laptop)),
 
-        HostScenario(name: "a Bluetooth mouse battery on a desktop does not count", build: { tree in
-            tree.supply("hid-00:11:22:33:44:55-battery", ["type": "Battery", "scope": "Device", "status": "Discharging", "capacity": "5"])
-        }, expected: expect(external: true, device: .desktop)),
+        HostScenario(
+            name: "a Bluetooth mouse battery on a desktop does not count",
+            build: { tree in
+                tree.supply("hid-00:11:22:33:44:55-battery", ["type": "Battery", "scope": "Device", "status": "Discharging", "capacity": "5"])
+            }, expected: expect(external: true, device: .desktop)),
 
-        HostScenario(name: "a Bluetooth mouse battery on a laptop does not count", build: { tree in
-            tree.supply("AC", ["type": "Mains", "online": "0"])
-            tree.supply("BAT0", ["type": "Battery", "status": "Discharging", "capacity": "60"])
-            tree.supply("hid-00:11:22:33:44:55-battery", ["type": "Battery", "scope": "Device", "status": "Discharging", "capacity": "5"])
-        }, expected: expect(external: false, battery: 60, hasBattery: true, device: .laptop)),
+        HostScenario(
+            name: "a Bluetooth mouse battery on a laptop does not count",
+            build: { tree in
+                tree.supply("AC", ["type": "Mains", "online": "0"])
+                tree.supply("BAT0", ["type": "Battery", "status": "Discharging", "capacity": "60"])
+                tree.supply("hid-00:11:22:33:44:55-battery", ["type": "Battery", "scope": "Device", "status": "Discharging", "capacity": "5"])
+            }, expected: expect(external: false, battery: 60, hasBattery: true, device: .laptop)),
 
-        HostScenario(name: "Mains online while the battery still discharges", build: { tree in
-            tree.chassis("10")
-            tree.supply("AC", ["type": "Mains", "online": "1"])
-            tree.supply("BAT0", ["type": "Battery", "status": "Discharging", "capacity": "60"])
-        }, expected: expect(external: true, battery: 60, hasBattery: true, draining: true, device: .laptop)),
+        HostScenario(
+            name: "Mains online while the battery still discharges",
+            build: { tree in
+                tree.chassis("10")
+                tree.supply("AC", ["type": "Mains", "online": "1"])
+                tree.supply("BAT0", ["type": "Battery", "status": "Discharging", "capacity": "60"])
+            }, expected: expect(external: true, battery: 60, hasBattery: true, draining: true, device: .laptop)),
 
-        HostScenario(name: "an adapter named ADP1", build: { tree in
-            tree.supply("ADP1", ["type": "Mains", "online": "1"])
-            tree.supply("BAT0", ["type": "Battery", "status": "Not charging", "capacity": "80"])
-        }, expected: expect(external: true, battery: 80, hasBattery: true, device: .laptop)),
+        HostScenario(
+            name: "an adapter named ADP1",
+            build: { tree in
+                tree.supply("ADP1", ["type": "Mains", "online": "1"])
+                tree.supply("BAT0", ["type": "Battery", "status": "Not charging", "capacity": "80"])
+            }, expected: expect(external: true, battery: 80, hasBattery: true, device: .laptop)),
 
-        HostScenario(name: "an adapter named ACAD, unplugged", build: { tree in
-            tree.supply("ACAD", ["type": "Mains", "online": "0"])
-            tree.supply("BAT1", ["type": "Battery", "status": "Discharging", "capacity": "35"])
-        }, expected: expect(external: false, battery: 35, hasBattery: true, device: .laptop)),
+        HostScenario(
+            name: "an adapter named ACAD, unplugged",
+            build: { tree in
+                tree.supply("ACAD", ["type": "Mains", "online": "0"])
+                tree.supply("BAT1", ["type": "Battery", "status": "Discharging", "capacity": "35"])
+            }, expected: expect(external: false, battery: 35, hasBattery: true, device: .laptop)),
 
-        HostScenario(name: "Not charging without an adapter entry", build: { tree in
-            tree.supply("BAT0", ["type": "Battery", "status": "Not charging", "capacity": "77"])
-        }, expected: expect(external: true, battery: 77, hasBattery: true, device: .laptop)),
+        HostScenario(
+            name: "Not charging without an adapter entry",
+            build: { tree in
+                tree.supply("BAT0", ["type": "Battery", "status": "Not charging", "capacity": "77"])
+            }, expected: expect(external: true, battery: 77, hasBattery: true, device: .laptop)),
 
-        HostScenario(name: "platform_profile low-power", build: { tree in
-            tree.chassis("3")
-            tree.write("sys/firmware/acpi/platform_profile", "low-power\n")
-        }, expected: expect(external: true, lowPower: true, device: .desktop)),
+        HostScenario(
+            name: "platform_profile low-power",
+            build: { tree in
+                tree.chassis("3")
+                tree.write("sys/firmware/acpi/platform_profile", "low-power\n")
+            }, expected: expect(external: true, lowPower: true, device: .desktop)),
 
-        HostScenario(name: "platform_profile balanced", build: { tree in
-            tree.write("sys/firmware/acpi/platform_profile", "balanced\n")
-        }, expected: expect(external: true, lowPower: false, device: .desktop)),
+        HostScenario(
+            name: "platform_profile balanced",
+            build: { tree in
+                tree.write("sys/firmware/acpi/platform_profile", "balanced\n")
+            }, expected: expect(external: true, lowPower: false, device: .desktop)),
 
-        HostScenario(name: "hwmon sensors without thermal zones", build: { tree in
-            tree.hwmon(0, name: "coretemp", temps: ["45000", "80000"])
-            tree.hwmon(1, name: "nvme", temps: ["38850"])
-        }, expected: expect(external: true, thermal: .serious, sent: .fair, device: .desktop)),
+        HostScenario(
+            name: "hwmon sensors without thermal zones",
+            build: { tree in
+                tree.hwmon(0, name: "coretemp", temps: ["45000", "80000"])
+                tree.hwmon(1, name: "nvme", temps: ["38850"])
+            }, expected: expect(external: true, thermal: .serious, sent: .fair, device: .desktop)),
 
-        HostScenario(name: "a thermal zone with trip points, and its hwmon mirror", build: { tree in
-            tree.thermalZone(0, type: "acpitz", temp: "80000", trips: [("critical", "110000"), ("passive", "95000")])
-            tree.hwmon(0, name: "acpitz", temps: ["80000"])
-        }, expected: expect(external: true, thermal: .nominal, device: .desktop)),
+        HostScenario(
+            name: "a thermal zone with trip points, and its hwmon mirror",
+            build: { tree in
+                tree.thermalZone(0, type: "acpitz", temp: "80000", trips: [("critical", "110000"), ("passive", "95000")])
+                tree.hwmon(0, name: "acpitz", temps: ["80000"])
+            }, expected: expect(external: true, thermal: .nominal, device: .desktop)),
 
-        HostScenario(name: "a thermal zone past its passive trip", build: { tree in
-            tree.thermalZone(0, type: "acpitz", temp: "96000", trips: [("passive", "95000"), ("critical", "110000")])
-        }, expected: expect(external: true, thermal: .serious, device: .desktop)),
+        HostScenario(
+            name: "a thermal zone past its passive trip",
+            build: { tree in
+                tree.thermalZone(0, type: "acpitz", temp: "96000", trips: [("passive", "95000"), ("critical", "110000")])
+            }, expected: expect(external: true, thermal: .serious, device: .desktop)),
 
-        HostScenario(name: "a thermal zone without trip points", build: { tree in
-            tree.thermalZone(0, type: "x86_pkg_temp", temp: "76000")
-            tree.thermalZone(1, type: "acpitz", temp: "30000", trips: [("critical", "110000")])
-        }, expected: expect(external: true, thermal: .serious, sent: .fair, device: .desktop)),
+        HostScenario(
+            name: "a thermal zone without trip points",
+            build: { tree in
+                tree.thermalZone(0, type: "x86_pkg_temp", temp: "76000")
+                tree.thermalZone(1, type: "acpitz", temp: "30000", trips: [("critical", "110000")])
+            }, expected: expect(external: true, thermal: .serious, sent: .fair, device: .desktop)),
 
-        HostScenario(name: "a supply entry that is a file, not a directory", build: { tree in
-            tree.write("sys/class/power_supply/BAT0", "garbage")
-        }, expected: expect(external: true, device: .desktop)),
+        HostScenario(
+            name: "a supply entry that is a file, not a directory",
+            build: { tree in
+                tree.write("sys/class/power_supply/BAT0", "garbage")
+            }, expected: expect(external: true, device: .desktop)),
     ]
 
     @Test(arguments: scenarios)
@@ -211,13 +252,18 @@ extension PowerTelemetry {
         _ = reader.read(nowMs: now)
         tree.procStat(user: 300, system: 200, idle: 1300, iowait: 200)
         let json = reader.read(nowMs: now).telemetry.heartbeatJSON
-        #expect(json.serialized == #"{"onExternalPower":false,"batteryLevelPct":42,"lowPowerMode":false,"onACPower":false,"batteryPct":42,"thermalState":"nominal","cpuUsagePct":30,"memoryUsagePct":75,"deviceType":"laptop","updatedAtMs":1750000000000}"#)
+        #expect(
+            json.serialized
+                == #"{"onExternalPower":false,"batteryLevelPct":42,"lowPowerMode":false,"onACPower":false,"batteryPct":42,"thermalState":"nominal","cpuUsagePct":30,"memoryUsagePct":75,"deviceType":"laptop","updatedAtMs":1750000000000}"#
+        )
     }
 
     @Test func aHostWithNothingReadableStillAnswers() {
         let tree = FakeTree()
         var reader = TelemetryReader(root: tree.root)
-        #expect(reader.read(nowMs: now).telemetry.heartbeatJSON.serialized == #"{"onExternalPower":true,"onACPower":true,"deviceType":"desktop","updatedAtMs":1750000000000}"#)
+        #expect(
+            reader.read(nowMs: now).telemetry.heartbeatJSON.serialized
+                == #"{"onExternalPower":true,"onACPower":true,"deviceType":"desktop","updatedAtMs":1750000000000}"#)
         var missingRoot = TelemetryReader(root: tree.root + "/does-not-exist")
         #expect(missingRoot.read(nowMs: now).telemetry.withoutSource == expect(external: true, device: .desktop))
     }

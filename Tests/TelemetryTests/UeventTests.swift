@@ -78,7 +78,8 @@ private func datagram(_ parts: [String]) -> [UInt8] {
 
 /// Writing `change` to a device's uevent file makes the kernel announce it: possible as
 /// root with /sys writable, which is how this suite proves the socket for real.
-private let canTriggerUevents = access("/sys/devices/virtual/mem/null/uevent", W_OK) == 0
+private let canTriggerUevents =
+    access("/sys/devices/virtual/mem/null/uevent", W_OK) == 0
     && access("/sys/devices/virtual/mem/zero/uevent", W_OK) == 0
 
 private func trigger(_ device: String) {

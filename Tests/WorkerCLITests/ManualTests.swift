@@ -54,7 +54,9 @@ private func completionBranch(_ script: String, _ name: String) -> String { case
             #expect(man.contains(".SS \(roffed(command.name))\n"), "man page lacks command \(command.name)")
             let branch = completionBranch(completion, command.name)
             #expect(!branch.isEmpty, "completion lacks command \(command.name)")
-            #expect(completion.contains(" \(command.name) ") || completion.contains("\"\(command.name) "), "completion's first word lacks \(command.name)")
+            #expect(
+                completion.contains(" \(command.name) ") || completion.contains("\"\(command.name) "), "completion's first word lacks \(command.name)"
+            )
             let options = optionTokens(command.usage)
             for option in options {
                 #expect(man.contains(".B \(roffed(option))"), "man page lacks \(command.name) \(option)")
@@ -64,19 +66,22 @@ private func completionBranch(_ script: String, _ name: String) -> String { case
     }
 
     @Test func theParserReadsOptionsValuesAndFirstWordsFromAUsageText() {
-        let synopsis = CommandSynopsis(name: "demo", summary: "s", usage: """
-            Usage: edgecoder-worker demo [on|off] [--json] [--config F] [--port 11435]
-                   edgecoder-worker demo set KEY VALUE [--runtime-dir D]
+        let synopsis = CommandSynopsis(
+            name: "demo", summary: "s",
+            usage: """
+                Usage: edgecoder-worker demo [on|off] [--json] [--config F] [--port 11435]
+                       edgecoder-worker demo set KEY VALUE [--runtime-dir D]
 
-              --config F        the file
-              --extra N         only in the description
-              --json            a flag
-            """)
+                  --config F        the file
+                  --extra N         only in the description
+                  --json            a flag
+                """)
         #expect(synopsis.words == ["on", "off", "set"])
-        #expect(synopsis.options == [
-            .init(name: "--json", value: nil), .init(name: "--config", value: "F"), .init(name: "--port", value: "11435"),
-            .init(name: "--runtime-dir", value: "D"), .init(name: "--extra", value: "N"),
-        ])
+        #expect(
+            synopsis.options == [
+                .init(name: "--json", value: nil), .init(name: "--config", value: "F"), .init(name: "--port", value: "11435"),
+                .init(name: "--runtime-dir", value: "D"), .init(name: "--extra", value: "N"),
+            ])
     }
 
     @Test func theCompletionOffersFilesAfterAFileOptionAndTheModesAsFirstWord() {
@@ -107,7 +112,9 @@ private func completionBranch(_ script: String, _ name: String) -> String { case
         #expect((try? InternalCommand(&zsh))?.output == .zsh)
         var fish = Arguments(["completion", "fish"])
         #expect((try? InternalCommand(&fish))?.output == .fish)
-        for words in [[], ["completion"], ["completion", "tcsh"], ["completion", "zsh", "extra"], ["man", "extra"], ["config-reference", "extra"]] {
+        for words in [
+            [], ["completion"], ["completion", "tcsh"], ["completion", "zsh", "extra"], ["man", "extra"], ["config-reference", "extra"],
+        ] {
             var arguments = Arguments(words)
             #expect(throws: UsageError.self) { try InternalCommand(&arguments) }
         }
@@ -182,8 +189,9 @@ private func fishLines(_ script: String, _ name: String) -> String {
 
     @Test func theFirstWordsAreOfferedOnlyInTheFirstPlace() {
         #expect(zshBranch(Manual.zshCompletion(), "mode").contains("'1: :(off on bluetooth)'"))
-        #expect(Manual.fishCompletion().contains(
-            "-n '__edgecoder_worker_command_is mode; and not __fish_seen_subcommand_from off on bluetooth' -a 'off on bluetooth'"))
+        #expect(
+            Manual.fishCompletion().contains(
+                "-n '__edgecoder_worker_command_is mode; and not __fish_seen_subcommand_from off on bluetooth' -a 'off on bluetooth'"))
     }
 
     @Test func hostileTextIsQuotedForEachShell() {
@@ -194,11 +202,13 @@ private func fishLines(_ script: String, _ name: String) -> String {
         #expect(Manual.fishQuote("it's \\ $(x)") == "'it\\'s \\\\ $(x)'")
         // A usage text with quotes, brackets and colons in its option lines still makes one
         // quoted word per spec: no quote is left open.
-        let synopsis = CommandSynopsis(name: "demo", summary: "it's: [x]", usage: """
-            Usage: edgecoder-worker demo [--name N]
+        let synopsis = CommandSynopsis(
+            name: "demo", summary: "it's: [x]",
+            usage: """
+                Usage: edgecoder-worker demo [--name N]
 
-              --name N   Bob's [value]: quoted 'here' \\ too
-            """)
+                  --name N   Bob's [value]: quoted 'here' \\ too
+                """)
         let zsh = Manual.zshCompletion([synopsis])
         let fish = Manual.fishCompletion([synopsis])
         #expect(zsh.contains("'--name[Bob'\\''s \\[value\\]\\: quoted '\\''here'\\'' \\\\ too]:N: '"))

@@ -22,8 +22,10 @@ import WorkerCore
     }
 
     @Test func runWithEngineArgumentsImageTimeoutAndAFile() throws {
-        let c = try Self.parse(["run", "--language=javascript", "--engine", "/usr/bin/docker", "--engine-arg=--runtime", "--engine-arg", "runc",
-                                "--image", "localhost/mine:2", "--timeout-ms", "1500", "--json", "prog.js"])
+        let c = try Self.parse([
+            "run", "--language=javascript", "--engine", "/usr/bin/docker", "--engine-arg=--runtime", "--engine-arg", "runc",
+            "--image", "localhost/mine:2", "--timeout-ms", "1500", "--json", "prog.js",
+        ])
         guard case .run(let language, let source) = c.action else { Issue.record("\(c.action)"); return }
         #expect(language == .javascript && source == "prog.js")
         #expect(c.settings.engine == "/usr/bin/docker" && c.settings.engineArguments == ["--runtime", "runc"])
@@ -37,7 +39,9 @@ import WorkerCore
     }
 
     @Test func buildReadsTheRecipe() throws {
-        let c = try Self.parse(["build", "--tag", "localhost/x:2", "--suite", "trixie", "--mirror", "http://m.example/debian", "--engine-arg=--root=/s"])
+        let c = try Self.parse([
+            "build", "--tag", "localhost/x:2", "--suite", "trixie", "--mirror", "http://m.example/debian", "--engine-arg=--root=/s",
+        ])
         guard case .build(let recipe) = c.action else { Issue.record("\(c.action)"); return }
         #expect(recipe.tag == "localhost/x:2" && recipe.suite == "trixie" && recipe.mirror == "http://m.example/debian")
         #expect(recipe.engine == "podman" && recipe.engineArguments == ["--root=/s"])

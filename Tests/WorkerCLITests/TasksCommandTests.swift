@@ -22,8 +22,10 @@ private func parseCommand<C: Command>(_ words: [String]) throws(UsageError) -> C
         #expect(try parse(["show", "--", "-x"]).showID == "-x")
     }
 
-    @Test(arguments: [["show"], ["show", "a", "b"], ["list"], ["sub-1"], ["show", "a", "--limit", "2"],
-                      ["show", String(repeating: "i", count: ControlRequest.maxTaskIDBytes + 1)]])
+    @Test(arguments: [
+        ["show"], ["show", "a", "b"], ["list"], ["sub-1"], ["show", "a", "--limit", "2"],
+        ["show", String(repeating: "i", count: ControlRequest.maxTaskIDBytes + 1)],
+    ])
     func everythingElseIsAUsageError(words: [String]) {
         #expect(throws: UsageError.self) { try parse(words) }
     }
@@ -40,7 +42,9 @@ private func parseCommand<C: Command>(_ words: [String]) throws(UsageError) -> C
         #expect(text.contains("error:    held\n"))
         #expect(text.contains("--- prompt (9 bytes) ---\ntwo\nlines\n--- answer (100000 bytes; cut: the first 8 kept) ---\ncut here\n"))
         #expect(!text.contains("not kept"))
-        let previews = TasksCommand.wholeText(["id": "s2", "source": "coordinator", "origin": "t", "state": "running", "wholeText": false, "prompt": "p"])
+        let previews = TasksCommand.wholeText([
+            "id": "s2", "source": "coordinator", "origin": "t", "state": "running", "wholeText": false, "prompt": "p",
+        ])
         #expect(previews.contains("the whole text is not kept") && previews.hasSuffix("--- prompt ---\np\n"))
         #expect(TasksCommand.wholeText(.null).hasPrefix("task ?\n"))
     }
@@ -63,15 +67,19 @@ private func parseCommand<C: Command>(_ words: [String]) throws(UsageError) -> C
         #expect(try parse(["off"]).pauseMs == nil)
     }
 
-    @Test(arguments: [["on", "--for", "1h"], ["bluetooth", "--for", "1h"], ["--for", "1h"], ["off", "--for", "soon"],
-                      ["off", "--for", ""], ["off", "--for"], ["off", "--for", "0s"], ["off", "--for", "99d"]])
+    @Test(arguments: [
+        ["on", "--for", "1h"], ["bluetooth", "--for", "1h"], ["--for", "1h"], ["off", "--for", "soon"],
+        ["off", "--for", ""], ["off", "--for"], ["off", "--for", "0s"], ["off", "--for", "99d"],
+    ])
     func everythingElseIsAUsageError(words: [String]) {
         #expect(throws: UsageError.self) { try parse(words) }
     }
 
     @Test func describeShowsWhenThePauseEnds() {
-        let mode: JSONValue = ["mode": "off", "since": "x", "reason": "paused", "resumesMode": "on", "resumesAt": "2026-12-04 18:00:00 UTC",
-                               "resumesAtMs": .int(wallClockMilliseconds() + 3_600_000)]
+        let mode: JSONValue = [
+            "mode": "off", "since": "x", "reason": "paused", "resumesMode": "on", "resumesAt": "2026-12-04 18:00:00 UTC",
+            "resumesAtMs": .int(wallClockMilliseconds() + 3_600_000),
+        ]
         let text = ModeCommand.describe(mode)
         #expect(text.contains("paused: back to on at 2026-12-04 18:00:00 UTC (in ") && text.contains("cancels it"))
         #expect(!ModeCommand.describe(["mode": "on", "reason": "set"]).contains("paused"))

@@ -4,7 +4,8 @@ import Testing
 /// `[GATT] Channels` read as bluetoothd 5.66 reads it (GLib key file, src/main.c).
 @Suite struct BlueZMainConfTests {
     @Test func debiansShippedFileLeavesTheDefaultOfThreeBearers() {
-        let shipped = "[General]\n#Name = BlueZ\n\n[GATT]\n# Number of ATT channels\n# Possible values: 1-5 (1 disables EATT)\n# Default to 3\n#Channels = 3\n\n[AVDTP]\n"
+        let shipped =
+            "[General]\n#Name = BlueZ\n\n[GATT]\n# Number of ATT channels\n# Possible values: 1-5 (1 disables EATT)\n# Default to 3\n#Channels = 3\n\n[AVDTP]\n"
         #expect(BlueZMainConf.attChannels(in: shipped) == 3)
     }
 

@@ -100,7 +100,8 @@ import Testing
         guard case .rejected(let id, _)? = events.first, events.count == 1 else { Issue.record("\(events)"); return }
         #expect(id == nil)
         // And the assembler serves the next request.
-        #expect(assembler.feed(Array(#"{"id":"n","prompt":"p"}"#.utf8), nowMs: 0) == [.request(BluetoothRequest(id: "n", prompt: "p", maxTokens: 512))])
+        #expect(
+            assembler.feed(Array(#"{"id":"n","prompt":"p"}"#.utf8), nowMs: 0) == [.request(BluetoothRequest(id: "n", prompt: "p", maxTokens: 512))])
     }
 
     @Test func emptyAndWhitespaceWritesAreNotGarbage() {
@@ -113,7 +114,11 @@ import Testing
         var assembler = RequestAssembler()
         let events = assembler.feed(Array(#"lost","id":"g1"} {"id":"g2","prompt":"p"}"#.utf8), nowMs: 0)
         #expect(events.count == 2)
-        if case .rejected(let id, let error)? = events.first { #expect(id == "g1" && error.hasPrefix("malformed_request")) } else { Issue.record("\(events)") }
+        if case .rejected(let id, let error)? = events.first {
+            #expect(id == "g1" && error.hasPrefix("malformed_request"))
+        } else {
+            Issue.record("\(events)")
+        }
         #expect(events.last == .request(BluetoothRequest(id: "g2", prompt: "p", maxTokens: 512)))
     }
 

@@ -22,18 +22,22 @@ import Testing
     @Test func twoRequestsInOneWriteAreBothServed() {
         var assembler = RequestAssembler()
         let events = assembler.feed(Array(#"{"id":"a","prompt":"x"} {"id":"b","prompt":"y"}"#.utf8), nowMs: 0)
-        #expect(events == [.request(BluetoothRequest(id: "a", prompt: "x", maxTokens: 512)), .request(BluetoothRequest(id: "b", prompt: "y", maxTokens: 512))])
+        #expect(
+            events == [
+                .request(BluetoothRequest(id: "a", prompt: "x", maxTokens: 512)), .request(BluetoothRequest(id: "b", prompt: "y", maxTokens: 512)),
+            ])
     }
 
-    @Test(arguments: [
-        (#"{"id":"a","prompt":}"#, "malformed_json", "a"),
-        (#"{"id":"b"}"#, "missing_prompt", "b"),
-        (#"{"id":"c","prompt":""}"#, "missing_prompt", "c"),
-        (#"{"prompt":"x"}"#, "missing_id", nil),
-        (#"{"id":"d","prompt":"x","maxTokens":0}"#, "bad_max_tokens", "d"),
-        (#"{"id":"e","prompt":"x","maxTokens":"many"}"#, "bad_max_tokens", "e"),
-        (#"{"id":5,"prompt":"x"}"#, "missing_id", nil),
-    ] as [(String, String, String?)])
+    @Test(
+        arguments: [
+            (#"{"id":"a","prompt":}"#, "malformed_json", "a"),
+            (#"{"id":"b"}"#, "missing_prompt", "b"),
+            (#"{"id":"c","prompt":""}"#, "missing_prompt", "c"),
+            (#"{"prompt":"x"}"#, "missing_id", nil),
+            (#"{"id":"d","prompt":"x","maxTokens":0}"#, "bad_max_tokens", "d"),
+            (#"{"id":"e","prompt":"x","maxTokens":"many"}"#, "bad_max_tokens", "e"),
+            (#"{"id":5,"prompt":"x"}"#, "missing_id", nil),
+        ] as [(String, String, String?)])
     func badRequestsAreRejectedWithTheirId(text: String, error: String, id: String?) {
         var assembler = RequestAssembler()
         let events = assembler.feed(Array(text.utf8), nowMs: 0)
@@ -49,7 +53,11 @@ import Testing
         bytes += Array(#""}{"id":"ok","prompt":"fine"}"#.utf8)
         let events = assembler.feed(bytes, nowMs: 0)
         #expect(events.count == 2)
-        if case .rejected(let id, let error)? = events.first { #expect(id == "u" && error.hasPrefix("invalid_utf8")) } else { Issue.record("\(events)") }
+        if case .rejected(let id, let error)? = events.first {
+            #expect(id == "u" && error.hasPrefix("invalid_utf8"))
+        } else {
+            Issue.record("\(events)")
+        }
         #expect(events.last == .request(BluetoothRequest(id: "ok", prompt: "fine", maxTokens: 512)))
     }
 
@@ -76,9 +84,16 @@ import Testing
         #expect(assembler.feed(Array(#"{"id":"slow","prompt":"half"#.utf8), nowMs: 1_000).isEmpty)
         #expect(assembler.tick(nowMs: 5_999).isEmpty)
         let dropped = assembler.tick(nowMs: 6_000)
-        if case .rejected(let id, let error)? = dropped.first { #expect(id == "slow" && error.hasPrefix("incomplete_request")) } else { Issue.record("\(dropped)") }
+        if case .rejected(let id, let error)? = dropped.first {
+            #expect(id == "slow" && error.hasPrefix("incomplete_request"))
+        } else {
+            Issue.record("\(dropped)")
+        }
         #expect(!assembler.isPartial)
-        #expect(assembler.feed(Array(#"{"id":"n","prompt":"p"}"#.utf8), nowMs: 6_001) == [.request(BluetoothRequest(id: "n", prompt: "p", maxTokens: 512))])
+        #expect(
+            assembler.feed(Array(#"{"id":"n","prompt":"p"}"#.utf8), nowMs: 6_001) == [
+                .request(BluetoothRequest(id: "n", prompt: "p", maxTokens: 512))
+            ])
     }
 
     @Test func randomBytesNeverWedgeTheAssembler() {
@@ -89,7 +104,10 @@ import Testing
             _ = assembler.feed((0..<count).map { _ in UInt8(truncatingIfNeeded: generator.next()) }, nowMs: 0)
         }
         _ = assembler.tick(nowMs: 10_000)
-        #expect(assembler.feed(Array(#"{"id":"after","prompt":"p"}"#.utf8), nowMs: 10_001) == [.request(BluetoothRequest(id: "after", prompt: "p", maxTokens: 512))])
+        #expect(
+            assembler.feed(Array(#"{"id":"after","prompt":"p"}"#.utf8), nowMs: 10_001) == [
+                .request(BluetoothRequest(id: "after", prompt: "p", maxTokens: 512))
+            ])
     }
 }
 

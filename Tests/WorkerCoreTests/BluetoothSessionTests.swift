@@ -23,8 +23,10 @@ import Testing
         #expect(json["clients"]?.arrayValue?.count == 2)
         #expect(json["clients"]?.arrayValue?[0]["mtu"]?.intValue == 517)
         #expect(json["clients"]?.arrayValue?[1]["mtu"] == .null)
-        for key in ["adapter", "address", "localName", "applicationRegistered", "advertising", "problem", "requestsServed",
-                    "requestsFailed", "requestsRejected", "clientsRefused", "queued", "registrations"] {
+        for key in [
+            "adapter", "address", "localName", "applicationRegistered", "advertising", "problem", "requestsServed",
+            "requestsFailed", "requestsRejected", "clientsRefused", "queued", "registrations",
+        ] {
             #expect(json[key] != nil, "missing \(key)")
         }
         #expect(status.summary == "bluetooth advertising on hci0, 2 client(s)")

@@ -16,14 +16,16 @@ import Testing
     }
 
     @Test func aRequestWithNoneOfTheNewKeysDecodesAsBefore() {
-        #expect(decode(#"{"id":"a","prompt":"x","maxTokens":9,"somethingNew":[1,{"x":2}]}"#)
+        #expect(
+            decode(#"{"id":"a","prompt":"x","maxTokens":9,"somethingNew":[1,{"x":2}]}"#)
                 == .request(BluetoothRequest(id: "a", prompt: "x", maxTokens: 9)))
     }
 
     @Test func everyNewKeyIsDecoded() throws {
-        let event = decode(#"{"id":"s","messages":[{"role":"user","content":"hi","images":[]},{"role":"assistant","content":""}],"#
-                           + #""stream":true,"system":"sys","format":"json","options":{"temperature":1,"top_p":0.5,"top_k":0,"#
-                           + #""seed":-1,"stop":"END","num_ctx":4096}}"#)
+        let event = decode(
+            #"{"id":"s","messages":[{"role":"user","content":"hi","images":[]},{"role":"assistant","content":""}],"#
+                + #""stream":true,"system":"sys","format":"json","options":{"temperature":1,"top_p":0.5,"top_k":0,"#
+                + #""seed":-1,"stop":"END","num_ctx":4096}}"#)
         guard case .request(let request) = event else { Issue.record("\(event)"); return }
         #expect(request.stream && request.system == "sys" && request.format == "json" && request.prompt == "")
         #expect(request.messages == [ChatTurn(role: "user", content: "hi"), ChatTurn(role: "assistant", content: "")])
@@ -34,7 +36,8 @@ import Testing
     }
 
     @Test func nullStandsForAnAbsentNewKey() {
-        #expect(decode(#"{"id":"n","prompt":"x","stream":null,"system":null,"format":null,"options":{"temperature":null},"messages":null,"cancel":null}"#)
+        #expect(
+            decode(#"{"id":"n","prompt":"x","stream":null,"system":null,"format":null,"options":{"temperature":null},"messages":null,"cancel":null}"#)
                 == .request(BluetoothRequest(id: "n", prompt: "x", maxTokens: 512)))
     }
 
@@ -46,31 +49,32 @@ import Testing
         #expect(error(decode(#"{"cancel":true}"#))?.hasPrefix("missing_id") == true)
     }
 
-    @Test(arguments: [
-        (#"{"id":"o","prompt":"x","options":{"num_predict":5}}"#, "unsupported_option: num_predict"),
-        (#"{"id":"o","prompt":"x","options":{"temperature":0.1,"mirostat":2}}"#, "unsupported_option: mirostat"),
-        (#"{"id":"o","prompt":"x","options":{"temperature":"hot"}}"#, "bad_option: \"options.temperature\""),
-        (#"{"id":"o","prompt":"x","options":{"temperature":1e999}}"#, "malformed_json"),
-        (#"{"id":"o","prompt":"x","options":{"top_p":2}}"#, "bad_option: \"options.top_p\""),
-        (#"{"id":"o","prompt":"x","options":{"top_k":1.5}}"#, "bad_option: \"options.top_k\""),
-        (#"{"id":"o","prompt":"x","options":{"num_ctx":0}}"#, "bad_option: \"options.num_ctx\""),
-        (#"{"id":"o","prompt":"x","options":{"seed":99999999999}}"#, "bad_option: \"options.seed\""),
-        (#"{"id":"o","prompt":"x","options":{"stop":[""]}}"#, "bad_option: \"options.stop\""),
-        (#"{"id":"o","prompt":"x","options":{"stop":[1]}}"#, "bad_option: \"options.stop\""),
-        (#"{"id":"o","prompt":"x","options":[]}"#, "bad_options"),
-        (#"{"id":"o","prompt":"x","format":"yaml"}"#, "unsupported_format"),
-        (#"{"id":"o","prompt":"x","format":{"type":"object"}}"#, "unsupported_format"),
-        (#"{"id":"o","prompt":"x","stream":"yes"}"#, "bad_stream"),
-        (#"{"id":"o","prompt":"x","system":5}"#, "bad_system"),
-        (#"{"id":"o","messages":[]}"#, "bad_messages"),
-        (#"{"id":"o","messages":"hi"}"#, "bad_messages"),
-        (#"{"id":"o","messages":[{"role":"tool","content":"x"}]}"#, "bad_messages: messages[0].role"),
-        (#"{"id":"o","messages":[{"role":"user","content":"x"},{"role":"user"}]}"#, "bad_messages: messages[1].content"),
-        (#"{"id":"o","messages":[{"role":"user","content":["x"]}]}"#, "bad_messages: messages[0].content"),
-        (#"{"id":"o","messages":["user"]}"#, "bad_messages: messages[0].role"),
-        (#"{"id":"o","prompt":"x","messages":[{"role":"user","content":"x"}]}"#, "prompt_and_messages"),
-        (#"{"id":"o","messages":[{"role":"user","content":"x"}],"maxTokens":0}"#, "bad_max_tokens"),
-    ] as [(String, String)])
+    @Test(
+        arguments: [
+            (#"{"id":"o","prompt":"x","options":{"num_predict":5}}"#, "unsupported_option: num_predict"),
+            (#"{"id":"o","prompt":"x","options":{"temperature":0.1,"mirostat":2}}"#, "unsupported_option: mirostat"),
+            (#"{"id":"o","prompt":"x","options":{"temperature":"hot"}}"#, "bad_option: \"options.temperature\""),
+            (#"{"id":"o","prompt":"x","options":{"temperature":1e999}}"#, "malformed_json"),
+            (#"{"id":"o","prompt":"x","options":{"top_p":2}}"#, "bad_option: \"options.top_p\""),
+            (#"{"id":"o","prompt":"x","options":{"top_k":1.5}}"#, "bad_option: \"options.top_k\""),
+            (#"{"id":"o","prompt":"x","options":{"num_ctx":0}}"#, "bad_option: \"options.num_ctx\""),
+            (#"{"id":"o","prompt":"x","options":{"seed":99999999999}}"#, "bad_option: \"options.seed\""),
+            (#"{"id":"o","prompt":"x","options":{"stop":[""]}}"#, "bad_option: \"options.stop\""),
+            (#"{"id":"o","prompt":"x","options":{"stop":[1]}}"#, "bad_option: \"options.stop\""),
+            (#"{"id":"o","prompt":"x","options":[]}"#, "bad_options"),
+            (#"{"id":"o","prompt":"x","format":"yaml"}"#, "unsupported_format"),
+            (#"{"id":"o","prompt":"x","format":{"type":"object"}}"#, "unsupported_format"),
+            (#"{"id":"o","prompt":"x","stream":"yes"}"#, "bad_stream"),
+            (#"{"id":"o","prompt":"x","system":5}"#, "bad_system"),
+            (#"{"id":"o","messages":[]}"#, "bad_messages"),
+            (#"{"id":"o","messages":"hi"}"#, "bad_messages"),
+            (#"{"id":"o","messages":[{"role":"tool","content":"x"}]}"#, "bad_messages: messages[0].role"),
+            (#"{"id":"o","messages":[{"role":"user","content":"x"},{"role":"user"}]}"#, "bad_messages: messages[1].content"),
+            (#"{"id":"o","messages":[{"role":"user","content":["x"]}]}"#, "bad_messages: messages[0].content"),
+            (#"{"id":"o","messages":["user"]}"#, "bad_messages: messages[0].role"),
+            (#"{"id":"o","prompt":"x","messages":[{"role":"user","content":"x"}]}"#, "prompt_and_messages"),
+            (#"{"id":"o","messages":[{"role":"user","content":"x"}],"maxTokens":0}"#, "bad_max_tokens"),
+        ] as [(String, String)])
     func badNewKeysAreRefusedNamingTheKey(text: String, expected: String) {
         let event = decode(text)
         guard case .rejected(let id, let message) = event else { Issue.record("accepted: \(event)"); return }
@@ -89,19 +93,24 @@ import Testing
         func chat(_ n: Int) -> String { #"{"id":"t","messages":["# + Array(repeating: turn, count: n).joined(separator: ",") + "]}" }
         if case .request(let request) = decode(chat(BluetoothRequest.maxTurns)) {
             #expect(request.messages?.count == BluetoothRequest.maxTurns)
-        } else { Issue.record("256 turns are a chat") }
+        } else {
+            Issue.record("256 turns are a chat")
+        }
         #expect(error(decode(chat(BluetoothRequest.maxTurns + 1)))?.hasPrefix("bad_messages") == true)
     }
 
     @Test func deepNestingInANewKeyIsRefusedAndTheNextRequestServed() {
         var assembler = RequestAssembler()
-        let deep = #"{"id":"deep","messages":[{"role":"user","content":"x","extra":"# + String(repeating: "[", count: 5_000)
+        let deep =
+            #"{"id":"deep","messages":[{"role":"user","content":"x","extra":"# + String(repeating: "[", count: 5_000)
             + String(repeating: "]", count: 5_000) + "}]}"
         let events = assembler.feed(Array((deep + #"{"id":"next","prompt":"p"}"#).utf8), nowMs: 0)
         #expect(events.count == 2)
         if case .rejected(let id, let error)? = events.first {
             #expect(id == "deep" && error.hasPrefix("malformed_json: nested deeper than 16 levels"), "\(error)")
-        } else { Issue.record("\(events)") }
+        } else {
+            Issue.record("\(events)")
+        }
         #expect(events.last == .request(BluetoothRequest(id: "next", prompt: "p", maxTokens: 512)))
     }
 
@@ -122,9 +131,15 @@ import Testing
 @Suite struct BluetoothStreamingMessages {
     @Test func partialAndFinalMessagesHaveTheShapesOfSpec61() throws {
         #expect(try JSON.parse(BluetoothMessage.partial(id: "a", delta: "x\"y")) == ["id": "a", "delta": "x\"y", "done": false])
-        #expect(try JSON.parse(BluetoothMessage.final(id: "a", ok: true, durationMs: 5, evalCount: 3)) == ["id": "a", "ok": true, "done": true, "durationMs": 5, "evalCount": 3])
+        #expect(
+            try JSON.parse(BluetoothMessage.final(id: "a", ok: true, durationMs: 5, evalCount: 3)) == [
+                "id": "a", "ok": true, "done": true, "durationMs": 5, "evalCount": 3,
+            ])
         #expect(try JSON.parse(BluetoothMessage.final(id: "a", ok: true, durationMs: 5)) == ["id": "a", "ok": true, "done": true, "durationMs": 5])
-        #expect(try JSON.parse(BluetoothMessage.final(id: "a", ok: false, durationMs: 5, error: "cancelled")) == ["id": "a", "ok": false, "done": true, "error": "cancelled"])
+        #expect(
+            try JSON.parse(BluetoothMessage.final(id: "a", ok: false, durationMs: 5, error: "cancelled")) == [
+                "id": "a", "ok": false, "done": true, "error": "cancelled",
+            ])
         #expect(try JSON.parse(BluetoothMessage.cancel(id: "a")) == ["id": "a", "cancel": true])
     }
 

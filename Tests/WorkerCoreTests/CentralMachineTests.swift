@@ -43,8 +43,10 @@ struct CentralHarness {
     }
 
     static func advertising(_ n: Int, rssi: Int, connected: Bool = false) -> BlueZInterfaces {
-        BlueZInterfaces(device: .init(address: "00:AA:01:00:00:0\(n)", adapter: hci1, connected: connected, name: "EdgeCoder-w\(n)",
-                                      rssi: rssi, uuids: [GattLayout.serviceUUID.uppercased()]))
+        BlueZInterfaces(
+            device: .init(
+                address: "00:AA:01:00:00:0\(n)", adapter: hci1, connected: connected, name: "EdgeCoder-w\(n)",
+                rssi: rssi, uuids: [GattLayout.serviceUUID.uppercased()]))
     }
 
     /// The worker's remote GATT objects as bluetoothd shows them once services resolved.
@@ -58,7 +60,8 @@ struct CentralHarness {
         tree[worker(n)] = device
         for characteristic in GattLayout.characteristics {
             tree[Self.characteristic(n, characteristic.role)] = BlueZInterfaces(
-                gattCharacteristic: .init(uuid: characteristic.uuid.uppercased(), service: service(n), mtu: characteristic.role == .request ? mtu : nil))
+                gattCharacteristic: .init(
+                    uuid: characteristic.uuid.uppercased(), service: service(n), mtu: characteristic.role == .request ? mtu : nil))
         }
         return tree
     }
@@ -145,10 +148,12 @@ struct CentralHarness {
         h.on(.bluez(.interfacesAdded(path: H.worker(4), other)))
         #expect(!h.advance(2_000).contains { if case .listed = $0 { true } else { false } }, "not before the window ends")
         let done = h.advance(600)
-        #expect(done.contains(.listed([
-            .init(address: "00:AA:01:00:00:02", name: "EdgeCoder-w2", rssi: -40, connected: false),
-            .init(address: "00:AA:01:00:00:01", name: "EdgeCoder-w1", rssi: -70, connected: false),
-        ])))
+        #expect(
+            done.contains(
+                .listed([
+                    .init(address: "00:AA:01:00:00:02", name: "EdgeCoder-w2", rssi: -40, connected: false),
+                    .init(address: "00:AA:01:00:00:01", name: "EdgeCoder-w1", rssi: -70, connected: false),
+                ])))
         #expect(done.contains(.stopDiscovery(adapterPath: H.hci1)))
         #expect(h.advance(60_000).isEmpty || !h.all.contains { if case .connect = $0 { true } else { false } }, "never a connect")
         #expect(!h.all.contains { if case .connect = $0 { true } else { false } })
@@ -315,7 +320,9 @@ struct CentralHarness {
         h.connect()
         h.on(.request(id: "x", bytes: Array("{}".utf8), timeoutMs: 60_000))
         let refused = h.on(.writeAnswered(id: "x", error: "org.bluez.Error.Failed: Not connected"))
-        #expect(H.resolved(refused)["x"] == .answered(ok: false, output: "", error: "write_failed: org.bluez.Error.Failed: Not connected", workerDurationMs: 0))
+        #expect(
+            H.resolved(refused)["x"]
+                == .answered(ok: false, output: "", error: "write_failed: org.bluez.Error.Failed: Not connected", workerDurationMs: 0))
         #expect(refused.contains(.disconnect(device: H.worker(1))))
         #expect(h.machine.phase == .idle)
     }
@@ -363,7 +370,10 @@ struct CentralHarness {
     @Test func statusNotificationsUpdateWhatTheProxyShows() {
         var h = H()
         h.connect()
-        h.on(.bluez(.characteristicValue(path: H.characteristic(1, .status), Array(#"{"modelState":"ready","batteryPct":-1,"name":"EdgeCoder-abc"}"#.utf8))))
+        h.on(
+            .bluez(
+                .characteristicValue(
+                    path: H.characteristic(1, .status), Array(#"{"modelState":"ready","batteryPct":-1,"name":"EdgeCoder-abc"}"#.utf8))))
         #expect(h.machine.status.modelState == "ready")
         #expect(h.machine.status.batteryPct == nil)
         #expect(h.machine.status.deviceName == "EdgeCoder-abc")

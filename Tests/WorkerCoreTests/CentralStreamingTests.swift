@@ -22,16 +22,19 @@ import Testing
         h.connect()
         h.on(.request(id: "s", bytes: Array(#"{"id":"s","prompt":"x","stream":true}"#.utf8), timeoutMs: 60_000))
         _ = h.acceptWrites(of: "s")
-        let out = notify(&h, #"{"id":"s","delta":"Hel","done":false}{"id":"other","delta":"no","done":false}"#
-                         + #"{"id":"s","delta":"lo, \"w\"","done":false}{"id":"s","delta":"","done":false}"#
-                         + #"{"id":"s","ok":true,"done":true,"durationMs":33,"evalCount":4}"#)
+        let out = notify(
+            &h,
+            #"{"id":"s","delta":"Hel","done":false}{"id":"other","delta":"no","done":false}"#
+                + #"{"id":"s","delta":"lo, \"w\"","done":false}{"id":"s","delta":"","done":false}"#
+                + #"{"id":"s","ok":true,"done":true,"durationMs":33,"evalCount":4}"#)
         #expect(Self.partials(out).map(\.id) == ["s", "s"], "another id's partial and an empty delta are not handed on")
         #expect(Self.partials(out).map(\.text).joined() == #"Hello, "w""#)
         let resolveAt = out.firstIndex { if case .resolve = $0 { true } else { false } }
         let lastPartialAt = out.lastIndex { if case .partial = $0 { true } else { false } }
         #expect(resolveAt != nil && lastPartialAt! < resolveAt!, "the result comes after every partial")
-        #expect(H.resolved(out) == ["s": .answered(ok: true, output: #"Hello, "w""#, error: nil, workerDurationMs: 33)],
-                "the result's output is the partials joined (the final message has none)")
+        #expect(
+            H.resolved(out) == ["s": .answered(ok: true, output: #"Hello, "w""#, error: nil, workerDurationMs: 33)],
+            "the result's output is the partials joined (the final message has none)")
         #expect(h.machine.inFlight == 0)
         #expect(Self.partials(notify(&h, #"{"id":"s","delta":"late","done":false}"#)).isEmpty, "nothing after the end")
     }
@@ -68,7 +71,8 @@ import Testing
         #expect(h.acceptWrites(of: "c") == BluetoothMessage.cancel(id: "c"))
         #expect(h.machine.inFlight == 0)
         // The worker's last words about it are ignored.
-        let late = h.on(.bluez(.characteristicValue(path: H.characteristic(1, .response), Array(#"{"id":"c","ok":false,"done":true,"error":"cancelled"}"#.utf8))))
+        let late = h.on(
+            .bluez(.characteristicValue(path: H.characteristic(1, .response), Array(#"{"id":"c","ok":false,"done":true,"error":"cancelled"}"#.utf8))))
         #expect(H.resolved(late).isEmpty)
         #expect(H.resolved(h.on(.abandon(id: "c"))).isEmpty, "a second abandon has nothing to do")
     }

@@ -26,8 +26,9 @@ import Testing
 
     @Test func aProgramThatWorksFirstTimeIsPostedAsItsOutput() {
         var loop = CodeLoop(task: "print 6 times 7", language: .python)
-        let (steps, outcome) = Self.drive(&loop, answers: ["1. multiply\n2. print", Self.program],
-                                          runs: [ProgramRun(ending: .exited(0), stdout: "42\n")])
+        let (steps, outcome) = Self.drive(
+            &loop, answers: ["1. multiply\n2. print", Self.program],
+            runs: [ProgramRun(ending: .exited(0), stdout: "42\n")])
         #expect(outcome == .answered(ok: true, output: "42\n", error: nil, runs: 1))
         guard case .ask(let plan) = steps[0], case .ask(let code) = steps[1], case .run(let ran) = steps[2] else {
             Issue.record("steps: \(steps)"); return
@@ -39,9 +40,12 @@ import Testing
 
     @Test func aFailureIsReflectedOnOnceAndTheSecondRunIsPosted() {
         var loop = CodeLoop(task: "t", language: .python)
-        let (steps, outcome) = Self.drive(&loop, answers: ["plan", "```python\nprint(x)\n```", "```python\nx = 1\nprint(x)\n```"],
-                                          runs: [ProgramRun(ending: .exited(1), stderr: "NameError: name 'x' is not defined\n"),
-                                                 ProgramRun(ending: .exited(0), stdout: "1\n")])
+        let (steps, outcome) = Self.drive(
+            &loop, answers: ["plan", "```python\nprint(x)\n```", "```python\nx = 1\nprint(x)\n```"],
+            runs: [
+                ProgramRun(ending: .exited(1), stderr: "NameError: name 'x' is not defined\n"),
+                ProgramRun(ending: .exited(0), stdout: "1\n"),
+            ])
         #expect(outcome == .answered(ok: true, output: "1\n", error: nil, runs: 2))
         guard case .ask(let reflect) = steps[3] else { Issue.record("steps: \(steps)"); return }
         #expect(reflect.purpose == .reflect)
@@ -50,17 +54,21 @@ import Testing
 
     @Test func twoFailuresPostTheSecondWithItsStderr() {
         var loop = CodeLoop(task: "t", language: .javascript)
-        let (steps, outcome) = Self.drive(&loop, answers: ["plan", "```js\nthrow 1\n```", "```javascript\nthrow 2\n```"],
-                                          runs: [ProgramRun(ending: .exited(1), stderr: "first"),
-                                                 ProgramRun(ending: .exited(1), stdout: "partial", stderr: "Uncaught 2\n")])
+        let (steps, outcome) = Self.drive(
+            &loop, answers: ["plan", "```js\nthrow 1\n```", "```javascript\nthrow 2\n```"],
+            runs: [
+                ProgramRun(ending: .exited(1), stderr: "first"),
+                ProgramRun(ending: .exited(1), stdout: "partial", stderr: "Uncaught 2\n"),
+            ])
         #expect(outcome == .answered(ok: false, output: "partial", error: "Uncaught 2", runs: 2))
         #expect(steps.filter { if case .run = $0 { return true } else { return false } }.count == CodeLoop.maxRuns)
     }
 
     @Test func aKillSaysHowTheProgramEnded() {
         var loop = CodeLoop(task: "t", language: .python)
-        let (_, outcome) = Self.drive(&loop, answers: ["plan", Self.program, Self.program],
-                                      runs: [ProgramRun(ending: .timedOut(limitMs: 4_000)), ProgramRun(ending: .killed(signal: 9), stderr: "out of memory?")])
+        let (_, outcome) = Self.drive(
+            &loop, answers: ["plan", Self.program, Self.program],
+            runs: [ProgramRun(ending: .timedOut(limitMs: 4_000)), ProgramRun(ending: .killed(signal: 9), stderr: "out of memory?")])
         #expect(outcome == .answered(ok: false, output: "", error: "out of memory?\nkilled by signal 9", runs: 2))
     }
 
@@ -166,7 +174,9 @@ import Testing
     static func parse(_ text: String) throws -> Result<Subtask, Subtask.Problem> { Subtask.parse(try JSON.parse(text)) }
 
     @Test func aKnownLanguageIsKeptAndJournaled() throws {
-        guard case .success(let subtask) = try Self.parse(#"{"id":"s","taskId":"t","input":"x","language":"javascript"}"#) else { Issue.record("refused"); return }
+        guard case .success(let subtask) = try Self.parse(#"{"id":"s","taskId":"t","input":"x","language":"javascript"}"#) else {
+            Issue.record("refused"); return
+        }
         #expect(subtask.language == .javascript)
         let entry = RecoveryPlan.JournalEntry(subtask: subtask, pulledAtMs: 1)
         #expect(RecoveryPlan.JournalEntry.from(json: entry.json)?.subtask.language == .javascript)

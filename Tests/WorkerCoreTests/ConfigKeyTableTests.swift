@@ -26,7 +26,8 @@ import Testing
             .deletingLastPathComponent().appendingPathComponent("Sources/WorkerCore/Config/Config.swift")
         let text = try String(contentsOf: source, encoding: .utf8)
         guard let start = text.range(of: "public static func decode("),
-              let end = text.range(of: "\n    }\n", range: start.upperBound..<text.endIndex) else {
+            let end = text.range(of: "\n    }\n", range: start.upperBound..<text.endIndex)
+        else {
             Issue.record("WorkerConfig.decode not found in \(source.path)")
             return []
         }
@@ -71,7 +72,9 @@ import Testing
         let decoder = try Self.decoderKeys()
         #expect(decoder.count >= 40, "the scan of Config.swift found too few keys: \(decoder.sorted())")
         for key in decoder.sorted() {
-            #expect(table.contains(key), "the decoder accepts \(key) but ConfigKeys.swift has no row for it (and so docs/reference/configuration.md does not list it)")
+            #expect(
+                table.contains(key),
+                "the decoder accepts \(key) but ConfigKeys.swift has no row for it (and so docs/reference/configuration.md does not list it)")
             #expect(!unknown(key), "the scan found \(key), which the decoder calls unknown")
         }
     }

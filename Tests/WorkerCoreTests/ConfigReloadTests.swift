@@ -15,15 +15,19 @@ import Testing
 
     @Test func policyIntervalsLogLevelAndMeteredApplyLive() throws {
         let running = try config("{}")
-        let file = try config("""
+        let file = try config(
+            """
             {"policy": {"minBatteryPct": 25, "maxThermalState": "serious"},
              "coordinator": {"heartbeatIntervalMs": 2000, "pullIntervalMs": 1000},
              "backend": {"allowRemoteModelSwitch": true},
              "network": {"onMetered": "allow"}, "log": {"level": "debug"}}
             """)
         let plan = ConfigReloadPlan.plan(running: running, file: file)
-        #expect(plan.appliedKeys == ["coordinator.heartbeatIntervalMs", "coordinator.pullIntervalMs", "backend.allowRemoteModelSwitch",
-                                     "policy.minBatteryPct", "policy.maxThermalState", "network.onMetered", "log.level"])
+        #expect(
+            plan.appliedKeys == [
+                "coordinator.heartbeatIntervalMs", "coordinator.pullIntervalMs", "backend.allowRemoteModelSwitch",
+                "policy.minBatteryPct", "policy.maxThermalState", "network.onMetered", "log.level",
+            ])
         #expect(plan.restartKeys.isEmpty)
         #expect(plan.applied == file, "everything in this file applies live")
         #expect(plan.applied.policyKeysInFile == ["minBatteryPct", "maxThermalState", "allowRemoteModelSwitch"])
@@ -31,15 +35,19 @@ import Testing
 
     @Test func whatARunningPartHoldsWaitsForARestartAndKeepsItsRunningValue() throws {
         let running = try config(#"{"coordinator": {"url": "https://a.example"}, "bluetooth": {"maxClients": 1}}"#)
-        let file = try config("""
+        let file = try config(
+            """
             {"coordinator": {"url": "https://b.example", "stopGraceMs": 60000, "heartbeatIntervalMs": 5000},
              "bluetooth": {"maxClients": 4, "adapter": "hci1"}, "backend": {"model": "other:7b", "apiKey": "k"},
              "control": {"readGroup": "ops"}, "network": {"pathLossGraceMs": 3000}}
             """)
         let plan = ConfigReloadPlan.plan(running: running, file: file)
         #expect(plan.appliedKeys == ["coordinator.heartbeatIntervalMs"])
-        #expect(plan.restartKeys == ["coordinator.url", "coordinator.stopGraceMs", "backend.model", "backend.apiKey",
-                                     "network.pathLossGraceMs", "bluetooth.adapter", "bluetooth.maxClients", "control.readGroup"])
+        #expect(
+            plan.restartKeys == [
+                "coordinator.url", "coordinator.stopGraceMs", "backend.model", "backend.apiKey",
+                "network.pathLossGraceMs", "bluetooth.adapter", "bluetooth.maxClients", "control.readGroup",
+            ])
         #expect(plan.applied.coordinator.url == "https://a.example")
         #expect(plan.applied.bluetooth.maxClients == 1)
         #expect(plan.applied.coordinator.heartbeatIntervalMs == 5_000)

@@ -114,14 +114,18 @@ import Testing
         #expect(!found.description.contains("secret"))
     }
 
-    @Test(arguments: [("30m", true), ("1h30m", true), ("0", true), ("-1m", true), ("1.5h", true), ("250ms", true),
-                      ("", false), ("30", false), ("m", false), ("1d", false), ("1..5h", false), ("-", false)])
+    @Test(arguments: [
+        ("30m", true), ("1h30m", true), ("0", true), ("-1m", true), ("1.5h", true), ("250ms", true),
+        ("", false), ("30", false), ("m", false), ("1d", false), ("1..5h", false), ("-", false),
+    ])
     func readsGoDurationsAsOllamaDoes(text: String, valid: Bool) {
         #expect(WorkerConfig.isGoDuration(text) == valid)
     }
 
-    @Test(arguments: ["http://coordinator.example", "http://10.0.0.5:8080/", "HTTP://Coord.Example/api", "http://[2001:db8::1]:80",
-                      "http://127.example", "http://128.0.0.1", "http://localhost.evil.example"])
+    @Test(arguments: [
+        "http://coordinator.example", "http://10.0.0.5:8080/", "HTTP://Coord.Example/api", "http://[2001:db8::1]:80",
+        "http://127.example", "http://128.0.0.1", "http://localhost.evil.example",
+    ])
     func refusesPlainHttpToAHostThatIsNotLoopbackSayingWhy(url: String) {
         let found = problems(#"{"coordinator": {"url": "\#(url)"}}"#)
         #expect(found.map(\.path) == ["coordinator.url"])
@@ -129,8 +133,10 @@ import Testing
         #expect(message.contains("unencrypted") && message.contains("coordinator.allowInsecureHttp") && message.contains("https://"), "\(message)")
     }
 
-    @Test(arguments: ["http://127.0.0.1:4000", "http://127.1.2.3/", "http://localhost:8080", "http://LOCALHOST", "http://[::1]:9000/x",
-                      "https://coordinator.example", "https://10.0.0.5"])
+    @Test(arguments: [
+        "http://127.0.0.1:4000", "http://127.1.2.3/", "http://localhost:8080", "http://LOCALHOST", "http://[::1]:9000/x",
+        "https://coordinator.example", "https://10.0.0.5",
+    ])
     func acceptsPlainHttpOnlyToLoopbackAndHttpsAnywhere(url: String) throws {
         let config = try WorkerConfig.parse(Array(#"{"coordinator": {"url": "\#(url)"}}"#.utf8))
         #expect(config.coordinator.url == url)
@@ -138,8 +144,10 @@ import Testing
     }
 
     @Test func allowInsecureHttpAcceptsPlainHttpToAnyHostWhateverTheKeyOrder() throws {
-        for text in [#"{"coordinator": {"url": "http://coordinator.lan", "allowInsecureHttp": true}}"#,
-                     #"{"coordinator": {"allowInsecureHttp": true, "url": "http://coordinator.lan"}}"#] {
+        for text in [
+            #"{"coordinator": {"url": "http://coordinator.lan", "allowInsecureHttp": true}}"#,
+            #"{"coordinator": {"allowInsecureHttp": true, "url": "http://coordinator.lan"}}"#,
+        ] {
             let config = try WorkerConfig.parse(Array(text.utf8))
             #expect(config.coordinator.url == "http://coordinator.lan")
             #expect(config.coordinator.allowInsecureHttp)
@@ -185,9 +193,14 @@ import Testing
 
     @Test func executionKeysHaveTheirDefaultsAndAreRead() throws {
         #expect(WorkerConfig().execution.mode == .auto && WorkerConfig().execution.engine == "podman" && WorkerConfig().execution.timeoutMs == 4_000)
-        let config = try WorkerConfig.parse(Array(#"{"execution": {"mode": "container", "engine": "/usr/bin/docker", "engineArguments": ["--runtime", "runc"], "image": "registry.example/sbx:2", "timeoutMs": 10000}}"#.utf8))
+        let config = try WorkerConfig.parse(
+            Array(
+                #"{"execution": {"mode": "container", "engine": "/usr/bin/docker", "engineArguments": ["--runtime", "runc"], "image": "registry.example/sbx:2", "timeoutMs": 10000}}"#
+                    .utf8))
         #expect(config.execution.mode == .container && config.execution.engine == "/usr/bin/docker")
-        #expect(config.execution.engineArguments == ["--runtime", "runc"] && config.execution.image == "registry.example/sbx:2" && config.execution.timeoutMs == 10_000)
+        #expect(
+            config.execution.engineArguments == ["--runtime", "runc"] && config.execution.image == "registry.example/sbx:2"
+                && config.execution.timeoutMs == 10_000)
     }
 
     @Test(arguments: [
@@ -197,7 +210,10 @@ import Testing
         (#"{"execution": {"engineArguments": "--runtime runc"}}"#, "execution.engineArguments", "must be a list"),
         (#"{"execution": {"engineArguments": ["a b"]}}"#, "execution.engineArguments[0]", "without spaces"),
         (#"{"execution": {"engineArguments": [1]}}"#, "execution.engineArguments[0]", "must be a string"),
-        (#"{"execution": {"engineArguments": [\#(Array(repeating: "\"x\"", count: 33).joined(separator: ","))]}}"#, "execution.engineArguments", "at most 32"),
+        (
+            #"{"execution": {"engineArguments": [\#(Array(repeating: "\"x\"", count: 33).joined(separator: ","))]}}"#, "execution.engineArguments",
+            "at most 32"
+        ),
         (#"{"execution": {"image": "--privileged"}}"#, "execution.image", "image name"),
         (#"{"execution": {"image": "a\nb"}}"#, "execution.image", "image name"),
         (#"{"execution": {"timeoutMs": 100}}"#, "execution.timeoutMs", "500…600000"),
@@ -272,7 +288,8 @@ import Testing
     }
 
     @Test func allowInsecureHttpAcceptsTheKeyInClearAndPlainHttpWithoutAKeyNeedsNothing() throws {
-        let config = try WorkerConfig.parse(Array(#"{"backend": {"allowInsecureHttp": true, "url": "http://203.0.113.7:8080", "apiKey": "k-1"}}"#.utf8))
+        let config = try WorkerConfig.parse(
+            Array(#"{"backend": {"allowInsecureHttp": true, "url": "http://203.0.113.7:8080", "apiKey": "k-1"}}"#.utf8))
         #expect(config.backend.allowInsecureHttp && config.backend.apiKey == "k-1")
         #expect(problems(#"{"backend": {"url": "http://203.0.113.7:8080"}}"#).isEmpty)
         #expect(problems(#"{"backend": {"allowInsecureHttp": "yes"}}"#).map(\.path) == ["backend.allowInsecureHttp"])
@@ -286,7 +303,9 @@ import Testing
     }
 
     @Test func readsAListOfHostsLowercasedWithoutRepeats() throws {
-        let config = try WorkerConfig.parse(Array(#"{"backend": {"allowedModelRegistries": ["Registry.Example.com:5000", "hf.co", "registry.example.com:5000", "[::1]:5000"]}}"#.utf8))
+        let config = try WorkerConfig.parse(
+            Array(#"{"backend": {"allowedModelRegistries": ["Registry.Example.com:5000", "hf.co", "registry.example.com:5000", "[::1]:5000"]}}"#.utf8)
+        )
         #expect(config.backend.allowedModelRegistries == ["registry.example.com:5000", "hf.co", "[::1]:5000"])
         #expect(WorkerConfig().backend.allowedModelRegistries.isEmpty)
     }

@@ -15,19 +15,24 @@ import WorkerCore
 
     @Test func atTheAddressCapTheStalestOfThatAddressIsEvicted() {
         let connections = [open(1, "a", 500), open(2, "b", 0), open(3, "a", 100)]
-        #expect(ConnectionAdmission.decide(open: connections, address: "a", limits: limits, nowNs: 5_000) == .admitEvicting(id: 3),
-                "b's older connection is not a's to take")
+        #expect(
+            ConnectionAdmission.decide(open: connections, address: "a", limits: limits, nowNs: 5_000) == .admitEvicting(id: 3),
+            "b's older connection is not a's to take")
     }
 
     @Test func atTheGlobalCapTheStalestOfAllIsEvicted() {
         let connections = [open(1, "a", 900), open(2, "b", 200), open(3, "c", 700), open(4, "d", 200)]
-        #expect(ConnectionAdmission.decide(open: connections, address: "e", limits: limits, nowNs: 5_000) == .admitEvicting(id: 2), "ties go to the lowest id")
+        #expect(
+            ConnectionAdmission.decide(open: connections, address: "e", limits: limits, nowNs: 5_000) == .admitEvicting(id: 2),
+            "ties go to the lowest id")
     }
 
     @Test func connectionsThatMadeProgressRecentlyAreNotEvicted() {
         let connections = [open(1, "a", 4_500), open(2, "b", 4_900), open(3, "c", 4_200), open(4, "d", 4_001)]
-        #expect(ConnectionAdmission.decide(open: connections, address: "e", limits: limits, nowNs: 5_000) == .refuse("too many connections; try again"))
-        #expect(ConnectionAdmission.decide(open: [open(1, "a", 4_500), open(2, "a", 4_900)], address: "a", limits: limits, nowNs: 5_000)
+        #expect(
+            ConnectionAdmission.decide(open: connections, address: "e", limits: limits, nowNs: 5_000) == .refuse("too many connections; try again"))
+        #expect(
+            ConnectionAdmission.decide(open: [open(1, "a", 4_500), open(2, "a", 4_900)], address: "a", limits: limits, nowNs: 5_000)
                 == .refuse("too many connections from a; try again"))
         // Exactly the minimum is enough.
         #expect(ConnectionAdmission.decide(open: connections, address: "e", limits: limits, nowNs: 5_001) == .admitEvicting(id: 4))
@@ -35,7 +40,9 @@ import WorkerCore
 
     @Test func aClockBeforeTheLastProgressNeverEvicts() {
         let connections = [open(1, "a", 9_000), open(2, "a", 9_000)]
-        #expect(ConnectionAdmission.decide(open: connections, address: "a", limits: limits, nowNs: 5_000) == .refuse("too many connections from a; try again"))
+        #expect(
+            ConnectionAdmission.decide(open: connections, address: "a", limits: limits, nowNs: 5_000)
+                == .refuse("too many connections from a; try again"))
     }
 
     @Test func zeroOrNegativeCapsRefuseWhenNothingCanBeEvicted() {

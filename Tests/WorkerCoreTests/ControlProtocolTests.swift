@@ -12,9 +12,11 @@ import Testing
         #expect(try parse(#"{"cmd":"task","id":"s-1"}"#).get() == .task(id: "s-1"))
         #expect(try parse(#"{"cmd":"mode","set":"off","forMs":60000}"#).get() == .pause(forMs: 60_000))
         #expect(ControlRequest.pause(forMs: 1_000).changes)
-        for request in [ControlRequest.status, .getMode, .setMode(.on), .events(follow: false, limit: nil), .ping, .policyShow,
-                        .task(id: "x\n\"y\""), .pause(forMs: PauseDuration.maximumMs), .task(id: String(repeating: "i", count: ControlRequest.maxTaskIDBytes)),
-                        .policyChange(.set(key: "minBatteryPct", value: 40)), .policyChange(.unset(key: "minBatteryPct"))] {
+        for request in [
+            ControlRequest.status, .getMode, .setMode(.on), .events(follow: false, limit: nil), .ping, .policyShow,
+            .task(id: "x\n\"y\""), .pause(forMs: PauseDuration.maximumMs), .task(id: String(repeating: "i", count: ControlRequest.maxTaskIDBytes)),
+            .policyChange(.set(key: "minBatteryPct", value: 40)), .policyChange(.unset(key: "minBatteryPct")),
+        ] {
             #expect(try parse(request.json.serialized).get() == request)
         }
     }

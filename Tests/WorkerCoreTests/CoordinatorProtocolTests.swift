@@ -21,7 +21,8 @@ import Testing
         let body = CoordinatorWire.result(SubtaskResult(subtaskID: "s", taskID: "t", ok: true, output: huge, durationMs: 5), agentID: "a")
         #expect(body.serialized.utf8.count <= CoordinatorWire.maxBodyBytes)
         #expect((body["output"]?.stringValue?.count ?? 0) > 100_000)
-        let small = CoordinatorWire.result(SubtaskResult(subtaskID: "s", taskID: "t", ok: false, output: "", error: "worker_restarted", durationMs: 5), agentID: "a")
+        let small = CoordinatorWire.result(
+            SubtaskResult(subtaskID: "s", taskID: "t", ok: false, output: "", error: "worker_restarted", durationMs: 5), agentID: "a")
         #expect(small["output"] == "" && small["error"] == "worker_restarted" && small["ok"] == false && small["durationMs"] == 5)
     }
 }
@@ -34,7 +35,9 @@ import Testing
     @Test func registrationAnswers() {
         #expect(classify(.register, 200, #"{"accepted":true,"meshToken":"abc","policy":{}}"#) == .registered(meshToken: "abc"))
         #expect(classify(.register, 200, #"{"accepted":true}"#) == .registered(meshToken: nil))
-        #expect(classify(.register, 403, #"{"error":"node_not_activated","reason":"registration_token_required"}"#) == .rejected(reason: "node_not_activated: registration_token_required"))
+        #expect(
+            classify(.register, 403, #"{"error":"node_not_activated","reason":"registration_token_required"}"#)
+                == .rejected(reason: "node_not_activated: registration_token_required"))
         #expect(classify(.register, 403, #"{"error":"node_not_activated"}"#) == .rejected(reason: "node_not_activated"))
         #expect(classify(.register, 403, "<html>") == .rejected(reason: "forbidden (403) without a reason"))
         if case .failure = classify(.register, 200, #"{"accepted":true,"meshToken":"has space"}"#) {} else { Issue.record("bad token accepted") }
@@ -44,26 +47,41 @@ import Testing
     @Test func heartbeatAnswers() {
         #expect(classify(.heartbeat, 200, #"{"ok":true,"requeued":0}"#) == .accepted)
         #expect(classify(.heartbeat, 200, #"{"ok":false,"blacklisted":true,"reason":"abuse"}"#) == .rejected(reason: "blacklisted: abuse"))
-        #expect(classify(.heartbeat, 401, #"{"error":"mesh_unauthorized","reason":"agent_not_registered"}"#) == .unauthorized(reason: "agent_not_registered"))
+        #expect(
+            classify(.heartbeat, 401, #"{"error":"mesh_unauthorized","reason":"agent_not_registered"}"#)
+                == .unauthorized(reason: "agent_not_registered"))
         #expect(classify(.heartbeat, 401, "") == .unauthorized(reason: nil))
     }
 
     @Test func pullAnswers() {
         #expect(classify(.pull, 200, #"{"subtask":null}"#) == .noWork)
-        #expect(classify(.pull, 200, #"{"subtask":null,"powerDeferred":true,"deferMs":5000,"reason":"high_cpu_defer"}"#) == .deferred(reason: "high_cpu_defer", deferMs: 5000))
-        #expect(classify(.pull, 200, #"{"subtask":null,"powerDeferred":true,"reason":"thermal_throttle"}"#) == .deferred(reason: "thermal_throttle", deferMs: nil))
+        #expect(
+            classify(.pull, 200, #"{"subtask":null,"powerDeferred":true,"deferMs":5000,"reason":"high_cpu_defer"}"#)
+                == .deferred(reason: "high_cpu_defer", deferMs: 5000))
+        #expect(
+            classify(.pull, 200, #"{"subtask":null,"powerDeferred":true,"reason":"thermal_throttle"}"#)
+                == .deferred(reason: "thermal_throttle", deferMs: nil))
         #expect(classify(.pull, 200, #"{"subtask":null,"blocked":true,"reason":"x"}"#) == .rejected(reason: "blocked: x"))
-        guard case .work(let subtask) = classify(.pull, 200, #"{"subtask":{"id":"s1","taskId":"t1","kind":"single_step","language":"python","input":"hi","timeoutMs":1500,"snapshotRef":"debug","extra":[1]}}"#) else {
+        guard
+            case .work(let subtask) = classify(
+                .pull, 200,
+                #"{"subtask":{"id":"s1","taskId":"t1","kind":"single_step","language":"python","input":"hi","timeoutMs":1500,"snapshotRef":"debug","extra":[1]}}"#
+            )
+        else {
             Issue.record("no work parsed")
             return
         }
         #expect(subtask.id == "s1" && subtask.taskID == "t1" && subtask.input == "hi" && subtask.timeoutMs == 1500)
-        #expect(classify(.pull, 200, #"{"subtask":{"id":"s1","taskId":"t1","input":5}}"#) == .unrunnable(id: "s1", taskID: "t1", reason: "malformed_subtask: no input string"))
+        #expect(
+            classify(.pull, 200, #"{"subtask":{"id":"s1","taskId":"t1","input":5}}"#)
+                == .unrunnable(id: "s1", taskID: "t1", reason: "malformed_subtask: no input string"))
     }
 
     @Test(arguments: [
-        (200, ""), (200, "{"), (200, "[]"), (200, "null"), (200, #"{"subtask":{"taskId":"t"}}"#), (200, #"{"subtask":{"id":"../../etc","taskId":"t","input":"x"}}"#),
-        (200, #"{"subtask":{"id":"","taskId":"t","input":"x"}}"#), (500, #"{"error":"boom"}"#), (502, "<html>bad gateway</html>"), (200, #"{"nosubtask":1}"#),
+        (200, ""), (200, "{"), (200, "[]"), (200, "null"), (200, #"{"subtask":{"taskId":"t"}}"#),
+        (200, #"{"subtask":{"id":"../../etc","taskId":"t","input":"x"}}"#),
+        (200, #"{"subtask":{"id":"","taskId":"t","input":"x"}}"#), (500, #"{"error":"boom"}"#), (502, "<html>bad gateway</html>"),
+        (200, #"{"nosubtask":1}"#),
         (200, #"{"subtask":5}"#), (204, ""), (302, ""),
     ])
     func brokenPullAnswersAreFailures(status: Int, body: String) {
@@ -72,7 +90,10 @@ import Testing
 
     @Test func hostileReasonsAreShortenedAndStripped() {
         let reason = String(repeating: "\u{1b}[31m", count: 200)
-        guard case .rejected(let text) = classify(.register, 403, "{\"error\":\"x\",\"reason\":\"\(reason.unicodeScalars.map { $0 == "\u{1b}" ? "\\u001b" : String($0) }.joined())\"}") else {
+        guard
+            case .rejected(let text) = classify(
+                .register, 403, "{\"error\":\"x\",\"reason\":\"\(reason.unicodeScalars.map { $0 == "\u{1b}" ? "\\u001b" : String($0) }.joined())\"}")
+        else {
             Issue.record("not rejected")
             return
         }
@@ -99,7 +120,9 @@ import Testing
 
     @Test func jitterIsDrawnFromZeroToTheCeiling() {
         var ranges: [ClosedRange<Int64>] = []
-        let delay = Backoff().delay(failures: 3) { range in ranges.append(range); return range.upperBound / 2 }
+        let delay = Backoff().delay(failures: 3) { range in
+            ranges.append(range); return range.upperBound / 2
+        }
         #expect(ranges == [0...6_000])
         #expect(delay == 3_000)
         var generator = SeededGenerator(seed: 7)
@@ -109,7 +132,8 @@ import Testing
     }
 
     func entry(_ id: String, pulledAt: Int64, timeout: Int64) -> RecoveryPlan.JournalEntry {
-        RecoveryPlan.JournalEntry(subtask: try! Subtask.parse(["id": .string(id), "taskId": "t", "input": "p", "timeoutMs": .int(timeout)]).get(), pulledAtMs: pulledAt)
+        RecoveryPlan.JournalEntry(
+            subtask: try! Subtask.parse(["id": .string(id), "taskId": "t", "input": "p", "timeoutMs": .int(timeout)]).get(), pulledAtMs: pulledAt)
     }
 
     @Test func outboxIsDeliveredFirstThenAJournalEntryRerunWhileItsClaimLivesElseReleased() {
@@ -117,11 +141,14 @@ import Testing
         // The claim's age decides, not the subtask's advisory timeoutMs: the coordinator
         // re-queues a claim without result after 30 s whatever the timeout says.
         let now: Int64 = 100_000
-        let plan = RecoveryPlan.plan(journal: [entry("expired", pulledAt: now - 30_000, timeout: 600_000),
-                                               entry("fresh", pulledAt: now - 29_999, timeout: 1_000),
-                                               entry("done", pulledAt: 0, timeout: 99_999),
-                                               entry("future", pulledAt: now + 5_000, timeout: 1_000)],
-                                     outbox: [posted], nowMs: now)
+        let plan = RecoveryPlan.plan(
+            journal: [
+                entry("expired", pulledAt: now - 30_000, timeout: 600_000),
+                entry("fresh", pulledAt: now - 29_999, timeout: 1_000),
+                entry("done", pulledAt: 0, timeout: 99_999),
+                entry("future", pulledAt: now + 5_000, timeout: 1_000),
+            ],
+            outbox: [posted], nowMs: now)
         #expect(plan.count == 4)
         #expect(plan[0] == .post(posted))
         guard case .release(let expired) = plan[1], case .rerun(let fresh) = plan[2], case .release(let future) = plan[3] else {
@@ -137,7 +164,9 @@ import Testing
     @Test func aPullAnsweredSandboxRequiredIsItsOwnAnswerNotNoWork() {
         let body = Array(#"{"subtask":null,"sandboxRequired":true,"reason":"agent_lacks_sandbox_capability"}"#.utf8)
         #expect(CoordinatorAnswer.classify(.pull, status: 200, body: body) == .sandboxRequired(reason: "agent_lacks_sandbox_capability"))
-        #expect(CoordinatorAnswer.classify(.pull, status: 200, body: Array(#"{"subtask":null,"sandboxRequired":true}"#.utf8)) == .sandboxRequired(reason: "sandbox_required"))
+        #expect(
+            CoordinatorAnswer.classify(.pull, status: 200, body: Array(#"{"subtask":null,"sandboxRequired":true}"#.utf8))
+                == .sandboxRequired(reason: "sandbox_required"))
         #expect(CoordinatorAnswer.classify(.pull, status: 200, body: Array(#"{"subtask":null,"sandboxRequired":"yes"}"#.utf8)) == .noWork)
     }
 
@@ -179,8 +208,9 @@ import Testing
 
 @Suite struct ResultBounds {
     @Test func aBoundedResultIsWhatIsPostedAndFitsTheOutboxLimit() {
-        let result = SubtaskResult(subtaskID: "s", taskID: "t", ok: false, output: String(repeating: "é\u{1}", count: 3_000_000),
-                                   error: String(repeating: "€", count: 5_000), durationMs: 3)
+        let result = SubtaskResult(
+            subtaskID: "s", taskID: "t", ok: false, output: String(repeating: "é\u{1}", count: 3_000_000),
+            error: String(repeating: "€", count: 5_000), durationMs: 3)
         let bounded = result.bounded
         #expect(bounded.json.serialized.utf8.count <= SubtaskResult.maxStoredBytes)
         #expect(bounded.error?.utf8.count ?? 0 <= SubtaskResult.maxErrorBytes && (bounded.error?.utf8.count ?? 0) > SubtaskResult.maxErrorBytes - 3)

@@ -61,7 +61,9 @@ import Testing
 
     @Test func invalidUTF8InTheHeadIsRefused() {
         var reader = HTTPRequestReader()
-        #expect(reader.feed([0x47, 0x45, 0x54, 0x20, 0x2F, 0xC3, 0x28, 0x20] + Array("HTTP/1.1\r\n\r\n".utf8)) == .refused(HTTPRefusal(400, "the request head is not valid UTF-8")))
+        #expect(
+            reader.feed([0x47, 0x45, 0x54, 0x20, 0x2F, 0xC3, 0x28, 0x20] + Array("HTTP/1.1\r\n\r\n".utf8))
+                == .refused(HTTPRefusal(400, "the request head is not valid UTF-8")))
     }
 
     @Test func randomBytesNeverCrashTheReader() {

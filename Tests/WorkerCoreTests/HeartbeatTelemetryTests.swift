@@ -30,7 +30,9 @@ import Testing
         let hybrid = "12:cpu,cpuacct:/system.slice/ollama.service\n1:name=systemd:/system.slice/ollama.service\n0::/system.slice/ollama.service\n"
         #expect(Cgroup.unifiedPath(procCgroup: Array(hybrid.utf8)) == "/system.slice/ollama.service")
         #expect(Cgroup.unifiedPath(procCgroup: Array("0::/\n".utf8)) == nil, "the root cgroup is everything")
-        for hostile in ["", "1:cpu:/x\n", "0::relative/x.service", "0::/a/../b.service", "0::/a//b.service", "0::/a/\u{7}.service", "0::/./x.service"] {
+        for hostile in [
+            "", "1:cpu:/x\n", "0::relative/x.service", "0::/a/../b.service", "0::/a//b.service", "0::/a/\u{7}.service", "0::/./x.service",
+        ] {
             #expect(Cgroup.unifiedPath(procCgroup: Array(hostile.utf8)) == nil, "\(hostile)")
         }
         #expect(Cgroup.unifiedPath(procCgroup: nil) == nil)
@@ -41,7 +43,10 @@ import Testing
         ("/system.slice/ollama.service", "/system.slice/ollama.service"),
         ("/system.slice/ollama.service/runner", "/system.slice/ollama.service"),
         ("/system.slice/docker-0123abcd.scope", "/system.slice/docker-0123abcd.scope"),
-        ("/user.slice/user-1000.slice/user@1000.service/app.slice/llama.service", "/user.slice/user-1000.slice/user@1000.service/app.slice/llama.service"),
+        (
+            "/user.slice/user-1000.slice/user@1000.service/app.slice/llama.service",
+            "/user.slice/user-1000.slice/user@1000.service/app.slice/llama.service"
+        ),
     ])
     func cutsAProcessCgroupAtItsUnit(path: String, unit: String) {
         #expect(Cgroup.unitPath(of: path) == unit)
@@ -58,8 +63,10 @@ import Testing
     @Test func acceptsOnlyPlainServiceNames() {
         #expect(Cgroup.serviceName("ollama.service") == "ollama.service")
         #expect(Cgroup.serviceName("llama-server@8080.service") == "llama-server@8080.service")
-        for bad in [".service", "../x.service", "a/b.service", "ollama", "ollama.scope", "x y.service", "..service",
-                    String(repeating: "a", count: 300) + ".service"] {
+        for bad in [
+            ".service", "../x.service", "a/b.service", "ollama", "ollama.scope", "x y.service", "..service",
+            String(repeating: "a", count: 300) + ".service",
+        ] {
             #expect(Cgroup.serviceName(bad) == nil, "\(bad)")
         }
     }
@@ -81,11 +88,13 @@ import Testing
         #expect(share?.ownPct == 50)
         #expect(share?.otherPct == 25)
         let moved = CgroupUsage(path: "/system.slice/other.service", usageMicroseconds: 500_000)
-        #expect(CPUShare.between(host: earlier, later, own: [], [], server: before, moved)?.ownPct == 25,
-                "another cgroup's counter is not compared with the first: it counts whole, as a new process does")
+        #expect(
+            CPUShare.between(host: earlier, later, own: [], [], server: before, moved)?.ownPct == 25,
+            "another cgroup's counter is not compared with the first: it counts whole, as a new process does")
         let found = CPUShare.between(host: earlier, later, own: [], [], server: nil, after)
-        #expect(found?.ownPct == 75 && found?.otherPct == 0,
-                "a server first measured in this interval counts whole, capped at the host: its loop is never read as other load")
+        #expect(
+            found?.ownPct == 75 && found?.otherPct == 0,
+            "a server first measured in this interval counts whole, capped at the host: its loop is never read as other load")
         #expect(CgroupUsage.ticks(from: nil, to: nil, ticksPerSecond: 100) == 0)
         let backwards = CgroupUsage(path: before.path, usageMicroseconds: 1)
         #expect(CgroupUsage.ticks(from: before, to: backwards, ticksPerSecond: 100) == 0)
@@ -107,23 +116,30 @@ import Testing
         (["sys_vendor": "Microsoft Corporation\n", "product_name": "Virtual Machine\n"], "DMI Microsoft Corporation Virtual Machine"),
     ])
     func findsHypervisorsInDMI(dmi: [String: String], why: String) {
-        let found = Virtualization.detect(dmi: dmi.mapValues { Array($0.utf8) }, cpuinfo: nil, systemdContainer: nil, dockerenv: false, containerenv: false)
+        let found = Virtualization.detect(
+            dmi: dmi.mapValues { Array($0.utf8) }, cpuinfo: nil, systemdContainer: nil, dockerenv: false, containerenv: false)
         #expect(found.machine == why)
     }
 
     @Test func realHardwareIsNotAVirtualMachine() {
         let dmi = ["sys_vendor": "LENOVO\n", "product_name": "20XW0026GE\n", "board_vendor": "LENOVO\n", "bios_vendor": "LENOVO\n"]
         let plain = "processor\t: 0\nflags\t\t: fpu vme de pse lahf_lm\n"
-        let found = Virtualization.detect(dmi: dmi.mapValues { Array($0.utf8) }, cpuinfo: Array(plain.utf8), systemdContainer: nil, dockerenv: false, containerenv: false)
+        let found = Virtualization.detect(
+            dmi: dmi.mapValues { Array($0.utf8) }, cpuinfo: Array(plain.utf8), systemdContainer: nil, dockerenv: false, containerenv: false)
         #expect(found == Virtualization())
         let microsoft = ["sys_vendor": "Microsoft Corporation\n", "product_name": "Surface Laptop 4\n"]
-        #expect(Virtualization.detect(dmi: microsoft.mapValues { Array($0.utf8) }, cpuinfo: nil, systemdContainer: nil, dockerenv: false, containerenv: false).machine == nil)
+        #expect(
+            Virtualization.detect(
+                dmi: microsoft.mapValues { Array($0.utf8) }, cpuinfo: nil, systemdContainer: nil, dockerenv: false, containerenv: false
+            ).machine == nil)
     }
 
     @Test func readsTheHypervisorCPUFlagFromTheFirstFlagsLine() {
         #expect(Virtualization.hasHypervisorFlag(cpuinfo: Array(Self.flags.utf8)))
-        for hostile in ["", "flags", "flags: hypervisorx", "flags : xhypervisor", "model name: hypervisor", "\u{0}flags: hypervisor",
-                        "flags: fpu\nflags: hypervisor"] {
+        for hostile in [
+            "", "flags", "flags: hypervisorx", "flags : xhypervisor", "model name: hypervisor", "\u{0}flags: hypervisor",
+            "flags: fpu\nflags: hypervisor",
+        ] {
             #expect(!Virtualization.hasHypervisorFlag(cpuinfo: Array(hostile.utf8)), "\(hostile)")
         }
         #expect(!Virtualization.hasHypervisorFlag(cpuinfo: nil))
@@ -133,7 +149,8 @@ import Testing
 
     @Test func findsContainersByTheirMarkers() {
         func detect(_ marker: String?, docker: Bool = false, podman: Bool = false) -> String? {
-            Virtualization.detect(dmi: [:], cpuinfo: nil, systemdContainer: marker.map { Array($0.utf8) }, dockerenv: docker, containerenv: podman).container
+            Virtualization.detect(dmi: [:], cpuinfo: nil, systemdContainer: marker.map { Array($0.utf8) }, dockerenv: docker, containerenv: podman)
+                .container
         }
         #expect(detect("lxc\n") == "lxc")
         #expect(detect(nil, docker: true) == "docker")
@@ -143,23 +160,25 @@ import Testing
         #expect(detect(nil) == nil)
     }
 
-    @Test(arguments: [
-        // chassis, battery, machine, container, expected type, source description
-        ("23", false, nil, nil, DeviceType.server, "chassis_type 23"),
-        ("10", true, nil, nil, .laptop, "chassis_type 10"),
-        ("3", false, nil, nil, .desktop, "chassis_type 3"),
-        ("1", false, "DMI sys_vendor QEMU", nil, .server, "virtual machine (DMI sys_vendor QEMU)"),
-        ("10", true, "CPU flag hypervisor", nil, .server, "virtual machine (CPU flag hypervisor)"),
-        (nil, false, nil, "docker", .server, "container (docker) on a host that is not a laptop or tablet"),
-        ("10", false, nil, "docker", .laptop, "chassis_type 10"),
-        (nil, true, nil, "docker", .laptop, "fallback: has a system battery"),
-        ("3", false, nil, "podman", .server, "container (podman) on a host that is not a laptop or tablet"),
-        (nil, false, nil, nil, .desktop, "fallback: no system battery"),
-        ("garbage", true, nil, nil, .laptop, "fallback: has a system battery"),
-    ] as [(String?, Bool, String?, String?, DeviceType, String)])
+    @Test(
+        arguments: [
+            // chassis, battery, machine, container, expected type, source description
+            ("23", false, nil, nil, DeviceType.server, "chassis_type 23"),
+            ("10", true, nil, nil, .laptop, "chassis_type 10"),
+            ("3", false, nil, nil, .desktop, "chassis_type 3"),
+            ("1", false, "DMI sys_vendor QEMU", nil, .server, "virtual machine (DMI sys_vendor QEMU)"),
+            ("10", true, "CPU flag hypervisor", nil, .server, "virtual machine (CPU flag hypervisor)"),
+            (nil, false, nil, "docker", .server, "container (docker) on a host that is not a laptop or tablet"),
+            ("10", false, nil, "docker", .laptop, "chassis_type 10"),
+            (nil, true, nil, "docker", .laptop, "fallback: has a system battery"),
+            ("3", false, nil, "podman", .server, "container (podman) on a host that is not a laptop or tablet"),
+            (nil, false, nil, nil, .desktop, "fallback: no system battery"),
+            ("garbage", true, nil, nil, .laptop, "fallback: has a system battery"),
+        ] as [(String?, Bool, String?, String?, DeviceType, String)])
     func resolvesTheDeviceType(chassis: String?, battery: Bool, machine: String?, container: String?, type: DeviceType, source: String) {
-        let (found, from) = DeviceType.resolve(chassisType: chassis.map { Array($0.utf8) }, hasSystemBattery: battery,
-                                               virtualization: Virtualization(machine: machine, container: container))
+        let (found, from) = DeviceType.resolve(
+            chassisType: chassis.map { Array($0.utf8) }, hasSystemBattery: battery,
+            virtualization: Virtualization(machine: machine, container: container))
         #expect(found == type)
         #expect(from.description == source)
     }
@@ -206,9 +225,10 @@ import Testing
         let drive = hwmon("nvme", 80_000)
         #expect(drive.state == .serious, "the policy's own rule: the worst sensor at 60/75/90 °C")
         #expect(drive.heartbeatState == .fair)
-        let reading = PowerReading.assemble(supplies: [], sensors: [drive, zone("x86_pkg_temp", 50_000, trips: Self.passive)],
-                                            platformProfile: nil, chassisType: nil, cpuUsagePct: nil, cpuSampled: false,
-                                            cpuHadPreviousSample: false, meminfo: nil, nowMs: 1)
+        let reading = PowerReading.assemble(
+            supplies: [], sensors: [drive, zone("x86_pkg_temp", 50_000, trips: Self.passive)],
+            platformProfile: nil, chassisType: nil, cpuUsagePct: nil, cpuSampled: false,
+            cpuHadPreviousSample: false, meminfo: nil, nowMs: 1)
         #expect(reading.telemetry.thermalState == .serious)
         #expect(reading.telemetry.heartbeatThermalState == .fair)
         #expect(reading.telemetry.heartbeatJSON["thermalState"] == "fair")
@@ -263,8 +283,10 @@ import Testing
         #expect(ModelParameterSize.billions(text) == billions)
     }
 
-    @Test(arguments: ["", "B", "1.5", "1.5X", "-1B", "+1B", "1..5B", ".5B", "5.B", "0B", "0.0M", "1e3B", "nanB", "infB",
-                      "1,5B", "1.5 B", "9999999999999999999T", String(repeating: "9", count: 30) + "B", "１B"])
+    @Test(arguments: [
+        "", "B", "1.5", "1.5X", "-1B", "+1B", "1..5B", ".5B", "5.B", "0B", "0.0M", "1e3B", "nanB", "infB",
+        "1,5B", "1.5 B", "9999999999999999999T", String(repeating: "9", count: 30) + "B", "１B",
+    ])
     func refusesWhatIsNotASize(text: String) {
         #expect(ModelParameterSize.billions(text) == nil)
     }
@@ -276,7 +298,8 @@ import Testing
         let noModel = CoordinatorWire.heartbeat(agentID: "a", telemetry: [:], activeModel: nil, activeModelParamSize: 1.5)
         #expect(noModel["activeModelParamSize"] == nil)
         for bad in [Double.nan, .infinity, 0, -1] {
-            #expect(CoordinatorWire.heartbeat(agentID: "a", telemetry: [:], activeModel: "m", activeModelParamSize: bad)["activeModelParamSize"] == nil)
+            #expect(
+                CoordinatorWire.heartbeat(agentID: "a", telemetry: [:], activeModel: "m", activeModelParamSize: bad)["activeModelParamSize"] == nil)
         }
         #expect(CoordinatorWire.heartbeat(agentID: "a", telemetry: [:], activeModel: "m")["activeModelParamSize"] == nil)
     }

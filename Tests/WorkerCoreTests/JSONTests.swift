@@ -100,7 +100,9 @@ import Testing
     }
 
     @Test func serialisesAndParsesBackTheSameValue() throws {
-        let value: JSONValue = ["s": "quote \" backslash \\ nl \n tab \t ctl \u{01} ls \u{2028} é 😀", "n": [1, 2.5, -3, 1e300], "o": ["x": nil, "t": true]]
+        let value: JSONValue = [
+            "s": "quote \" backslash \\ nl \n tab \t ctl \u{01} ls \u{2028} é 😀", "n": [1, 2.5, -3, 1e300], "o": ["x": nil, "t": true],
+        ]
         let text = value.serialized
         #expect(!text.contains("\n"))
         #expect(try JSON.parse(text) == value)

@@ -47,7 +47,8 @@ import Testing
     static let dev = "/org/bluez/hci0/dev_00_AA_01_01_00_01"
 
     @Test func justWorksIsAcceptedOverLEAndRefusedOtherwiseSayingWhy() {
-        #expect(JustWorksAgent.answer(.authorization(device: Self.dev), adapterPath: Self.hci0, transport: .le) == .accept(address: "00:AA:01:01:00:01"))
+        #expect(
+            JustWorksAgent.answer(.authorization(device: Self.dev), adapterPath: Self.hci0, transport: .le) == .accept(address: "00:AA:01:01:00:01"))
         let refused = JustWorksAgent.answer(.authorization(device: Self.dev), adapterPath: Self.hci0, transport: .notLE("it has a Class of Device"))
         guard case .reject(let why) = refused else { Issue.record("a Classic device was accepted"); return }
         #expect(why.hasPrefix("00:AA:01:01:00:01 is not known to be an LE device (it has a Class of Device)"))
@@ -55,7 +56,10 @@ import Testing
     }
 
     @Test func anotherAdaptersDeviceIsRefusedForThatEvenOverLE() {
-        guard case .reject(let why) = JustWorksAgent.answer(.authorization(device: "/org/bluez/hci1/dev_00_AA_01_01_00_01"), adapterPath: Self.hci0, transport: .le) else {
+        guard
+            case .reject(let why) = JustWorksAgent.answer(
+                .authorization(device: "/org/bluez/hci1/dev_00_AA_01_01_00_01"), adapterPath: Self.hci0, transport: .le)
+        else {
             Issue.record("accepted"); return
         }
         #expect(why.contains("is not a device of the worker's adapter"))
@@ -67,8 +71,10 @@ import Testing
     static let worker = PairingAgentChoice(answerer: .worker, reason: "bluetooth.pairingAgent is worker")
 
     static func device(_ n: Int, addressType: String? = "public", classOfDevice: UInt32? = nil) -> BlueZInterfaces {
-        BlueZInterfaces(device: .init(address: "00:AA:01:01:00:0\(n)", adapter: H.hci0, connected: true,
-                                      addressType: addressType, classOfDevice: classOfDevice))
+        BlueZInterfaces(
+            device: .init(
+                address: "00:AA:01:01:00:0\(n)", adapter: H.hci0, connected: true,
+                addressType: addressType, classOfDevice: classOfDevice))
     }
 
     static func removals(_ commands: [PeripheralMachine.Command]) -> [String] {
@@ -94,7 +100,9 @@ import Testing
 
     @Test func aClassicDeviceIsRefusedAndCounted() {
         var h = Self.serving()
-        guard case .error(let name, let message)? = Self.pair(&h, 1, classOfDevice: 0x5A020C) else { Issue.record("a Classic device was accepted"); return }
+        guard case .error(let name, let message)? = Self.pair(&h, 1, classOfDevice: 0x5A020C) else {
+            Issue.record("a Classic device was accepted"); return
+        }
         #expect(name == "org.bluez.Error.Rejected")
         #expect(message.contains("Bluetooth Classic"))
         #expect(h.machine.status.pairingsRefused == 1 && h.machine.status.pairingsAccepted == 0)
@@ -225,7 +233,9 @@ import Testing
         var h = AgentBondCleanupTests.serving()
         _ = Self.discoverable(&h, true)
         h.on(.unregistered(.agent))
-        guard case .error(let name, _)? = AgentBondCleanupTests.pair(&h, 1, addressType: "random") else { Issue.record("accepted while standing back"); return }
+        guard case .error(let name, _)? = AgentBondCleanupTests.pair(&h, 1, addressType: "random") else {
+            Issue.record("accepted while standing back"); return
+        }
         #expect(name == "org.bluez.Error.Rejected")
         #expect(h.machine.agentBonds.isEmpty)
     }
@@ -300,7 +310,9 @@ import Testing
         var h = AgentBondCleanupTests.serving()
         _ = Self.connectable(&h, true)
         h.on(.unregistered(.agent))
-        guard case .error(let name, _)? = AgentBondCleanupTests.pair(&h, 1, addressType: "random") else { Issue.record("accepted while standing back"); return }
+        guard case .error(let name, _)? = AgentBondCleanupTests.pair(&h, 1, addressType: "random") else {
+            Issue.record("accepted while standing back"); return
+        }
         #expect(name == "org.bluez.Error.Rejected")
     }
 

@@ -50,12 +50,13 @@ import Testing
     @Test func hostileLabelValueStaysOnOneSampleLine() {
         let family = MetricFamily("x_total", .counter, "help\nwith a line feed", [.init([("reason", "a\"} 1\nevil_total 9\\")], 2)])
         let text = PrometheusText.render([family])
-        #expect(text == """
-            # HELP x_total help\\nwith a line feed
-            # TYPE x_total counter
-            x_total{reason="a\\"} 1\\nevil_total 9\\\\"} 2
+        #expect(
+            text == """
+                # HELP x_total help\\nwith a line feed
+                # TYPE x_total counter
+                x_total{reason="a\\"} 1\\nevil_total 9\\\\"} 2
 
-            """)
+                """)
         #expect(text.split(separator: "\n").count == 3)
     }
 
@@ -72,12 +73,15 @@ import Testing
             MetricFamily("g", .gauge, "a gauge", [.init([("a", "1"), ("b", "2")], 1), .init([("a", "3"), ("b", "4")], 0)]),
             MetricFamily("empty", .gauge, "unknown now", []),
         ])
-        #expect(text == "# HELP g a gauge\n# TYPE g gauge\ng{a=\"1\",b=\"2\"} 1\ng{a=\"3\",b=\"4\"} 0\n# HELP empty unknown now\n# TYPE empty gauge\n")
+        #expect(
+            text == "# HELP g a gauge\n# TYPE g gauge\ng{a=\"1\",b=\"2\"} 1\ng{a=\"3\",b=\"4\"} 0\n# HELP empty unknown now\n# TYPE empty gauge\n")
         #expect(PrometheusText.render([]) == "")
     }
 
-    @Test(arguments: [("edgecoder_worker_mode", true), ("a:b_c9", true), ("_x", true), ("9a", false), ("", false),
-                      ("a-b", false), ("a b", false), ("é", false)])
+    @Test(arguments: [
+        ("edgecoder_worker_mode", true), ("a:b_c9", true), ("_x", true), ("9a", false), ("", false),
+        ("a-b", false), ("a b", false), ("é", false),
+    ])
     func validatesMetricNames(name: String, valid: Bool) {
         #expect(PrometheusText.isValidMetricName(name) == valid)
     }
@@ -224,10 +228,12 @@ import Testing
 
     // MARK: /proc
 
-    static let stat = Array("4242 (edgecoder-worke) S 1 4242 4242 0 -1 4194560 1000 0 0 0 150 50 0 0 20 0 9 0 12345 300000000 2000 18446744073709551615\n".utf8)
+    static let stat = Array(
+        "4242 (edgecoder-worke) S 1 4242 4242 0 -1 4194560 1000 0 0 0 150 50 0 0 20 0 9 0 12345 300000000 2000 18446744073709551615\n".utf8)
 
     @Test func readsProcessUsage() {
-        let usage = ProcessUsage.parse(stat: MetricsTests.stat, statm: Array("75000 3000 800 100 0 20000 0\n".utf8), ticksPerSecond: 100, pageBytes: 4_096)
+        let usage = ProcessUsage.parse(
+            stat: MetricsTests.stat, statm: Array("75000 3000 800 100 0 20000 0\n".utf8), ticksPerSecond: 100, pageBytes: 4_096)
         #expect(usage == ProcessUsage(residentBytes: 3_000 * 4_096, cpuSeconds: 2))
     }
 

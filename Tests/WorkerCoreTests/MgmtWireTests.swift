@@ -6,8 +6,10 @@ import WorkerCore
 /// short, long or unknown is an error or ignored, never a guess.
 @Suite struct MgmtWireTests {
     static func message(_ code: UInt16, controller: UInt16, _ params: [UInt8]) -> [UInt8] {
-        [UInt8(code & 0xFF), UInt8(code >> 8), UInt8(controller & 0xFF), UInt8(controller >> 8),
-         UInt8(params.count & 0xFF), UInt8(params.count >> 8)] + params
+        [
+            UInt8(code & 0xFF), UInt8(code >> 8), UInt8(controller & 0xFF), UInt8(controller >> 8),
+            UInt8(params.count & 0xFF), UInt8(params.count >> 8),
+        ] + params
     }
 
     static func le32(_ v: UInt32) -> [UInt8] { [UInt8(v & 0xFF), UInt8(v >> 8 & 0xFF), UInt8(v >> 16 & 0xFF), UInt8(v >> 24)] }
@@ -73,8 +75,10 @@ import WorkerCore
     }
 
     @Test func failuresSayWhichCommand() {
-        #expect(MgmtWire.parse(Self.message(0x0002, controller: 7, [0x04, 0x00, 0x11])) == .success(.failed(command: 4, controller: 7, status: 0x11)))
-        #expect(MgmtWire.parse(Self.message(0x0001, controller: 7, [0x04, 0x00, 0x14])) == .success(.failed(command: 4, controller: 7, status: 0x14)))
+        #expect(
+            MgmtWire.parse(Self.message(0x0002, controller: 7, [0x04, 0x00, 0x11])) == .success(.failed(command: 4, controller: 7, status: 0x11)))
+        #expect(
+            MgmtWire.parse(Self.message(0x0001, controller: 7, [0x04, 0x00, 0x14])) == .success(.failed(command: 4, controller: 7, status: 0x14)))
         #expect(MgmtWire.parse(Self.message(0x0002, controller: 7, [0x04])) == .failure(.truncated(event: 2, bytes: 1)))
     }
 

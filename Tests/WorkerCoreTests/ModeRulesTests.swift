@@ -59,7 +59,8 @@ import Testing
     }
 
     @Test func restoredPathIsNotedButNeverEscalates() {
-        let decision = ModeRules.decide(.pathRestored(interface: "eth0"), current: state(.bluetooth, downgraded: true), context: ModeContext(nowMs: now))
+        let decision = ModeRules.decide(
+            .pathRestored(interface: "eth0"), current: state(.bluetooth, downgraded: true), context: ModeContext(nowMs: now))
         #expect(decision.state.mode == .bluetooth)
         #expect(decision.outcome == .unchanged)
         #expect(decision.events.map(\.kind) == [.networkRestored])
@@ -68,7 +69,8 @@ import Testing
     }
 
     @Test func choosingBluetoothExplicitlyEndsADowngrade() {
-        let decision = ModeRules.decide(.operatorSet(.bluetooth, by: "root"), current: state(.bluetooth, downgraded: true), context: ModeContext(nowMs: now))
+        let decision = ModeRules.decide(
+            .operatorSet(.bluetooth, by: "root"), current: state(.bluetooth, downgraded: true), context: ModeContext(nowMs: now))
         #expect(decision.outcome == .changed)
         #expect(decision.state.downgraded == false)
     }
@@ -79,7 +81,9 @@ import Testing
         #expect(runtime.reason.contains("connect power"))
         #expect(RuntimeState.of(state(.on), gateBlocked: false, runtimeAvailable: { _ in nil }).phase == .running)
         #expect(RuntimeState.of(state(.off), gateBlocked: true, runtimeAvailable: { _ in nil }).phase == .idle)
-        #expect(RuntimeState.of(state(.bluetooth), gateBlocked: false, runtimeAvailable: { _ in "not built" }) == RuntimeState(phase: .blocked, reason: "not built"))
+        #expect(
+            RuntimeState.of(state(.bluetooth), gateBlocked: false, runtimeAvailable: { _ in "not built" })
+                == RuntimeState(phase: .blocked, reason: "not built"))
     }
 
     @Test func modeStateRoundTripsThroughJSON() {

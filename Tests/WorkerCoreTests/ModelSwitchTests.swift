@@ -5,8 +5,10 @@ import Testing
     static func answer(_ text: String) throws -> JSONValue { try JSON.parse(text) }
 
     @Test func readsAPendingRequestAsEdgeCoderSendsIt() throws {
-        let request = ModelSwitchRequest.parse(heartbeatAnswer: try Self.answer(
-            #"{"ok":true,"orchestration":{"rolloutId":"r-1","provider":"ollama-local","model":"qwen2.5-coder:7b","autoInstall":true,"pending":true,"requestedAtMs":5}}"#))
+        let request = ModelSwitchRequest.parse(
+            heartbeatAnswer: try Self.answer(
+                #"{"ok":true,"orchestration":{"rolloutId":"r-1","provider":"ollama-local","model":"qwen2.5-coder:7b","autoInstall":true,"pending":true,"requestedAtMs":5}}"#
+            ))
         #expect(request == ModelSwitchRequest(rolloutID: "r-1", provider: "ollama-local", model: "qwen2.5-coder:7b", autoInstall: true, key: "r-1"))
     }
 
@@ -24,8 +26,10 @@ import Testing
     }
 
     @Test func withoutARolloutIdTheRequestIsKeyedByWhatItAsks() throws {
-        let a = ModelSwitchRequest.parse(heartbeatAnswer: try Self.answer(#"{"orchestration":{"provider":"ollama-local","model":"m","pending":true,"requestedAtMs":1}}"#))
-        let b = ModelSwitchRequest.parse(heartbeatAnswer: try Self.answer(#"{"orchestration":{"provider":"ollama-local","model":"m","pending":true,"requestedAtMs":2}}"#))
+        let a = ModelSwitchRequest.parse(
+            heartbeatAnswer: try Self.answer(#"{"orchestration":{"provider":"ollama-local","model":"m","pending":true,"requestedAtMs":1}}"#))
+        let b = ModelSwitchRequest.parse(
+            heartbeatAnswer: try Self.answer(#"{"orchestration":{"provider":"ollama-local","model":"m","pending":true,"requestedAtMs":2}}"#))
         #expect(a?.autoInstall == true, "EdgeCoder's default")
         #expect(a != nil && b != nil && a?.key != b?.key)
     }
@@ -34,8 +38,12 @@ import Testing
         (true, "ollama-local", WorkerConfig.BackendKind.ollama, "m:1b", true, ModelSwitchRequest.Plan.pull(model: "m:1b")),
         (true, "ollama-local", .ollama, "m:1b", false, .switchInstalled(model: "m:1b")),
     ])
-    func anAllowedOllamaSwitchPullsOrSwitches(allowed: Bool, provider: String, kind: WorkerConfig.BackendKind, model: String, install: Bool, plan: ModelSwitchRequest.Plan) {
-        #expect(ModelSwitchRequest(rolloutID: nil, provider: provider, model: model, autoInstall: install, key: "k").plan(allowed: allowed, backend: kind) == plan)
+    func anAllowedOllamaSwitchPullsOrSwitches(
+        allowed: Bool, provider: String, kind: WorkerConfig.BackendKind, model: String, install: Bool, plan: ModelSwitchRequest.Plan
+    ) {
+        #expect(
+            ModelSwitchRequest(rolloutID: nil, provider: provider, model: model, autoInstall: install, key: "k").plan(allowed: allowed, backend: kind)
+                == plan)
     }
 
     @Test(arguments: [
@@ -48,8 +56,11 @@ import Testing
         (true, "ollama-local", .ollama, "a\"b", "quotes"),
         (true, "ollama-local", .ollama, String(repeating: "x", count: 300), "longer than 256"),
     ])
-    func aSwitchThatCannotBeDoneIsRefusedWithTheReason(allowed: Bool, provider: String, kind: WorkerConfig.BackendKind, model: String?, reason: String) {
-        let plan = ModelSwitchRequest(rolloutID: nil, provider: provider, model: model, autoInstall: true, key: "k").plan(allowed: allowed, backend: kind)
+    func aSwitchThatCannotBeDoneIsRefusedWithTheReason(
+        allowed: Bool, provider: String, kind: WorkerConfig.BackendKind, model: String?, reason: String
+    ) {
+        let plan = ModelSwitchRequest(rolloutID: nil, provider: provider, model: model, autoInstall: true, key: "k").plan(
+            allowed: allowed, backend: kind)
         guard case .refuse(let why) = plan else { Issue.record("not refused: \(plan)"); return }
         #expect(why.contains(reason), "\(why)")
     }
@@ -60,8 +71,9 @@ import Testing
 
     @Test func readsEachKindOfLineOllamaDocuments() {
         #expect(Self.line(#"{"status":"pulling manifest"}"#) == .progress(status: "pulling manifest", digest: nil, total: nil, completed: nil))
-        #expect(Self.line(#"{"status":"pulling abc","digest":"abc","total":2142590208,"completed":241970}"#)
-            == .progress(status: "pulling abc", digest: "abc", total: 2_142_590_208, completed: 241_970))
+        #expect(
+            Self.line(#"{"status":"pulling abc","digest":"abc","total":2142590208,"completed":241970}"#)
+                == .progress(status: "pulling abc", digest: "abc", total: 2_142_590_208, completed: 241_970))
         #expect(Self.line(#"{"status":"success"}"#) == .success)
         #expect(Self.line(#"{"error":"pull model manifest: file does not exist"}"#) == .failed("pull model manifest: file does not exist"))
     }
@@ -179,7 +191,10 @@ import Testing
 /// Hardening #26 rows 1 and 10: what holds a switch, and what a session remembers.
 @Suite struct ModelSwitchHoldTests {
     @Test(arguments: [
-        (HoldReason.batteryLow as HoldReason?, LocalHoldReason.metered as LocalHoldReason?, true, ModelSwitchHold.power(.batteryLow) as ModelSwitchHold?),
+        (
+            HoldReason.batteryLow as HoldReason?, LocalHoldReason.metered as LocalHoldReason?, true,
+            ModelSwitchHold.power(.batteryLow) as ModelSwitchHold?
+        ),
         (nil, .metered, true, .host(.metered)),
         (nil, .hostSleeping, false, .host(.hostSleeping)),
         (nil, nil, true, .chargeGate),
@@ -222,9 +237,11 @@ import Testing
         ModelSwitchRequest(rolloutID: nil, provider: "ollama-local", model: model, autoInstall: true, key: "k").plan(allowed: true, backend: .ollama)
     }
 
-    @Test(arguments: ["10.66.66.66:5000/internal/model:latest", "registry.example.com/ns/model", "localhost/model",
-                      "localhost:5000/m:1b", "hf.co/someone/model-GGUF:Q4_K_M", "[::1]:5000/m", "Registry/ns/model",
-                      "myregistry/ns/model:tag", "https://registry.example.com/m", "http://10.0.0.1/m"])
+    @Test(arguments: [
+        "10.66.66.66:5000/internal/model:latest", "registry.example.com/ns/model", "localhost/model",
+        "localhost:5000/m:1b", "hf.co/someone/model-GGUF:Q4_K_M", "[::1]:5000/m", "Registry/ns/model",
+        "myregistry/ns/model:tag", "https://registry.example.com/m", "http://10.0.0.1/m",
+    ])
     func byDefaultAModelNameWithARegistryHostIsRefused(model: String) {
         guard case .refuse(let why) = Self.plan(model) else { Issue.record("not refused: \(model)"); return }
         #expect(why.contains("backend.allowedModelRegistries") || why.contains("scheme"), "\(why)")
@@ -236,8 +253,11 @@ import Testing
     }
 
     @Test func aRegistryTheOperatorListsIsAllowedAndOnlyThatOne() {
-        let request = ModelSwitchRequest(rolloutID: nil, provider: "ollama-local", model: "Registry.Example.com:5000/ns/m:1b", autoInstall: true, key: "k")
-        #expect(request.plan(allowed: true, backend: .ollama, allowedRegistries: ["registry.example.com:5000"]) == .pull(model: "Registry.Example.com:5000/ns/m:1b"))
+        let request = ModelSwitchRequest(
+            rolloutID: nil, provider: "ollama-local", model: "Registry.Example.com:5000/ns/m:1b", autoInstall: true, key: "k")
+        #expect(
+            request.plan(allowed: true, backend: .ollama, allowedRegistries: ["registry.example.com:5000"])
+                == .pull(model: "Registry.Example.com:5000/ns/m:1b"))
         guard case .refuse = request.plan(allowed: true, backend: .ollama, allowedRegistries: ["registry.example.com"]) else {
             Issue.record("another port is another registry"); return
         }

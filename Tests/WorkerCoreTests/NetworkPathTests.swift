@@ -3,9 +3,14 @@ import Testing
 
 @Suite struct PathTableRules {
     let up: UInt32 = 0x1 | 0x40
-    func link(_ index: Int32, _ name: String, flags: UInt32) -> RtnetlinkMessage { .link(RtLink(index: index, name: name, flags: flags), deleted: false) }
+    func link(_ index: Int32, _ name: String, flags: UInt32) -> RtnetlinkMessage {
+        .link(RtLink(index: index, name: name, flags: flags), deleted: false)
+    }
     func address(_ index: Int32, _ family: AddressFamily = .ipv4, scope: UInt8 = 0, flags: UInt32 = 0) -> RtnetlinkMessage {
-        .address(RtAddress(family: family, index: index, prefixLength: 24, scope: scope, flags: flags, address: family == .ipv4 ? [198, 51, 100, 2] : [UInt8](repeating: 1, count: 16)), deleted: false)
+        .address(
+            RtAddress(
+                family: family, index: index, prefixLength: 24, scope: scope, flags: flags,
+                address: family == .ipv4 ? [198, 51, 100, 2] : [UInt8](repeating: 1, count: 16)), deleted: false)
     }
     func defaultRoute(_ index: Int32, _ family: AddressFamily = .ipv4, table: UInt32 = 254, deleted: Bool = false) -> RtnetlinkMessage {
         .route(RtRoute(family: family, destinationLength: 0, table: table, type: 1, outputInterfaces: [index]), deleted: deleted)
@@ -114,6 +119,9 @@ import Testing
         // Lost again, then restored again: news again.
         let lost = ModeRules.decide(.pathLost(reason: "x"), current: first.state, context: ModeContext(nowMs: now + 2))
         #expect(lost.state.restoredAtMs == nil && lost.state.mode == .bluetooth && lost.events.isEmpty)
-        #expect(ModeRules.decide(.pathRestored(interface: "eth0"), current: lost.state, context: ModeContext(nowMs: now + 3)).events.map(\.kind) == [.networkRestored])
+        #expect(
+            ModeRules.decide(.pathRestored(interface: "eth0"), current: lost.state, context: ModeContext(nowMs: now + 3)).events.map(\.kind) == [
+                .networkRestored
+            ])
     }
 }

@@ -52,14 +52,17 @@ struct NotificationPacingTests {
 
     /// Serves one answer of `outputBytes` at MTU 48 and returns its chunks and the time from
     /// the first chunk to the last.
-    static func answer(bearers: Int?, mode: BluetoothPacingMode = .auto, outputBytes: Int = 2_000) -> (chunks: [[UInt8]], ms: Int64, machine: PeripheralMachine) {
+    static func answer(bearers: Int?, mode: BluetoothPacingMode = .auto, outputBytes: Int = 2_000) -> (
+        chunks: [[UInt8]], ms: Int64, machine: PeripheralMachine
+    ) {
         var h = H(pacingMs: 10, pacing: mode)
         h.bringUp()
         h.on(.attBearers(bearers))
         _ = h.write(#"{"id":"p","prompt":"x"}"#, from: 1, mtu: 48)
         let ticket = H.served(h.all)[0].ticket
         let start = h.now
-        var chunks = H.notified(h.on(.served(ticket: ticket, PeripheralOutcome(ok: true, output: String(repeating: "a", count: outputBytes), error: nil, durationMs: 1))))
+        var chunks = H.notified(
+            h.on(.served(ticket: ticket, PeripheralOutcome(ok: true, output: String(repeating: "a", count: outputBytes), error: nil, durationMs: 1))))
         var last = start
         // From deadline to deadline, as the interpreter's loop runs, until the message is out.
         for _ in 0..<10_000 where h.machine.sending != nil || !h.machine.outbox.isEmpty {
@@ -98,7 +101,12 @@ struct NotificationPacingTests {
         var h = H(pacingMs: 10)
         h.bringUp()
         let eatt = h.on(.attBearers(3))
-        #expect(eatt.contains(.log(.warning, "pacing notifications by chunks (10 ms after each): bluetoothd has 3 ATT bearer(s); with EATT a client can get a long answer's chunks out of order: set \"Channels = 1\" under [GATT] in /etc/bluetooth/main.conf and restart bluetooth")))
+        #expect(
+            eatt.contains(
+                .log(
+                    .warning,
+                    "pacing notifications by chunks (10 ms after each): bluetoothd has 3 ATT bearer(s); with EATT a client can get a long answer's chunks out of order: set \"Channels = 1\" under [GATT] in /etc/bluetooth/main.conf and restart bluetooth"
+                )))
         let one = h.on(.attBearers(1))
         #expect(one.contains(.log(.info, "pacing notifications by bytes (10 ms per 512 bytes): bluetoothd has 1 ATT bearer(s)")))
         #expect(!h.on(.attBearers(1)).contains { if case .log = $0 { true } else { false } }, "nothing new: nothing said")

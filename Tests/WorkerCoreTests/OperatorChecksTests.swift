@@ -2,8 +2,10 @@ import Testing
 @testable import WorkerCore
 
 @Suite struct StatusVerdictRules {
-    static func status(mode: String, runtime: String = "running", registered: Bool = true, rejection: String? = nil,
-                       allowed: Bool = true, gate: String = "open", advertising: Bool = false, modelState: String = "ready") -> JSONValue {
+    static func status(
+        mode: String, runtime: String = "running", registered: Bool = true, rejection: String? = nil,
+        allowed: Bool = true, gate: String = "open", advertising: Bool = false, modelState: String = "ready"
+    ) -> JSONValue {
         var coordinator = JSONObject([("registered", .bool(registered))])
         if let rejection { coordinator["rejection"] = .string(rejection) }
         return [
@@ -25,7 +27,9 @@ import Testing
         #expect(StatusVerdict.of(Self.status(mode: "on", registered: false, rejection: "banned")) == .held("rejected by the coordinator: banned"))
         #expect(StatusVerdict.of(Self.status(mode: "on", allowed: false)) == .held("new work held: battery-low"))
         #expect(StatusVerdict.of(Self.status(mode: "on", runtime: "blocked")) == .held("mode on is not running: why"))
-        #expect(StatusVerdict.of(Self.status(mode: "on", gate: "blocked: connect power to start")) == .held("charge gate blocked: connect power to start"))
+        #expect(
+            StatusVerdict.of(Self.status(mode: "on", gate: "blocked: connect power to start")) == .held("charge gate blocked: connect power to start")
+        )
     }
 
     @Test func aModelBackendThatIsDownHoldsTheWork() {
@@ -97,16 +101,20 @@ import Testing
             }
 
             """
-        #expect(try edit(text) == text.replacing( "\"https://coordinator.example\"", with: "\"https://swarm.test\""))
+        #expect(try edit(text) == text.replacing("\"https://coordinator.example\"", with: "\"https://swarm.test\""))
     }
 
     @Test func addsTheKeyFirstInCoordinatorWhenItIsMissing() throws {
-        #expect(try edit(#"{"coordinator": {"gapGuard": true}, "log": {}}"#) == #"{"coordinator": {"url": "https://swarm.test", "gapGuard": true}, "log": {}}"#)
+        #expect(
+            try edit(#"{"coordinator": {"gapGuard": true}, "log": {}}"#)
+                == #"{"coordinator": {"url": "https://swarm.test", "gapGuard": true}, "log": {}}"#)
         #expect(try edit(#"{"coordinator": {}}"#) == #"{"coordinator": {"url": "https://swarm.test"}}"#)
     }
 
     @Test func addsCoordinatorFirstInTheFileWhenItIsMissing() throws {
-        #expect(try edit("{\n  \"log\": {\"level\": \"info\"}\n}\n") == "{\n  \"coordinator\": {\"url\": \"https://swarm.test\"},\n  \"log\": {\"level\": \"info\"}\n}\n")
+        #expect(
+            try edit("{\n  \"log\": {\"level\": \"info\"}\n}\n")
+                == "{\n  \"coordinator\": {\"url\": \"https://swarm.test\"},\n  \"log\": {\"level\": \"info\"}\n}\n")
         #expect(try edit("{}") == #"{"coordinator": {"url": "https://swarm.test"}}"#)
     }
 
@@ -116,7 +124,7 @@ import Testing
 
     @Test func skipsStringsThatLookLikeKeysAndNestedObjects() throws {
         let text = #"{"a": {"coordinator": {"url": "no"}}, "b": "\"coordinator\": {", "coordinator": {"x": {"url": "no"}, "url": "old"}}"#
-        #expect(try edit(text) == text.replacing( #""url": "old""#, with: #""url": "https://swarm.test""#))
+        #expect(try edit(text) == text.replacing(#""url": "old""#, with: #""url": "https://swarm.test""#))
     }
 
     @Test func refusesAFileThatIsNotAnObjectOrNotJSON() {
@@ -156,8 +164,10 @@ import Testing
         #expect(MachineIDCheck.problem(nil, path: "/fake/etc/machine-id")?.hasPrefix("/fake/etc/machine-id is missing") == true)
     }
 
-    @Test(arguments: ["0123456789ABCDEF0123456789ABCDEF", "0123456789abcdef0123456789abcde", "0123456789abcdef0123456789abcdef0",
-                      "g123456789abcdef0123456789abcdef", "0123456789abcdef 123456789abcdef", "\u{1b}[2J0123456789abcdef0123456789ab"])
+    @Test(arguments: [
+        "0123456789ABCDEF0123456789ABCDEF", "0123456789abcdef0123456789abcde", "0123456789abcdef0123456789abcdef0",
+        "g123456789abcdef0123456789abcdef", "0123456789abcdef 123456789abcdef", "\u{1b}[2J0123456789abcdef0123456789ab",
+    ])
     func anythingElseIsNotAMachineId(text: String) throws {
         let problem = try #require(MachineIDCheck.problem(Array(text.utf8)))
         #expect(problem.contains("is not a machine id") && !problem.contains("\u{1b}"))

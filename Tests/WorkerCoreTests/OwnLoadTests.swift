@@ -16,7 +16,8 @@ import Testing
     }
 
     @Test func readsTCP6Addresses() {
-        let table = "header\n   0: 00000000000000000000000001000000:1F90 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000  1000 0 777 1\n"
+        let table =
+            "header\n   0: 00000000000000000000000001000000:1F90 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000  1000 0 777 1\n"
         #expect(ProcNetTCP.listeners(Array(table.utf8), port: 8080).map(\.inode) == [777])
     }
 
@@ -86,8 +87,10 @@ import Testing
 
     @Test func aNewProcessCountsWholeAReusedPidIsNewAndOwnNeverExceedsTheHost() throws {
         let earlier = CPUTimes(idle: 0, total: 0), later = CPUTimes(idle: 100, total: 200)
-        let reused = try #require(CPUShare.between(host: earlier, later, own: [Self.sample(5, ticks: 1_000, start: 1)],
-                                                   [Self.sample(5, ticks: 20, start: 2), Self.sample(6, ticks: 10)]))
+        let reused = try #require(
+            CPUShare.between(
+                host: earlier, later, own: [Self.sample(5, ticks: 1_000, start: 1)],
+                [Self.sample(5, ticks: 20, start: 2), Self.sample(6, ticks: 10)]))
         #expect(reused.ownPct == 15 && reused.otherPct == 35)
         let wild = try #require(CPUShare.between(host: earlier, later, own: [], [Self.sample(7, ticks: 1_000_000)]))
         #expect(wild.ownPct == 50 && wild.otherPct == 0)
@@ -156,11 +159,13 @@ import Testing
     }
 
     @Test func theListenersOfThePortAreKeptAndTheDumpEnds() {
-        let datagram = Self.answer(port: 11434, uid: 999, inode: 5151) + Self.answer(port: 22, uid: 0, inode: 77)
+        let datagram =
+            Self.answer(port: 11434, uid: 999, inode: 5151) + Self.answer(port: 22, uid: 0, inode: 77)
             + Self.answer(state: 1, port: 11434, uid: 1000, inode: 88) + Self.answer(port: 11434, uid: 999, inode: 5152, family: 10)
         let first = SockDiag.parse(datagram, port: 11434)
-        #expect(first == SockDiag.Reply(listeners: [.init(inode: 5151, uid: 999), .init(inode: 5152, uid: 999)]),
-                "another port and an established socket are not listeners of 11434")
+        #expect(
+            first == SockDiag.Reply(listeners: [.init(inode: 5151, uid: 999), .init(inode: 5152, uid: 999)]),
+            "another port and an established socket are not listeners of 11434")
         #expect(SockDiag.parse(Self.done, port: 11434).done)
         #expect(SockDiag.parse([], port: 11434) == SockDiag.Reply(), "an empty datagram says nothing")
     }

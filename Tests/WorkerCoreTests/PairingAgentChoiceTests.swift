@@ -41,8 +41,10 @@ import Testing
     }
 
     @Test func theReasonNamesWhatDecided() {
-        func reason(_ security: BluetoothSecurity, _ allowed: BluetoothAllowedClients = .any, _ setting: BluetoothPairingAgentSetting = .auto,
-                    _ boot: HostBootTarget = Self.multiUser) -> String {
+        func reason(
+            _ security: BluetoothSecurity, _ allowed: BluetoothAllowedClients = .any, _ setting: BluetoothPairingAgentSetting = .auto,
+            _ boot: HostBootTarget = Self.multiUser
+        ) -> String {
             PairingAgentChoice.decide(security: security, allowedClients: allowed, setting: setting, boot: boot).reason
         }
         #expect(reason(.open).hasPrefix("security is open"))
@@ -50,7 +52,9 @@ import Testing
         #expect(reason(.encrypted, .bonded, .worker).contains("any stranger bond"), "worker never weakens bonded")
         #expect(reason(.encrypted, .any, .host).contains("bluetooth.pairingAgent is host"))
         #expect(reason(.encrypted, .any, .auto, Self.desktop).contains("default.target is graphical.target, a display manager is enabled"))
-        #expect(reason(.encrypted, .any, .auto, Self.stockServer).contains("boots to no desktop (default.target is graphical.target, no display manager)"))
+        #expect(
+            reason(.encrypted, .any, .auto, Self.stockServer).contains("boots to no desktop (default.target is graphical.target, no display manager)")
+        )
         #expect(reason(.encrypted, .any, .auto, Self.noDefault).contains("no default.target"))
     }
 
@@ -65,7 +69,8 @@ import Testing
     static let dev = "/org/bluez/hci0/dev_00_AA_01_01_00_01"
 
     @Test func justWorksOfTheAdaptersDeviceIsAcceptedWithItsAddress() {
-        #expect(JustWorksAgent.answer(.authorization(device: Self.dev), adapterPath: Self.hci0, transport: .le) == .accept(address: "00:AA:01:01:00:01"))
+        #expect(
+            JustWorksAgent.answer(.authorization(device: Self.dev), adapterPath: Self.hci0, transport: .le) == .accept(address: "00:AA:01:01:00:01"))
     }
 
     @Test(arguments: [
@@ -101,6 +106,8 @@ import Testing
     }
 
     @Test func withoutAnAdapterNothingIsAccepted() {
-        #expect(JustWorksAgent.answer(.authorization(device: Self.dev), adapterPath: nil, transport: .le) == .reject("/org/bluez/hci0/dev_00_AA_01_01_00_01 is not a device of the worker's adapter"))
+        #expect(
+            JustWorksAgent.answer(.authorization(device: Self.dev), adapterPath: nil, transport: .le)
+                == .reject("/org/bluez/hci0/dev_00_AA_01_01_00_01 is not a device of the worker's adapter"))
     }
 }

@@ -87,10 +87,12 @@ import Testing
         #expect(w.pending == .confirm(address: Self.address, passkey: 7))
     }
 
-    @Test(arguments: ["/org/bluez/hci1/dev_00_AA_01_00_00_00", "/org/bluez/hci00/dev_00_AA_01_00_00_00", "/org/bluez/hci0",
-                      "/org/bluez/hci0/dev_00_AA_01_00_00", "/org/bluez/hci0/dev_00_AA_01_00_00_00/service0001",
-                      "/org/bluez/hci0/dev_00_AA_01_00_00_0G", "/org/bluez/hci0/dev_０0_AA_01_00_00_00", "", "/",
-                      "/org/bluez/hci0/dev_00_AA_01_00_00_00_11"])
+    @Test(arguments: [
+        "/org/bluez/hci1/dev_00_AA_01_00_00_00", "/org/bluez/hci00/dev_00_AA_01_00_00_00", "/org/bluez/hci0",
+        "/org/bluez/hci0/dev_00_AA_01_00_00", "/org/bluez/hci0/dev_00_AA_01_00_00_00/service0001",
+        "/org/bluez/hci0/dev_00_AA_01_00_00_0G", "/org/bluez/hci0/dev_０0_AA_01_00_00_00", "", "/",
+        "/org/bluez/hci0/dev_00_AA_01_00_00_00_11",
+    ])
     func devicesOfAnotherAdapterOrMalformedPathsAreRefused(device: String) {
         var w = Self.open()
         let d = w.decide(.confirmation(device: device, passkey: 1), nowMs: 2_000)
@@ -110,8 +112,10 @@ import Testing
 
     @Test func classicPinPairingAndServiceAuthorizationAreRefused() {
         var w = Self.open()
-        for request in [PairingWindow.Request.pinCode(device: Self.dev), .displayPinCode(device: Self.dev, pinCode: "0000"),
-                        .authorizeService(device: Self.dev, uuid: "0000110b-0000-1000-8000-00805f9b34fb")] {
+        for request in [
+            PairingWindow.Request.pinCode(device: Self.dev), .displayPinCode(device: Self.dev, pinCode: "0000"),
+            .authorizeService(device: Self.dev, uuid: "0000110b-0000-1000-8000-00805f9b34fb"),
+        ] {
             guard case .reject = w.decide(request, nowMs: 2_000) else { Issue.record("not refused: \(request)"); continue }
         }
         #expect(w.pending == nil)
@@ -134,7 +138,9 @@ import Testing
         let r10 = w.tick(nowMs: 10_000)
         #expect(r10 == .reject("the pairing window timed out"))
         #expect(!w.isOpen)
-        guard case .reject(let why) = w.decide(.confirmation(device: Self.dev, passkey: 1), nowMs: 10_001) else { Issue.record("open after the deadline"); return }
+        guard case .reject(let why) = w.decide(.confirmation(device: Self.dev, passkey: 1), nowMs: 10_001) else {
+            Issue.record("open after the deadline"); return
+        }
         #expect(why.contains("closed"))
     }
 

@@ -3,11 +3,12 @@ import Testing
 
 /// `mode off --for DURATION`: the duration's grammar, and the pause in the mode rules.
 @Suite struct PauseDurationParsing {
-    @Test(arguments: [
-        ("1s", 1_000), ("45s", 45_000), ("30m", 1_800_000), ("2h", 7_200_000), ("1h30m", 5_400_000),
-        ("1d12h", 129_600_000), ("1d1h1m1s", 90_061_000), ("90m", 5_400_000), ("0h5m", 300_000), ("007m", 420_000),
-        ("30d", 30 * 86_400_000), ("720h", 30 * 86_400_000), ("2592000s", 30 * 86_400_000),
-    ] as [(String, Int64)])
+    @Test(
+        arguments: [
+            ("1s", 1_000), ("45s", 45_000), ("30m", 1_800_000), ("2h", 7_200_000), ("1h30m", 5_400_000),
+            ("1d12h", 129_600_000), ("1d1h1m1s", 90_061_000), ("90m", 5_400_000), ("0h5m", 300_000), ("007m", 420_000),
+            ("30d", 30 * 86_400_000), ("720h", 30 * 86_400_000), ("2592000s", 30 * 86_400_000),
+        ] as [(String, Int64)])
     func readsWholeNumbersWithUnitsLargestFirst(text: String, ms: Int64) throws {
         #expect(try PauseDuration.parse(text).get() == ms)
     }

@@ -19,10 +19,13 @@ struct PeripheralHarness {
     var now: Int64 = 10_000
     var all: [Command] = []
 
-    init(maxClients: Int = 1, maxQueued: Int = 8, pacingMs: Int64 = 10, pacing: BluetoothPacingMode = .auto,
-         pairingAgent: PairingAgentChoice? = nil) {
-        var settings = PeripheralMachine.Settings(adapter: nil, localName: "EdgeCoder-test", maxRequestBytes: 65_536,
-                                                  maxQueuedRequests: maxQueued, chunkPacingMs: pacingMs, maxClients: maxClients)
+    init(
+        maxClients: Int = 1, maxQueued: Int = 8, pacingMs: Int64 = 10, pacing: BluetoothPacingMode = .auto,
+        pairingAgent: PairingAgentChoice? = nil
+    ) {
+        var settings = PeripheralMachine.Settings(
+            adapter: nil, localName: "EdgeCoder-test", maxRequestBytes: 65_536,
+            maxQueuedRequests: maxQueued, chunkPacingMs: pacingMs, maxClients: maxClients)
         settings.pacing = pacing
         if let pairingAgent { settings.pairingAgent = pairingAgent }
         machine = PeripheralMachine(settings: settings)
@@ -307,7 +310,8 @@ struct PeripheralHarness {
         func errorName(_ commands: [PeripheralMachine.Command]) -> String? {
             H.replies(commands).first.flatMap { if case .error(let name, _) = $0 { name } else { nil } }
         }
-        #expect(errorName(h.on(.call(sender: ":1.99", .read(.status, device: nil, mtu: nil, offset: 0)))) == "org.freedesktop.DBus.Error.AccessDenied")
+        #expect(
+            errorName(h.on(.call(sender: ":1.99", .read(.status, device: nil, mtu: nil, offset: 0)))) == "org.freedesktop.DBus.Error.AccessDenied")
         #expect(errorName(h.on(.call(sender: nil, .startNotify(.status)))) == "org.freedesktop.DBus.Error.AccessDenied")
         #expect(errorName(h.on(.call(sender: H.bluez, .malformedWrite))) == "org.bluez.Error.InvalidArguments")
         #expect(errorName(h.on(.call(sender: H.bluez, .read(.status, device: nil, mtu: nil, offset: 60_000)))) == "org.bluez.Error.InvalidOffset")
@@ -353,7 +357,9 @@ struct PeripheralHarness {
         #expect(h.machine.stopped)
         // Nothing registers again while stopping, and a late answer is not notified.
         #expect(H.registrations(h.advance(10_000)).isEmpty)
-        #expect(H.notified(h.on(.served(ticket: H.served(h.all)[0].ticket, PeripheralOutcome(ok: true, output: "late", error: nil, durationMs: 1)))).isEmpty)
+        #expect(
+            H.notified(h.on(.served(ticket: H.served(h.all)[0].ticket, PeripheralOutcome(ok: true, output: "late", error: nil, durationMs: 1))))
+                .isEmpty)
     }
 
     @Test func ourStopSaysTheWorkerWithdrewNeverThatBluetoothdLeft() {

@@ -8,8 +8,10 @@ import Testing
 @Suite struct PeripheralNeighboursTests {
     typealias H = PeripheralHarness
 
-    static func harness(maxClients: Int = 1, pacingMs: Int64 = 10, allowed: BluetoothAllowedClients = .any,
-                        idleMs: Int64 = 120_000) -> H {
+    static func harness(
+        maxClients: Int = 1, pacingMs: Int64 = 10, allowed: BluetoothAllowedClients = .any,
+        idleMs: Int64 = 120_000
+    ) -> H {
         var h = H(maxClients: maxClients, pacingMs: pacingMs)
         var settings = h.machine.settings
         settings.allowedClients = allowed
@@ -39,7 +41,8 @@ import Testing
 
     static func writeWithReply(_ h: inout H, _ text: String, from n: Int) -> PeripheralMachine.Reply? {
         if h.machine.follower.objects.devices[H.device(n)] == nil { connect(&h, n) }
-        return H.replies(h.on(.call(sender: H.bluez, .write(.request, bytes: Array(text.utf8), device: H.device(n), mtu: 185, expectsReply: true)))).first
+        return H.replies(h.on(.call(sender: H.bluez, .write(.request, bytes: Array(text.utf8), device: H.device(n), mtu: 185, expectsReply: true))))
+            .first
     }
 
     static func json(_ reply: PeripheralMachine.Reply?) -> JSONValue? {
@@ -164,7 +167,9 @@ import Testing
         let late = h.on(.served(ticket: ticket, PeripheralOutcome(ok: false, output: "", error: "cancelled: the client disconnected", durationMs: 5)))
         #expect(H.served(late).map(\.request.id) == ["c"], "b was dropped with its client")
         let next = H.served(late)[0].ticket
-        let out = H.notified(late) + H.notified(h.on(.served(ticket: next, PeripheralOutcome(ok: true, output: "for c", error: nil, durationMs: 1)))) + H.notified(h.advance(1_000))
+        let out =
+            H.notified(late) + H.notified(h.on(.served(ticket: next, PeripheralOutcome(ok: true, output: "for c", error: nil, durationMs: 1))))
+            + H.notified(h.advance(1_000))
         #expect(H.messages(out).map { $0["id"]?.stringValue } == ["c"])
         #expect(h.machine.status.requestsFailed == 2)
     }
@@ -315,11 +320,15 @@ import Testing
         let open = GattLayout.characteristics.map { BluetoothSecurity.open.flags($0.properties) }
         #expect(open == [["write", "write-without-response"], ["notify", "read"], ["notify", "read"]])
         #expect(open == GattLayout.characteristics.map(\.flags))
-        #expect(GattLayout.characteristics.map { BluetoothSecurity.encrypted.flags($0.properties) }
-            == [["encrypt-write", "write-without-response"], ["encrypt-notify", "encrypt-read"], ["encrypt-notify", "encrypt-read"]])
-        #expect(GattLayout.characteristics.map { BluetoothSecurity.authenticated.flags($0.properties) }
-            == [["encrypt-authenticated-write", "write-without-response"], ["encrypt-authenticated-notify", "encrypt-authenticated-read"],
-                ["encrypt-authenticated-notify", "encrypt-authenticated-read"]])
+        #expect(
+            GattLayout.characteristics.map { BluetoothSecurity.encrypted.flags($0.properties) }
+                == [["encrypt-write", "write-without-response"], ["encrypt-notify", "encrypt-read"], ["encrypt-notify", "encrypt-read"]])
+        #expect(
+            GattLayout.characteristics.map { BluetoothSecurity.authenticated.flags($0.properties) }
+                == [
+                    ["encrypt-authenticated-write", "write-without-response"], ["encrypt-authenticated-notify", "encrypt-authenticated-read"],
+                    ["encrypt-authenticated-notify", "encrypt-authenticated-read"],
+                ])
     }
 
     @Test func theNeighbourKeysParseWithDefaults() throws {
@@ -327,7 +336,9 @@ import Testing
         #expect(defaults.bluetooth.security == .open)
         #expect(defaults.bluetooth.allowedClients == .any)
         #expect(defaults.bluetooth.clientIdleSec == 120)
-        let set = try WorkerConfig.parse(Array(#"{"bluetooth": {"security": "encrypted", "allowedClients": ["aa-bb-cc-dd-ee-ff", "00:11:22:33:44:55"], "clientIdleSec": 5}}"#.utf8))
+        let set = try WorkerConfig.parse(
+            Array(#"{"bluetooth": {"security": "encrypted", "allowedClients": ["aa-bb-cc-dd-ee-ff", "00:11:22:33:44:55"], "clientIdleSec": 5}}"#.utf8)
+        )
         #expect(set.bluetooth.security == .encrypted)
         #expect(set.bluetooth.allowedClients == .addresses(["AA:BB:CC:DD:EE:FF", "00:11:22:33:44:55"]))
         #expect(set.bluetooth.clientIdleSec == 5)

@@ -68,7 +68,8 @@ import Testing
         let anonymous = h.on(.call(sender: nil, .agent(.request(.authorization(device: H.device(2))))))
         #expect(Self.reply(anonymous).map { if case .error = $0 { true } else { false } } == true)
         let malformed = h.on(.call(sender: H.bluez, .agent(.malformed(member: "RequestAuthorization"))))
-        #expect(Self.reply(malformed) == .error(name: "org.freedesktop.DBus.Error.InvalidArgs", message: "unexpected arguments for RequestAuthorization"))
+        #expect(
+            Self.reply(malformed) == .error(name: "org.freedesktop.DBus.Error.InvalidArgs", message: "unexpected arguments for RequestAuthorization"))
         #expect(Self.reply(h.on(.call(sender: H.bluez, .agent(.cancel)))) == .empty)
         #expect(h.machine.status.pairingsAccepted == 1)
         #expect(h.machine.status.pairingsRefused == 2)
@@ -103,7 +104,10 @@ import Testing
         var h = Self.started(Self.worker)
         h.on(.bluez(.managedObjects([H.hci0: H.adapter()])))
         let refused = h.on(.registration(.agent, epoch: h.machine.epoch, .refused("org.freedesktop.DBus.Error.AccessDenied: no")))
-        #expect(H.logs(refused).contains { $0.hasPrefix("bluetoothd refused the pairing agent: org.freedesktop.DBus.Error.AccessDenied: no; retrying every 5 s") })
+        #expect(
+            H.logs(refused).contains {
+                $0.hasPrefix("bluetoothd refused the pairing agent: org.freedesktop.DBus.Error.AccessDenied: no; retrying every 5 s")
+            })
         #expect(h.machine.status.pairingAgentReason.hasPrefix("bluetoothd refused the pairing agent"))
         #expect(H.registrations(h.advance(4_000)).filter { $0 == .agent }.isEmpty)
         #expect(H.registrations(h.advance(1_500)).filter { $0 == .agent } == [.agent])

@@ -168,7 +168,9 @@ import Testing
         let messages = H.messages(H.notified(h.all))
         #expect(!messages.contains { $0["delta"]?.stringValue == "after the cancel" })
         #expect(messages.contains(["id": .string(Self.id), "ok": false, "done": true, "error": "cancelled"]))
-        #expect(!messages.contains { $0["error"]?.stringValue?.hasPrefix("cancel_refused") == true }, "a repeated cancel of a running request is no error")
+        #expect(
+            !messages.contains { $0["error"]?.stringValue?.hasPrefix("cancel_refused") == true }, "a repeated cancel of a running request is no error"
+        )
         #expect(h.machine.status.requestsCancelled == 1, "cancelled once, however many cancels came")
     }
 
@@ -243,12 +245,14 @@ import Testing
 
     @Test func maxTokensIsCappedByTheSetting() {
         var h = H()
-        h.machine = PeripheralMachine(settings: {
-            var settings = PeripheralMachine.Settings(adapter: nil, localName: "EdgeCoder-test", maxRequestBytes: 65_536,
-                                                      maxQueuedRequests: 8, chunkPacingMs: 10, maxClients: 1)
-            settings.maxTokens = 100
-            return settings
-        }())
+        h.machine = PeripheralMachine(
+            settings: {
+                var settings = PeripheralMachine.Settings(
+                    adapter: nil, localName: "EdgeCoder-test", maxRequestBytes: 65_536,
+                    maxQueuedRequests: 8, chunkPacingMs: 10, maxClients: 1)
+                settings.maxTokens = 100
+                return settings
+            }())
         h.bringUp()
         _ = h.write(#"{"id":"big","prompt":"p","maxTokens":4000}"#, from: 1)
         #expect(H.served(h.all).first?.request.maxTokens == 100)
@@ -260,7 +264,8 @@ import Testing
     @Test func aChatWithoutStreamIsAnsweredWithOutputAndReachesTheHostWhole() throws {
         var h = H()
         h.bringUp()
-        let request = #"{"id":"chat","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}],"#
+        let request =
+            #"{"id":"chat","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}],"#
             + #""system":"s","format":"json","options":{"temperature":0.2,"top_p":0.9,"top_k":20,"seed":7,"stop":["\n"],"num_ctx":2048},"#
             + #""maxTokens":64,"future":{"ignored":true}}"#
         _ = h.write(request, from: 1)

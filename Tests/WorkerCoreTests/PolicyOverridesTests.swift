@@ -32,7 +32,9 @@ import Testing
         #expect(PolicyOverrides.from(json: try JSON.parse("[]")) == nil)
     }
 
-    @Test(arguments: [("true", JSONValue.bool(true)), ("30", .int(30)), ("serious", .string("serious")), ("\"fair\"", .string("fair")), ("{", .string("{"))])
+    @Test(arguments: [
+        ("true", JSONValue.bool(true)), ("30", .int(30)), ("serious", .string("serious")), ("\"fair\"", .string("fair")), ("{", .string("{")),
+    ])
     func commandLineValuesAreJSONOrText(text: String, expected: JSONValue) {
         #expect(PolicyOverrides.value(fromArgument: text) == expected)
     }

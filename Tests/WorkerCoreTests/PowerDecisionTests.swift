@@ -2,11 +2,14 @@ import Testing
 @testable import WorkerCore
 
 /// A laptop reading: on battery at `battery` % unless told otherwise.
-private func reading(external: Bool? = false, battery: Int? = 50, draining: Bool = false, lowPower: Bool? = false,
-                     thermal: ThermalState? = .nominal, cpu: Double? = 10) -> PowerTelemetry {
-    PowerTelemetry(onExternalPower: external, batteryPct: battery, lowPowerMode: lowPower, thermalState: thermal,
-                   cpuUsagePct: cpu, memoryUsagePct: 40, deviceType: .laptop, draining: draining,
-                   hasSystemBattery: battery != nil, updatedAtMs: 1_700_000_000_000)
+private func reading(
+    external: Bool? = false, battery: Int? = 50, draining: Bool = false, lowPower: Bool? = false,
+    thermal: ThermalState? = .nominal, cpu: Double? = 10
+) -> PowerTelemetry {
+    PowerTelemetry(
+        onExternalPower: external, batteryPct: battery, lowPowerMode: lowPower, thermalState: thermal,
+        cpuUsagePct: cpu, memoryUsagePct: 40, deviceType: .laptop, draining: draining,
+        hasSystemBattery: battery != nil, updatedAtMs: 1_700_000_000_000)
 }
 
 private let desktopWithoutSensors = PowerTelemetry(onExternalPower: true, updatedAtMs: 1)
@@ -28,7 +31,9 @@ private func policy(_ change: (inout PowerPolicy) -> Void = { _ in }) -> PowerPo
 
     static let cases: [Case] = [
         Case(name: "a desktop without sensors works", telemetry: desktopWithoutSensors, reason: nil),
-        Case(name: "nothing known at all works", telemetry: PowerTelemetry(updatedAtMs: 1), policy: policy { $0.runOnlyWhileCharging = true }, reason: nil),
+        Case(
+            name: "nothing known at all works", telemetry: PowerTelemetry(updatedAtMs: 1), policy: policy { $0.runOnlyWhileCharging = true },
+            reason: nil),
         Case(name: "on battery at 42 % works", telemetry: reading(battery: 42), reason: nil),
         Case(name: "battery exactly at minBatteryPct holds", telemetry: reading(battery: 20), reason: .batteryLow),
         Case(name: "battery one above minBatteryPct works", telemetry: reading(battery: 21), reason: nil),
@@ -36,28 +41,52 @@ private func policy(_ change: (inout PowerPolicy) -> Void = { _ in }) -> PowerPo
         Case(name: "low battery while charging works", telemetry: reading(external: true, battery: 10), reason: nil),
         Case(name: "low battery with power unknown holds", telemetry: reading(external: nil, battery: 10), reason: .batteryLow),
         Case(name: "unknown battery never holds", telemetry: reading(battery: nil), reason: nil),
-        Case(name: "minBatteryPct 0 holds only at 0", telemetry: reading(battery: 1), policy: policy { $0.minBatteryPct = 0; $0.resumeBatteryPct = 0 }, reason: nil),
+        Case(
+            name: "minBatteryPct 0 holds only at 0", telemetry: reading(battery: 1),
+            policy: policy {
+                $0.minBatteryPct = 0; $0.resumeBatteryPct = 0
+            }, reason: nil),
         Case(name: "draining holds", telemetry: reading(external: true, battery: 60, draining: true), reason: .draining),
-        Case(name: "draining allowed by policy works", telemetry: reading(external: true, battery: 60, draining: true), policy: policy { $0.holdWhileDraining = false }, reason: nil),
-        Case(name: "draining to a low battery holds for the battery when draining is allowed", telemetry: reading(external: true, battery: 15, draining: true), policy: policy { $0.holdWhileDraining = false }, reason: .batteryLow),
-        Case(name: "runOnlyWhileCharging on battery holds", telemetry: reading(external: false), policy: policy { $0.runOnlyWhileCharging = true }, reason: .notCharging),
-        Case(name: "runOnlyWhileCharging on power works", telemetry: reading(external: true), policy: policy { $0.runOnlyWhileCharging = true }, reason: nil),
-        Case(name: "runOnlyWhileCharging with power unknown works", telemetry: reading(external: nil), policy: policy { $0.runOnlyWhileCharging = true }, reason: nil),
+        Case(
+            name: "draining allowed by policy works", telemetry: reading(external: true, battery: 60, draining: true),
+            policy: policy { $0.holdWhileDraining = false }, reason: nil),
+        Case(
+            name: "draining to a low battery holds for the battery when draining is allowed",
+            telemetry: reading(external: true, battery: 15, draining: true), policy: policy { $0.holdWhileDraining = false }, reason: .batteryLow),
+        Case(
+            name: "runOnlyWhileCharging on battery holds", telemetry: reading(external: false), policy: policy { $0.runOnlyWhileCharging = true },
+            reason: .notCharging),
+        Case(
+            name: "runOnlyWhileCharging on power works", telemetry: reading(external: true), policy: policy { $0.runOnlyWhileCharging = true },
+            reason: nil),
+        Case(
+            name: "runOnlyWhileCharging with power unknown works", telemetry: reading(external: nil),
+            policy: policy { $0.runOnlyWhileCharging = true }, reason: nil),
         Case(name: "low-power mode holds", telemetry: reading(lowPower: true), reason: .lowPowerMode),
-        Case(name: "low-power mode ignored by policy works", telemetry: reading(lowPower: true), policy: policy { $0.pauseOnLowPowerMode = false }, reason: nil),
+        Case(
+            name: "low-power mode ignored by policy works", telemetry: reading(lowPower: true), policy: policy { $0.pauseOnLowPowerMode = false },
+            reason: nil),
         Case(name: "unknown low-power mode works", telemetry: reading(lowPower: nil), reason: nil),
         Case(name: "thermal at maxThermalState works", telemetry: reading(thermal: .fair), reason: nil),
         Case(name: "thermal above maxThermalState holds", telemetry: reading(thermal: .serious), reason: .thermal),
         Case(name: "critical holds", telemetry: reading(thermal: .critical), policy: policy { $0.maxThermalState = .serious }, reason: .thermal),
-        Case(name: "maxThermalState critical never holds", telemetry: reading(thermal: .critical), policy: policy { $0.maxThermalState = .critical }, reason: nil),
+        Case(
+            name: "maxThermalState critical never holds", telemetry: reading(thermal: .critical), policy: policy { $0.maxThermalState = .critical },
+            reason: nil),
         Case(name: "unknown thermal state works", telemetry: reading(thermal: nil), reason: nil),
         Case(name: "CPU exactly at maxCpuUsagePct works", telemetry: reading(cpu: 90), reason: nil),
         Case(name: "CPU just above maxCpuUsagePct holds", telemetry: reading(cpu: 90.1), reason: .cpuBusy),
         Case(name: "unknown CPU works", telemetry: reading(cpu: nil), reason: nil),
         Case(name: "NaN CPU works", telemetry: reading(cpu: .nan), reason: nil),
-        Case(name: "not-charging outranks everything", telemetry: reading(external: false, battery: 5, lowPower: true, thermal: .critical, cpu: 100), policy: policy { $0.runOnlyWhileCharging = true }, reason: .notCharging),
-        Case(name: "draining outranks the battery", telemetry: reading(external: true, battery: 5, draining: true, thermal: .critical), reason: .draining),
-        Case(name: "battery outranks low-power, thermal and CPU", telemetry: reading(battery: 5, lowPower: true, thermal: .critical, cpu: 100), reason: .batteryLow),
+        Case(
+            name: "not-charging outranks everything", telemetry: reading(external: false, battery: 5, lowPower: true, thermal: .critical, cpu: 100),
+            policy: policy { $0.runOnlyWhileCharging = true }, reason: .notCharging),
+        Case(
+            name: "draining outranks the battery", telemetry: reading(external: true, battery: 5, draining: true, thermal: .critical),
+            reason: .draining),
+        Case(
+            name: "battery outranks low-power, thermal and CPU", telemetry: reading(battery: 5, lowPower: true, thermal: .critical, cpu: 100),
+            reason: .batteryLow),
         Case(name: "low-power outranks thermal and CPU", telemetry: reading(lowPower: true, thermal: .critical, cpu: 100), reason: .lowPowerMode),
         Case(name: "thermal outranks CPU", telemetry: reading(thermal: .critical, cpu: 100), reason: .thermal),
     ]
@@ -231,7 +260,10 @@ private struct Drive {
     }
 
     @Test func resumeBelowMinimumIsTakenAsTheMinimum() {
-        var drive = Drive(policy: policy { $0.minBatteryPct = 40; $0.resumeBatteryPct = 10; $0.resumeDwellSec = 0 })
+        var drive = Drive(
+            policy: policy {
+                $0.minBatteryPct = 40; $0.resumeBatteryPct = 10; $0.resumeDwellSec = 0
+            })
         #expect(drive.at(0, reading(battery: 40)).waitingFor == .batteryAtLeast(41))
         #expect(drive.at(1, reading(battery: 39)).reason == .batteryLow)
         #expect(drive.at(2, reading(battery: 41)).allowed)
@@ -285,7 +317,10 @@ private struct Drive {
     @Test func jsonListsEveryReasonInOrderAndRoundTrips() {
         var counters = HoldCounters()
         counters.record(.cpuBusy, count: 7)
-        #expect(counters.json.serialized == #"{"not-charging":0,"draining":0,"battery-low":0,"low-power-mode":0,"thermal":0,"cpu-busy":7,"state-unwritable":0,"metered":0,"host-sleeping":0,"model-unavailable":0,"local-failures":0,"heartbeat-gap":0,"sandbox-required":0,"sandbox-unavailable":0}"#)
+        #expect(
+            counters.json.serialized
+                == #"{"not-charging":0,"draining":0,"battery-low":0,"low-power-mode":0,"thermal":0,"cpu-busy":7,"state-unwritable":0,"metered":0,"host-sleeping":0,"model-unavailable":0,"local-failures":0,"heartbeat-gap":0,"sandbox-required":0,"sandbox-unavailable":0}"#
+        )
         #expect(HoldCounters.from(json: counters.json) == counters)
     }
 

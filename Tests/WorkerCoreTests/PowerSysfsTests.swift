@@ -111,25 +111,55 @@ private func sysfsBytes(_ text: String) -> [UInt8] { Array(text.utf8) }
 
     static let cases: [Case] = [
         Case(name: "no supplies at all (a desktop)", supplies: [], external: true),
-        Case(name: "only a mouse battery", supplies: [("hid-mouse", ["type": "Battery", "scope": "Device", "status": "Discharging"])], external: true),
-        Case(name: "Mains online", supplies: [("AC", ["type": "Mains", "online": "1"]), ("BAT0", ["type": "Battery", "status": "Charging"])], external: true),
-        Case(name: "Mains offline, battery discharging", supplies: [("AC", ["type": "Mains", "online": "0"]), ("BAT0", ["type": "Battery", "status": "Discharging"])], external: false),
-        Case(name: "Mains offline though the battery claims Full", supplies: [("AC", ["type": "Mains", "online": "0"]), ("BAT0", ["type": "Battery", "status": "Full"])], external: false),
-        Case(name: "USB-C online", supplies: [("ucsi-source-psy-USBC000:001", ["type": "USB", "online": "1"]), ("AC", ["type": "Mains", "online": "0"]), ("BAT0", ["type": "Battery", "status": "Charging"])], external: true),
-        Case(name: "Wireless online", supplies: [("wlc", ["type": "Wireless", "online": "1"]), ("BAT0", ["type": "Battery", "status": "Charging"])], external: true),
-        Case(name: "UPS online", supplies: [("ups", ["type": "UPS", "online": "1"]), ("BAT0", ["type": "Battery", "status": "Discharging"])], external: true, draining: true),
-        Case(name: "Mains online, battery discharging", supplies: [("ADP1", ["type": "Mains", "online": "1"]), ("BAT0", ["type": "Battery", "status": "Discharging"])], external: true, draining: true),
+        Case(
+            name: "only a mouse battery", supplies: [("hid-mouse", ["type": "Battery", "scope": "Device", "status": "Discharging"])], external: true),
+        Case(
+            name: "Mains online", supplies: [("AC", ["type": "Mains", "online": "1"]), ("BAT0", ["type": "Battery", "status": "Charging"])],
+            external: true),
+        Case(
+            name: "Mains offline, battery discharging",
+            supplies: [("AC", ["type": "Mains", "online": "0"]), ("BAT0", ["type": "Battery", "status": "Discharging"])], external: false),
+        Case(
+            name: "Mains offline though the battery claims Full",
+            supplies: [("AC", ["type": "Mains", "online": "0"]), ("BAT0", ["type": "Battery", "status": "Full"])], external: false),
+        Case(
+            name: "USB-C online",
+            supplies: [
+                ("ucsi-source-psy-USBC000:001", ["type": "USB", "online": "1"]), ("AC", ["type": "Mains", "online": "0"]),
+                ("BAT0", ["type": "Battery", "status": "Charging"]),
+            ], external: true),
+        Case(
+            name: "Wireless online", supplies: [("wlc", ["type": "Wireless", "online": "1"]), ("BAT0", ["type": "Battery", "status": "Charging"])],
+            external: true),
+        Case(
+            name: "UPS online", supplies: [("ups", ["type": "UPS", "online": "1"]), ("BAT0", ["type": "Battery", "status": "Discharging"])],
+            external: true, draining: true),
+        Case(
+            name: "Mains online, battery discharging",
+            supplies: [("ADP1", ["type": "Mains", "online": "1"]), ("BAT0", ["type": "Battery", "status": "Discharging"])], external: true,
+            draining: true),
         Case(name: "no adapter, battery Charging", supplies: [("BAT0", ["type": "Battery", "status": "Charging"])], external: true),
         Case(name: "no adapter, battery Full", supplies: [("BAT0", ["type": "Battery", "status": "Full"])], external: true),
         Case(name: "no adapter, battery Not charging", supplies: [("BAT0", ["type": "Battery", "status": "Not charging"])], external: true),
         Case(name: "no adapter, battery Discharging", supplies: [("BAT0", ["type": "Battery", "status": "Discharging"])], external: false),
         Case(name: "no adapter, battery status Unknown", supplies: [("BAT0", ["type": "Battery", "status": "Unknown"])], external: nil),
         Case(name: "no adapter, battery status garbage", supplies: [("BAT0", ["type": "Battery", "status": "abc"])], external: nil),
-        Case(name: "adapter online unreadable defers to Charging", supplies: [("AC", ["type": "Mains", "online": "abc"]), ("BAT0", ["type": "Battery", "status": "Charging"])], external: true),
-        Case(name: "adapter online unreadable defers to Discharging", supplies: [("AC", ["type": "Mains", "online": ""]), ("BAT0", ["type": "Battery", "status": "Discharging"])], external: false),
-        Case(name: "adapter online unreadable, battery status unknown", supplies: [("AC", ["type": "Mains"]), ("BAT0", ["type": "Battery"])], external: nil),
-        Case(name: "a Device-scope charger online does not count", supplies: [("dock", ["type": "USB", "scope": "Device", "online": "1"]), ("BAT0", ["type": "Battery", "status": "Discharging"])], external: false),
-        Case(name: "a battery bay without a battery does not count", supplies: [("BAT1", ["type": "Battery", "present": "0", "status": "Discharging"])], external: true),
+        Case(
+            name: "adapter online unreadable defers to Charging",
+            supplies: [("AC", ["type": "Mains", "online": "abc"]), ("BAT0", ["type": "Battery", "status": "Charging"])], external: true),
+        Case(
+            name: "adapter online unreadable defers to Discharging",
+            supplies: [("AC", ["type": "Mains", "online": ""]), ("BAT0", ["type": "Battery", "status": "Discharging"])], external: false),
+        Case(
+            name: "adapter online unreadable, battery status unknown", supplies: [("AC", ["type": "Mains"]), ("BAT0", ["type": "Battery"])],
+            external: nil),
+        Case(
+            name: "a Device-scope charger online does not count",
+            supplies: [("dock", ["type": "USB", "scope": "Device", "online": "1"]), ("BAT0", ["type": "Battery", "status": "Discharging"])],
+            external: false),
+        Case(
+            name: "a battery bay without a battery does not count",
+            supplies: [("BAT1", ["type": "Battery", "present": "0", "status": "Discharging"])], external: true),
     ]
 
     @Test(arguments: cases)
@@ -153,9 +183,12 @@ private func sysfsBytes(_ text: String) -> [UInt8] { Array(text.utf8) }
     ])
     func batteriesCombineWeightedByFullCapacity(batteries: [(String, String, String)], expected: Int?) {
         let supplies = batteries.enumerated().map { index, battery in
-            PowerSupply.classify(name: "BAT\(index)", attributes: SysfsAttributes(text: [
-                "type": "Battery", "capacity": battery.0, "energy_full": battery.1, "charge_full": battery.2,
-            ].filter { !$0.value.isEmpty || $0.key == "capacity" }))
+            PowerSupply.classify(
+                name: "BAT\(index)",
+                attributes: SysfsAttributes(
+                    text: [
+                        "type": "Battery", "capacity": battery.0, "energy_full": battery.1, "charge_full": battery.2,
+                    ].filter { !$0.value.isEmpty || $0.key == "capacity" }))
         }
         #expect(PowerSupply.combinedBatteryPct(supplies) == expected)
     }
@@ -191,11 +224,17 @@ private func sysfsBytes(_ text: String) -> [UInt8] { Array(text.utf8) }
     @Test(arguments: Array(Int64(0)...127))
     func everyChassisCodeMapsAsSpec31Lists(code: Int64) {
         let expected: DeviceType?
-        if Self.laptopCodes.contains(code) { expected = .laptop }
-        else if code == 30 { expected = .tablet }
-        else if Self.serverCodes.contains(code) { expected = .server }
-        else if Self.desktopCodes.contains(code) { expected = .desktop }
-        else { expected = nil }
+        if Self.laptopCodes.contains(code) {
+            expected = .laptop
+        } else if code == 30 {
+            expected = .tablet
+        } else if Self.serverCodes.contains(code) {
+            expected = .server
+        } else if Self.desktopCodes.contains(code) {
+            expected = .desktop
+        } else {
+            expected = nil
+        }
         #expect(DeviceType(chassisCode: code) == expected)
         #expect(DeviceType(chassisType: Array("\(code)\n".utf8)) == expected)
     }

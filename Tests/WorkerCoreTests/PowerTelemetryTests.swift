@@ -2,16 +2,22 @@ import Testing
 @testable import WorkerCore
 
 @Suite struct PowerTelemetryHeartbeatTests {
-    static let allKeys = ["onExternalPower", "batteryLevelPct", "lowPowerMode", "onACPower", "batteryPct", "thermalState",
-                          "cpuUsagePct", "memoryUsagePct", "deviceType", "updatedAtMs"]
+    static let allKeys = [
+        "onExternalPower", "batteryLevelPct", "lowPowerMode", "onACPower", "batteryPct", "thermalState",
+        "cpuUsagePct", "memoryUsagePct", "deviceType", "updatedAtMs",
+    ]
 
     @Test func everyKnownValueIsSentInBothVocabularies() {
-        let telemetry = PowerTelemetry(onExternalPower: false, batteryPct: 42, lowPowerMode: false, thermalState: .fair,
-                                       cpuUsagePct: 12.345, memoryUsagePct: 50, deviceType: .laptop,
-                                       hasSystemBattery: true, updatedAtMs: 1_700_000_000_123)
+        let telemetry = PowerTelemetry(
+            onExternalPower: false, batteryPct: 42, lowPowerMode: false, thermalState: .fair,
+            cpuUsagePct: 12.345, memoryUsagePct: 50, deviceType: .laptop,
+            hasSystemBattery: true, updatedAtMs: 1_700_000_000_123)
         let json = telemetry.heartbeatJSON
         #expect(json.objectValue?.keys == Self.allKeys)
-        #expect(json.serialized == #"{"onExternalPower":false,"batteryLevelPct":42,"lowPowerMode":false,"onACPower":false,"batteryPct":42,"thermalState":"fair","cpuUsagePct":12.3,"memoryUsagePct":50,"deviceType":"laptop","updatedAtMs":1700000000123}"#)
+        #expect(
+            json.serialized
+                == #"{"onExternalPower":false,"batteryLevelPct":42,"lowPowerMode":false,"onACPower":false,"batteryPct":42,"thermalState":"fair","cpuUsagePct":12.3,"memoryUsagePct":50,"deviceType":"laptop","updatedAtMs":1700000000123}"#
+        )
     }
 
     @Test func unknownValuesAreLeftOutNeverNullOrMinusOne() {

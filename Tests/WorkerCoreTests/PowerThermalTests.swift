@@ -3,14 +3,32 @@ import Testing
 
 @Suite struct PowerThermalTests {
     @Test(arguments: [
-        ([TripPoint(kind: .passive, milliC: 95_000), TripPoint(kind: .critical, milliC: 110_000)], ThermalBoundaries(fairAt: 85_000, seriousAt: 95_000, criticalAt: 105_000, fromTripPoints: true)),
-        ([TripPoint(kind: .critical, milliC: 110_000), TripPoint(kind: .passive, milliC: 97_000), TripPoint(kind: .passive, milliC: 95_000)], ThermalBoundaries(fairAt: 85_000, seriousAt: 95_000, criticalAt: 105_000, fromTripPoints: true)),
-        ([TripPoint(kind: .passive, milliC: 95_000), TripPoint(kind: .hot, milliC: 100_000), TripPoint(kind: .critical, milliC: 110_000)], ThermalBoundaries(fairAt: 85_000, seriousAt: 95_000, criticalAt: 95_000, fromTripPoints: true)),
+        (
+            [TripPoint(kind: .passive, milliC: 95_000), TripPoint(kind: .critical, milliC: 110_000)],
+            ThermalBoundaries(fairAt: 85_000, seriousAt: 95_000, criticalAt: 105_000, fromTripPoints: true)
+        ),
+        (
+            [TripPoint(kind: .critical, milliC: 110_000), TripPoint(kind: .passive, milliC: 97_000), TripPoint(kind: .passive, milliC: 95_000)],
+            ThermalBoundaries(fairAt: 85_000, seriousAt: 95_000, criticalAt: 105_000, fromTripPoints: true)
+        ),
+        (
+            [TripPoint(kind: .passive, milliC: 95_000), TripPoint(kind: .hot, milliC: 100_000), TripPoint(kind: .critical, milliC: 110_000)],
+            ThermalBoundaries(fairAt: 85_000, seriousAt: 95_000, criticalAt: 95_000, fromTripPoints: true)
+        ),
         ([TripPoint(kind: .active, milliC: 50_000)], ThermalBoundaries.defaults),
         ([], ThermalBoundaries.defaults),
-        ([TripPoint(kind: .critical, milliC: 120_000)], ThermalBoundaries(fairAt: 60_000, seriousAt: 75_000, criticalAt: 115_000, fromTripPoints: true)),
-        ([TripPoint(kind: .critical, milliC: 70_000)], ThermalBoundaries(fairAt: 60_000, seriousAt: 65_000, criticalAt: 65_000, fromTripPoints: true)),
-        ([TripPoint(kind: .passive, milliC: 100_000)], ThermalBoundaries(fairAt: 90_000, seriousAt: 100_000, criticalAt: 100_000, fromTripPoints: true)),
+        (
+            [TripPoint(kind: .critical, milliC: 120_000)],
+            ThermalBoundaries(fairAt: 60_000, seriousAt: 75_000, criticalAt: 115_000, fromTripPoints: true)
+        ),
+        (
+            [TripPoint(kind: .critical, milliC: 70_000)],
+            ThermalBoundaries(fairAt: 60_000, seriousAt: 65_000, criticalAt: 65_000, fromTripPoints: true)
+        ),
+        (
+            [TripPoint(kind: .passive, milliC: 100_000)],
+            ThermalBoundaries(fairAt: 90_000, seriousAt: 100_000, criticalAt: 100_000, fromTripPoints: true)
+        ),
         ([TripPoint(kind: .passive, milliC: 70_000)], ThermalBoundaries(fairAt: 60_000, seriousAt: 70_000, criticalAt: 90_000, fromTripPoints: true)),
     ])
     func boundariesComeFromTripPoints(trips: [TripPoint], expected: ThermalBoundaries) {
@@ -44,7 +62,10 @@ import Testing
         #expect(TripPoint.parse(type: Array(type.utf8), temp: Array(temp.utf8)) == expected)
     }
 
-    @Test(arguments: [("45000", Int64?.some(45_000)), ("150", 150), ("-5000", -5_000), ("", nil), ("abc", nil), ("999999999", nil), ("-274000", nil), ("4\u{0}5", nil)])
+    @Test(arguments: [
+        ("45000", Int64?.some(45_000)), ("150", 150), ("-5000", -5_000), ("", nil), ("abc", nil), ("999999999", nil), ("-274000", nil),
+        ("4\u{0}5", nil),
+    ])
     func temperatureIsUnknownWhenImplausible(text: String, expected: Int64?) {
         let sensor = ThermalSensor(source: .hwmon, name: "hwmon0/temp1_input", rawTemp: .value(Array(text.utf8)))
         #expect(sensor.milliC == expected)
@@ -52,8 +73,9 @@ import Testing
     }
 
     @Test func worstSensorWinsAndMirrorsAreIgnored() {
-        let zone = ThermalSensor(source: .thermalZone, name: "thermal_zone0", label: "acpitz", rawTemp: .value(Array("80000".utf8)),
-                                 trips: [TripPoint(kind: .passive, milliC: 95_000), TripPoint(kind: .critical, milliC: 110_000)])
+        let zone = ThermalSensor(
+            source: .thermalZone, name: "thermal_zone0", label: "acpitz", rawTemp: .value(Array("80000".utf8)),
+            trips: [TripPoint(kind: .passive, milliC: 95_000), TripPoint(kind: .critical, milliC: 110_000)])
         let mirror = ThermalSensor(source: .hwmon, name: "hwmon0/temp1_input", label: "acpitz", rawTemp: .value(Array("80000".utf8)))
         let cpu = ThermalSensor(source: .hwmon, name: "hwmon1/temp1_input", label: "coretemp", rawTemp: .value(Array("61000".utf8)))
         let marked = ThermalSensor.markingMirrors([zone, mirror, cpu])

@@ -24,10 +24,12 @@ import Testing
     }
 
     @Test func systemFormatAndOptionsReachTheWorker() throws {
-        let call = try parse(#"""
+        let call = try parse(
+            #"""
             {"model":"m","prompt":"x","system":"be brief","format":"json","keep_alive":"5m","think":false,
              "options":{"temperature":0.2,"top_p":0.9,"top_k":40,"seed":7,"stop":["\n\n","END"],"num_ctx":4096,"num_thread":4}}
-            """#).get()
+            """#
+        ).get()
         #expect(call.ask.system == "be brief" && call.ask.format == "json")
         var options = GenerationOptions()
         options.temperature = 0.2
@@ -80,10 +82,13 @@ import Testing
     @Test func answersPerShape() {
         let edge = ProxyCall(dialect: .edgecoder, model: ProxyAnswer.modelName, ask: WorkerAsk(prompt: "p", maxTokens: 5))
         let ok = ProxyAnswer.whole(edge, .answered(ok: true, output: "out", error: nil, workerDurationMs: 3), durationMs: 9, nowMs: 0, id: "i")
-        #expect(ok.status == 200 && ok.body["output"] == "out" && ok.body["response"] == "out" && ok.body["ok"] == true && ok.body["durationMs"]?.intValue == 9)
+        #expect(
+            ok.status == 200 && ok.body["output"] == "out" && ok.body["response"] == "out" && ok.body["ok"] == true
+                && ok.body["durationMs"]?.intValue == 9)
         #expect(ProxyAnswer.whole(edge, .notConnected("no worker"), durationMs: 0, nowMs: 0, id: "i").status == 503)
         #expect(ProxyAnswer.whole(edge, .timedOut(100), durationMs: 0, nowMs: 0, id: "i").status == 504)
-        let failed = ProxyAnswer.whole(edge, .answered(ok: false, output: "", error: "busy: x", workerDurationMs: 0), durationMs: 1, nowMs: 0, id: "i")
+        let failed = ProxyAnswer.whole(
+            edge, .answered(ok: false, output: "", error: "busy: x", workerDurationMs: 0), durationMs: 1, nowMs: 0, id: "i")
         #expect(failed.status == 502 && failed.body["error"] == "busy: x" && failed.body["ok"] == false)
         let ollama = ProxyCall(dialect: .ollamaGenerate, model: "m", ask: WorkerAsk(prompt: "p", maxTokens: 5))
         let answer = ProxyAnswer.whole(ollama, .answered(ok: true, output: "out", error: nil, workerDurationMs: 3), durationMs: 2, nowMs: 0, id: "i")
@@ -111,7 +116,9 @@ import Testing
 
 @Suite struct ChatBodies {
     @Test func edgecodersIDERouterCallIsAChatWithItsMaxTokens() throws {
-        let call = try ProxyCall.chat(Array(#"{"messages":[{"role":"system","content":"s"},{"role":"user","content":"hi"}],"maxTokens":4096,"stream":false}"#.utf8)).get()
+        let call = try ProxyCall.chat(
+            Array(#"{"messages":[{"role":"system","content":"s"},{"role":"user","content":"hi"}],"maxTokens":4096,"stream":false}"#.utf8)
+        ).get()
         #expect(call.dialect == .ollamaChat && !call.stream && call.ask.maxTokens == 4096 && call.model == ProxyAnswer.modelName)
         #expect(call.ask.messages == [ChatTurn(role: "system", content: "s"), ChatTurn(role: "user", content: "hi")])
         let answer = ProxyAnswer.whole(call, .answered(ok: true, output: "hello", error: nil, workerDurationMs: 1), durationMs: 1, nowMs: 0, id: "i")
@@ -119,7 +126,8 @@ import Testing
     }
 
     @Test func ollamasChatStreamsByDefaultAndTakesOptions() throws {
-        let call = try ProxyCall.chat(Array(#"{"model":"m","messages":[{"role":"user","content":"hi"}],"options":{"num_predict":-1,"seed":3}}"#.utf8)).get()
+        let call = try ProxyCall.chat(Array(#"{"model":"m","messages":[{"role":"user","content":"hi"}],"options":{"num_predict":-1,"seed":3}}"#.utf8))
+            .get()
         #expect(call.stream && call.ask.maxTokens == BluetoothRequest.maxTokensLimit && call.ask.options.seed == 3 && call.ask.prompt.isEmpty)
         #expect(try ProxyCall.chat(Array(#"{"model":"m","messages":[]}"#.utf8)).get().loadOnly)
     }
@@ -140,23 +148,32 @@ import Testing
 
     @Test func tooManyTurnsAre400() {
         let turns = Array(repeating: #"{"role":"user","content":"x"}"#, count: ProxyCall.maxTurns + 1).joined(separator: ",")
-        guard case .failure(let refusal) = ProxyCall.chat(Array(#"{"model":"m","messages":[\#(turns)]}"#.utf8)) else { Issue.record("accepted"); return }
+        guard case .failure(let refusal) = ProxyCall.chat(Array(#"{"model":"m","messages":[\#(turns)]}"#.utf8)) else {
+            Issue.record("accepted"); return
+        }
         #expect(refusal.status == 400 && refusal.field == "messages")
     }
 }
 
 @Suite struct OpenAIBodies {
     @Test func chatCompletionsMapToAChat() throws {
-        let call = try ProxyCall.openAIChat(Array(#"""
-            {"model":"gpt-x","messages":[{"role":"developer","content":"d"},{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],
-             "max_tokens":30,"temperature":0.5,"stop":"END","seed":1,"response_format":{"type":"json_object"},"stream":true,"stream_options":{"include_usage":true},
-             "n":1,"user":"u","presence_penalty":0}
-            """#.utf8)).get()
+        let call = try ProxyCall.openAIChat(
+            Array(
+                #"""
+                {"model":"gpt-x","messages":[{"role":"developer","content":"d"},{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],
+                 "max_tokens":30,"temperature":0.5,"stop":"END","seed":1,"response_format":{"type":"json_object"},"stream":true,"stream_options":{"include_usage":true},
+                 "n":1,"user":"u","presence_penalty":0}
+                """#.utf8)
+        ).get()
         #expect(call.dialect == .openAIChat && call.model == "gpt-x" && call.stream && call.ask.maxTokens == 30 && call.ask.format == "json")
         #expect(call.ask.messages == [ChatTurn(role: "system", content: "d"), ChatTurn(role: "user", content: "a\nb")])
         #expect(call.ask.options.temperature == 0.5 && call.ask.options.stop == ["END"] && call.ask.options.seed == 1)
-        #expect(try ProxyCall.openAIChat(Array(#"{"model":"m","messages":[{"role":"user","content":"x"}],"max_completion_tokens":12}"#.utf8)).get().ask.maxTokens == 12)
-        #expect(try !ProxyCall.openAIChat(Array(#"{"model":"m","messages":[{"role":"user","content":"x"}]}"#.utf8)).get().stream, "OpenAI does not stream by default")
+        #expect(
+            try ProxyCall.openAIChat(Array(#"{"model":"m","messages":[{"role":"user","content":"x"}],"max_completion_tokens":12}"#.utf8)).get().ask
+                .maxTokens == 12)
+        #expect(
+            try !ProxyCall.openAIChat(Array(#"{"model":"m","messages":[{"role":"user","content":"x"}]}"#.utf8)).get().stream,
+            "OpenAI does not stream by default")
     }
 
     @Test(arguments: [
@@ -181,8 +198,10 @@ import Testing
     @Test func completionsTakeAPromptAndRefuseWhatTheyCannotDo() throws {
         let call = try ProxyCall.openAICompletion(Array(#"{"model":"m","prompt":["def f():"],"max_tokens":20}"#.utf8)).get()
         #expect(call.dialect == .openAICompletion && call.ask.prompt == "def f():" && call.ask.maxTokens == 20 && call.ask.messages == nil)
-        for (text, field) in [(#"{"model":"m","prompt":[1,2]}"#, "prompt"), (#"{"model":"m","prompt":"x","suffix":"y"}"#, "suffix"),
-                              (#"{"model":"m","prompt":"x","echo":true}"#, "echo"), (#"{"model":"m","prompt":"x","best_of":3}"#, "best_of")] {
+        for (text, field) in [
+            (#"{"model":"m","prompt":[1,2]}"#, "prompt"), (#"{"model":"m","prompt":"x","suffix":"y"}"#, "suffix"),
+            (#"{"model":"m","prompt":"x","echo":true}"#, "echo"), (#"{"model":"m","prompt":"x","best_of":3}"#, "best_of"),
+        ] {
             guard case .failure(let refusal) = ProxyCall.openAICompletion(Array(text.utf8)) else { Issue.record("accepted \(text)"); continue }
             #expect(refusal.field == field)
         }
@@ -238,15 +257,19 @@ import Testing
 }
 
 @Suite struct BrowserGuardTests {
-    @Test(arguments: ["localhost", "localhost:11435", "LOCALHOST", "app.localhost:3000", "127.0.0.1", "127.0.0.1:11435", "127.1.2.3",
-                      "[::1]", "[::1]:11435", "localhost."])
+    @Test(arguments: [
+        "localhost", "localhost:11435", "LOCALHOST", "app.localhost:3000", "127.0.0.1", "127.0.0.1:11435", "127.1.2.3",
+        "[::1]", "[::1]:11435", "localhost.",
+    ])
     func loopbackHostsAreServed(host: String) {
         #expect(BrowserGuard.isLoopbackHost(host))
         #expect(BrowserGuard().check(host: host, origin: nil) == .allowed(corsOrigin: nil))
     }
 
-    @Test(arguments: ["evil.com", "evil.com:11435", "localhost.evil.com", "127.0.0.1.evil.com", "128.0.0.1", "0.0.0.0", "[::2]", "[::1]x",
-                      "127.0.0.256", "127.0.0", "", "localhost:abc", "[::ffff:127.0.0.1]", ".localhost", "127.0.0.1:999999"])
+    @Test(arguments: [
+        "evil.com", "evil.com:11435", "localhost.evil.com", "127.0.0.1.evil.com", "128.0.0.1", "0.0.0.0", "[::2]", "[::1]x",
+        "127.0.0.256", "127.0.0", "", "localhost:abc", "[::ffff:127.0.0.1]", ".localhost", "127.0.0.1:999999",
+    ])
     func otherHostsAre403(host: String) {
         guard case .forbidden(let why) = BrowserGuard().check(host: host, origin: nil) else { Issue.record("served Host \(host)"); return }
         #expect(why.contains("Host"))
@@ -254,20 +277,28 @@ import Testing
 
     @Test func originsAreLoopbackOnesAndThoseAllowed() {
         let guardian = BrowserGuard(allowedOrigins: ["https://app.example.com", "https://*.tools.example"])
-        for origin in ["http://localhost", "http://localhost:3000", "https://127.0.0.1:8443", "http://[::1]:80", "https://app.example.com",
-                       "https://a.tools.example"] {
+        for origin in [
+            "http://localhost", "http://localhost:3000", "https://127.0.0.1:8443", "http://[::1]:80", "https://app.example.com",
+            "https://a.tools.example",
+        ] {
             #expect(guardian.check(host: "127.0.0.1:11435", origin: origin) == .allowed(corsOrigin: origin), "\(origin)")
         }
         for origin in ["https://evil.com", "null", "http://localhost.evil.com", "file://", "https://app.example.com.evil.com", "http://localhost/x"] {
-            guard case .forbidden(let why) = guardian.check(host: "127.0.0.1:11435", origin: origin) else { Issue.record("allowed \(origin)"); continue }
+            guard case .forbidden(let why) = guardian.check(host: "127.0.0.1:11435", origin: origin) else {
+                Issue.record("allowed \(origin)"); continue
+            }
             #expect(why.contains("--allow-origin"))
         }
         #expect(BrowserGuard(allowedOrigins: ["*"]).isAllowedOrigin("https://anything.example"))
     }
 
     @Test func originPatternsAreValidated() {
-        #expect(BrowserGuard.isOriginPattern("https://app.example.com") && BrowserGuard.isOriginPattern("*") && BrowserGuard.isOriginPattern("http://localhost:*"))
-        #expect(!BrowserGuard.isOriginPattern("app.example.com") && !BrowserGuard.isOriginPattern("https://a.example/path") && !BrowserGuard.isOriginPattern("https://"))
+        #expect(
+            BrowserGuard.isOriginPattern("https://app.example.com") && BrowserGuard.isOriginPattern("*")
+                && BrowserGuard.isOriginPattern("http://localhost:*"))
+        #expect(
+            !BrowserGuard.isOriginPattern("app.example.com") && !BrowserGuard.isOriginPattern("https://a.example/path")
+                && !BrowserGuard.isOriginPattern("https://"))
     }
 }
 

@@ -31,7 +31,9 @@ func hexBytes(_ hex: String) -> [UInt8] {
 
     @Test func readsLinksWithNamesAndFlags() {
         let links = captures.filter { $0.name.hasPrefix("linkdump") }.flatMap { Rtnetlink.parse($0.bytes).messages }
-            .compactMap { message -> RtLink? in if case .link(let link, false) = message { return link }; return nil }
+            .compactMap { message -> RtLink? in
+                if case .link(let link, false) = message { return link }; return nil
+            }
         #expect(links.map(\.name) == ["lo", "veth0", "veth1"])
         #expect(links[0].isLoopback)
         #expect(links[1].isUp && links[1].isRunning && !links[1].isLoopback)
@@ -39,7 +41,9 @@ func hexBytes(_ hex: String) -> [UInt8] {
 
     @Test func readsAddressesOfBothFamilies() {
         let addresses = Rtnetlink.parse(captures.first { $0.name == "addrdump 0" }!.bytes).messages
-            .compactMap { message -> RtAddress? in if case .address(let a, false) = message { return a }; return nil }
+            .compactMap { message -> RtAddress? in
+                if case .address(let a, false) = message { return a }; return nil
+            }
         #expect(addresses.map(\.text).contains("198.51.100.2"))
         #expect(addresses.map(\.text).contains("2001:db8:1:0:0:0:0:2"))
         #expect(addresses.filter(\.isGlobal).count == 3, "two IPv4 and one IPv6 global; link-local fe80:: is not")

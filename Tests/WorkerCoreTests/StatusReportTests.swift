@@ -23,10 +23,18 @@ indirect enum Shape: Sendable {
         case (.object(let required, let optional), .object(let object)):
             var problems: [String] = []
             for (key, shape) in required.sorted(by: { $0.key < $1.key }) {
-                if let member = object[key] { problems += shape.problems(member, at: "\(path).\(key)") } else { problems.append("\(path).\(key) is missing") }
+                if let member = object[key] {
+                    problems += shape.problems(member, at: "\(path).\(key)")
+                } else {
+                    problems.append("\(path).\(key) is missing")
+                }
             }
             for member in object.members where required[member.key] == nil {
-                if let shape = optional[member.key] { problems += shape.problems(member.value, at: "\(path).\(member.key)") } else { problems.append("\(path).\(member.key) is not documented") }
+                if let shape = optional[member.key] {
+                    problems += shape.problems(member.value, at: "\(path).\(member.key)")
+                } else {
+                    problems.append("\(path).\(member.key) is not documented")
+                }
             }
             return problems
         default:
@@ -46,8 +54,9 @@ enum DocumentedStatus {
     static let network = Shape.object(
         required: ["state": .string, "reason": .string],
         optional: ["satisfied": .bool, "interface": .nullable(.string), "since": .string, "lastHook": hook])
-    static let decision = Shape.object(required: ["allowed": .bool, "reason": .string, "forMs": .int],
-                                       optional: ["explanation": .string, "waitingFor": .string, "resumeInMs": .int])
+    static let decision = Shape.object(
+        required: ["allowed": .bool, "reason": .string, "forMs": .int],
+        optional: ["explanation": .string, "waitingFor": .string, "resumeInMs": .int])
     static let power = Shape.object(
         required: ["telemetry": .nullable(.map(of: .any)), "chargeGate": .string, "held": .map(of: .int), "reads": .int],
         optional: ["ageMs": .int, "decision": decision])
@@ -55,26 +64,36 @@ enum DocumentedStatus {
     /// What the coordinator's behaviour monitor has seen of this worker: always there.
     static let conduct = Shape.object(required: [
         "hold": .nullable(.string), "holdUntil": .nullable(.string), "consecutiveLocalFailures": .int, "released": .int,
-        "registrationsLastHour": .int, "resultsLastHour": .int, "monitorFindings": .array(of: .string)])
+        "registrationsLastHour": .int, "resultsLastHour": .int, "monitorFindings": .array(of: .string),
+    ])
     static let coordinator = Shape.object(
         required: ["url": .nullable(.string), "active": .bool, "conduct": conduct],
-        optional: ["state": .string, "registered": .bool, "lastHeartbeat": .nullable(.string), "lastHeartbeatLatencyMs": .nullable(.int),
-                   "consecutiveFailures": .int, "heartbeatFailures": .int, "backoffMs": .nullable(.int), "lastError": .nullable(.string),
-                   "rejection": .nullable(.string), "retryAt": .nullable(.string), "deferredReason": .nullable(.string),
-                   "subtasksDone": .int, "subtasksFailed": .int, "outboxDepth": .int, "running": .nullable(.string)])
+        optional: [
+            "state": .string, "registered": .bool, "lastHeartbeat": .nullable(.string), "lastHeartbeatLatencyMs": .nullable(.int),
+            "consecutiveFailures": .int, "heartbeatFailures": .int, "backoffMs": .nullable(.int), "lastError": .nullable(.string),
+            "rejection": .nullable(.string), "retryAt": .nullable(.string), "deferredReason": .nullable(.string),
+            "subtasksDone": .int, "subtasksFailed": .int, "outboxDepth": .int, "running": .nullable(.string),
+        ])
     /// While the coordinator session runs, every key of its status is there.
     static let coordinatorRunning = Shape.object(
-        required: ["url": .nullable(.string), "active": .bool, "conduct": conduct, "registered": .bool, "lastHeartbeat": .nullable(.string),
-                   "lastHeartbeatLatencyMs": .nullable(.int), "consecutiveFailures": .int, "heartbeatFailures": .int,
-                   "backoffMs": .nullable(.int), "lastError": .nullable(.string), "rejection": .nullable(.string),
-                   "retryAt": .nullable(.string), "deferredReason": .nullable(.string), "subtasksDone": .int,
-                   "subtasksFailed": .int, "outboxDepth": .int, "running": .nullable(.string)])
+        required: [
+            "url": .nullable(.string), "active": .bool, "conduct": conduct, "registered": .bool, "lastHeartbeat": .nullable(.string),
+            "lastHeartbeatLatencyMs": .nullable(.int), "consecutiveFailures": .int, "heartbeatFailures": .int,
+            "backoffMs": .nullable(.int), "lastError": .nullable(.string), "rejection": .nullable(.string),
+            "retryAt": .nullable(.string), "deferredReason": .nullable(.string), "subtasksDone": .int,
+            "subtasksFailed": .int, "outboxDepth": .int, "running": .nullable(.string),
+        ])
     static let backend = Shape.object(
         required: ["kind": .string, "url": .string, "model": .string, "modelState": .string, "detail": .string],
-        optional: ["checkedAt": .string, "modelSource": .string, "configuredModel": .string, "switchedAt": .string,
-                   "modelSwitch": .nullable(.object(required: ["phase": .string, "inProgress": .bool, "model": .nullable(.string),
-                                                               "rolloutId": .nullable(.string), "message": .string,
-                                                               "progressPct": .nullable(.any), "since": .string]))])
+        optional: [
+            "checkedAt": .string, "modelSource": .string, "configuredModel": .string, "switchedAt": .string,
+            "modelSwitch": .nullable(
+                .object(required: [
+                    "phase": .string, "inProgress": .bool, "model": .nullable(.string),
+                    "rolloutId": .nullable(.string), "message": .string,
+                    "progressPct": .nullable(.any), "since": .string,
+                ])),
+        ])
     static let bluetooth = Shape.object(required: [
         "active": .bool, "state": .string, "adapter": .nullable(.string), "address": .nullable(.string), "localName": .string,
         "applicationRegistered": .bool, "advertising": .bool, "problem": .nullable(.string),
@@ -96,14 +115,16 @@ enum DocumentedStatus {
         "identityProblem": .nullable(.string),
     ])
     static let presence = Shape.object(required: ["state": .string], optional: ["reason": .string])
-    static let host = Shape.object(required: ["hold": .nullable(.object(required: ["reason": .string, "explanation": .string]))],
-                                   optional: [
-        "systemBus": .string,
-        "logind": .object(required: ["state": .string, "inhibitor": .string, "sleep": .string, "lastResume": .nullable(.string)],
-                          optional: ["reason": .string]),
-        "networkManager": .object(required: ["state": .string, "metered": .nullable(.string)], optional: ["reason": .string]),
-        "powerProfiles": .object(required: ["state": .string, "activeProfile": .nullable(.string)], optional: ["reason": .string]),
-    ])
+    static let host = Shape.object(
+        required: ["hold": .nullable(.object(required: ["reason": .string, "explanation": .string]))],
+        optional: [
+            "systemBus": .string,
+            "logind": .object(
+                required: ["state": .string, "inhibitor": .string, "sleep": .string, "lastResume": .nullable(.string)],
+                optional: ["reason": .string]),
+            "networkManager": .object(required: ["state": .string, "metered": .nullable(.string)], optional: ["reason": .string]),
+            "powerProfiles": .object(required: ["state": .string, "activeProfile": .nullable(.string)], optional: ["reason": .string]),
+        ])
     static let status = Shape.object(required: [
         "summary": .string, "agentId": .string, "mode": mode, "network": network, "power": power, "policy": policy,
         "coordinator": coordinator, "backend": backend, "bluetooth": bluetooth, "daemon": daemon, "host": host,
@@ -112,7 +133,9 @@ enum DocumentedStatus {
         "counters": counters, "execution": execution,
     ])
     static let execution = Shape.object(
-        required: ["mode": .string, "answering": .string, "sandboxMode": .string, "why": .string, "engine": .string, "image": .string, "sandbox": .string],
+        required: [
+            "mode": .string, "answering": .string, "sandboxMode": .string, "why": .string, "engine": .string, "image": .string, "sandbox": .string,
+        ],
         optional: ["sandboxDetail": .string, "checkedAt": .string])
     static let counters = Shape.object(required: [
         "subtasksDone": .int, "subtasksFailed": .int, "subtasksReleased": .map(of: .int), "heartbeatsSent": .int, "heartbeatsFailed": .int,
@@ -128,8 +151,9 @@ enum DocumentedStatus {
     static func fresh() -> StatusSnapshot {
         StatusSnapshot(
             nowMs: now, agentID: "laptop-0123456789ab",
-            daemon: .init(version: "0.1.0", pid: 4242, startedAtMs: started, configPath: "/etc/edgecoder-worker/config.json",
-                          stateDirectory: "/var/lib/edgecoder-worker", controlSocket: "/run/edgecoder-worker/control.sock"),
+            daemon: .init(
+                version: "0.1.0", pid: 4242, startedAtMs: started, configPath: "/etc/edgecoder-worker/config.json",
+                stateDirectory: "/var/lib/edgecoder-worker", controlSocket: "/run/edgecoder-worker/control.sock"),
             mode: .fresh(nowMs: started), runtime: RuntimeState(phase: .idle, reason: "mode off"),
             power: .init(telemetry: nil, ageMs: 0, decision: nil, monotonicNowMs: 50_000, chargeGateBlocked: false, held: HoldCounters()),
             policy: PowerPolicy(), bluetoothMaxClients: 1,
@@ -224,7 +248,8 @@ enum DocumentedStatus {
 
     static func restoredAfterDowngrade() -> StatusSnapshot {
         var s = running(.bluetooth)
-        s.mode = ModeState(mode: .bluetooth, sinceMs: started + 2_000, reason: "downgrade: network lost", downgraded: true, restoredAtMs: now - 10_000)
+        s.mode = ModeState(
+            mode: .bluetooth, sinceMs: started + 2_000, reason: "downgrade: network lost", downgraded: true, restoredAtMs: now - 10_000)
         s.lastHook = .init(name: "networkRestored", outcome: "exited 0", succeeded: true, timeMs: now - 9_000)
         return s
     }
@@ -245,8 +270,9 @@ enum DocumentedStatus {
 
     @Test func aRefusedReloadAHostHoldAndKeysAwaitingARestartAreInTheSummaryAndTheJSON() {
         var snapshot = Self.fresh()
-        snapshot.daemon.configReload = ConfigReloadStatus(atMs: Self.now, outcome: .refused, problems: ["x.json: typo: unknown key"],
-                                                          restartKeys: ["bluetooth.maxClients"])
+        snapshot.daemon.configReload = ConfigReloadStatus(
+            atMs: Self.now, outcome: .refused, problems: ["x.json: typo: unknown key"],
+            restartKeys: ["bluetooth.maxClients"])
         var host = HostServices()
         host.busConnected = true
         host.networkManager = .present
@@ -272,9 +298,14 @@ enum DocumentedStatus {
         #expect(json["power"]?["ageMs"] == nil && json["power"]?["decision"] == nil)
         #expect(json["power"]?["chargeGate"] == "open")
         #expect(json["power"]?["held"]?.objectValue?.keys == HoldReason.allCases.map(\.rawValue) + LocalHoldReason.allCases.map(\.rawValue))
-        #expect(json["coordinator"] == ["state": "not running", "url": .null, "active": false, "conduct": [
-            "hold": .null, "holdUntil": .null, "consecutiveLocalFailures": 0, "released": 0, "registrationsLastHour": 0,
-            "resultsLastHour": 0, "monitorFindings": []]])
+        #expect(
+            json["coordinator"] == [
+                "state": "not running", "url": .null, "active": false,
+                "conduct": [
+                    "hold": .null, "holdUntil": .null, "consecutiveLocalFailures": 0, "released": 0, "registrationsLastHour": 0,
+                    "resultsLastHour": 0, "monitorFindings": [],
+                ],
+            ])
         #expect(json["bluetooth"]?["active"] == false)
         #expect(json["bluetooth"]?["state"] == "inactive")
         #expect(json["backend"]?["modelState"] == "idle")
@@ -351,8 +382,13 @@ enum DocumentedStatus {
     @Test func recoveredStateFilesAreListedAndCounted() {
         let report = StatusReport(Self.recoveredFiles())
         #expect(report.summary == "mode off, idle; 1 state file(s) recovered")
-        #expect(report.json["recoveredStateFiles"] == [["file": "mode.json", "movedTo": "mode.json.corrupt-1700000000000",
-                                                         "problem": "is not valid JSON", "time": "2023-11-14T22:13:20.000Z"]])
+        #expect(
+            report.json["recoveredStateFiles"] == [
+                [
+                    "file": "mode.json", "movedTo": "mode.json.corrupt-1700000000000",
+                    "problem": "is not valid JSON", "time": "2023-11-14T22:13:20.000Z",
+                ]
+            ])
     }
 
     @Test func aStateDirectoryThatCannotBeWrittenIsShownUntilFixed() {
@@ -368,8 +404,11 @@ enum DocumentedStatus {
         #expect(mode?["downgraded"] == true)
         #expect(mode?["networkRestoredAt"]?.stringValue?.hasSuffix("Z") == true)
         #expect(mode?["networkRestoredNotice"]?.stringValue?.contains("edgecoder-worker mode on") == true)
-        #expect(report.json["network"]?["lastHook"] == ["name": "networkRestored", "outcome": "exited 0", "ok": true,
-                                                        "time": .string(formatUTC(milliseconds: Self.now - 9_000))])
+        #expect(
+            report.json["network"]?["lastHook"] == [
+                "name": "networkRestored", "outcome": "exited 0", "ok": true,
+                "time": .string(formatUTC(milliseconds: Self.now - 9_000)),
+            ])
     }
 
     @Test func aLostNetworkIsInTheSummary() {

@@ -277,7 +277,11 @@ extension WorkerConfig {
                     case "apiKey":
                         // The key itself is never quoted in a problem.
                         if let key = reader.string(value, path: path, maxLength: 4096, nonEmpty: true) {
-                            if key.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7F }) { config.backend.apiKey = key } else { reader.problem(path, "must be printable ASCII without spaces (it goes into an HTTP header)") }
+                            if key.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7F }) {
+                                config.backend.apiKey = key
+                            } else {
+                                reader.problem(path, "must be printable ASCII without spaces (it goes into an HTTP header)")
+                            }
                         }
                     case "allowRemoteModelSwitch":
                         reader.bool(value, path: path).map {
@@ -291,7 +295,8 @@ extension WorkerConfig {
                     }
                 }
                 if config.backend.apiKey != nil, !config.backend.allowInsecureHttp,
-                    let problem = HTTPURL.cleartextProblem(config.backend.url, sending: "backend.apiKey", allowedBy: "backend.allowInsecureHttp") {
+                    let problem = HTTPURL.cleartextProblem(config.backend.url, sending: "backend.apiKey", allowedBy: "backend.allowInsecureHttp")
+                {
                     reader.problem(path + ".apiKey", problem)
                 }
             case "policy":
@@ -299,7 +304,8 @@ extension WorkerConfig {
                 reader.members(of: object, path: path) { reader, key, value, path in
                     // Its config key is backend.allowRemoteModelSwitch; one place to set it.
                     if key == "allowRemoteModelSwitch" {
-                        reader.problem(path, "set backend.allowRemoteModelSwitch in the config (policy set allowRemoteModelSwitch overrides it per host)")
+                        reader.problem(
+                            path, "set backend.allowRemoteModelSwitch in the config (policy set allowRemoteModelSwitch overrides it per host)")
                         return
                     }
                     if let problem = config.policy.set(key: key, json: value) {
@@ -309,7 +315,9 @@ extension WorkerConfig {
                     }
                 }
                 if config.policy.resumeBatteryPct < config.policy.minBatteryPct {
-                    reader.problem(path + ".resumeBatteryPct", "must be at least policy.minBatteryPct (\(config.policy.minBatteryPct)), got \(config.policy.resumeBatteryPct)")
+                    reader.problem(
+                        path + ".resumeBatteryPct",
+                        "must be at least policy.minBatteryPct (\(config.policy.minBatteryPct)), got \(config.policy.resumeBatteryPct)")
                 }
             case "network":
                 guard let object = reader.object(value, path: path) else { return }
@@ -326,14 +334,21 @@ extension WorkerConfig {
                     switch key {
                     case "adapter":
                         if let name = reader.string(value, path: path) {
-                            if isAdapterName(name) { config.bluetooth.adapter = name } else { reader.problem(path, "must be an adapter name like \"hci0\", got \"\(printable(name))\"") }
+                            if isAdapterName(name) {
+                                config.bluetooth.adapter = name
+                            } else {
+                                reader.problem(path, "must be an adapter name like \"hci0\", got \"\(printable(name))\"")
+                            }
                         }
                     case "maxRequestBytes": reader.int(value, path: path, 1_024...1_048_576).map { config.bluetooth.maxRequestBytes = $0 }
                     case "maxQueuedRequests": reader.int(value, path: path, 1...1_024).map { config.bluetooth.maxQueuedRequests = $0 }
                     case "chunkPacingMs":
                         if value.intValue == 0 {
                             // Accepted once; it loses answers (protocol-bluetooth §3): say why rather than a bare range.
-                            reader.problem(path, "must be in 1…1000: 0 sends notifications back to back, and bluetoothd spreads them over its parallel ATT bearers (EATT), so clients receive the chunks out of order and cannot read the answer")
+                            reader.problem(
+                                path,
+                                "must be in 1…1000: 0 sends notifications back to back, and bluetoothd spreads them over its parallel ATT bearers (EATT), so clients receive the chunks out of order and cannot read the answer"
+                            )
                         } else {
                             reader.int(value, path: path, 1...1_000).map { config.bluetooth.chunkPacingMs = $0 }
                         }
@@ -341,7 +356,8 @@ extension WorkerConfig {
                     case "maxClients": reader.int(value, path: path, 1...16).map { config.bluetooth.maxClients = $0 }
                     case "maxTokens": reader.int(value, path: path, 1...32_768).map { config.bluetooth.maxTokens = $0 }
                     case "security": reader.choice(value, path: path, BluetoothSecurity.self).map { config.bluetooth.security = $0 }
-                    case "pairingAgent": reader.choice(value, path: path, BluetoothPairingAgentSetting.self).map { config.bluetooth.pairingAgent = $0 }
+                    case "pairingAgent":
+                        reader.choice(value, path: path, BluetoothPairingAgentSetting.self).map { config.bluetooth.pairingAgent = $0 }
                     case "allowedClients": reader.allowedClients(value, path: path).map { config.bluetooth.allowedClients = $0 }
                     case "clientIdleSec": reader.int(value, path: path, 5...86_400).map { config.bluetooth.clientIdleSec = $0 }
                     default: reader.unknown(path)
@@ -354,12 +370,20 @@ extension WorkerConfig {
                     case "mode": reader.choice(value, path: path, ExecutionMode.self).map { config.execution.mode = $0 }
                     case "engine":
                         if let engine = reader.string(value, path: path, maxLength: 256, nonEmpty: true) {
-                            if WorkerConfig.Execution.isWord(engine) { config.execution.engine = engine } else { reader.problem(path, "must be a command name or an absolute path without spaces, got \"\(printable(engine))\"") }
+                            if WorkerConfig.Execution.isWord(engine) {
+                                config.execution.engine = engine
+                            } else {
+                                reader.problem(path, "must be a command name or an absolute path without spaces, got \"\(printable(engine))\"")
+                            }
                         }
                     case "engineArguments": reader.words(value, path: path, max: 32).map { config.execution.engineArguments = $0 }
                     case "image":
                         if let image = reader.string(value, path: path, maxLength: 256, nonEmpty: true) {
-                            if WorkerConfig.Execution.isWord(image), !image.hasPrefix("-") { config.execution.image = image } else { reader.problem(path, "must be an image name like \"localhost/edgecoder-sandbox:1\", got \"\(printable(image))\"") }
+                            if WorkerConfig.Execution.isWord(image), !image.hasPrefix("-") {
+                                config.execution.image = image
+                            } else {
+                                reader.problem(path, "must be an image name like \"localhost/edgecoder-sandbox:1\", got \"\(printable(image))\"")
+                            }
                         }
                     case "timeoutMs": reader.int(value, path: path, 500...600_000).map { config.execution.timeoutMs = $0 }
                     default: reader.unknown(path)
@@ -369,7 +393,8 @@ extension WorkerConfig {
                 guard let object = reader.object(value, path: path) else { return }
                 reader.members(of: object, path: path) { reader, key, value, path in
                     switch key {
-                    case "networkRestored": reader.string(value, path: path, maxLength: 4096, nonEmpty: true).map { config.hooks.networkRestored = $0 }
+                    case "networkRestored":
+                        reader.string(value, path: path, maxLength: 4096, nonEmpty: true).map { config.hooks.networkRestored = $0 }
                     case "timeoutMs": reader.int(value, path: path, 100...600_000).map { config.hooks.timeoutMs = $0 }
                     default: reader.unknown(path)
                     }
@@ -388,7 +413,11 @@ extension WorkerConfig {
                     switch key {
                     case "readGroup":
                         if let name = reader.string(value, path: path, maxLength: 32, nonEmpty: true) {
-                            if isPosixName(name) { config.control.readGroup = name } else { reader.problem(path, "must be a group name (letters, digits, '_', '-'), got \"\(printable(name))\"") }
+                            if isPosixName(name) {
+                                config.control.readGroup = name
+                            } else {
+                                reader.problem(path, "must be a group name (letters, digits, '_', '-'), got \"\(printable(name))\"")
+                            }
                         }
                     default: reader.unknown(path)
                     }
@@ -489,7 +518,11 @@ struct ConfigReader {
 
     mutating func int(_ value: JSONValue, path: String, _ range: ClosedRange<Int64>) -> Int64? {
         guard let number = value.intValue else {
-            if case .double = value { problem(path, "must be a whole number in \(range.lowerBound)…\(range.upperBound), got \(value.serialized)") } else { problem(path, "must be an integer, got \(value.typeDescription)") }
+            if case .double = value {
+                problem(path, "must be a whole number in \(range.lowerBound)…\(range.upperBound), got \(value.serialized)")
+            } else {
+                problem(path, "must be an integer, got \(value.typeDescription)")
+            }
             return nil
         }
         guard range.contains(number) else {
@@ -520,7 +553,9 @@ struct ConfigReader {
         for (index, item) in items.enumerated() {
             guard let text = string(item, path: "\(path)[\(index)]", maxLength: 253, nonEmpty: true) else { return nil }
             guard ModelSwitchRequest.isRegistryHost(text) else {
-                problem("\(path)[\(index)]", "must be a registry host like \"registry.example.com\" or \"10.0.0.5:5000\" (no scheme, no path), got \"\(printable(text))\"")
+                problem(
+                    "\(path)[\(index)]",
+                    "must be a registry host like \"registry.example.com\" or \"10.0.0.5:5000\" (no scheme, no path), got \"\(printable(text))\"")
                 return nil
             }
             if !hosts.contains(text.lowercased()) { hosts.append(text.lowercased()) }
@@ -596,7 +631,11 @@ public enum HTTPURL {
     public static func validationProblem(_ text: String) -> String? {
         let lower = text.lowercased()
         let rest: Substring
-        if lower.hasPrefix("https://") { rest = text.dropFirst(8) } else if lower.hasPrefix("http://") { rest = text.dropFirst(7) } else {
+        if lower.hasPrefix("https://") {
+            rest = text.dropFirst(8)
+        } else if lower.hasPrefix("http://") {
+            rest = text.dropFirst(7)
+        } else {
             return "must be an http:// or https:// URL, got \"\(printable(text))\""
         }
         if text.unicodeScalars.contains(where: { $0.value <= 0x20 || $0.value == 0x7F }) {
@@ -611,8 +650,10 @@ public enum HTTPURL {
     /// Why a coordinator URL would send the tokens in clear text: `http://` to a host
     /// that is not loopback. nil for https and for loopback (127.0.0.0/8, ::1, localhost).
     /// `sending` names the secret, `allowedBy` the key that accepts the risk.
-    public static func cleartextProblem(_ text: String, sending secret: String = "the registration and mesh tokens",
-                                        allowedBy key: String = "coordinator.allowInsecureHttp") -> String? {
+    public static func cleartextProblem(
+        _ text: String, sending secret: String = "the registration and mesh tokens",
+        allowedBy key: String = "coordinator.allowInsecureHttp"
+    ) -> String? {
         guard text.lowercased().hasPrefix("http://"), let host = host(of: text), !isLoopback(host) else { return nil }
         return "http:// to \(printable(host)) would send \(secret) unencrypted; use https://, "
             + "or set \(key) to true (only on a network you trust); plain http is allowed to loopback addresses"
@@ -656,7 +697,9 @@ public enum AgentID {
     public static func validationProblem(_ id: String) -> String? {
         if id.isEmpty { return "must not be empty" }
         if id.utf8.count > maxBytes { return "must be at most \(maxBytes) characters, got \(id.utf8.count)" }
-        let ok = id.unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "-" || $0 == "_" || $0 == ".") }
+        let ok = id.unicodeScalars.allSatisfy {
+            $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "-" || $0 == "_" || $0 == ".")
+        }
         return ok ? nil : "may hold only letters, digits, '-', '_' and '.', got \"\(printable(id))\""
     }
 }

@@ -24,44 +24,44 @@ public enum ConfigReference {
     }
 
     static let intro = #"""
-One JSON object at `/etc/edgecoder-worker/config.json` (`--config F` or
-`$EDGECODER_WORKER_CONFIG` override). Every key is optional; a missing file at the
-default path means all defaults. An unknown key, a wrong type, a URL that is not
-http(s), or a number out of range is refused by both `edgecoder-worker config check` and
-`run`, with the key's path and the problem, exit code 2. All problems are reported at
-once. Files over 1 MiB are refused. Durations are in milliseconds.
-"""#
+        One JSON object at `/etc/edgecoder-worker/config.json` (`--config F` or
+        `$EDGECODER_WORKER_CONFIG` override). Every key is optional; a missing file at the
+        default path means all defaults. An unknown key, a wrong type, a URL that is not
+        http(s), or a number out of range is refused by both `edgecoder-worker config check` and
+        `run`, with the key's path and the problem, exit code 2. All problems are reported at
+        once. Files over 1 MiB are refused. Durations are in milliseconds.
+        """#
 
     static let rest = #"""
-## 2. Reload
+        ## 2. Reload
 
-`systemctl reload edgecoder-worker` (`edgecoder-worker reload`, or `kill -HUP` of the daemon) reads the
-file again without a restart. An invalid or unreadable file is refused: the running
-config is kept, the reason (every problem, with its key) is logged and shown in
-`status` (`daemon.configReload`, `config reload refused` in the summary) until a later
-reload succeeds. What changed applies at once when it can without dropping a running
-subtask or a Bluetooth client: `policy.*`, `backend.allowRemoteModelSwitch`,
-`coordinator.heartbeatIntervalMs`, `coordinator.pullIntervalMs`, `network.onMetered`,
-`log.level`. `bluetooth.security` and `bluetooth.pairingAgent` apply at once too, by
-starting the Bluetooth session again (its clients are disconnected and reconnect): bluetoothd
-reads the characteristics' flags only when the application registers, and a client admitted
-at the old level must not keep a link the new one would refuse. Every other key is read by a part when it starts (the coordinator session,
-the Bluetooth peripheral, the model backend, the control socket): its running value is
-kept, and `status` lists it under `needs a restart to apply` until `systemctl restart`.
-`coordinator.url`, `coordinator.allowInsecureHttp` and `coordinator.registrationToken` are
-read when mode `on` starts: while it is stopped a reload takes them for the next start
-(this is how `edgecoder-worker enroll` points a running daemon at a coordinator).
-Each reload is an event (`config-reloaded` or `config-refused`). Under systemd the daemon
-sends `RELOADING=1` (with `MONOTONIC_USEC=`) and `READY=1` when done, so `systemctl
-reload` returns once the file is taken or refused.
+        `systemctl reload edgecoder-worker` (`edgecoder-worker reload`, or `kill -HUP` of the daemon) reads the
+        file again without a restart. An invalid or unreadable file is refused: the running
+        config is kept, the reason (every problem, with its key) is logged and shown in
+        `status` (`daemon.configReload`, `config reload refused` in the summary) until a later
+        reload succeeds. What changed applies at once when it can without dropping a running
+        subtask or a Bluetooth client: `policy.*`, `backend.allowRemoteModelSwitch`,
+        `coordinator.heartbeatIntervalMs`, `coordinator.pullIntervalMs`, `network.onMetered`,
+        `log.level`. `bluetooth.security` and `bluetooth.pairingAgent` apply at once too, by
+        starting the Bluetooth session again (its clients are disconnected and reconnect): bluetoothd
+        reads the characteristics' flags only when the application registers, and a client admitted
+        at the old level must not keep a link the new one would refuse. Every other key is read by a part when it starts (the coordinator session,
+        the Bluetooth peripheral, the model backend, the control socket): its running value is
+        kept, and `status` lists it under `needs a restart to apply` until `systemctl restart`.
+        `coordinator.url`, `coordinator.allowInsecureHttp` and `coordinator.registrationToken` are
+        read when mode `on` starts: while it is stopped a reload takes them for the next start
+        (this is how `edgecoder-worker enroll` points a running daemon at a coordinator).
+        Each reload is an event (`config-reloaded` or `config-refused`). Under systemd the daemon
+        sends `RELOADING=1` (with `MONOTONIC_USEC=`) and `READY=1` when done, so `systemctl
+        reload` returns once the file is taken or refused.
 
-## 3. Examples
+        ## 3. Examples
 
-`Config/edgecoder-worker.json` is the example config (used by `make run`); `Config/hosts/`
-has per-host policy examples: a laptop that works only on power with a patient resume, a
-Raspberry Pi with llama.cpp's server that tolerates heat, a server that ignores
-low-power mode. None of them sets `bluetooth.pairingAgent`: `auto` already lets a headless
-Pi or server answer Just Works pairings itself with `security: "encrypted"`, and leaves a
-laptop's desktop agent in charge.
-"""#
+        `Config/edgecoder-worker.json` is the example config (used by `make run`); `Config/hosts/`
+        has per-host policy examples: a laptop that works only on power with a patient resume, a
+        Raspberry Pi with llama.cpp's server that tolerates heat, a server that ignores
+        low-power mode. None of them sets `bluetooth.pairingAgent`: `auto` already lets a headless
+        Pi or server answer Just Works pairings itself with `security: "encrypted"`, and leaves a
+        laptop's desktop agent in charge.
+        """#
 }

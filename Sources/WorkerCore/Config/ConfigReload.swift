@@ -148,13 +148,14 @@ public struct ConfigReloadStatus: Sendable, Equatable {
     }
 
     public var json: JSONValue {
-        .object(JSONObject([
-            ("at", .string(formatUTC(milliseconds: atMs))),
-            ("outcome", .string(outcome.rawValue)),
-            ("problems", .array(problems.map { .string($0) })),
-            ("applied", .array(appliedKeys.map { .string($0) })),
-            ("needsRestart", .array(restartKeys.map { .string($0) })),
-        ]))
+        .object(
+            JSONObject([
+                ("at", .string(formatUTC(milliseconds: atMs))),
+                ("outcome", .string(outcome.rawValue)),
+                ("problems", .array(problems.map { .string($0) })),
+                ("applied", .array(appliedKeys.map { .string($0) })),
+                ("needsRestart", .array(restartKeys.map { .string($0) })),
+            ]))
     }
 
     /// One line for the log and the event.

@@ -232,10 +232,13 @@ public struct CoordinatorConduct: Sendable, Equatable {
         object["lastHeartbeatAtMs"] = .optional(lastHeartbeatAtMs)
         object["claims"] = .array(claims.map { .int($0) })
         object["registrations"] = .array(registrations.map { .int($0) })
-        object["results"] = .array(results.map { result -> JSONValue in
-            ["atMs": .int(result.atMs), "ok": .bool(result.ok), "hash": .string(String(result.outputHash, radix: 16)),
-             "length": .int(Int64(result.outputLength)), "durationMs": .int(result.durationMs)]
-        })
+        object["results"] = .array(
+            results.map { result -> JSONValue in
+                [
+                    "atMs": .int(result.atMs), "ok": .bool(result.ok), "hash": .string(String(result.outputHash, radix: 16)),
+                    "length": .int(Int64(result.outputLength)), "durationMs": .int(result.durationMs),
+                ]
+            })
         if let gap {
             object["gap"] = ["clearsAtMs": .int(gap.clearsAtMs), "evaluationsLeft": .int(Int64(gap.evaluationsLeft)), "gapMs": .int(gap.gapMs)]
         }
@@ -255,14 +258,16 @@ public struct CoordinatorConduct: Sendable, Equatable {
             return numbers.count == list.count ? numbers.sorted() : nil
         }
         guard let claims = times("claims"), let registrations = times("registrations"),
-              let rawResults = value["results"]?.arrayValue, rawResults.count <= maxStoredEntries else { return nil }
+            let rawResults = value["results"]?.arrayValue, rawResults.count <= maxStoredEntries
+        else { return nil }
         var conduct = CoordinatorConduct()
         conduct.claims = claims
         conduct.registrations = registrations
         for raw in rawResults {
             guard let at = raw["atMs"]?.intValue, let ok = raw["ok"]?.boolValue, let hashText = raw["hash"]?.stringValue,
-                  let hash = UInt64(hashText, radix: 16), let length = raw["length"]?.intValue, length >= 0, length <= Int64(Int32.max),
-                  let duration = raw["durationMs"]?.intValue else { return nil }
+                let hash = UInt64(hashText, radix: 16), let length = raw["length"]?.intValue, length >= 0, length <= Int64(Int32.max),
+                let duration = raw["durationMs"]?.intValue
+            else { return nil }
             conduct.results.append(Posted(atMs: at, ok: ok, outputHash: hash, outputLength: Int(length), durationMs: duration))
         }
         if let last = value["lastHeartbeatAtMs"], last != .null {
@@ -271,11 +276,13 @@ public struct CoordinatorConduct: Sendable, Equatable {
         }
         if let gap = value["gap"], gap != .null {
             guard let clears = gap["clearsAtMs"]?.intValue, let left = gap["evaluationsLeft"]?.intValue, (0...1).contains(left),
-                  let gapMs = gap["gapMs"]?.intValue else { return nil }
+                let gapMs = gap["gapMs"]?.intValue
+            else { return nil }
             conduct.gap = GapHold(clearsAtMs: clears, evaluationsLeft: Int(left), gapMs: gapMs)
         }
         guard let failures = value["consecutiveLocalFailures"]?.intValue, (0...1_000_000).contains(failures),
-              let released = value["released"]?.intValue, released >= 0 else { return nil }
+            let released = value["released"]?.intValue, released >= 0
+        else { return nil }
         conduct.consecutiveLocalFailures = Int(failures)
         conduct.released = released
         if let until = value["breakerUntilMs"], until != .null {

@@ -7,8 +7,10 @@ public enum CoordinatorWire {
     /// The coordinator refuses bodies over 1 MiB (413); a result's output is cut to fit.
     public static let maxBodyBytes = 1_048_576
 
-    public static func register(agentID: String, version: String, registrationToken: String?,
-                                provider: WorkerConfig.BackendKind, telemetry: JSONValue, sandboxMode: String = "none") -> JSONValue {
+    public static func register(
+        agentID: String, version: String, registrationToken: String?,
+        provider: WorkerConfig.BackendKind, telemetry: JSONValue, sandboxMode: String = "none"
+    ) -> JSONValue {
         var body = JSONObject([
             ("agentId", .string(agentID)), ("os", "linux"), ("version", .string(version)), ("mode", "swarm-only"),
         ])
@@ -25,8 +27,10 @@ public enum CoordinatorWire {
 
     /// `activeModelParamSize` (billions of parameters, a number in the coordinator's
     /// schema) goes only with `activeModel`, and only when known, positive and finite.
-    public static func heartbeat(agentID: String, telemetry: JSONValue, activeModel: String?, activeModelParamSize: Double? = nil,
-                                 modelSwapInProgress: Bool = false, sandboxMode: String = "none") -> JSONValue {
+    public static func heartbeat(
+        agentID: String, telemetry: JSONValue, activeModel: String?, activeModelParamSize: Double? = nil,
+        modelSwapInProgress: Bool = false, sandboxMode: String = "none"
+    ) -> JSONValue {
         var body = JSONObject([("agentId", .string(agentID)), ("powerTelemetry", telemetry)])
         if let activeModel {
             body["activeModel"] = .string(activeModel)
@@ -108,18 +112,23 @@ public struct Subtask: Sendable, Equatable {
         case nil, .null?: language = nil
         case .string(let name)?:
             guard let known = CodeLanguage(rawValue: name) else {
-                return .failure(.unrunnable(id: id, taskID: taskID, reason: "malformed_subtask: language \"\(printable(name, limit: 32))\" is not one of python, javascript"))
+                return .failure(
+                    .unrunnable(
+                        id: id, taskID: taskID,
+                        reason: "malformed_subtask: language \"\(printable(name, limit: 32))\" is not one of python, javascript"))
             }
             language = known
         case let other?:
             return .failure(.unrunnable(id: id, taskID: taskID, reason: "malformed_subtask: language is \(other.typeDescription), not a string"))
         }
-        return .success(Subtask(id: id, taskID: taskID, kind: value["kind"]?.stringValue ?? "single_step", input: input, timeoutMs: timeout, language: language))
+        return .success(
+            Subtask(id: id, taskID: taskID, kind: value["kind"]?.stringValue ?? "single_step", input: input, timeoutMs: timeout, language: language))
     }
 
     /// Ids end up in file names and logs: printable ASCII without separators, bounded.
     public static func isSafeID(_ id: String) -> Bool {
-        !id.isEmpty && id.utf8.count <= 200 && id.unicodeScalars.allSatisfy { $0.isASCII && $0.value > 0x20 && $0.value < 0x7F && $0 != "/" && $0 != "\\" }
+        !id.isEmpty && id.utf8.count <= 200
+            && id.unicodeScalars.allSatisfy { $0.isASCII && $0.value > 0x20 && $0.value < 0x7F && $0 != "/" && $0 != "\\" }
     }
 }
 
@@ -145,8 +154,9 @@ public struct SubtaskResult: Sendable, Equatable {
     /// an empty output, and never the same text for two subtasks (the coordinator bans an
     /// agent whose outputs repeat or are empty), so it names the subtask and the reason.
     public static func unrunnable(subtaskID: String, taskID: String, reason: String, durationMs: Int64 = 0) -> SubtaskResult {
-        SubtaskResult(subtaskID: subtaskID, taskID: taskID, ok: false,
-                      output: "subtask \(subtaskID) of task \(taskID) was not run: \(reason)", error: reason, durationMs: durationMs)
+        SubtaskResult(
+            subtaskID: subtaskID, taskID: taskID, ok: false,
+            output: "subtask \(subtaskID) of task \(taskID) was not run: \(reason)", error: reason, durationMs: durationMs)
     }
 
     /// An error text is a reason, not a payload: longer ones are cut to this (UTF-8 bytes).
@@ -157,7 +167,9 @@ public struct SubtaskResult: Sendable, Equatable {
     /// text, so an outbox file is never larger than `maxStoredBytes`.
     public var bounded: SubtaskResult {
         var result = boundedError
-        guard let output = CoordinatorWire.result(result, agentID: String(repeating: "a", count: AgentID.maxBytes))["output"]?.stringValue else { return result }
+        guard let output = CoordinatorWire.result(result, agentID: String(repeating: "a", count: AgentID.maxBytes))["output"]?.stringValue else {
+            return result
+        }
         result.output = output
         return result
     }
@@ -182,7 +194,8 @@ public struct SubtaskResult: Sendable, Equatable {
 
     public static func from(json value: JSONValue) -> SubtaskResult? {
         guard let id = value["subtaskId"]?.stringValue, let task = value["taskId"]?.stringValue, let ok = value["ok"]?.boolValue,
-              let output = value["output"]?.stringValue, let duration = value["durationMs"]?.intValue else { return nil }
+            let output = value["output"]?.stringValue, let duration = value["durationMs"]?.intValue
+        else { return nil }
         return SubtaskResult(subtaskID: id, taskID: task, ok: ok, output: output, error: value["error"]?.stringValue, durationMs: duration)
     }
 }
@@ -310,7 +323,8 @@ public enum RecoveryPlan {
 
         public static func from(json value: JSONValue) -> JournalEntry? {
             guard let pulled = value["pulledAtMs"]?.intValue, let raw = value["subtask"],
-                  case .success(let subtask) = Subtask.parse(raw) else { return nil }
+                case .success(let subtask) = Subtask.parse(raw)
+            else { return nil }
             return JournalEntry(subtask: subtask, pulledAtMs: pulled)
         }
     }

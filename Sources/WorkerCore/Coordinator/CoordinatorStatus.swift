@@ -20,8 +20,10 @@ public struct CoordinatorStatus: Sendable, Equatable {
     public init() {}
 
     public var json: JSONValue {
-        var object = JSONObject([("registered", .bool(registered)), ("consecutiveFailures", .int(consecutiveFailures)),
-                                 ("heartbeatFailures", .int(heartbeatFailures))])
+        var object = JSONObject([
+            ("registered", .bool(registered)), ("consecutiveFailures", .int(consecutiveFailures)),
+            ("heartbeatFailures", .int(heartbeatFailures)),
+        ])
         object["lastHeartbeat"] = lastHeartbeatAtMs.map { .string(formatUTC(milliseconds: $0)) } ?? .null
         object["lastHeartbeatLatencyMs"] = .optional(lastHeartbeatLatencyMs)
         object["backoffMs"] = .optional(backoffMs)

@@ -20,8 +20,9 @@ public enum ModelParameterSize {
         }
         let number = trimmed.dropLast()
         guard number.first != ".", number.last != ".", number.filter({ $0 == "." }).count <= 1,
-              number.allSatisfy({ ($0 >= "0" && $0 <= "9") || $0 == "." }),
-              let value = Double(number), value.isFinite, value > 0 else { return nil }
+            number.allSatisfy({ ($0 >= "0" && $0 <= "9") || $0 == "." }),
+            let value = Double(number), value.isFinite, value > 0
+        else { return nil }
         let billions = value * scale
         // Beyond a million billion it is not a model; the bound also keeps Float finite.
         guard billions.isFinite, billions > 0, billions < 1e6 else { return nil }

@@ -67,14 +67,17 @@ public struct ModelSwitchRequest: Sendable, Equatable {
             return .refuse("model name \"\(printable(model))\" carries a URL scheme: name the model as Ollama does ([host/]namespace/model[:tag])")
         }
         if let host = ModelSwitchRequest.registryHost(of: model), !allowedRegistries.contains(host.lowercased()) {
-            return .refuse("model name \"\(printable(model))\" names the registry \(printable(host)): this worker pulls only from the model server's default registry unless the host is listed in backend.allowedModelRegistries")
+            return .refuse(
+                "model name \"\(printable(model))\" names the registry \(printable(host)): this worker pulls only from the model server's default registry unless the host is listed in backend.allowedModelRegistries"
+            )
         }
         return autoInstall ? .pull(model: model) : .switchInstalled(model: model)
     }
 
     /// Why a switch is refused when the permission is off (at the start, or turned off
     /// while the switch waits or pulls).
-    public static let notAllowed = "remote model switch is off on this worker: set backend.allowRemoteModelSwitch true in its config, or run `edgecoder-worker policy set allowRemoteModelSwitch true` on the host"
+    public static let notAllowed =
+        "remote model switch is off on this worker: set backend.allowRemoteModelSwitch true in its config, or run `edgecoder-worker policy set allowRemoteModelSwitch true` on the host"
 
     /// The registry host a model name carries, lowercased; nil for the default registry.
     /// Docker's reference grammar reads a first component with a `.` or `:`, `localhost`,
@@ -91,7 +94,9 @@ public struct ModelSwitchRequest: Sendable, Equatable {
     /// a host name or address with an optional port, no scheme, no path.
     public static func isRegistryHost(_ text: String) -> Bool {
         !text.isEmpty && text.utf8.count <= 253 && !text.hasPrefix(":") && !text.hasSuffix(":")
-            && text.unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || ".-_:[]".unicodeScalars.contains($0)) }
+            && text.unicodeScalars.allSatisfy {
+                $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || ".-_:[]".unicodeScalars.contains($0))
+            }
     }
 
     /// Ollama model names: `[namespace/]model[:tag]`, printable, no spaces. The name is
@@ -122,8 +127,9 @@ public enum OllamaPullLine: Sendable, Equatable {
         guard let status = value["status"]?.stringValue else { return .unreadable }
         if status == "success" { return .success }
         func count(_ key: String) -> Int64? { value[key]?.intValue.flatMap { $0 >= 0 ? $0 : nil } }
-        return .progress(status: printable(status, limit: 120), digest: value["digest"]?.stringValue.map { printable($0, limit: 100) },
-                         total: count("total"), completed: count("completed"))
+        return .progress(
+            status: printable(status, limit: 120), digest: value["digest"]?.stringValue.map { printable($0, limit: 100) },
+            total: count("total"), completed: count("completed"))
     }
 }
 
@@ -324,7 +330,8 @@ public struct ActiveModel: Sendable, Equatable {
 
     public static func from(json value: JSONValue) -> ActiveModel? {
         guard let model = value["model"]?.stringValue, ModelSwitchRequest.modelNameProblem(model) == nil,
-              let from = value["switchedFrom"]?.stringValue, let at = value["switchedAtMs"]?.intValue else { return nil }
+            let from = value["switchedFrom"]?.stringValue, let at = value["switchedAtMs"]?.intValue
+        else { return nil }
         return ActiveModel(model: model, switchedFrom: from, switchedAtMs: at, rolloutID: value["rolloutId"]?.stringValue)
     }
 

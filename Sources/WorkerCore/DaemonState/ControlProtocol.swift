@@ -103,7 +103,8 @@ public enum ControlRequest: Sendable, Equatable {
             if let value = object["forMs"] {
                 guard mode == .off else { return .failure(ControlError(.badRequest, "\"forMs\" goes with \"set\": \"off\" only")) }
                 guard let forMs = value.intValue, forMs >= PauseDuration.minimumMs, forMs <= PauseDuration.maximumMs else {
-                    return .failure(ControlError(.badRequest, "\"forMs\" must be an integer in \(PauseDuration.minimumMs)…\(PauseDuration.maximumMs)"))
+                    return .failure(
+                        ControlError(.badRequest, "\"forMs\" must be an integer in \(PauseDuration.minimumMs)…\(PauseDuration.maximumMs)"))
                 }
                 return .success(.pause(forMs: forMs))
             }
@@ -117,7 +118,9 @@ public enum ControlRequest: Sendable, Equatable {
             }
             var limit: Int?
             if let value = object["limit"] {
-                guard let n = value.intValue, n >= 1, n <= 100_000 else { return .failure(ControlError(.badRequest, "\"limit\" must be an integer in 1…100000")) }
+                guard let n = value.intValue, n >= 1, n <= 100_000 else {
+                    return .failure(ControlError(.badRequest, "\"limit\" must be an integer in 1…100000"))
+                }
                 limit = Int(n)
             }
             return .success(.events(follow: follow, limit: limit))
@@ -125,7 +128,9 @@ public enum ControlRequest: Sendable, Equatable {
             if let error = unexpected(["cmd", "limit"]) { return .failure(error) }
             var limit: Int?
             if let value = object["limit"] {
-                guard let n = value.intValue, n >= 1, n <= 1_000 else { return .failure(ControlError(.badRequest, "\"limit\" must be an integer in 1…1000")) }
+                guard let n = value.intValue, n >= 1, n <= 1_000 else {
+                    return .failure(ControlError(.badRequest, "\"limit\" must be an integer in 1…1000"))
+                }
                 limit = Int(n)
             }
             return .success(.tasks(limit: limit))

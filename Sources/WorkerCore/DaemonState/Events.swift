@@ -52,7 +52,9 @@ public struct WorkerEvent: Sendable, Equatable {
     public var reason: String
 
     public var json: JSONValue {
-        var object = JSONObject([("seq", .int(seq)), ("timeMs", .int(timeMs)), ("time", .string(formatUTC(milliseconds: timeMs))), ("kind", .string(kind.rawValue))])
+        var object = JSONObject([
+            ("seq", .int(seq)), ("timeMs", .int(timeMs)), ("time", .string(formatUTC(milliseconds: timeMs))), ("kind", .string(kind.rawValue)),
+        ])
         if let from { object["from"] = .string(from.rawValue) }
         if let to { object["to"] = .string(to.rawValue) }
         object["reason"] = .string(reason)
@@ -64,9 +66,10 @@ public struct WorkerEvent: Sendable, Equatable {
             let kind = value["kind"]?.stringValue.flatMap(EventKind.init(rawValue:)),
             let reason = value["reason"]?.stringValue
         else { return nil }
-        return WorkerEvent(seq: seq, timeMs: time, kind: kind,
-                           from: value["from"]?.stringValue.flatMap(Mode.init(rawValue:)),
-                           to: value["to"]?.stringValue.flatMap(Mode.init(rawValue:)), reason: reason)
+        return WorkerEvent(
+            seq: seq, timeMs: time, kind: kind,
+            from: value["from"]?.stringValue.flatMap(Mode.init(rawValue:)),
+            to: value["to"]?.stringValue.flatMap(Mode.init(rawValue:)), reason: reason)
     }
 
     /// One line for people: time, kind, transition, reason.

@@ -134,11 +134,12 @@ public struct HostServices: Sendable, Equatable {
         nm["metered"] = meteredRaw.map { .string(HostServices.meteredName($0)) } ?? .null
         var ppd = powerProfiles.json.objectValue ?? JSONObject()
         ppd["activeProfile"] = activeProfile.map(JSONValue.string) ?? .null
-        return .object(JSONObject([
-            ("systemBus", busConnected ? "connected" : .string(busProblem.map { "unavailable: \($0)" } ?? "not connected yet")),
-            ("logind", .object(logindObject)),
-            ("networkManager", .object(nm)),
-            ("powerProfiles", .object(ppd)),
-        ]))
+        return .object(
+            JSONObject([
+                ("systemBus", busConnected ? "connected" : .string(busProblem.map { "unavailable: \($0)" } ?? "not connected yet")),
+                ("logind", .object(logindObject)),
+                ("networkManager", .object(nm)),
+                ("powerProfiles", .object(ppd)),
+            ]))
     }
 }

@@ -120,11 +120,13 @@ public struct ProcessUsage: Sendable, Equatable {
     /// second), the clock tick rate and the page size; nil when either file is unusable.
     public static func parse(stat: [UInt8], statm: [UInt8], ticksPerSecond: Int64, pageBytes: Int64) -> ProcessUsage? {
         guard ticksPerSecond > 0, pageBytes > 0, statm.count <= 4_096,
-              let sample = ProcessSample.parse(stat: stat) else { return nil }
+            let sample = ProcessSample.parse(stat: stat)
+        else { return nil }
         let fields = statm.split(whereSeparator: { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\n") })
         guard fields.count >= 2, fields[1].count <= 18, !fields[1].isEmpty,
-              fields[1].allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
-              let pages = Int64(String(decoding: fields[1], as: UTF8.self)) else { return nil }
+            fields[1].allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
+            let pages = Int64(String(decoding: fields[1], as: UTF8.self))
+        else { return nil }
         let (bytes, overflow) = pages.multipliedReportingOverflow(by: pageBytes)
         return ProcessUsage(residentBytes: overflow ? Int64.max : bytes, cpuSeconds: Double(sample.ticks) / Double(ticksPerSecond))
     }
@@ -152,8 +154,9 @@ public enum WorkerMetrics {
         func byReason(_ name: String, _ help: String, _ object: JSONValue?, known: [String]) -> MetricFamily {
             let reported = object?.objectValue?.keys ?? []
             let reasons = known + reported.filter { !known.contains($0) }
-            return MetricFamily(prefix + name + "_total", .counter, help,
-                                reasons.map { .init([("reason", $0)], count(object?[$0])) })
+            return MetricFamily(
+                prefix + name + "_total", .counter, help,
+                reasons.map { .init([("reason", $0)], count(object?[$0])) })
         }
         /// The enum pattern: one sample per state, 1 for the current one.
         func states(_ name: String, _ label: String, _ help: String, _ current: String?, known: [String]) -> MetricFamily {
@@ -166,43 +169,70 @@ public enum WorkerMetrics {
         let version = status["daemon"]?["version"]?.stringValue
 
         return [
-            MetricFamily(prefix + "info", .gauge, "The daemon's version and agent id; the value is always 1.",
-                         version.map { [.init([("version", $0), ("agent_id", status["agentId"]?.stringValue ?? "")], 1)] } ?? []),
-            MetricFamily(prefix + "uptime_seconds", .gauge, "Seconds since the daemon started.",
-                         status["daemon"]?["uptimeMs"]?.doubleValue.map { [.init(max(0, $0) / 1000)] } ?? []),
+            MetricFamily(
+                prefix + "info", .gauge, "The daemon's version and agent id; the value is always 1.",
+                version.map { [.init([("version", $0), ("agent_id", status["agentId"]?.stringValue ?? "")], 1)] } ?? []),
+            MetricFamily(
+                prefix + "uptime_seconds", .gauge, "Seconds since the daemon started.",
+                status["daemon"]?["uptimeMs"]?.doubleValue.map { [.init(max(0, $0) / 1000)] } ?? []),
             counter("subtasks_done", "Subtasks answered successfully to the coordinator since the daemon started.", counters?["subtasksDone"]),
             counter("subtasks_failed", "Subtasks answered as failed to the coordinator since the daemon started.", counters?["subtasksFailed"]),
-            byReason("subtasks_released", "Claimed subtasks given back to the coordinator unanswered since the daemon started, by reason.",
-                     counters?["subtasksReleased"], known: SubtaskReleaseReason.allCases.map(\.rawValue)),
-            byReason("pulls_held", "Pulls of new work held since the daemon started, by reason (power policy and local reasons).",
-                     power?["held"], known: HoldReason.allCases.map(\.rawValue) + LocalHoldReason.allCases.map(\.rawValue)),
+            byReason(
+                "subtasks_released", "Claimed subtasks given back to the coordinator unanswered since the daemon started, by reason.",
+                counters?["subtasksReleased"], known: SubtaskReleaseReason.allCases.map(\.rawValue)),
+            byReason(
+                "pulls_held", "Pulls of new work held since the daemon started, by reason (power policy and local reasons).",
+                power?["held"], known: HoldReason.allCases.map(\.rawValue) + LocalHoldReason.allCases.map(\.rawValue)),
             counter("heartbeats_sent", "Heartbeats sent to the coordinator since the daemon started.", counters?["heartbeatsSent"]),
             counter("heartbeats_failed", "Heartbeats the coordinator did not take since the daemon started.", counters?["heartbeatsFailed"]),
-            MetricFamily(prefix + "coordinator_backoff_seconds", .gauge, "Seconds the coordinator loop waits after failed calls; 0 when not backing off.",
-                         [.init(max(0, backoffMs) / 1000)]),
-            MetricFamily(prefix + "coordinator_registered", .gauge, "1 when the worker is registered with the coordinator (mode on), else 0.",
-                         [.init(coordinator?["registered"]?.boolValue == true ? 1 : 0)]),
-            counter("bluetooth_requests_served", "Bluetooth requests answered successfully since mode bluetooth last started.", bluetooth?["requestsServed"]),
-            counter("bluetooth_requests_failed", "Bluetooth requests that failed or stopped since mode bluetooth last started.", bluetooth?["requestsFailed"]),
-            counter("bluetooth_requests_refused", "Bluetooth requests refused as bad input since mode bluetooth last started.", bluetooth?["requestsRejected"]),
-            counter("bluetooth_requests_cancelled", "Bluetooth requests their client cancelled since mode bluetooth last started.", bluetooth?["requestsCancelled"]),
-            counter("bluetooth_notified_bytes", "Bytes notified to Bluetooth clients since mode bluetooth last started.", bluetooth?["bytesNotified"]),
-            MetricFamily(prefix + "bluetooth_clients_refused_total", .counter,
-                         "Bluetooth clients refused since mode bluetooth last started: full (bluetooth.maxClients) or not-allowed (bluetooth.allowedClients).",
-                         [.init([("reason", "full")], count(bluetooth?["clientsRefused"])),
-                          .init([("reason", "not-allowed")], count(bluetooth?["clientsNotAllowed"]))]),
-            counter("bluetooth_clients_cooled_down", "Bluetooth clients cut off for too much bad input since mode bluetooth last started.", bluetooth?["clientsCooledDown"]),
-            states("mode", "mode", "The selected mode: 1 for the current one.", status["mode"]?["mode"]?.stringValue, known: Mode.allCases.map(\.rawValue)),
-            states("power_decision", "reason", "The power policy's decision: 1 for ok (work allowed) or for the reason work is held.",
-                   decision, known: ["ok"] + HoldReason.allCases.map(\.rawValue)),
-            MetricFamily(prefix + "battery_percent", .gauge, "The battery's charge in percent; absent when the host reports no battery.",
-                         battery.map { [.init($0)] } ?? []),
-            states("model_state", "state", "The model server's state at the last probe: 1 for the current one.",
-                   status["backend"]?["modelState"]?.stringValue, known: modelStates),
-            MetricFamily(prefix + "process_resident_memory_bytes", .gauge, "The daemon's resident memory in bytes.",
-                         process.map { [.init(Double($0.residentBytes))] } ?? []),
-            MetricFamily(prefix + "process_cpu_seconds_total", .counter, "CPU time the daemon used (user and system) since it started, in seconds.",
-                         process.map { [.init($0.cpuSeconds)] } ?? []),
+            MetricFamily(
+                prefix + "coordinator_backoff_seconds", .gauge, "Seconds the coordinator loop waits after failed calls; 0 when not backing off.",
+                [.init(max(0, backoffMs) / 1000)]),
+            MetricFamily(
+                prefix + "coordinator_registered", .gauge, "1 when the worker is registered with the coordinator (mode on), else 0.",
+                [.init(coordinator?["registered"]?.boolValue == true ? 1 : 0)]),
+            counter(
+                "bluetooth_requests_served", "Bluetooth requests answered successfully since mode bluetooth last started.",
+                bluetooth?["requestsServed"]),
+            counter(
+                "bluetooth_requests_failed", "Bluetooth requests that failed or stopped since mode bluetooth last started.",
+                bluetooth?["requestsFailed"]),
+            counter(
+                "bluetooth_requests_refused", "Bluetooth requests refused as bad input since mode bluetooth last started.",
+                bluetooth?["requestsRejected"]),
+            counter(
+                "bluetooth_requests_cancelled", "Bluetooth requests their client cancelled since mode bluetooth last started.",
+                bluetooth?["requestsCancelled"]),
+            counter(
+                "bluetooth_notified_bytes", "Bytes notified to Bluetooth clients since mode bluetooth last started.", bluetooth?["bytesNotified"]),
+            MetricFamily(
+                prefix + "bluetooth_clients_refused_total", .counter,
+                "Bluetooth clients refused since mode bluetooth last started: full (bluetooth.maxClients) or not-allowed (bluetooth.allowedClients).",
+                [
+                    .init([("reason", "full")], count(bluetooth?["clientsRefused"])),
+                    .init([("reason", "not-allowed")], count(bluetooth?["clientsNotAllowed"])),
+                ]),
+            counter(
+                "bluetooth_clients_cooled_down", "Bluetooth clients cut off for too much bad input since mode bluetooth last started.",
+                bluetooth?["clientsCooledDown"]),
+            states(
+                "mode", "mode", "The selected mode: 1 for the current one.", status["mode"]?["mode"]?.stringValue,
+                known: Mode.allCases.map(\.rawValue)),
+            states(
+                "power_decision", "reason", "The power policy's decision: 1 for ok (work allowed) or for the reason work is held.",
+                decision, known: ["ok"] + HoldReason.allCases.map(\.rawValue)),
+            MetricFamily(
+                prefix + "battery_percent", .gauge, "The battery's charge in percent; absent when the host reports no battery.",
+                battery.map { [.init($0)] } ?? []),
+            states(
+                "model_state", "state", "The model server's state at the last probe: 1 for the current one.",
+                status["backend"]?["modelState"]?.stringValue, known: modelStates),
+            MetricFamily(
+                prefix + "process_resident_memory_bytes", .gauge, "The daemon's resident memory in bytes.",
+                process.map { [.init(Double($0.residentBytes))] } ?? []),
+            MetricFamily(
+                prefix + "process_cpu_seconds_total", .counter, "CPU time the daemon used (user and system) since it started, in seconds.",
+                process.map { [.init($0.cpuSeconds)] } ?? []),
         ]
     }
 }

@@ -43,7 +43,9 @@ public struct ModeState: Sendable, Equatable {
     }
 
     public var json: JSONValue {
-        var object = JSONObject([("mode", .string(mode.rawValue)), ("sinceMs", .int(sinceMs)), ("reason", .string(reason)), ("downgraded", .bool(downgraded))])
+        var object = JSONObject([
+            ("mode", .string(mode.rawValue)), ("sinceMs", .int(sinceMs)), ("reason", .string(reason)), ("downgraded", .bool(downgraded)),
+        ])
         if let restoredAtMs { object["restoredAtMs"] = .int(restoredAtMs) }
         if let pause { object["pause"] = ["resumeMode": .string(pause.resumeMode.rawValue), "untilMs": .int(pause.untilMs)] }
         return .object(object)
@@ -57,13 +59,15 @@ public struct ModeState: Sendable, Equatable {
         // A pause is only ever written on mode off, to return to another mode.
         var pause: Pause?
         if let resume = value["pause"]?["resumeMode"]?.stringValue.flatMap(Mode.init(rawValue:)), resume != .off, mode == .off,
-           let until = value["pause"]?["untilMs"]?.intValue {
+            let until = value["pause"]?["untilMs"]?.intValue
+        {
             pause = Pause(resumeMode: resume, untilMs: until)
         } else if value["pause"] != nil {
             return nil
         }
-        return ModeState(mode: mode, sinceMs: since, reason: reason, downgraded: value["downgraded"]?.boolValue ?? false,
-                         restoredAtMs: value["restoredAtMs"]?.intValue, pause: pause)
+        return ModeState(
+            mode: mode, sinceMs: since, reason: reason, downgraded: value["downgraded"]?.boolValue ?? false,
+            restoredAtMs: value["restoredAtMs"]?.intValue, pause: pause)
     }
 }
 
@@ -137,7 +141,11 @@ public enum ModeRules {
             if target != .off && context.chargeGateClosed {
                 return ModeDecision(
                     outcome: .refused(message: chargeGateMessage), state: current,
-                    events: [EventDraft(kind: .modeRefused, from: current.mode, to: target, reason: "not-charging: runOnlyWhileCharging is set and the host is on battery (\(who))")])
+                    events: [
+                        EventDraft(
+                            kind: .modeRefused, from: current.mode, to: target,
+                            reason: "not-charging: runOnlyWhileCharging is set and the host is on battery (\(who))")
+                    ])
             }
             // `mode off` during a pause ends the pause: the operator chose off for good.
             if target == current.mode && !(target == .bluetooth && current.downgraded) && current.pause == nil {
@@ -145,21 +153,25 @@ public enum ModeRules {
             }
             // Choosing `bluetooth` explicitly ends a downgrade: the operator now owns it.
             let next = ModeState(mode: target, sinceMs: now, reason: "set by \(who)", downgraded: false)
-            return ModeDecision(outcome: .changed, state: next,
-                                events: [EventDraft(kind: .modeChange, from: current.mode, to: target, reason: "set by \(who)")])
+            return ModeDecision(
+                outcome: .changed, state: next,
+                events: [EventDraft(kind: .modeChange, from: current.mode, to: target, reason: "set by \(who)")])
 
         case .operatorPause(let forMs, let who):
             // A second pause moves the deadline and keeps the mode the first would return to.
             let resume = current.pause?.resumeMode ?? current.mode
             guard resume != .off else {
                 let message = "mode off --for returns to the mode before it, and the mode is already off: use 'mode off', or choose a mode first"
-                return ModeDecision(outcome: .refused(message: message), state: current,
-                                    events: [EventDraft(kind: .modeRefused, from: current.mode, to: .off, reason: "\(message) (\(who))")])
+                return ModeDecision(
+                    outcome: .refused(message: message), state: current,
+                    events: [EventDraft(kind: .modeRefused, from: current.mode, to: .off, reason: "\(message) (\(who))")])
             }
             let until = now + forMs
-            let reason = "paused by \(who) for \(PauseDuration.format(milliseconds: forMs)): back to \(resume.rawValue) at \(formatUTC(milliseconds: until))"
-            let next = ModeState(mode: .off, sinceMs: current.mode == .off ? current.sinceMs : now, reason: reason,
-                                 pause: ModeState.Pause(resumeMode: resume, untilMs: until))
+            let reason =
+                "paused by \(who) for \(PauseDuration.format(milliseconds: forMs)): back to \(resume.rawValue) at \(formatUTC(milliseconds: until))"
+            let next = ModeState(
+                mode: .off, sinceMs: current.mode == .off ? current.sinceMs : now, reason: reason,
+                pause: ModeState.Pause(resumeMode: resume, untilMs: until))
             return ModeDecision(outcome: .changed, state: next, events: [EventDraft(kind: .modeChange, from: current.mode, to: .off, reason: reason)])
 
         case .pauseEnded:
@@ -169,14 +181,16 @@ public enum ModeRules {
             if pause.resumeMode == .on, let problem = context.coordinatorProblem {
                 // The pause is over either way; off stays, saying why.
                 let next = ModeState(mode: .off, sinceMs: current.sinceMs, reason: "the pause ended, but mode on is refused: \(problem)")
-                return ModeDecision(outcome: .refused(message: problem), state: next,
-                                    events: [EventDraft(kind: .modeRefused, from: .off, to: .on, reason: "the pause ended: \(problem)")])
+                return ModeDecision(
+                    outcome: .refused(message: problem), state: next,
+                    events: [EventDraft(kind: .modeRefused, from: .off, to: .on, reason: "the pause ended: \(problem)")])
             }
             // With the charge gate closed the mode is selected and its runtime waits for
             // power, as after a restart (the daemon blocks it).
             let reason = "the pause ended: back to \(pause.resumeMode.rawValue)"
-            return ModeDecision(outcome: .changed, state: ModeState(mode: pause.resumeMode, sinceMs: now, reason: reason),
-                                events: [EventDraft(kind: .modeChange, from: .off, to: pause.resumeMode, reason: reason)])
+            return ModeDecision(
+                outcome: .changed, state: ModeState(mode: pause.resumeMode, sinceMs: now, reason: reason),
+                events: [EventDraft(kind: .modeChange, from: .off, to: pause.resumeMode, reason: reason)])
 
         case .pathLost(let reason):
             if current.mode == .bluetooth && current.downgraded && current.restoredAtMs != nil {
@@ -187,8 +201,9 @@ public enum ModeRules {
             }
             guard current.mode == .on else { return ModeDecision(outcome: .unchanged, state: current, events: []) }
             let next = ModeState(mode: .bluetooth, sinceMs: now, reason: "downgrade: \(reason)", downgraded: true)
-            return ModeDecision(outcome: .changed, state: next,
-                                events: [EventDraft(kind: .downgrade, from: .on, to: .bluetooth, reason: reason)])
+            return ModeDecision(
+                outcome: .changed, state: next,
+                events: [EventDraft(kind: .downgrade, from: .on, to: .bluetooth, reason: reason)])
 
         case .pathRestored(let interface):
             // modes-and-power §2.4: note it, never climb back on our own.
@@ -197,9 +212,13 @@ public enum ModeRules {
             }
             var next = current
             next.restoredAtMs = now
-            return ModeDecision(outcome: .unchanged, state: next,
-                                events: [EventDraft(kind: .networkRestored, from: .bluetooth, to: .bluetooth,
-                                                    reason: "network path satisfied again via \(interface); run `edgecoder-worker mode on` to rejoin the swarm")])
+            return ModeDecision(
+                outcome: .unchanged, state: next,
+                events: [
+                    EventDraft(
+                        kind: .networkRestored, from: .bluetooth, to: .bluetooth,
+                        reason: "network path satisfied again via \(interface); run `edgecoder-worker mode on` to rejoin the swarm")
+                ])
         }
     }
 }

@@ -236,7 +236,8 @@ public enum MachineIDCheck {
     /// The problem with the file's content (nil bytes: the file could not be read), or nil.
     public static func problem(_ bytes: [UInt8]?, path: String = "/etc/machine-id") -> String? {
         let why = "the agent id is derived from it, so every copy of a cloned image shares one id at the coordinator"
-        let fix = "run 'rm -f \(path) && systemd-machine-id-setup' (each clone, before the worker's first start), then 'edgecoder-worker identity reset' where the worker already ran"
+        let fix =
+            "run 'rm -f \(path) && systemd-machine-id-setup' (each clone, before the worker's first start), then 'edgecoder-worker identity reset' where the worker already ran"
         guard let bytes else { return "\(path) is missing: \(why) unless each host gets its own; \(fix)" }
         var text = String(decoding: bytes, as: UTF8.self)
         while text.last?.isWhitespace == true { text.removeLast() }
@@ -261,7 +262,8 @@ public enum CopiedIdentityCheck {
         let suffix = agentID[agentID.index(after: dash)...]
         let isDerived = suffix.utf8.count == 12 && suffix.utf8.allSatisfy { ($0 >= 48 && $0 <= 57) || ($0 >= 97 && $0 <= 102) }
         guard isDerived, suffix != machineSuffix else { return nil }
-        return "the agent id \(agentID) was not derived from this machine's id (\(machineSuffix)…): the state directory was copied from another machine (a cloned image) or made before /etc/machine-id was set, and a coordinator takes every copy for one worker; stop the daemon, run 'edgecoder-worker identity reset', and start it again"
+        return
+            "the agent id \(agentID) was not derived from this machine's id (\(machineSuffix)…): the state directory was copied from another machine (a cloned image) or made before /etc/machine-id was set, and a coordinator takes every copy for one worker; stop the daemon, run 'edgecoder-worker identity reset', and start it again"
     }
 }
 

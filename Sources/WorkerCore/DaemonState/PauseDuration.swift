@@ -33,7 +33,9 @@ public enum PauseDuration {
                 return .failure(DurationError("'\(printable(text))' is not a duration: \(form)"))
             }
             guard let value = number else { return .failure(DurationError("'\(printable(text))' has a unit without a number: \(form)")) }
-            guard index >= nextUnit else { return .failure(DurationError("'\(printable(text))' repeats a unit or puts a larger one after a smaller: \(form)")) }
+            guard index >= nextUnit else {
+                return .failure(DurationError("'\(printable(text))' repeats a unit or puts a larger one after a smaller: \(form)"))
+            }
             let (part, overflow1) = value.multipliedReportingOverflow(by: units[index].ms)
             let (sum, overflow2) = total.addingReportingOverflow(part)
             guard !overflow1 && !overflow2 && sum <= maximumMs else { return .failure(tooLong(text)) }
@@ -42,7 +44,9 @@ public enum PauseDuration {
             nextUnit = index + 1
         }
         if number != nil { return .failure(DurationError("'\(printable(text))' ends in a number without a unit: \(form)")) }
-        guard total >= minimumMs else { return .failure(DurationError("'\(printable(text))' is shorter than 1s; for no pause, choose the mode itself")) }
+        guard total >= minimumMs else {
+            return .failure(DurationError("'\(printable(text))' is shorter than 1s; for no pause, choose the mode itself"))
+        }
         return .success(total)
     }
 

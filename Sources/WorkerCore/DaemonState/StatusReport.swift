@@ -16,9 +16,11 @@ public struct StatusSnapshot: Sendable, Equatable {
         /// Why the agent id looks copied from another machine (CopiedIdentityCheck), or nil.
         public var identityProblem: String?
 
-        public init(version: String, pid: Int64, startedAtMs: Int64, configPath: String, stateDirectory: String,
-                    controlSocket: String, persistenceProblem: String? = nil, configReload: ConfigReloadStatus? = nil,
-                    identityProblem: String? = nil) {
+        public init(
+            version: String, pid: Int64, startedAtMs: Int64, configPath: String, stateDirectory: String,
+            controlSocket: String, persistenceProblem: String? = nil, configReload: ConfigReloadStatus? = nil,
+            identityProblem: String? = nil
+        ) {
             self.configReload = configReload
             self.identityProblem = identityProblem
             self.version = version
@@ -74,8 +76,10 @@ public struct StatusSnapshot: Sendable, Equatable {
         /// mode is selected; in mode off only on a uevent or when `status` finds it stale.
         public var reads: Int64
 
-        public init(telemetry: PowerTelemetry?, ageMs: Int64, decision: PowerDecision?, monotonicNowMs: Int64,
-                    chargeGateBlocked: Bool, held: HoldCounters, reads: Int64 = 0) {
+        public init(
+            telemetry: PowerTelemetry?, ageMs: Int64, decision: PowerDecision?, monotonicNowMs: Int64,
+            chargeGateBlocked: Bool, held: HoldCounters, reads: Int64 = 0
+        ) {
             self.reads = reads
             self.telemetry = telemetry
             self.ageMs = ageMs
@@ -100,8 +104,10 @@ public struct StatusSnapshot: Sendable, Equatable {
         public var switchedModel: ActiveModel?
         public var modelSwitch: ModelSwitchStatus?
 
-        public init(kind: String, url: String, model: String, modelState: String? = nil, detail: String? = nil, checkedAtMs: Int64? = nil,
-                    configuredModel: String? = nil, switchedModel: ActiveModel? = nil, modelSwitch: ModelSwitchStatus? = nil) {
+        public init(
+            kind: String, url: String, model: String, modelState: String? = nil, detail: String? = nil, checkedAtMs: Int64? = nil,
+            configuredModel: String? = nil, switchedModel: ActiveModel? = nil, modelSwitch: ModelSwitchStatus? = nil
+        ) {
             self.kind = kind
             self.url = url
             self.model = model
@@ -173,12 +179,16 @@ public struct StatusSnapshot: Sendable, Equatable {
     /// How code subtasks are answered.
     public var execution: ExecutionStatus
 
-    public init(nowMs: Int64, agentID: String, daemon: Daemon, mode: ModeState, runtime: RuntimeState, network: Network? = nil,
-                lastHook: Hook? = nil, host: HostServices? = nil, hostHold: LocalHoldReason? = nil, power: Power, policy: PowerPolicy, policySources: [String: PolicySource] = [:],
-                coordinatorURL: String? = nil, coordinator: CoordinatorStatus? = nil, conduct: CoordinatorConduct = CoordinatorConduct(), bluetooth: BluetoothStatus = BluetoothStatus(),
-                bluetoothConfiguredAdapter: String? = nil, bluetoothMaxClients: Int64, backend: Backend,
-                activeRuntimes: Set<Mode> = [], recovered: [RecoveredFile] = [], eventCount: Int = 0, lastEventSeq: Int64 = 0,
-                counters: WorkCounters = WorkCounters(), execution: ExecutionStatus = ExecutionStatus()) {
+    public init(
+        nowMs: Int64, agentID: String, daemon: Daemon, mode: ModeState, runtime: RuntimeState, network: Network? = nil,
+        lastHook: Hook? = nil, host: HostServices? = nil, hostHold: LocalHoldReason? = nil, power: Power, policy: PowerPolicy,
+        policySources: [String: PolicySource] = [:],
+        coordinatorURL: String? = nil, coordinator: CoordinatorStatus? = nil, conduct: CoordinatorConduct = CoordinatorConduct(),
+        bluetooth: BluetoothStatus = BluetoothStatus(),
+        bluetoothConfiguredAdapter: String? = nil, bluetoothMaxClients: Int64, backend: Backend,
+        activeRuntimes: Set<Mode> = [], recovered: [RecoveredFile] = [], eventCount: Int = 0, lastEventSeq: Int64 = 0,
+        counters: WorkCounters = WorkCounters(), execution: ExecutionStatus = ExecutionStatus()
+    ) {
         self.counters = counters
         self.execution = execution
         self.nowMs = nowMs
@@ -222,7 +232,11 @@ public struct StatusReport: Sendable {
         if let decision = s.power.decision, !decision.allowed { line += "; new work held: \(decision.reasonText)" }
         if let hold = s.hostHold { line += "; new work held: \(hold.rawValue)" }
         if let coordinator = s.coordinator {
-            if let rejection = coordinator.rejection { line += "; coordinator rejected: \(rejection)" } else { line += coordinator.registered ? "; registered" : "; not registered" }
+            if let rejection = coordinator.rejection {
+                line += "; coordinator rejected: \(rejection)"
+            } else {
+                line += coordinator.registered ? "; registered" : "; not registered"
+            }
             let failures = max(coordinator.consecutiveFailures, coordinator.heartbeatFailures)
             if failures > 0 { line += " (\(failures) failures)" }
             if let hold = s.conduct.pullHold(nowMs: s.nowMs) {
@@ -263,9 +277,13 @@ public struct StatusReport: Sendable {
             "policy": PowerPolicy.showJSON(s.policy, sources: s.policySources),
             "daemon": daemonJSON,
             "host": hostJSON,
-            "recoveredStateFiles": .array(s.recovered.map {
-                ["file": .string($0.file), "movedTo": .string($0.movedTo), "problem": .string($0.problem), "time": .string(formatUTC(milliseconds: $0.timeMs))]
-            }),
+            "recoveredStateFiles": .array(
+                s.recovered.map {
+                    [
+                        "file": .string($0.file), "movedTo": .string($0.movedTo), "problem": .string($0.problem),
+                        "time": .string(formatUTC(milliseconds: $0.timeMs)),
+                    ]
+                }),
             "events": ["count": .int(Int64(s.eventCount)), "lastSeq": .int(s.lastEventSeq)],
             "counters": s.counters.json,
         ]
@@ -283,7 +301,8 @@ public struct StatusReport: Sendable {
         ])
         if let restored = mode.restoredAtMs {
             object["networkRestoredAt"] = .string(formatUTC(milliseconds: restored))
-            object["networkRestoredNotice"] = "the network path is back; the worker stays in bluetooth until an operator runs 'edgecoder-worker mode on'"
+            object["networkRestoredNotice"] =
+                "the network path is back; the worker stays in bluetooth until an operator runs 'edgecoder-worker mode on'"
         }
         if let pause = mode.pause {
             object["resumesAt"] = .string(formatUTC(milliseconds: pause.untilMs))
@@ -304,8 +323,10 @@ public struct StatusReport: Sendable {
         ])
         object["interface"] = .optional(path.interface)
         if let hook = snapshot.lastHook {
-            object["lastHook"] = ["name": .string(hook.name), "outcome": .string(hook.outcome),
-                                  "ok": .bool(hook.succeeded), "time": .string(formatUTC(milliseconds: hook.timeMs))]
+            object["lastHook"] = [
+                "name": .string(hook.name), "outcome": .string(hook.outcome),
+                "ok": .bool(hook.succeeded), "time": .string(formatUTC(milliseconds: hook.timeMs)),
+            ]
         }
         return .object(object)
     }
@@ -413,7 +434,8 @@ public struct StateDirectoryCheck: Sendable, Equatable {
         if readOnly == true {
             lines.append("the state directory \(path) is on a read-only file system: remount it read-write")
         } else if let freeBytes, freeBytes < StateDirectoryCheck.lowFreeBytes {
-            lines.append("the state directory \(path) has \(freeBytes) bytes free: free space, or a large subtask cannot be journaled and new work is held")
+            lines.append(
+                "the state directory \(path) has \(freeBytes) bytes free: free space, or a large subtask cannot be journaled and new work is held")
         }
         if let problem { lines.append("the state directory \(path) cannot be examined: \(problem)") }
         return lines

@@ -2,7 +2,8 @@
 public struct TaskRecord: Sendable, Equatable {
     public enum Source: String, Sendable { case coordinator, bluetooth }
     /// `cancelled`: stopped at its Bluetooth client's request, or because the client left (protocol-bluetooth §2).
-    public enum State: String, Sendable { case running, posting, done, failed, interrupted, cancelled
+    public enum State: String, Sendable {
+        case running, posting, done, failed, interrupted, cancelled
         /// A coordinator subtask given back unanswered (the failure was the host's): the
         /// coordinator hands it to another agent.
         case released
@@ -39,9 +40,11 @@ public struct TaskRecord: Sendable, Equatable {
     }
 
     public var json: JSONValue {
-        var object = JSONObject([("id", .string(id)), ("source", .string(source.rawValue)), ("origin", .string(origin)),
-                                 ("prompt", .string(prompt)), ("startedAtMs", .int(startedAtMs)),
-                                 ("started", .string(formatUTC(milliseconds: startedAtMs))), ("state", .string(state.rawValue))])
+        var object = JSONObject([
+            ("id", .string(id)), ("source", .string(source.rawValue)), ("origin", .string(origin)),
+            ("prompt", .string(prompt)), ("startedAtMs", .int(startedAtMs)),
+            ("started", .string(formatUTC(milliseconds: startedAtMs))), ("state", .string(state.rawValue)),
+        ])
         if let endedAtMs { object["endedAtMs"] = .int(endedAtMs); object["ended"] = .string(formatUTC(milliseconds: endedAtMs)) }
         if let ok { object["ok"] = .bool(ok) }
         if let error { object["error"] = .string(error) }
@@ -52,8 +55,8 @@ public struct TaskRecord: Sendable, Equatable {
 
     public static func from(json value: JSONValue) -> TaskRecord? {
         guard let id = value["id"]?.stringValue, let source = value["source"]?.stringValue.flatMap(Source.init(rawValue:)),
-              let origin = value["origin"]?.stringValue, let prompt = value["prompt"]?.stringValue,
-              let started = value["startedAtMs"]?.intValue, let state = value["state"]?.stringValue.flatMap(State.init(rawValue:))
+            let origin = value["origin"]?.stringValue, let prompt = value["prompt"]?.stringValue,
+            let started = value["startedAtMs"]?.intValue, let state = value["state"]?.stringValue.flatMap(State.init(rawValue:))
         else { return nil }
         var record = TaskRecord(id: id, source: source, origin: origin, prompt: prompt, startedAtMs: started, state: state)
         record.text = nil
@@ -206,7 +209,7 @@ public struct TaskText: Sendable, Equatable {
     /// over the limit), which the daemon treats as no text kept.
     public static func from(json value: JSONValue) -> TaskText? {
         guard let prompt = value["prompt"]?.stringValue, let promptBytes = value["promptBytes"]?.intValue,
-              prompt.utf8.count <= limitBytes, promptBytes >= Int64(prompt.utf8.count), promptBytes <= Int64(Int32.max)
+            prompt.utf8.count <= limitBytes, promptBytes >= Int64(prompt.utf8.count), promptBytes <= Int64(Int32.max)
         else { return nil }
         var text = TaskText(prompt: prompt)
         text.promptBytes = Int(promptBytes)
@@ -214,7 +217,8 @@ public struct TaskText: Sendable, Equatable {
         case (nil, nil): break
         case (.string(let output)?, let bytes?):
             guard let bytes = bytes.intValue, output.utf8.count <= limitBytes, bytes >= Int64(output.utf8.count),
-                  bytes <= Int64(Int32.max) else { return nil }
+                bytes <= Int64(Int32.max)
+            else { return nil }
             text.output = output
             text.outputBytes = Int(bytes)
         default: return nil

@@ -214,7 +214,8 @@ extension StringProtocol {
     func trimmingWhitespace() -> String {
         let scalars = unicodeScalars
         guard let first = scalars.firstIndex(where: { !$0.properties.isWhitespace }),
-              let last = scalars.lastIndex(where: { !$0.properties.isWhitespace }) else { return "" }
+            let last = scalars.lastIndex(where: { !$0.properties.isWhitespace })
+        else { return "" }
         var out = String.UnicodeScalarView()
         out.append(contentsOf: scalars[first...last])
         return String(out)

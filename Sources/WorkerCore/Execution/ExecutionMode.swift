@@ -49,7 +49,8 @@ public struct ExecutionDecision: Sendable, Equatable {
         case (_, .usable(let engine)):
             return ExecutionDecision(answering: .container, why: "code subtasks run in a container (\(engine))")
         case (.auto, .unknown):
-            return ExecutionDecision(answering: .text, why: "the container engine has not been checked yet: answering with the model's text meanwhile")
+            return ExecutionDecision(
+                answering: .text, why: "the container engine has not been checked yet: answering with the model's text meanwhile")
         case (.auto, .unusable(let why)):
             return ExecutionDecision(answering: .text, why: "no usable container engine (\(why)): subtasks are answered with the model's text")
         case (.container, .unknown):
@@ -70,8 +71,10 @@ public struct ExecutionStatus: Sendable, Equatable {
     /// When the engine was last looked at (nil: not yet).
     public var checkedAtMs: Int64?
 
-    public init(mode: ExecutionMode = .auto, engine: String = "podman", image: String = "localhost/edgecoder-sandbox:1",
-                sandbox: SandboxAvailability = .unknown, checkedAtMs: Int64? = nil) {
+    public init(
+        mode: ExecutionMode = .auto, engine: String = "podman", image: String = "localhost/edgecoder-sandbox:1",
+        sandbox: SandboxAvailability = .unknown, checkedAtMs: Int64? = nil
+    ) {
         self.mode = mode
         self.engine = engine
         self.image = image

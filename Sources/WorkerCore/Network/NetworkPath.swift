@@ -50,7 +50,10 @@ public struct PathTable: Sendable, Equatable {
             return true
         case .route(let route, let deleted):
             guard route.isDefault else { return false }
-            let existing = defaultRoutes.first { $0.family == route.family && $0.outputInterfaces == route.outputInterfaces && $0.priority == route.priority && $0.gateway == route.gateway }
+            let existing = defaultRoutes.first {
+                $0.family == route.family && $0.outputInterfaces == route.outputInterfaces && $0.priority == route.priority
+                    && $0.gateway == route.gateway
+            }
             if deleted {
                 guard let existing else { return false }
                 defaultRoutes.remove(existing)
@@ -71,8 +74,10 @@ public struct PathTable: Sendable, Equatable {
     public func evaluate() -> PathStatus {
         if defaultRoutes.isEmpty {
             let up = links.values.filter { !$0.isLoopback && $0.isUp && $0.isRunning }.map(\.name).sorted()
-            return PathStatus(satisfied: false, interface: nil,
-                              reason: up.isEmpty ? "no interface is up and running, and there is no default route" : "no default route (up: \(up.joined(separator: ", ")))")
+            return PathStatus(
+                satisfied: false, interface: nil,
+                reason: up.isEmpty
+                    ? "no interface is up and running, and there is no default route" : "no default route (up: \(up.joined(separator: ", ")))")
         }
         var problems: [String] = []
         // Lowest metric first, IPv4 before IPv6 on ties, so the answer is stable.

@@ -85,7 +85,10 @@ public struct RtRoute: Sendable, Equatable, Hashable {
     public var destination: [UInt8]
     public var gateway: [UInt8]
 
-    public init(family: AddressFamily, destinationLength: UInt8, table: UInt32, type: UInt8, outputInterfaces: [Int32], priority: UInt32 = 0, destination: [UInt8] = [], gateway: [UInt8] = []) {
+    public init(
+        family: AddressFamily, destinationLength: UInt8, table: UInt32, type: UInt8, outputInterfaces: [Int32], priority: UInt32 = 0,
+        destination: [UInt8] = [], gateway: [UInt8] = []
+    ) {
         self.family = family
         self.destinationLength = destinationLength
         self.table = table
@@ -122,7 +125,9 @@ public enum Rtnetlink {
             let type = u16(bytes, offset + 4)
             let sequence = u32(bytes, offset + 8)
             guard length >= headerLength, length <= bytes.count - offset else {
-                return (messages, RtnetlinkParseError(offset: offset, message: "length \(length) does not fit the \(bytes.count - offset) bytes left"))
+                return (
+                    messages, RtnetlinkParseError(offset: offset, message: "length \(length) does not fit the \(bytes.count - offset) bytes left")
+                )
             }
             let payload = bytes[(offset + headerLength)..<(offset + length)]
             do {
@@ -170,8 +175,9 @@ public enum Rtnetlink {
         guard p.count >= 8 else { throw PayloadError(message: "ifaddrmsg needs 8 bytes, got \(p.count)") }
         let base = p.startIndex
         guard let family = AddressFamily(rawValue: p[base]) else { throw PayloadError(message: "address family \(p[base]) is not IPv4 or IPv6") }
-        var result = RtAddress(family: family, index: Int32(bitPattern: u32(p, base + 4)), prefixLength: p[base + 1],
-                               scope: p[base + 3], flags: UInt32(p[base + 2]), address: [])
+        var result = RtAddress(
+            family: family, index: Int32(bitPattern: u32(p, base + 4)), prefixLength: p[base + 1],
+            scope: p[base + 3], flags: UInt32(p[base + 2]), address: [])
         var local: [UInt8] = []
         try attributes(p, from: base + 8) { (type, value) throws(PayloadError) in
             switch type {
@@ -222,12 +228,16 @@ public enum Rtnetlink {
     }
 
     /// Walks rtattr {len u16, type u16, value} records, 4-byte aligned.
-    static func attributes(_ p: ArraySlice<UInt8>, from start: Int, _ body: (UInt16, ArraySlice<UInt8>) throws(PayloadError) -> Void) throws(PayloadError) {
+    static func attributes(_ p: ArraySlice<UInt8>, from start: Int, _ body: (UInt16, ArraySlice<UInt8>) throws(PayloadError) -> Void)
+        throws(PayloadError)
+    {
         var offset = start
         while p.endIndex - offset >= 4 {
             let length = Int(u16(p, offset))
             let type = u16(p, offset + 2) & 0x3FFF  // without NLA_F_NESTED / NLA_F_NET_BYTEORDER
-            guard length >= 4, length <= p.endIndex - offset else { throw PayloadError(message: "attribute \(type) of length \(length) does not fit") }
+            guard length >= 4, length <= p.endIndex - offset else {
+                throw PayloadError(message: "attribute \(type) of length \(length) does not fit")
+            }
             try body(type, p[(offset + 4)..<(offset + length)])
             offset += align(length)
         }

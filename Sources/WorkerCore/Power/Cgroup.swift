@@ -54,7 +54,8 @@ public enum Cgroup {
         let components = path.dropFirst().split(separator: "/")
         guard let index = components.lastIndex(where: { $0.hasSuffix(".service") || $0.hasSuffix(".scope") }) else { return nil }
         let unit = components[index]
-        if unit == "init.scope" || (unit.hasPrefix("session-") && unit.hasSuffix(".scope")) || (unit.hasPrefix("user@") && unit.hasSuffix(".service")) {
+        if unit == "init.scope" || (unit.hasPrefix("session-") && unit.hasSuffix(".scope")) || (unit.hasPrefix("user@") && unit.hasSuffix(".service"))
+        {
             return nil
         }
         return "/" + components[...index].joined(separator: "/")

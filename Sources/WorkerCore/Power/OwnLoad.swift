@@ -29,10 +29,11 @@ public enum ProcNetTCP {
             guard fields.count >= 10 else { continue }
             let local = fields[1]
             guard let colon = local.lastIndex(of: UInt8(ascii: ":")), hex(local[..<colon], maxDigits: 32) != nil,
-                  let localPort = hex(local[(colon + 1)...], maxDigits: 4), localPort == UInt64(port),
-                  let state = hex(fields[3], maxDigits: 2), state == UInt64(listen),
-                  let uid = decimal(fields[7]), uid <= UInt64(UInt32.max),
-                  let inode = decimal(fields[9]), inode > 0 else { continue }
+                let localPort = hex(local[(colon + 1)...], maxDigits: 4), localPort == UInt64(port),
+                let state = hex(fields[3], maxDigits: 2), state == UInt64(listen),
+                let uid = decimal(fields[7]), uid <= UInt64(UInt32.max),
+                let inode = decimal(fields[9]), inode > 0
+            else { continue }
             found.append(Listener(inode: inode, uid: UInt32(uid)))
         }
         return found
@@ -65,13 +66,14 @@ public struct ProcessSample: Sendable, Equatable {
     /// parentheses, so the fields are counted after the last `)`.
     public static func parse(stat contents: [UInt8]) -> ProcessSample? {
         guard contents.count <= 4_096, let open = contents.firstIndex(of: UInt8(ascii: "(")),
-              let close = contents.lastIndex(of: UInt8(ascii: ")")), open < close,
-              let pid = decimal(contents[..<open].filter { $0 != UInt8(ascii: " ") }[...]), pid > 0, pid <= UInt64(Int32.max)
+            let close = contents.lastIndex(of: UInt8(ascii: ")")), open < close,
+            let pid = decimal(contents[..<open].filter { $0 != UInt8(ascii: " ") }[...]), pid > 0, pid <= UInt64(Int32.max)
         else { return nil }
         let rest = contents[(close + 1)...].split(whereSeparator: { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\n") })
         // rest[0] is field 3 (state); field n is rest[n - 3].
         guard rest.count >= 20, let parent = decimal(rest[1]), parent <= UInt64(Int32.max),
-              let utime = decimal(rest[11]), let stime = decimal(rest[12]), let start = decimal(rest[19]) else { return nil }
+            let utime = decimal(rest[11]), let stime = decimal(rest[12]), let start = decimal(rest[19])
+        else { return nil }
         let (ticks, overflow) = utime.addingReportingOverflow(stime)
         guard !overflow else { return nil }
         return ProcessSample(pid: Int32(pid), parent: Int32(parent), ticks: ticks, startTime: start)
@@ -127,9 +129,11 @@ public struct CPUShare: Sendable, Equatable {
     /// The model server measured by its cgroup (`server`, two samples) adds its CPU time
     /// there, converted with `ticksPerSecond` (`sysconf(_SC_CLK_TCK)`); its processes
     /// are then not among `own`.
-    public static func between(host earlier: CPUTimes, _ later: CPUTimes, own before: [ProcessSample], _ after: [ProcessSample],
-                               server serverBefore: CgroupUsage? = nil, _ serverAfter: CgroupUsage? = nil,
-                               ticksPerSecond: Double = 100) -> CPUShare? {
+    public static func between(
+        host earlier: CPUTimes, _ later: CPUTimes, own before: [ProcessSample], _ after: [ProcessSample],
+        server serverBefore: CgroupUsage? = nil, _ serverAfter: CgroupUsage? = nil,
+        ticksPerSecond: Double = 100
+    ) -> CPUShare? {
         guard let host = CPUTimes.usagePct(from: earlier, to: later) else { return nil }
         let elapsed = Double(later.total - earlier.total)
         var previous: [Int32: ProcessSample] = [:]
@@ -193,7 +197,13 @@ public enum LoopbackServer {
         let lower = url.lowercased()
         let rest: Substring
         let defaultPort: UInt16
-        if lower.hasPrefix("http://") { rest = lower.dropFirst(7); defaultPort = 80 } else if lower.hasPrefix("https://") { rest = lower.dropFirst(8); defaultPort = 443 } else { return nil }
+        if lower.hasPrefix("http://") {
+            rest = lower.dropFirst(7); defaultPort = 80
+        } else if lower.hasPrefix("https://") {
+            rest = lower.dropFirst(8); defaultPort = 443
+        } else {
+            return nil
+        }
         let authority = rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
         let host: Substring
         var portText: Substring?

@@ -48,7 +48,10 @@ public struct PolicyOverrides: Sendable, Equatable {
         }
         let policy = next.apply(to: config).policy
         if policy.resumeBatteryPct < policy.minBatteryPct {
-            return .failure(ConfigProblem(path: "resumeBatteryPct", message: "must be at least minBatteryPct (\(policy.minBatteryPct)), would be \(policy.resumeBatteryPct)"))
+            return .failure(
+                ConfigProblem(
+                    path: "resumeBatteryPct", message: "must be at least minBatteryPct (\(policy.minBatteryPct)), would be \(policy.resumeBatteryPct)"
+                ))
         }
         return .success(next)
     }

@@ -52,8 +52,10 @@ public struct PowerDecision: Sendable, Equatable {
     /// While held: what resuming waits for.
     public var waitingFor: ResumeCondition?
 
-    public init(reason: HoldReason?, sinceMs: Int64, clearSinceMs: Int64? = nil, batteryLatched: Bool = false,
-                waitingFor: ResumeCondition? = nil) {
+    public init(
+        reason: HoldReason?, sinceMs: Int64, clearSinceMs: Int64? = nil, batteryLatched: Bool = false,
+        waitingFor: ResumeCondition? = nil
+    ) {
         self.reason = reason
         self.sinceMs = sinceMs
         self.clearSinceMs = clearSinceMs
@@ -74,8 +76,10 @@ public struct PowerDecision: Sendable, Equatable {
     /// battery reads 0 % must still work on mains. Without a previous decision (a daemon
     /// that just started) clear conditions allow at once: there was no hold to dwell on.
     /// `nowMs` is monotonic.
-    public static func decide(_ telemetry: PowerTelemetry, policy: PowerPolicy, previous: PowerDecision?,
-                              nowMs: Int64) -> PowerDecision {
+    public static func decide(
+        _ telemetry: PowerTelemetry, policy: PowerPolicy, previous: PowerDecision?,
+        nowMs: Int64
+    ) -> PowerDecision {
         // The latch records that this hold met the battery minimum; it ends only with
         // the hold, so an unreadable battery or a dip below resumeBatteryPct during the
         // dwell cannot skip the recharge. Unknown or not powering the host, the battery
@@ -91,8 +95,9 @@ public struct PowerDecision: Sendable, Equatable {
             var sinceMs = nowMs
             if let previous, !previous.allowed { sinceMs = previous.sinceMs }
             let waiting: ResumeCondition = first == .batteryLow ? .batteryAtLeast(resumePct) : .reasonClears(first)
-            return PowerDecision(reason: first, sinceMs: sinceMs, clearSinceMs: nil, batteryLatched: latched,
-                                 waitingFor: waiting)
+            return PowerDecision(
+                reason: first, sinceMs: sinceMs, clearSinceMs: nil, batteryLatched: latched,
+                waitingFor: waiting)
         }
         guard let previous, let heldFor = previous.reason else {
             return PowerDecision(reason: nil, sinceMs: previous?.sinceMs ?? nowMs)
@@ -102,8 +107,9 @@ public struct PowerDecision: Sendable, Equatable {
         if nowMs >= resumeAt {
             return PowerDecision(reason: nil, sinceMs: nowMs)
         }
-        return PowerDecision(reason: heldFor, sinceMs: previous.sinceMs, clearSinceMs: clearSince,
-                             batteryLatched: latched, waitingFor: .dwellUntil(resumeAt))
+        return PowerDecision(
+            reason: heldFor, sinceMs: previous.sinceMs, clearSinceMs: clearSince,
+            batteryLatched: latched, waitingFor: .dwellUntil(resumeAt))
     }
 
     /// The battery level that ends a battery hold: `resumeBatteryPct`, and at least one
@@ -177,7 +183,8 @@ public struct PowerDecision: Sendable, Equatable {
             case .cpuBusy:
                 func percent(_ value: Double?) -> String { value.flatMap { $0.isFinite ? "\(($0 * 10).rounded() / 10) %" : nil } ?? "unknown" }
                 if t.otherCpuUsagePct != nil {
-                    detail = "other load \(percent(t.otherCpuUsagePct)) (host \(percent(t.cpuUsagePct)), less the worker and its model server), maxCpuUsagePct \(policy.maxCpuUsagePct)"
+                    detail =
+                        "other load \(percent(t.otherCpuUsagePct)) (host \(percent(t.cpuUsagePct)), less the worker and its model server), maxCpuUsagePct \(policy.maxCpuUsagePct)"
                 } else {
                     detail = "CPU \(percent(t.cpuUsagePct)), maxCpuUsagePct \(policy.maxCpuUsagePct)"
                 }
@@ -236,7 +243,8 @@ public enum LocalHoldReason: String, Sendable, CaseIterable {
     public var explanation: String {
         switch self {
         case .stateUnwritable:
-            return "the state directory cannot be written (full or read-only): a pulled subtask could not be journaled; free space or remount it read-write"
+            return
+                "the state directory cannot be written (full or read-only): a pulled subtask could not be journaled; free space or remount it read-write"
         case .metered:
             return "NetworkManager says the primary connection is metered and network.onMetered is hold; set it to allow to pull anyway"
         case .hostSleeping:
@@ -244,13 +252,17 @@ public enum LocalHoldReason: String, Sendable, CaseIterable {
         case .modelUnavailable:
             return "the model backend is not ready (see backend in status, or doctor); pulls resume by themselves once it is"
         case .localFailures:
-            return "the model failed three or more subtasks in a row (each was released for another agent); pulls wait, longer after each failure, and resume after a success"
+            return
+                "the model failed three or more subtasks in a row (each was released for another agent); pulls wait, longer after each failure, and resume after a success"
         case .heartbeatGap:
-            return "heartbeats stopped for over 4 minutes while this worker had claimed work in the last hour (suspend, mode off, lost path); the coordinator's monitor counts that gap at each registration and result until it leaves its one-hour window, so pulls wait until then (coordinator.gapGuard false turns this off)"
+            return
+                "heartbeats stopped for over 4 minutes while this worker had claimed work in the last hour (suspend, mode off, lost path); the coordinator's monitor counts that gap at each registration and result until it leaves its one-hour window, so pulls wait until then (coordinator.gapGuard false turns this off)"
         case .sandboxRequired:
-            return "the coordinator answered sandboxRequired: its queued work needs an agent that runs code in a sandbox (execution.mode auto or container, with a usable container engine: see doctor)"
+            return
+                "the coordinator answered sandboxRequired: its queued work needs an agent that runs code in a sandbox (execution.mode auto or container, with a usable container engine: see doctor)"
         case .sandboxUnavailable:
-            return "execution.mode is container and no container engine can run the sandbox image (see execution in status, or doctor; 'edgecoder-worker sandbox build' makes the image); pulls resume once it can"
+            return
+                "execution.mode is container and no container engine can run the sandbox image (see execution in status, or doctor; 'edgecoder-worker sandbox build' makes the image); pulls resume once it can"
         }
     }
 }
@@ -290,8 +302,10 @@ public struct HoldCounters: Sendable, Equatable {
     /// Every reason, zero included, power reasons in precedence order then the local
     /// ones: `{"not-charging": 0, …, "state-unwritable": 0}`.
     public var json: JSONValue {
-        .object(JSONObject(HoldReason.allCases.map { ($0.rawValue, .int(count($0))) }
-                           + LocalHoldReason.allCases.map { ($0.rawValue, .int(count($0))) }))
+        .object(
+            JSONObject(
+                HoldReason.allCases.map { ($0.rawValue, .int(count($0))) }
+                    + LocalHoldReason.allCases.map { ($0.rawValue, .int(count($0))) }))
     }
 
     /// Reads counters written by `json`; unknown keys are ignored (a newer daemon may add

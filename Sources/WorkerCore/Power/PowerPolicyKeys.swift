@@ -26,7 +26,9 @@ extension PowerPolicy {
             return nil
         }
         func int(_ range: ClosedRange<Int64>, _ apply: (inout PowerPolicy, Int64) -> Void) -> SetProblem? {
-            guard let n = value.intValue else { return .invalid("must be an integer in \(range.lowerBound)…\(range.upperBound), got \(value.typeDescription)") }
+            guard let n = value.intValue else {
+                return .invalid("must be an integer in \(range.lowerBound)…\(range.upperBound), got \(value.typeDescription)")
+            }
             guard range.contains(n) else { return .invalid("must be in \(range.lowerBound)…\(range.upperBound), got \(n)") }
             apply(&self, n)
             return nil
@@ -39,7 +41,9 @@ extension PowerPolicy {
         case "pauseOnLowPowerMode": return bool { $0.pauseOnLowPowerMode = $1 }
         case "maxThermalState":
             guard case .string(let s) = value, let state = ThermalState(rawValue: s) else {
-                return .invalid("must be one of \"nominal\", \"fair\", \"serious\", \"critical\", got \(value.serialized.count > 40 ? value.typeDescription : value.serialized)")
+                return .invalid(
+                    "must be one of \"nominal\", \"fair\", \"serious\", \"critical\", got \(value.serialized.count > 40 ? value.typeDescription : value.serialized)"
+                )
             }
             maxThermalState = state
             return nil
@@ -52,16 +56,17 @@ extension PowerPolicy {
 
     /// The policy as JSON, keys in the order of modes-and-power §3.2.
     public var json: JSONValue {
-        .object(JSONObject([
-            ("runOnlyWhileCharging", .bool(runOnlyWhileCharging)),
-            ("minBatteryPct", .int(minBatteryPct)),
-            ("resumeBatteryPct", .int(resumeBatteryPct)),
-            ("holdWhileDraining", .bool(holdWhileDraining)),
-            ("pauseOnLowPowerMode", .bool(pauseOnLowPowerMode)),
-            ("maxThermalState", .string(maxThermalState.rawValue)),
-            ("maxCpuUsagePct", .int(maxCpuUsagePct)),
-            ("resumeDwellSec", .int(resumeDwellSec)),
-            ("allowRemoteModelSwitch", .bool(allowRemoteModelSwitch)),
-        ]))
+        .object(
+            JSONObject([
+                ("runOnlyWhileCharging", .bool(runOnlyWhileCharging)),
+                ("minBatteryPct", .int(minBatteryPct)),
+                ("resumeBatteryPct", .int(resumeBatteryPct)),
+                ("holdWhileDraining", .bool(holdWhileDraining)),
+                ("pauseOnLowPowerMode", .bool(pauseOnLowPowerMode)),
+                ("maxThermalState", .string(maxThermalState.rawValue)),
+                ("maxCpuUsagePct", .int(maxCpuUsagePct)),
+                ("resumeDwellSec", .int(resumeDwellSec)),
+                ("allowRemoteModelSwitch", .bool(allowRemoteModelSwitch)),
+            ]))
     }
 }

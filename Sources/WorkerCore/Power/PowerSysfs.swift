@@ -148,8 +148,9 @@ public struct PowerSupply: Sendable, Equatable {
         // Past 10^12 µWh (a megawatt-hour) the number is garbage, not a battery.
         let energyFull = SysfsText.integer(attributes["energy_full"], in: 1...1_000_000_000_000)
         let chargeFull = SysfsText.integer(attributes["charge_full"], in: 1...1_000_000_000_000)
-        return PowerSupply(name: name, attributes: attributes, kind: kind, role: role, online: online, status: status,
-                           capacityPct: capacity, energyFull: energyFull, chargeFull: chargeFull)
+        return PowerSupply(
+            name: name, attributes: attributes, kind: kind, role: role, online: online, status: status,
+            capacityPct: capacity, energyFull: energyFull, chargeFull: chargeFull)
     }
 
     /// modes-and-power §3.1 onExternalPower: true when a non-battery supply is online; when there is
@@ -292,8 +293,10 @@ public struct Virtualization: Sendable, Equatable {
     ///   - dmi: `sys/class/dmi/id/<file>` by file name (see `dmiFiles`).
     ///   - cpuinfo: the head of `proc/cpuinfo` (its first `flags` line is enough).
     ///   - systemdContainer: `run/systemd/container`.
-    public static func detect(dmi: [String: [UInt8]], cpuinfo: [UInt8]?, systemdContainer: [UInt8]?,
-                              dockerenv: Bool, containerenv: Bool) -> Virtualization {
+    public static func detect(
+        dmi: [String: [UInt8]], cpuinfo: [UInt8]?, systemdContainer: [UInt8]?,
+        dockerenv: Bool, containerenv: Bool
+    ) -> Virtualization {
         var found = Virtualization()
         for file in dmiFiles {
             guard let text = SysfsText.value(dmi[file]) else { continue }
@@ -303,11 +306,14 @@ public struct Virtualization: Sendable, Equatable {
             }
         }
         if found.machine == nil, SysfsText.value(dmi["sys_vendor"]) == "Microsoft Corporation",
-           SysfsText.value(dmi["product_name"]) == "Virtual Machine" {
+            SysfsText.value(dmi["product_name"]) == "Virtual Machine"
+        {
             found.machine = "DMI Microsoft Corporation Virtual Machine"
         }
         if found.machine == nil, hasHypervisorFlag(cpuinfo: cpuinfo) { found.machine = "CPU flag hypervisor" }
-        if let name = SysfsText.value(systemdContainer), name.utf8.count <= 64, name.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" }) {
+        if let name = SysfsText.value(systemdContainer), name.utf8.count <= 64,
+            name.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" })
+        {
             found.container = name
         } else if dockerenv {
             found.container = "docker"
@@ -360,8 +366,10 @@ extension DeviceType {
     /// system battery says laptop or tablet (a container on a laptop is still on
     /// battery); else the chassis type; else `laptop` with a system battery, `desktop`
     /// without.
-    public static func resolve(chassisType contents: [UInt8]?, hasSystemBattery: Bool,
-                               virtualization: Virtualization) -> (DeviceType, DeviceTypeSource) {
+    public static func resolve(
+        chassisType contents: [UInt8]?, hasSystemBattery: Bool,
+        virtualization: Virtualization
+    ) -> (DeviceType, DeviceTypeSource) {
         let code = SysfsText.integer(contents, in: 0...127)
         let chassis = code.flatMap(DeviceType.init(chassisCode:))
         if chassis == .server, let code { return (.server, .chassis(code)) }

@@ -32,10 +32,12 @@ public struct PowerTelemetry: Sendable, Equatable {
     /// Milliseconds since the epoch when the reading was taken.
     public var updatedAtMs: Int64
 
-    public init(onExternalPower: Bool? = nil, batteryPct: Int? = nil, lowPowerMode: Bool? = nil,
-                thermalState: ThermalState? = nil, cpuUsagePct: Double? = nil, memoryUsagePct: Double? = nil,
-                deviceType: DeviceType? = nil, draining: Bool = false, hasSystemBattery: Bool = false,
-                updatedAtMs: Int64) {
+    public init(
+        onExternalPower: Bool? = nil, batteryPct: Int? = nil, lowPowerMode: Bool? = nil,
+        thermalState: ThermalState? = nil, cpuUsagePct: Double? = nil, memoryUsagePct: Double? = nil,
+        deviceType: DeviceType? = nil, draining: Bool = false, hasSystemBattery: Bool = false,
+        updatedAtMs: Int64
+    ) {
         self.onExternalPower = onExternalPower
         self.batteryPct = batteryPct
         self.lowPowerMode = lowPowerMode
@@ -107,9 +109,11 @@ public struct PowerReading: Sendable, Equatable {
     /// How the CPU's throttling was read, for `doctor`.
     public var throttle: String?
 
-    public init(telemetry: PowerTelemetry, supplies: [PowerSupply], sensors: [ThermalSensor],
-                platformProfile: SysfsAttributes.Read?, chassisType: SysfsAttributes.Read?,
-                cpuSampled: Bool, cpuHadPreviousSample: Bool, memoryRead: Bool) {
+    public init(
+        telemetry: PowerTelemetry, supplies: [PowerSupply], sensors: [ThermalSensor],
+        platformProfile: SysfsAttributes.Read?, chassisType: SysfsAttributes.Read?,
+        cpuSampled: Bool, cpuHadPreviousSample: Bool, memoryRead: Bool
+    ) {
         self.telemetry = telemetry
         self.supplies = supplies
         self.sensors = sensors
@@ -122,16 +126,19 @@ public struct PowerReading: Sendable, Equatable {
 
     /// Applies the rules of modes-and-power §3.1 to what was read. `supplies` are already classified;
     /// hwmon sensors that mirror a thermal zone are marked here.
-    public static func assemble(supplies: [PowerSupply], sensors: [ThermalSensor],
-                                platformProfile: SysfsAttributes.Read?, chassisType: SysfsAttributes.Read?,
-                                cpuUsagePct: Double?, cpuSampled: Bool, cpuHadPreviousSample: Bool,
-                                meminfo: [UInt8]?, nowMs: Int64, virtualization: Virtualization = Virtualization(),
-                                throttled: Bool = false) -> PowerReading {
+    public static func assemble(
+        supplies: [PowerSupply], sensors: [ThermalSensor],
+        platformProfile: SysfsAttributes.Read?, chassisType: SysfsAttributes.Read?,
+        cpuUsagePct: Double?, cpuSampled: Bool, cpuHadPreviousSample: Bool,
+        meminfo: [UInt8]?, nowMs: Int64, virtualization: Virtualization = Virtualization(),
+        throttled: Bool = false
+    ) -> PowerReading {
         let sensors = ThermalSensor.markingMirrors(sensors)
         let hasBattery = supplies.contains { $0.role == .systemBattery }
         let memory = MemoryInfo.usagePct(meminfo: meminfo)
-        let (deviceType, deviceTypeSource) = DeviceType.resolve(chassisType: chassisType.bytes, hasSystemBattery: hasBattery,
-                                                                virtualization: virtualization)
+        let (deviceType, deviceTypeSource) = DeviceType.resolve(
+            chassisType: chassisType.bytes, hasSystemBattery: hasBattery,
+            virtualization: virtualization)
         var telemetry = PowerTelemetry(
             onExternalPower: PowerSupply.externalPower(supplies),
             batteryPct: PowerSupply.combinedBatteryPct(supplies),
@@ -146,9 +153,10 @@ public struct PowerReading: Sendable, Equatable {
         telemetry.deviceTypeSource = deviceTypeSource
         telemetry.throttled = throttled
         telemetry.heartbeatThermalState = ThermalSensor.heartbeatState(sensors, throttled: throttled)
-        var reading = PowerReading(telemetry: telemetry, supplies: supplies, sensors: sensors, platformProfile: platformProfile,
-                            chassisType: chassisType, cpuSampled: cpuSampled, cpuHadPreviousSample: cpuHadPreviousSample,
-                            memoryRead: memory != nil)
+        var reading = PowerReading(
+            telemetry: telemetry, supplies: supplies, sensors: sensors, platformProfile: platformProfile,
+            chassisType: chassisType, cpuSampled: cpuSampled, cpuHadPreviousSample: cpuHadPreviousSample,
+            memoryRead: memory != nil)
         reading.virtualization = virtualization
         return reading
     }
@@ -174,18 +182,25 @@ public struct PowerReading: Sendable, Equatable {
         object["deviceTypeFrom"] = .string((telemetry.deviceTypeSource ?? .fallback(hasSystemBattery: telemetry.hasSystemBattery)).description)
         object["virtualization"] = ["machine": .optional(virtualization.machine), "container": .optional(virtualization.container)]
         object["thermal"] = [
-            "policy": .string("thermalState \(telemetry.thermalState?.rawValue ?? "unknown"): the worst over every sensor, compared with maxThermalState"),
-            "heartbeat": .string("thermalState \(telemetry.heartbeatThermalState?.rawValue ?? "unknown (omitted)"): past fair only for a CPU/SoC thermal zone past its passive trip point or a throttled CPU; other sensors cap at fair"),
+            "policy": .string(
+                "thermalState \(telemetry.thermalState?.rawValue ?? "unknown"): the worst over every sensor, compared with maxThermalState"),
+            "heartbeat": .string(
+                "thermalState \(telemetry.heartbeatThermalState?.rawValue ?? "unknown (omitted)"): past fair only for a CPU/SoC thermal zone past its passive trip point or a throttled CPU; other sensors cap at fair"
+            ),
             "throttle": .string(throttle ?? "not read"),
         ]
-        object["cpu"] = .string(cpuSampled ? (cpuHadPreviousSample ? "two samples of proc/stat" : "first sample of proc/stat; usage needs a second")
-            : "proc/stat unreadable")
+        object["cpu"] = .string(
+            cpuSampled
+                ? (cpuHadPreviousSample ? "two samples of proc/stat" : "first sample of proc/stat; usage needs a second")
+                : "proc/stat unreadable")
         object["memory"] = .string(memoryRead ? "proc/meminfo" : "proc/meminfo unreadable or without MemAvailable")
         if let share = cpuShare {
-            object["cpuShare"] = ["hostPct": PowerTelemetry.percentJSON(share.hostPct) ?? .null,
-                                  "ownPct": PowerTelemetry.percentJSON(share.ownPct) ?? .null,
-                                  "otherPct": PowerTelemetry.percentJSON(share.otherPct) ?? .null,
-                                  "compared": "otherPct (the worker and its model server do not count against maxCpuUsagePct; the heartbeat sends it as cpuUsagePct)"]
+            object["cpuShare"] = [
+                "hostPct": PowerTelemetry.percentJSON(share.hostPct) ?? .null,
+                "ownPct": PowerTelemetry.percentJSON(share.ownPct) ?? .null,
+                "otherPct": PowerTelemetry.percentJSON(share.otherPct) ?? .null,
+                "compared": "otherPct (the worker and its model server do not count against maxCpuUsagePct; the heartbeat sends it as cpuUsagePct)",
+            ]
         }
         object["ownProcesses"] = .optional(ownProcesses)
         return .object(object)

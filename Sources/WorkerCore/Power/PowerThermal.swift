@@ -103,8 +103,10 @@ public struct ThermalSensor: Sendable, Equatable {
     /// zone's type): the zone, with its trip points, speaks for it.
     public var mirrorOf: String?
 
-    public init(source: Source, name: String, label: String? = nil, sensorLabel: String? = nil,
-                rawTemp: SysfsAttributes.Read?, trips: [TripPoint] = [], mirrorOf: String? = nil) {
+    public init(
+        source: Source, name: String, label: String? = nil, sensorLabel: String? = nil,
+        rawTemp: SysfsAttributes.Read?, trips: [TripPoint] = [], mirrorOf: String? = nil
+    ) {
         self.source = source
         self.name = name
         self.label = label
@@ -182,7 +184,9 @@ public enum ThermalSensorKind: String, Sendable, Equatable {
         let lower = type.lowercased()
         if lower.contains("gpu") { return .gpu }
         if ["acpitz", "tcpu", "tcpu_pci", "b0d4", "x86_pkg_temp"].contains(lower) { return .cpu }
-        if lower.contains("cpu") || lower.contains("soc") || lower.contains("core") || lower.contains("pkg") || lower.contains("package") { return .cpu }
+        if lower.contains("cpu") || lower.contains("soc") || lower.contains("core") || lower.contains("pkg") || lower.contains("package") {
+            return .cpu
+        }
         if lower.contains("nvme") || lower.contains("disk") || lower.contains("drive") { return .drive }
         return .other
     }

@@ -92,14 +92,16 @@ public struct HTTPRequestReader: Sendable {
             case .failure(let refusal): return .refused(refusal)
             case .success(let parsed):
                 head = (parsed.method, parsed.path, parsed.version, parsed.headers, end + 4, parsed.length)
-                continueOwed = parsed.length > 0 && parsed.headers.contains { $0.name.lowercased() == "expect" && $0.value.lowercased() == "100-continue" }
+                continueOwed =
+                    parsed.length > 0 && parsed.headers.contains { $0.name.lowercased() == "expect" && $0.value.lowercased() == "100-continue" }
             }
         }
         guard let head else { return .needMore }
         let have = buffer.count - head.bodyStart
         if have < head.length { return .needMore }
         let end = head.bodyStart + head.length
-        let request = HTTPRequest(method: head.method, path: head.path, headers: head.headers, body: Array(buffer[head.bodyStart..<end]), version: head.version)
+        let request = HTTPRequest(
+            method: head.method, path: head.path, headers: head.headers, body: Array(buffer[head.bodyStart..<end]), version: head.version)
         buffer.removeFirst(end)
         self.head = nil
         searchFrom = 0
@@ -131,7 +133,9 @@ public struct HTTPRequestReader: Sendable {
         return nil
     }
 
-    private func parseHead(_ bytes: [UInt8]) -> Result<(method: String, path: String, version: String, headers: [(name: String, value: String)], length: Int), HTTPRefusal> {
+    private func parseHead(_ bytes: [UInt8]) -> Result<
+        (method: String, path: String, version: String, headers: [(name: String, value: String)], length: Int), HTTPRefusal
+    > {
         guard let text = String(validating: bytes, as: UTF8.self) else { return .failure(HTTPRefusal(400, "the request head is not valid UTF-8")) }
         var lines = text.split(separator: "\r\n", omittingEmptySubsequences: false).map(String.init)
         guard !lines.isEmpty else { return .failure(HTTPRefusal(400, "empty request")) }
@@ -142,7 +146,9 @@ public struct HTTPRequestReader: Sendable {
         let method = String(requestLine[0])
         guard !method.isEmpty, method.allSatisfy({ $0.isASCII && $0.isUppercase }) else { return .failure(HTTPRefusal(400, "malformed method")) }
         let target = String(requestLine[1])
-        guard target.hasPrefix("/"), target.allSatisfy({ $0.isASCII && !$0.isWhitespace }) else { return .failure(HTTPRefusal(400, "malformed request target")) }
+        guard target.hasPrefix("/"), target.allSatisfy({ $0.isASCII && !$0.isWhitespace }) else {
+            return .failure(HTTPRefusal(400, "malformed request target"))
+        }
         let path = String(target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)[0])
         var headers: [(name: String, value: String)] = []
         for line in lines {
@@ -201,8 +207,10 @@ public enum HTTPServerResponse {
 
     /// A whole response; `headers` are added as given (CORS); `omitBody` for HEAD (the
     /// length is still the body's).
-    public static func whole(_ status: Int, contentType: String?, body: [UInt8], keepAlive: Bool,
-                             headers: [(String, String)] = [], omitBody: Bool = false) -> [UInt8] {
+    public static func whole(
+        _ status: Int, contentType: String?, body: [UInt8], keepAlive: Bool,
+        headers: [(String, String)] = [], omitBody: Bool = false
+    ) -> [UInt8] {
         var head = "HTTP/1.1 \(status) \(reason(status))\r\n"
         if let contentType { head += "Content-Type: \(contentType)\r\n" }
         head += "Content-Length: \(body.count)\r\n"
@@ -266,11 +274,14 @@ public struct BrowserGuard: Sendable, Equatable {
     /// always sends one).
     public func check(host: String?, origin: String?) -> Verdict {
         if let host, !Self.isLoopbackHost(host) {
-            return .forbidden("Host \"\(Self.printable(host))\" is not a loopback name: the proxy answers only requests to localhost, 127.0.0.1 or [::1]")
+            return .forbidden(
+                "Host \"\(Self.printable(host))\" is not a loopback name: the proxy answers only requests to localhost, 127.0.0.1 or [::1]")
         }
         guard let origin else { return .allowed(corsOrigin: nil) }
         guard isAllowedOrigin(origin) else {
-            return .forbidden("Origin \"\(Self.printable(origin))\" is not allowed: start the proxy with --allow-origin \(Self.printable(origin)) to let that web page use it")
+            return .forbidden(
+                "Origin \"\(Self.printable(origin))\" is not allowed: start the proxy with --allow-origin \(Self.printable(origin)) to let that web page use it"
+            )
         }
         return .allowed(corsOrigin: origin)
     }
@@ -303,7 +314,8 @@ public struct BrowserGuard: Sendable, Equatable {
         if host.hasSuffix(".") { host = host.dropLast() }
         if host == "localhost" || (host.hasSuffix(".localhost") && host.count > ".localhost".count) { return true }
         let octets = host.split(separator: ".", omittingEmptySubsequences: false)
-        guard octets.count == 4, octets.allSatisfy({ !$0.isEmpty && $0.count <= 3 && $0.allSatisfy(\.isASCII) && $0.allSatisfy(\.isNumber) && Int($0)! <= 255 })
+        guard octets.count == 4,
+            octets.allSatisfy({ !$0.isEmpty && $0.count <= 3 && $0.allSatisfy(\.isASCII) && $0.allSatisfy(\.isNumber) && Int($0)! <= 255 })
         else { return false }
         return octets[0] == "127"
     }
@@ -317,10 +329,15 @@ public struct BrowserGuard: Sendable, Equatable {
         let p = Array(pattern), t = Array(text)
         var pi = 0, ti = 0, star = -1, mark = 0
         while ti < t.count {
-            if pi < p.count && p[pi] != "*" && p[pi] == t[ti] { pi += 1; ti += 1 }
-            else if pi < p.count && p[pi] == "*" { star = pi; mark = ti; pi += 1 }
-            else if star >= 0 { pi = star + 1; mark += 1; ti = mark }
-            else { return false }
+            if pi < p.count && p[pi] != "*" && p[pi] == t[ti] {
+                pi += 1; ti += 1
+            } else if pi < p.count && p[pi] == "*" {
+                star = pi; mark = ti; pi += 1
+            } else if star >= 0 {
+                pi = star + 1; mark += 1; ti = mark
+            } else {
+                return false
+            }
         }
         while pi < p.count && p[pi] == "*" { pi += 1 }
         return pi == p.count

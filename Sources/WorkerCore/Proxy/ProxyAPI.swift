@@ -56,8 +56,9 @@ public struct ProxyCall: Sendable, Equatable {
             }
             ask.system = try fields.string("system")
             try ollamaCommon(fields, &ask)
-            return ProxyCall(dialect: edgecoder ? .edgecoder : .ollamaGenerate, model: model ?? ProxyAnswer.modelName, ask: ask,
-                             loadOnly: !edgecoder && ask.prompt.isEmpty)
+            return ProxyCall(
+                dialect: edgecoder ? .edgecoder : .ollamaGenerate, model: model ?? ProxyAnswer.modelName, ask: ask,
+                loadOnly: !edgecoder && ask.prompt.isEmpty)
         }
     }
 
@@ -104,7 +105,11 @@ public struct ProxyCall: Sendable, Equatable {
                 switch format["type"]?.stringValue {
                 case "text": break
                 case "json_object": ask.format = "json"
-                default: throw HTTPRefusal(400, "\"response_format\" may be {\"type\": \"text\"} or {\"type\": \"json_object\"}; a JSON schema cannot be sent to the worker", field: "response_format")
+                default:
+                    throw HTTPRefusal(
+                        400,
+                        "\"response_format\" may be {\"type\": \"text\"} or {\"type\": \"json_object\"}; a JSON schema cannot be sent to the worker",
+                        field: "response_format")
                 }
             }
             try openAICommon(fields, &ask, tokenKeys: ["max_completion_tokens", "max_tokens"])
@@ -123,7 +128,8 @@ public struct ProxyCall: Sendable, Equatable {
             default: prompt = nil
             }
             guard let prompt, !prompt.isEmpty else {
-                throw HTTPRefusal(400, "\"prompt\" must be a non-empty string (or an array of one; token arrays cannot be sent to the worker)", field: "prompt")
+                throw HTTPRefusal(
+                    400, "\"prompt\" must be a non-empty string (or an array of one; token arrays cannot be sent to the worker)", field: "prompt")
             }
             var ask = WorkerAsk(prompt: prompt, maxTokens: 16)
             ask.maxTokens = BluetoothRequest.defaultMaxTokens
@@ -157,7 +163,8 @@ public struct ProxyCall: Sendable, Equatable {
             ask.format = "json"
         }
         if let think = fields["think"], think != .null, think != false {
-            throw HTTPRefusal(400, "\"think\" cannot be honoured: the worker returns no separate thinking (send false or leave it out)", field: "think")
+            throw HTTPRefusal(
+                400, "\"think\" cannot be honoured: the worker returns no separate thinking (send false or leave it out)", field: "think")
         }
         if try fields.bool("logprobs") == true { throw HTTPRefusal(400, "\"logprobs\" cannot be honoured by the worker", field: "logprobs") }
         if let tokens = fields["maxTokens"], tokens != .null { ask.maxTokens = try maxTokens(tokens, field: "maxTokens", allowUnlimited: false) }
@@ -178,7 +185,9 @@ public struct ProxyCall: Sendable, Equatable {
                 // Where and how fast the model runs, not what it answers: the worker's own affair.
                 break
             default:
-                throw HTTPRefusal(400, "\"\(field)\" is not supported by the worker (it takes temperature, top_p, top_k, seed, stop, num_ctx, num_predict)", field: field)
+                throw HTTPRefusal(
+                    400, "\"\(field)\" is not supported by the worker (it takes temperature, top_p, top_k, seed, stop, num_ctx, num_predict)",
+                    field: field)
             }
         }
     }
@@ -237,7 +246,9 @@ public struct ProxyCall: Sendable, Equatable {
             }
             if openAI && role == "developer" { role = "system" }
             guard ["system", "user", "assistant"].contains(role) else {
-                throw HTTPRefusal(400, "\"\(at).role\" is \"\(BrowserGuard.printable(role))\": the worker takes system, user and assistant turns (no tools)", field: at + ".role")
+                throw HTTPRefusal(
+                    400, "\"\(at).role\" is \"\(BrowserGuard.printable(role))\": the worker takes system, user and assistant turns (no tools)",
+                    field: at + ".role")
             }
             try fields.refuseNonEmpty("images", "images cannot be sent to the worker (text only)", at: at + ".images")
             try fields.refuseNonEmpty("tool_calls", "tool calls cannot be sent to the worker", at: at + ".tool_calls")
@@ -250,7 +261,9 @@ public struct ProxyCall: Sendable, Equatable {
                 for (partIndex, part) in parts.enumerated() {
                     let where_ = "\(at).content[\(partIndex)]"
                     guard part["type"]?.stringValue == "text", let text = part["text"]?.stringValue else {
-                        throw HTTPRefusal(400, "\"\(where_)\" must be a text part {type: \"text\", text}; images, audio and files cannot be sent to the worker", field: where_)
+                        throw HTTPRefusal(
+                            400, "\"\(where_)\" must be a text part {type: \"text\", text}; images, audio and files cannot be sent to the worker",
+                            field: where_)
                     }
                     texts.append(text)
                 }
@@ -272,7 +285,8 @@ public struct ProxyCall: Sendable, Equatable {
         // the worker caps it further by its bluetooth.maxTokens.
         if allowUnlimited, let n = value.intValue, n == -1 || n == -2 { return BluetoothRequest.maxTokensLimit }
         guard let n = value.intValue, n >= 1, n <= limit else {
-            throw HTTPRefusal(400, "\"\(field)\" must be an integer in 1…\(limit)\(allowUnlimited ? " or -1 (the worker's limit)" : "")", field: field)
+            throw HTTPRefusal(
+                400, "\"\(field)\" must be an integer in 1…\(limit)\(allowUnlimited ? " or -1 (the worker's limit)" : "")", field: field)
         }
         return Int(n)
     }
@@ -286,7 +300,9 @@ public struct ProxyCall: Sendable, Equatable {
 
     static func integer(_ value: JSONValue, field: String, in range: ClosedRange<Int64>) throws(HTTPRefusal) -> Int64 {
         guard let n = value.intValue, range.contains(n) else {
-            throw HTTPRefusal(400, "\"\(field)\" must be an integer\(range == Int64.min...Int64.max ? "" : " in \(range.lowerBound)…\(range.upperBound)")", field: field)
+            throw HTTPRefusal(
+                400, "\"\(field)\" must be an integer\(range == Int64.min...Int64.max ? "" : " in \(range.lowerBound)…\(range.upperBound)")",
+                field: field)
         }
         return n
     }
@@ -374,12 +390,16 @@ public enum ProxyAnswer {
     }
 
     /// A whole (not streamed) answer: status and body.
-    public static func whole(_ call: ProxyCall, _ result: GenerateResult, durationMs: Int64, nowMs: Int64, id: String) -> (status: Int, body: JSONValue) {
+    public static func whole(_ call: ProxyCall, _ result: GenerateResult, durationMs: Int64, nowMs: Int64, id: String) -> (
+        status: Int, body: JSONValue
+    ) {
         if case .answered(let ok, let output, let error, let workerMs) = result, call.dialect == .edgecoder {
             // durationMs: the whole exchange as the HTTP client saw it; workerDurationMs:
             // what the worker reported (its model time), so the difference is the link's.
-            var object = JSONObject([("ok", .bool(ok)), ("output", .string(output)), ("response", .string(output)), ("durationMs", .int(durationMs)),
-                                     ("workerDurationMs", .int(workerMs))])
+            var object = JSONObject([
+                ("ok", .bool(ok)), ("output", .string(output)), ("response", .string(output)), ("durationMs", .int(durationMs)),
+                ("workerDurationMs", .int(workerMs)),
+            ])
             if let error { object["error"] = .string(error) }
             return (ok ? 200 : 502, .object(object))
         }
@@ -392,17 +412,39 @@ public enum ProxyAnswer {
         let created = formatUTC(milliseconds: nowMs)
         switch call.dialect {
         case .edgecoder, .ollamaGenerate:
-            return (200, ["model": .string(call.model), "created_at": .string(created), "response": .string(output), "done": true,
-                          "done_reason": "stop", "total_duration": .int(durationMs * 1_000_000)])
+            return (
+                200,
+                [
+                    "model": .string(call.model), "created_at": .string(created), "response": .string(output), "done": true,
+                    "done_reason": "stop", "total_duration": .int(durationMs * 1_000_000),
+                ]
+            )
         case .ollamaChat:
-            return (200, ["model": .string(call.model), "created_at": .string(created), "message": ["role": "assistant", "content": .string(output)],
-                          "done": true, "done_reason": "stop", "total_duration": .int(durationMs * 1_000_000)])
+            return (
+                200,
+                [
+                    "model": .string(call.model), "created_at": .string(created), "message": ["role": "assistant", "content": .string(output)],
+                    "done": true, "done_reason": "stop", "total_duration": .int(durationMs * 1_000_000),
+                ]
+            )
         case .openAIChat:
-            return (200, ["id": .string(id), "object": "chat.completion", "created": .int(nowMs / 1000), "model": .string(call.model),
-                          "choices": [["index": 0, "message": ["role": "assistant", "content": .string(output)], "finish_reason": "stop", "logprobs": .null]]])
+            return (
+                200,
+                [
+                    "id": .string(id), "object": "chat.completion", "created": .int(nowMs / 1000), "model": .string(call.model),
+                    "choices": [
+                        ["index": 0, "message": ["role": "assistant", "content": .string(output)], "finish_reason": "stop", "logprobs": .null]
+                    ],
+                ]
+            )
         case .openAICompletion:
-            return (200, ["id": .string(id), "object": "text_completion", "created": .int(nowMs / 1000), "model": .string(call.model),
-                          "choices": [["index": 0, "text": .string(output), "finish_reason": "stop", "logprobs": .null]]])
+            return (
+                200,
+                [
+                    "id": .string(id), "object": "text_completion", "created": .int(nowMs / 1000), "model": .string(call.model),
+                    "choices": [["index": 0, "text": .string(output), "finish_reason": "stop", "logprobs": .null]],
+                ]
+            )
         }
     }
 
@@ -436,7 +478,10 @@ public enum ProxyAnswer {
         case .edgecoder, .ollamaGenerate:
             return line(["model": .string(call.model), "created_at": .string(created), "response": .string(text), "done": false])
         case .ollamaChat:
-            return line(["model": .string(call.model), "created_at": .string(created), "message": ["role": "assistant", "content": .string(text)], "done": false])
+            return line([
+                "model": .string(call.model), "created_at": .string(created), "message": ["role": "assistant", "content": .string(text)],
+                "done": false,
+            ])
         case .openAIChat:
             return event(chatChunk(call, delta: ["content": .string(text)], finish: nil, nowMs: nowMs, id: id))
         case .openAICompletion:
@@ -449,11 +494,15 @@ public enum ProxyAnswer {
         let created = formatUTC(milliseconds: nowMs)
         switch call.dialect {
         case .edgecoder, .ollamaGenerate:
-            return line(["model": .string(call.model), "created_at": .string(created), "response": "", "done": true, "done_reason": "stop",
-                         "total_duration": .int(durationMs * 1_000_000)])
+            return line([
+                "model": .string(call.model), "created_at": .string(created), "response": "", "done": true, "done_reason": "stop",
+                "total_duration": .int(durationMs * 1_000_000),
+            ])
         case .ollamaChat:
-            return line(["model": .string(call.model), "created_at": .string(created), "message": ["role": "assistant", "content": ""], "done": true,
-                         "done_reason": "stop", "total_duration": .int(durationMs * 1_000_000)])
+            return line([
+                "model": .string(call.model), "created_at": .string(created), "message": ["role": "assistant", "content": ""], "done": true,
+                "done_reason": "stop", "total_duration": .int(durationMs * 1_000_000),
+            ])
         case .openAIChat:
             return event(chatChunk(call, delta: [:], finish: "stop", nowMs: nowMs, id: id)) + done
         case .openAICompletion:
@@ -479,13 +528,17 @@ public enum ProxyAnswer {
     }
 
     static func chatChunk(_ call: ProxyCall, delta: JSONValue, finish: String?, nowMs: Int64, id: String) -> JSONValue {
-        ["id": .string(id), "object": "chat.completion.chunk", "created": .int(nowMs / 1000), "model": .string(call.model),
-         "choices": [["index": 0, "delta": delta, "finish_reason": .optional(finish), "logprobs": .null]]]
+        [
+            "id": .string(id), "object": "chat.completion.chunk", "created": .int(nowMs / 1000), "model": .string(call.model),
+            "choices": [["index": 0, "delta": delta, "finish_reason": .optional(finish), "logprobs": .null]],
+        ]
     }
 
     static func completionChunk(_ call: ProxyCall, text: String, finish: String?, nowMs: Int64, id: String) -> JSONValue {
-        ["id": .string(id), "object": "text_completion", "created": .int(nowMs / 1000), "model": .string(call.model),
-         "choices": [["index": 0, "text": .string(text), "finish_reason": .optional(finish), "logprobs": .null]]]
+        [
+            "id": .string(id), "object": "text_completion", "created": .int(nowMs / 1000), "model": .string(call.model),
+            "choices": [["index": 0, "text": .string(text), "finish_reason": .optional(finish), "logprobs": .null]],
+        ]
     }
 
     static func line(_ value: JSONValue) -> [UInt8] { value.serializedBytes + [10] }
@@ -495,34 +548,47 @@ public enum ProxyAnswer {
     // MARK: The worker as a model
 
     static func details(_ deviceName: String?) -> JSONValue {
-        ["parent_model": "", "format": "bluetooth", "family": "edgecoder", "families": ["edgecoder"], "parameter_size": "", "quantization_level": "",
-         "worker": .string(deviceName ?? "")]
+        [
+            "parent_model": "", "format": "bluetooth", "family": "edgecoder", "families": ["edgecoder"], "parameter_size": "",
+            "quantization_level": "",
+            "worker": .string(deviceName ?? ""),
+        ]
     }
 
     /// `GET /api/tags`: the nearby worker as one model, so Ollama clients list it.
     public static func tags(connected: Bool, deviceName: String?) -> JSONValue {
         guard connected else { return ["models": []] }
-        return ["models": [[
-            "name": .string(modelName), "model": .string(modelName), "modified_at": "1970-01-01T00:00:00Z", "size": 0, "digest": "",
-            "details": details(deviceName),
-        ]]]
+        return [
+            "models": [
+                [
+                    "name": .string(modelName), "model": .string(modelName), "modified_at": "1970-01-01T00:00:00Z", "size": 0, "digest": "",
+                    "details": details(deviceName),
+                ]
+            ]
+        ]
     }
 
     /// `GET /api/ps`: the worker's model counts as loaded while it is connected and ready.
     public static func ps(_ status: ProxyStatus, nowMs: Int64) -> JSONValue {
         guard status.connected, status.modelState == "ready" else { return ["models": []] }
-        return ["models": [[
-            "name": .string(modelName), "model": .string(modelName), "size": 0, "digest": "", "details": details(status.deviceName),
-            "expires_at": .string(formatUTC(milliseconds: nowMs + 300_000)), "size_vram": 0,
-        ]]]
+        return [
+            "models": [
+                [
+                    "name": .string(modelName), "model": .string(modelName), "size": 0, "digest": "", "details": details(status.deviceName),
+                    "expires_at": .string(formatUTC(milliseconds: nowMs + 300_000)), "size_vram": 0,
+                ]
+            ]
+        ]
     }
 
     /// `POST /api/show` for any model name (the proxy has one worker).
     public static func show(model: String, status: ProxyStatus) -> JSONValue {
-        ["modelfile": .string("# edgecoder-worker proxy: the model of the nearby worker \(status.deviceName ?? "(not connected)")\n"),
-         "parameters": "", "template": "{{ .Prompt }}", "details": details(status.deviceName),
-         "model_info": ["general.architecture": "edgecoder", "general.basename": .string(model)],
-         "capabilities": ["completion"], "modified_at": "1970-01-01T00:00:00Z"]
+        [
+            "modelfile": .string("# edgecoder-worker proxy: the model of the nearby worker \(status.deviceName ?? "(not connected)")\n"),
+            "parameters": "", "template": "{{ .Prompt }}", "details": details(status.deviceName),
+            "model_info": ["general.architecture": "edgecoder", "general.basename": .string(model)],
+            "capabilities": ["completion"], "modified_at": "1970-01-01T00:00:00Z",
+        ]
     }
 
     /// `GET /v1/models`.
@@ -568,8 +634,10 @@ public struct ProxyStatus: Sendable, Equatable {
     public init() {}
 
     public var json: JSONValue {
-        var object = JSONObject([("connected", .bool(connected)), ("scanning", .bool(scanning)), ("modelState", .string(modelState)),
-                                 ("lastSeenMs", .int(lastSeenMs))])
+        var object = JSONObject([
+            ("connected", .bool(connected)), ("scanning", .bool(scanning)), ("modelState", .string(modelState)),
+            ("lastSeenMs", .int(lastSeenMs)),
+        ])
         if let deviceName { object["deviceName"] = .string(deviceName) }
         if let deviceAddress { object["deviceId"] = .string(deviceAddress); object["deviceAddress"] = .string(deviceAddress) }
         if let batteryPct { object["batteryPct"] = .int(Int64(batteryPct)) }

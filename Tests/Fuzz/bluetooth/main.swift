@@ -22,7 +22,9 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> Int32 {
             case .request(let request):
                 check(Subtask.isSafeID(request.id), "unsafe id \(request.id)")
                 check(!request.prompt.isEmpty || request.messages != nil, "empty prompt accepted without messages")
-                check(request.messages.map { (1...BluetoothRequest.maxTurns).contains($0.count) } ?? true, "a chat of \(request.messages?.count ?? 0) turns")
+                check(
+                    request.messages.map { (1...BluetoothRequest.maxTurns).contains($0.count) } ?? true,
+                    "a chat of \(request.messages?.count ?? 0) turns")
                 check(request.messages?.allSatisfy { BluetoothRequest.chatRoles.contains($0.role) } ?? true, "a turn with an unknown role")
                 check(request.options.stop.count <= BluetoothRequest.maxStops, "\(request.options.stop.count) stops")
                 check((1...BluetoothRequest.maxTokensLimit).contains(request.maxTokens), "maxTokens \(request.maxTokens)")

@@ -110,9 +110,11 @@ func value(_ shape: Shape, _ input: inout FuzzInput, depth: Int) -> DBusValue {
         return .array(elementSignature: element.signature, (0..<count).map { _ in value(element, &input, depth: depth + 1) })
     case .dictionary(let key, let valueShape):
         let count = Int(input.byte() % 6)
-        return .dictionary(keySignature: String(key), valueSignature: valueShape.signature, (0..<count).map { _ in
-            DBusDictEntry(key: value(.basic(key), &input, depth: depth + 1), value: value(valueShape, &input, depth: depth + 1))
-        })
+        return .dictionary(
+            keySignature: String(key), valueSignature: valueShape.signature,
+            (0..<count).map { _ in
+                DBusDictEntry(key: value(.basic(key), &input, depth: depth + 1), value: value(valueShape, &input, depth: depth + 1))
+            })
     case .variant:
         // A variant's content: any shape, with a bias to BlueZ's property values.
         let inner = depth > 40 ? Shape.basic("s") : BlueZShapes.pick(&input, depth: depth + 1)
@@ -138,8 +140,10 @@ enum BlueZShapes {
 
 /// The names BlueZ's decoders look for, so the fuzzer reaches past the first key check.
 let interfaceNames = BlueZInterfaceName.allCases.map(\.rawValue) + ["org.freedesktop.DBus.Properties"]
-let propertyNames = ["Address", "Powered", "Discovering", "Adapter", "Connected", "Name", "Alias", "RSSI", "UUIDs",
-                     "ServicesResolved", "UUID", "Device", "Service", "MTU", "Value"]
+let propertyNames = [
+    "Address", "Powered", "Discovering", "Adapter", "Connected", "Name", "Alias", "RSSI", "UUIDs",
+    "ServicesResolved", "UUID", "Device", "Service", "MTU", "Value",
+]
 
 /// bluetoothd's own argument shapes, filled from the fuzz bytes.
 func bluezArguments(_ input: inout FuzzInput, member: String) -> [DBusValue] {
@@ -149,15 +153,19 @@ func bluezArguments(_ input: inout FuzzInput, member: String) -> [DBusValue] {
     }
     func props() -> DBusValue {
         let count = Int(input.byte() % 6)
-        return .dictionary(keySignature: "s", valueSignature: "v", (0..<count).map { _ in
-            DBusDictEntry(key: .string(name(propertyNames)), value: value(.variant, &input, depth: 1))
-        })
+        return .dictionary(
+            keySignature: "s", valueSignature: "v",
+            (0..<count).map { _ in
+                DBusDictEntry(key: .string(name(propertyNames)), value: value(.variant, &input, depth: 1))
+            })
     }
     func interfaces() -> DBusValue {
         let count = Int(input.byte() % 4)
-        return .dictionary(keySignature: "s", valueSignature: "a{sv}", (0..<count).map { _ in
-            DBusDictEntry(key: .string(name(interfaceNames)), value: props())
-        })
+        return .dictionary(
+            keySignature: "s", valueSignature: "a{sv}",
+            (0..<count).map { _ in
+                DBusDictEntry(key: .string(name(interfaceNames)), value: props())
+            })
     }
     switch member {
     case "InterfacesAdded": return [.objectPath(objectPath(&input)), interfaces()]
@@ -166,9 +174,13 @@ func bluezArguments(_ input: inout FuzzInput, member: String) -> [DBusValue] {
     default:
         // GetManagedObjects' answer: a{oa{sa{sv}}}.
         let count = Int(input.byte() % 4)
-        return [.dictionary(keySignature: "o", valueSignature: "a{sa{sv}}", (0..<count).map { _ in
-            DBusDictEntry(key: .objectPath(objectPath(&input)), value: interfaces())
-        })]
+        return [
+            .dictionary(
+                keySignature: "o", valueSignature: "a{sa{sv}}",
+                (0..<count).map { _ in
+                    DBusDictEntry(key: .objectPath(objectPath(&input)), value: interfaces())
+                })
+        ]
     }
 }
 
@@ -186,8 +198,10 @@ final class Harness {
         var template = Array("/tmp/edgecoder-fuzz-dbus-XXXXXX".utf8CString)
         guard let dir = mkdtemp(&template) else { fatalError("mkdtemp failed") }
         address = "unix:path=" + String(cString: dir) + "/bus"
-        let argv = ["/usr/bin/setpriv", "--pdeathsig", "KILL", "/usr/bin/dbus-daemon", "--session", "--nofork",
-                    "--nopidfile", "--address=\(address)"]
+        let argv = [
+            "/usr/bin/setpriv", "--pdeathsig", "KILL", "/usr/bin/dbus-daemon", "--session", "--nofork",
+            "--nopidfile", "--address=\(address)",
+        ]
         var pid: pid_t = 0
         var cArgs = argv.map { strdup($0) } + [nil]
         let rc = posix_spawn(&pid, argv[0], nil, nil, &cArgs, environ)

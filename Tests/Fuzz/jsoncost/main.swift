@@ -66,8 +66,10 @@ func document(_ input: inout FuzzInput) -> (shape: String, bytes: [UInt8]) {
     let valueKind = input.byte()
     let seed = input.rest()
     let prefix = word(seed[...], length: prefixLength)
-    let values: [[UInt8]] = [Array("1".utf8), Array("\"x\"".utf8), Array("[]".utf8), Array("{}".utf8),
-                             Array("true".utf8), Array("null".utf8), Array("-1.5e3".utf8)]
+    let values: [[UInt8]] = [
+        Array("1".utf8), Array("\"x\"".utf8), Array("[]".utf8), Array("{}".utf8),
+        Array("true".utf8), Array("null".utf8), Array("-1.5e3".utf8),
+    ]
     func value(_ n: Int) -> [UInt8] { values[(Int(valueKind) + n) % values.count] }
     func key(_ n: Int) -> [UInt8] { [UInt8(ascii: "\"")] + prefix + Array(String(n, radix: 36).utf8) + [UInt8(ascii: "\"")] }
     var out: [UInt8] = []
@@ -162,10 +164,14 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> Int32 {
     var spent = parseNanos(bytes, times: 1)
     if spent > allowed { spent = parseNanos(bytes, times: 3) }
     if printCosts {
-        print("jsoncost: parsing \(bytes.count) bytes (\(shape)): \(Int(spent / 1e3)) us, \(Double(Int(spent / Double(bytes.count) / baselineNanosPerByte * 10)) / 10)x the plain array's rate")
+        print(
+            "jsoncost: parsing \(bytes.count) bytes (\(shape)): \(Int(spent / 1e3)) us, \(Double(Int(spent / Double(bytes.count) / baselineNanosPerByte * 10)) / 10)x the plain array's rate"
+        )
     }
     if spent > allowed {
-        fatalError("parsing \(bytes.count) bytes (\(shape)) took \(Int(spent / 1e6)) ms of CPU, over \(Int(allowed / 1e6)) ms (\(Int(allowedRatio))x the \(Int(baselineNanosPerByte * 1000)) ps per byte of a plain array)")
+        fatalError(
+            "parsing \(bytes.count) bytes (\(shape)) took \(Int(spent / 1e6)) ms of CPU, over \(Int(allowed / 1e6)) ms (\(Int(allowedRatio))x the \(Int(baselineNanosPerByte * 1000)) ps per byte of a plain array)"
+        )
     }
     // Writing the value back (every post and state file does) is held to the same bound.
     guard let value = try? JSON.parse(bytes) else { return 0 }

@@ -33,9 +33,11 @@ public struct BlueZInterfaces: Sendable, Equatable {
         public var addressType: String?
         /// `Class`: the Class of Device, which only Bluetooth Classic (BR/EDR) carries.
         public var classOfDevice: UInt32?
-        public init(address: String? = nil, adapter: String? = nil, connected: Bool? = nil, name: String? = nil, rssi: Int? = nil,
-                    uuids: [String]? = nil, servicesResolved: Bool? = nil, bonded: Bool? = nil,
-                    addressType: String? = nil, classOfDevice: UInt32? = nil) {
+        public init(
+            address: String? = nil, adapter: String? = nil, connected: Bool? = nil, name: String? = nil, rssi: Int? = nil,
+            uuids: [String]? = nil, servicesResolved: Bool? = nil, bonded: Bool? = nil,
+            addressType: String? = nil, classOfDevice: UInt32? = nil
+        ) {
             self.bonded = bonded
             self.addressType = addressType
             self.classOfDevice = classOfDevice
@@ -66,8 +68,10 @@ public struct BlueZInterfaces: Sendable, Equatable {
     public var gattService: (uuid: String, device: String)?
     public var gattCharacteristic: Characteristic?
 
-    public init(adapter: Adapter? = nil, advertisingManager: Bool = false, device: Device? = nil,
-                gattService: (uuid: String, device: String)? = nil, gattCharacteristic: Characteristic? = nil) {
+    public init(
+        adapter: Adapter? = nil, advertisingManager: Bool = false, device: Device? = nil,
+        gattService: (uuid: String, device: String)? = nil, gattCharacteristic: Characteristic? = nil
+    ) {
         self.adapter = adapter
         self.advertisingManager = advertisingManager
         self.device = device
@@ -149,7 +153,8 @@ public struct BlueZObjects: Sendable, Equatable {
 
     public mutating func add(path: String, _ interfaces: BlueZInterfaces) {
         if let adapter = interfaces.adapter {
-            var entry = adapters[path] ?? Adapter(name: String(path.split(separator: "/").last ?? ""), address: nil, powered: false, canAdvertise: false)
+            var entry =
+                adapters[path] ?? Adapter(name: String(path.split(separator: "/").last ?? ""), address: nil, powered: false, canAdvertise: false)
             entry.address = adapter.address ?? entry.address
             entry.powered = adapter.powered ?? entry.powered
             entry.discoverable = adapter.discoverable ?? entry.discoverable
@@ -200,7 +205,9 @@ public struct BlueZObjects: Sendable, Equatable {
     /// The worker service's characteristics on a remote `device`, by role; nil until every
     /// characteristic of `GattLayout` is there.
     public func workerCharacteristics(of device: String) -> (paths: [GattLayout.Role: String], mtu: Int?)? {
-        guard let service = remoteServices.first(where: { $0.value.device == device && $0.value.uuid == GattLayout.serviceUUID })?.key else { return nil }
+        guard let service = remoteServices.first(where: { $0.value.device == device && $0.value.uuid == GattLayout.serviceUUID })?.key else {
+            return nil
+        }
         var paths: [GattLayout.Role: String] = [:]
         var mtu: Int?
         for (path, characteristic) in remoteCharacteristics where characteristic.service == service {

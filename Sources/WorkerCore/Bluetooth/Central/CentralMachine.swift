@@ -203,8 +203,11 @@ public struct CentralMachine: Sendable {
             status.problem = reason
         case .bluez(let signal):
             if case .characteristicValue(let path, let bytes) = signal {
-                if path == characteristics[.response] { responseChunk(bytes, now: now, &out) }
-                else if path == characteristics[.status] { statusChunk(bytes, now: now) }
+                if path == characteristics[.response] {
+                    responseChunk(bytes, now: now, &out)
+                } else if path == characteristics[.status] {
+                    statusChunk(bytes, now: now)
+                }
             }
             for fact in follower.apply(signal) { apply(fact, now: now, &out) }
             if case .owner = signal, !follower.present { bluezGone(now: now, &out) }
@@ -247,8 +250,11 @@ public struct CentralMachine: Sendable {
             markSubscribed(path, now: now, &out)
         case .notification(let path, let bytes):
             guard phase == .subscribing || phase == .connected else { break }
-            if path == characteristics[.response] { responseChunk(bytes, now: now, &out) }
-            else if path == characteristics[.status] { statusChunk(bytes, now: now) }
+            if path == characteristics[.response] {
+                responseChunk(bytes, now: now, &out)
+            } else if path == characteristics[.status] {
+                statusChunk(bytes, now: now)
+            }
         case .notifySocketClosed(let path):
             guard phase == .subscribing || phase == .connected, path == characteristics[.response] else { break }
             fail("bluetoothd closed the worker's notification socket", now: now, &out)
@@ -260,7 +266,9 @@ public struct CentralMachine: Sendable {
             writeAnswered(id: id, error: error, now: now, &out)
         case .request(let id, let bytes, let timeoutMs):
             guard phase == .connected, characteristics[.request] != nil else {
-                out.append(.resolve(id: id, .notConnected("no worker connected: " + (status.problem ?? "scanning for \(BluetoothUUID.localName(agentID: "…"))"))))
+                out.append(
+                    .resolve(
+                        id: id, .notConnected("no worker connected: " + (status.problem ?? "scanning for \(BluetoothUUID.localName(agentID: "…"))"))))
                 break
             }
             pending[id] = Pending(deadlineMs: now + max(1, timeoutMs), timeoutMs: timeoutMs)
@@ -348,7 +356,8 @@ public struct CentralMachine: Sendable {
                 return
             }
             if phase == .resolving, let target, follower.objects.devices[target]?.servicesResolved == true,
-               let found = follower.objects.workerCharacteristics(of: target) {
+                let found = follower.objects.workerCharacteristics(of: target)
+            {
                 subscribe(found, &out)
             }
         case .idle where settings.listOnly:
@@ -366,12 +375,14 @@ public struct CentralMachine: Sendable {
         case .idle:
             guard now >= nextAttemptAtMs else { return }
             let candidates = follower.objects.devices.filter { entry in
-                entry.value.adapter == path && (pinned.map { entry.value.address.uppercased() == $0 }
-                    ?? (entry.value.uuids.contains(GattLayout.serviceUUID) && entry.value.rssi != nil))
+                entry.value.adapter == path
+                    && (pinned.map { entry.value.address.uppercased() == $0 }
+                        ?? (entry.value.uuids.contains(GattLayout.serviceUUID) && entry.value.rssi != nil))
             }
             let windowOver = scanningSinceMs.map { now - $0 >= settings.scanWindowMs } ?? false
             if let best = candidates.max(by: { ($0.value.rssi ?? -999, $1.key) < ($1.value.rssi ?? -999, $0.key) }),
-               pinned != nil || windowOver || best.value.connected {
+                pinned != nil || windowOver || best.value.connected
+            {
                 connect(best.key, best.value, now: now, &out)
             } else {
                 startDiscovery(adapterPath: path, now: now, &out)
@@ -443,7 +454,10 @@ public struct CentralMachine: Sendable {
             status.pinnedDevice = address
             out.append(.pinned(address: address))
         }
-        out.append(.log(.notice, "connected to the worker \(status.deviceName ?? "?") (\(status.deviceAddress ?? "?")), MTU \(status.mtu.map(String.init) ?? "?")"))
+        out.append(
+            .log(
+                .notice,
+                "connected to the worker \(status.deviceName ?? "?") (\(status.deviceAddress ?? "?")), MTU \(status.mtu.map(String.init) ?? "?")"))
         // The ATT MTU sets the write size; bluetoothd knows it once the link is up.
         if let path = characteristics[.request] { out.append(.readMTU(path: path)) }
         // The status characteristic's current value, without waiting for a notification.
@@ -507,7 +521,8 @@ public struct CentralMachine: Sendable {
             guard var current = writing else { return }
             guard current.inFlight == 0 else { return }
             guard current.detached || pending[current.id] != nil, phase == .connected, let path = characteristics[.request],
-                  current.offset < current.bytes.count else {
+                current.offset < current.bytes.count
+            else {
                 writing = nil
                 continue
             }
@@ -541,7 +556,8 @@ public struct CentralMachine: Sendable {
         status.lastSeenMs = now
         for event in responseFramer.feed(bytes, nowMs: now) {
             guard case .object(let object) = event, let json = try? JSON.parse(object), let id = json["id"]?.stringValue,
-                  pending[id] != nil else { continue }
+                pending[id] != nil
+            else { continue }
             // A partial (protocol-bluetooth §2) carries text; the final (`done: true`) or protocol-bluetooth §1's
             // response (with `output`) ends the request.
             if json["done"] == .bool(false) {
@@ -552,8 +568,12 @@ public struct CentralMachine: Sendable {
                 continue
             }
             let streamed = pending.removeValue(forKey: id)?.streamed ?? ""
-            out.append(.resolve(id: id, .answered(ok: json["ok"]?.boolValue ?? false, output: json["output"]?.stringValue ?? streamed,
-                                                  error: json["error"]?.stringValue, workerDurationMs: json["durationMs"]?.intValue ?? 0)))
+            out.append(
+                .resolve(
+                    id: id,
+                    .answered(
+                        ok: json["ok"]?.boolValue ?? false, output: json["output"]?.stringValue ?? streamed,
+                        error: json["error"]?.stringValue, workerDurationMs: json["durationMs"]?.intValue ?? 0)))
         }
     }
 

@@ -58,28 +58,44 @@ public struct PairingAgentChoice: Sendable, Equatable {
     /// it runs only where that grants nothing beyond an encrypted link: never for
     /// `authenticated` (MITM protection needs a person comparing digits) and never with
     /// `allowedClients: "bonded"` (any stranger could bond, and bonded is the admission).
-    public static func decide(security: BluetoothSecurity, allowedClients: BluetoothAllowedClients,
-                              setting: BluetoothPairingAgentSetting, boot: HostBootTarget) -> PairingAgentChoice {
+    public static func decide(
+        security: BluetoothSecurity, allowedClients: BluetoothAllowedClients,
+        setting: BluetoothPairingAgentSetting, boot: HostBootTarget
+    ) -> PairingAgentChoice {
         switch security {
         case .open:
             return PairingAgentChoice(answerer: .host, reason: "security is open: no pairing is needed")
         case .authenticated:
-            return PairingAgentChoice(answerer: .host, reason: "security is authenticated: a pairing needs a person to compare the passkey (edgecoder-worker bluetooth pair), so the worker never answers one")
+            return PairingAgentChoice(
+                answerer: .host,
+                reason:
+                    "security is authenticated: a pairing needs a person to compare the passkey (edgecoder-worker bluetooth pair), so the worker never answers one"
+            )
         case .encrypted:
             break
         }
         if allowedClients == .bonded {
-            return PairingAgentChoice(answerer: .host, reason: "allowedClients is bonded: only devices the operator paired are admitted, and an agent accepting every Just Works pairing would let any stranger bond (edgecoder-worker bluetooth pair)")
+            return PairingAgentChoice(
+                answerer: .host,
+                reason:
+                    "allowedClients is bonded: only devices the operator paired are admitted, and an agent accepting every Just Works pairing would let any stranger bond (edgecoder-worker bluetooth pair)"
+            )
         }
         switch setting {
         case .host:
             return PairingAgentChoice(answerer: .host, reason: "bluetooth.pairingAgent is host: the host's own agent answers pairings")
         case .worker:
-            return PairingAgentChoice(answerer: .worker, reason: "bluetooth.pairingAgent is worker: the worker accepts Just Works pairings of its adapter")
+            return PairingAgentChoice(
+                answerer: .worker, reason: "bluetooth.pairingAgent is worker: the worker accepts Just Works pairings of its adapter")
         case .auto where boot.isGraphicalDesktop:
-            return PairingAgentChoice(answerer: .host, reason: "the host boots to a desktop (\(boot.description)): its agent asks its user (bluetooth.pairingAgent auto)")
+            return PairingAgentChoice(
+                answerer: .host, reason: "the host boots to a desktop (\(boot.description)): its agent asks its user (bluetooth.pairingAgent auto)")
         case .auto:
-            return PairingAgentChoice(answerer: .worker, reason: "the host boots to no desktop (\(boot.description)), so nobody could answer a pairing: the worker accepts Just Works pairings of its adapter (bluetooth.pairingAgent auto)")
+            return PairingAgentChoice(
+                answerer: .worker,
+                reason:
+                    "the host boots to no desktop (\(boot.description)), so nobody could answer a pairing: the worker accepts Just Works pairings of its adapter (bluetooth.pairingAgent auto)"
+            )
         }
     }
 }
@@ -129,13 +145,19 @@ public enum JustWorksAgent {
             // pairing the kernel accepts by itself under a NoInputNoOutput default agent,
             // without asking: docs/operating/bluetooth-pairing.md, "Bluetooth Classic".
             if case .notLE(let why) = transport {
-                return .reject("\(address) is not known to be an LE device (\(why)); the worker's agent pairs LE devices only, pair it with edgecoder-worker bluetooth pair if it must be")
+                return .reject(
+                    "\(address) is not known to be an LE device (\(why)); the worker's agent pairs LE devices only, pair it with edgecoder-worker bluetooth pair if it must be"
+                )
             }
             return .accept(address: address)
         case .confirmation:
-            return .reject("\(address) asks for numeric comparison; the worker's agent accepts Just Works only (security encrypted), pair it with edgecoder-worker bluetooth pair")
+            return .reject(
+                "\(address) asks for numeric comparison; the worker's agent accepts Just Works only (security encrypted), pair it with edgecoder-worker bluetooth pair"
+            )
         case .passkey, .displayPasskey:
-            return .reject("\(address) asks for passkey entry; the worker's agent accepts Just Works only (security encrypted), pair it with edgecoder-worker bluetooth pair")
+            return .reject(
+                "\(address) asks for passkey entry; the worker's agent accepts Just Works only (security encrypted), pair it with edgecoder-worker bluetooth pair"
+            )
         case .pinCode, .displayPinCode:
             return .reject("\(address) asks for Bluetooth Classic PIN pairing; the worker is an LE peripheral and offers none")
         case .authorizeService(_, let uuid):

@@ -29,7 +29,7 @@ public struct PairingWindow: Sendable {
         public var device: String {
             switch self {
             case .confirmation(let d, _), .authorization(let d), .passkey(let d), .displayPasskey(let d, _, _),
-                 .pinCode(let d), .displayPinCode(let d, _), .authorizeService(let d, _):
+                .pinCode(let d), .displayPinCode(let d, _), .authorizeService(let d, _):
                 d
             }
         }
@@ -89,7 +89,7 @@ public struct PairingWindow: Sendable {
         let device: String
         switch request {
         case .confirmation(let d, _), .authorization(let d), .passkey(let d), .displayPasskey(let d, _, _),
-             .pinCode(let d), .displayPinCode(let d, _), .authorizeService(let d, _):
+            .pinCode(let d), .displayPinCode(let d, _), .authorizeService(let d, _):
             device = d
         }
         // A host may have several adapters, and in a desktop session other requests reach
@@ -116,7 +116,8 @@ public struct PairingWindow: Sendable {
             prompt = "\(address) wants to pair. Does it show the passkey \(Self.sixDigits(passkey))? [y/N] "
         case .authorization:
             question = .justWorks(address: address)
-            prompt = "\(address) wants to pair without a passkey (Just Works: encrypted, not protected against a man in the middle; enough for security \"encrypted\", refused by \"authenticated\"). Allow? [y/N] "
+            prompt =
+                "\(address) wants to pair without a passkey (Just Works: encrypted, not protected against a man in the middle; enough for security \"encrypted\", refused by \"authenticated\"). Allow? [y/N] "
         default:
             question = .passkey(address: address)
             prompt = "\(address) wants to pair. Type the 6-digit passkey it shows, then Enter: "
@@ -195,7 +196,9 @@ public struct PairingWindow: Sendable {
         guard path.hasPrefix(prefix) else { return nil }
         let tail = path.dropFirst(prefix.count)
         let parts = tail.split(separator: "_", omittingEmptySubsequences: false)
-        guard parts.count == 6, parts.allSatisfy({ $0.utf8.count == 2 && $0.allSatisfy(\.isHexDigit) && $0.allSatisfy(\.isASCII) }) else { return nil }
+        guard parts.count == 6, parts.allSatisfy({ $0.utf8.count == 2 && $0.allSatisfy(\.isHexDigit) && $0.allSatisfy(\.isASCII) }) else {
+            return nil
+        }
         return parts.joined(separator: ":").uppercased()
     }
 

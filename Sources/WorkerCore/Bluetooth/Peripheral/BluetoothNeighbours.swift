@@ -41,7 +41,8 @@ public enum BluetoothAllowedClients: Sendable, Equatable, CustomStringConvertibl
 
     /// `aa:bb:cc:dd:ee:ff` or `AA-BB-…` as `AA:BB:CC:DD:EE:FF`; nil when it is not six hex pairs.
     public static func normalizedAddress(_ text: String) -> String? {
-        let parts = text.split(separator: ":", omittingEmptySubsequences: false).count == 6
+        let parts =
+            text.split(separator: ":", omittingEmptySubsequences: false).count == 6
             ? text.split(separator: ":", omittingEmptySubsequences: false)
             : text.split(separator: "-", omittingEmptySubsequences: false)
         guard parts.count == 6, parts.allSatisfy({ $0.count == 2 && $0.allSatisfy(\.isHexDigit) && $0.allSatisfy(\.isASCII) }) else { return nil }
@@ -122,11 +123,13 @@ public struct AllowedClientsWarning: Sendable, Equatable {
         case .any:
             return nil
         case .bonded:
-            message = "bluetooth.allowedClients is bonded, but security is open: a bond is only checked by encrypting with its key, which an open link never does, so any device can claim a bonded device's address and be admitted; set bluetooth.security to \"encrypted\" (or \"authenticated\") so that only the device holding the key gets through"
+            message =
+                "bluetooth.allowedClients is bonded, but security is open: a bond is only checked by encrypting with its key, which an open link never does, so any device can claim a bonded device's address and be admitted; set bluetooth.security to \"encrypted\" (or \"authenticated\") so that only the device holding the key gets through"
         case .addresses:
             // With `encrypted` alone a stranger could still pair anew under a listed address
             // (the worker's agent accepts Just Works): the bond is what proves a client.
-            message = "bluetooth.allowedClients lists addresses, but security is open: on an unencrypted link any device can claim a listed address and be admitted; to admit only known clients set bluetooth.security to \"encrypted\" (or \"authenticated\") with allowedClients \"bonded\", and pair each client once (edgecoder-worker bluetooth pair)"
+            message =
+                "bluetooth.allowedClients lists addresses, but security is open: on an unencrypted link any device can claim a listed address and be admitted; to admit only known clients set bluetooth.security to \"encrypted\" (or \"authenticated\") with allowedClients \"bonded\", and pair each client once (edgecoder-worker bluetooth pair)"
         }
         return AllowedClientsWarning(path: "bluetooth.allowedClients", message: message)
     }

@@ -99,11 +99,12 @@ public struct BluetoothStatus: Sendable, Equatable {
         object["applicationRegistered"] = .bool(applicationRegistered)
         object["advertising"] = .bool(advertising)
         object["problem"] = .optional(problem)
-        object["clients"] = .array(clients.map { client in
-            var entry = JSONObject([("address", .string(client.address))])
-            entry["mtu"] = client.mtu.map { .int(Int64($0)) } ?? .null
-            return .object(entry)
-        })
+        object["clients"] = .array(
+            clients.map { client in
+                var entry = JSONObject([("address", .string(client.address))])
+                entry["mtu"] = client.mtu.map { .int(Int64($0)) } ?? .null
+                return .object(entry)
+            })
         object["requestsServed"] = .int(requestsServed)
         object["requestsFailed"] = .int(requestsFailed)
         object["requestsRejected"] = .int(requestsRejected)

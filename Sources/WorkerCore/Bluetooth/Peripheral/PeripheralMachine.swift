@@ -414,7 +414,8 @@ public struct PeripheralMachine: Sendable {
             // subscriber only, so a client joining later gets the status this long after
             // its link comes up.
             guard let device = follower.objects.devices[path], device.adapter == adapterPath,
-                  application == .done, notifying.contains(.status) else { return }
+                application == .done, notifying.contains(.status)
+            else { return }
             statusForcedAtMs = now + settings.laterClientStatusDelayMs
         case .deviceDisconnected(let path), .deviceRemoved(let path):
             deviceGone(path, &out)
@@ -456,11 +457,16 @@ public struct PeripheralMachine: Sendable {
         case .bluetoothdLeft where follower.present || !held.isEmpty:
             out.append(.log(.warning, "bluetoothd left the bus: the application and advertisement are gone; registering again when it is back"))
         case .busLost where follower.present || !held.isEmpty:
-            out.append(.log(.warning, "the system bus connection closed: the application and advertisement are gone; registering again when it is back"))
+            out.append(
+                .log(.warning, "the system bus connection closed: the application and advertisement are gone; registering again when it is back"))
         case .ourStop where !held.isEmpty:
             // Withdrawn in order, the daemon says so itself once stopped; this is the case
             // where bluetoothd never answered and the closing connection takes them back.
-            out.append(.log(.info, "stopped: closing the bus connection withdraws the worker's \(held.joined(separator: " and ")) (bluetoothd did not answer the unregistration)"))
+            out.append(
+                .log(
+                    .info,
+                    "stopped: closing the bus connection withdraws the worker's \(held.joined(separator: " and ")) (bluetoothd did not answer the unregistration)"
+                ))
         default:
             break
         }
@@ -543,7 +549,8 @@ public struct PeripheralMachine: Sendable {
         }
         if accepted {
             if what == .application { application = .done } else { advertisement = .done }
-            out.append(.log(.notice, "\(what.rawValue) registered on \(status.adapter ?? "?")\(what == .application ? "" : " as \(settings.localName)")"))
+            out.append(
+                .log(.notice, "\(what.rawValue) registered on \(status.adapter ?? "?")\(what == .application ? "" : " as \(settings.localName)")"))
             if what == .advertisement {
                 status.state = .advertising
                 setProblem(nil)
@@ -566,10 +573,12 @@ public struct PeripheralMachine: Sendable {
 
     /// Why the worker's agent stands back while the adapter is open to Classic devices.
     static func classicOpenReason(_ adapter: String, _ opening: ClassicOpening) -> String {
-        let (state, until) = switch opening {
-        case .discoverable: ("is discoverable", "is not discoverable")
-        case .connectable: ("is Bluetooth Classic connectable (page scan on, set outside bluetoothd: btmgmt connectable on)", "is not connectable")
-        }
+        let (state, until) =
+            switch opening {
+            case .discoverable: ("is discoverable", "is not discoverable")
+            case .connectable:
+                ("is Bluetooth Classic connectable (page scan on, set outside bluetoothd: btmgmt connectable on)", "is not connectable")
+            }
         return "\(adapter) \(state): while it is, a Bluetooth Classic device can pair with it by Just Works, "
             + "which the kernel accepts by itself under the worker's NoInputNoOutput agent without asking it; "
             + "the worker's agent stands back until \(adapter) \(until)"
@@ -583,7 +592,9 @@ public struct PeripheralMachine: Sendable {
     /// when it no longer is.
     mutating func reconcileAgent(_ adapter: BlueZObjects.Adapter, path: String, now: Int64, _ out: inout [Command]) {
         guard settings.pairingAgent.registersAgent else { return }
-        let opening: ClassicOpening? = adapter.discoverable ? .discoverable
+        let opening: ClassicOpening? =
+            adapter.discoverable
+            ? .discoverable
             : classicConnectable.contains(adapter.name) ? .connectable : nil
         if let opening {
             let reason = Self.classicOpenReason(adapter.name, opening)
@@ -608,12 +619,17 @@ public struct PeripheralMachine: Sendable {
         case .accepted, .alreadyExists:
             agent = .done
             status.pairingAgentReason = settings.pairingAgent.reason
-            out.append(.log(.notice, "pairing agent registered (\(JustWorksAgent.capability), bluetoothd's default agent): Just Works pairings of \(status.adapter ?? "the adapter")'s devices are accepted; \(settings.pairingAgent.reason)"))
+            out.append(
+                .log(
+                    .notice,
+                    "pairing agent registered (\(JustWorksAgent.capability), bluetoothd's default agent): Just Works pairings of \(status.adapter ?? "the adapter")'s devices are accepted; \(settings.pairingAgent.reason)"
+                ))
         case .refused(let error):
             agent = .none
             agentRetryAtMs = now + settings.retryMs
             status.pairingAgentReason = "bluetoothd refused the pairing agent: \(error); retrying every \(settings.retryMs / 1000) s"
-            out.append(.log(.warning, status.pairingAgentReason + ". Until it is registered, clients that never paired are refused (security encrypted)"))
+            out.append(
+                .log(.warning, status.pairingAgentReason + ". Until it is registered, clients that never paired are refused (security encrypted)"))
         }
     }
 
@@ -657,7 +673,8 @@ public struct PeripheralMachine: Sendable {
 
     mutating func rememberAgentBond(_ device: String, address: String, now: Int64, _ out: inout [Command]) {
         if agentBonds[device] == nil, agentBonds.count >= Self.maxAgentBonds,
-           let oldest = agentBonds.min(by: { ($0.value, $0.key) < ($1.value, $1.key) }) {
+            let oldest = agentBonds.min(by: { ($0.value, $0.key) < ($1.value, $1.key) })
+        {
             removeAgentBond(oldest.key, why: "\(Self.maxAgentBonds) unused bonds of the worker's agent are waiting; the oldest goes first", &out)
         }
         agentBonds[device] = now
@@ -675,7 +692,9 @@ public struct PeripheralMachine: Sendable {
     mutating func expireAgentBonds(now: Int64, _ out: inout [Command]) {
         let idleMs = settings.limits.clientIdleMs
         for (device, pairedAt) in agentBonds.sorted(by: { ($0.value, $0.key) < ($1.value, $1.key) }) where now - pairedAt >= idleMs {
-            removeAgentBond(device, why: "paired by the worker's agent \((now - pairedAt) / 1000) s ago and never used the service (bluetooth.clientIdleSec)", &out)
+            removeAgentBond(
+                device, why: "paired by the worker's agent \((now - pairedAt) / 1000) s ago and never used the service (bluetooth.clientIdleSec)",
+                &out)
         }
     }
 
@@ -741,7 +760,8 @@ public struct PeripheralMachine: Sendable {
                 value = role == .status ? statusBytes : []
             }
             guard offset >= 0, offset <= value.count else {
-                out.append(.reply(.error(name: BlueZErrorName.invalidOffset.rawValue, message: "offset \(offset) is past the value's \(value.count) bytes")))
+                out.append(
+                    .reply(.error(name: BlueZErrorName.invalidOffset.rawValue, message: "offset \(offset) is past the value's \(value.count) bytes")))
                 return
             }
             out.append(.reply(.value(Array(value[offset...]))))
@@ -752,7 +772,10 @@ public struct PeripheralMachine: Sendable {
             case .client:
                 out.append(.reply(expectsReply ? .empty : .noReply))
             case .refused(let why):
-                out.append(.reply(expectsReply ? .error(name: BlueZErrorName.notPermitted.rawValue, message: why.error(maxClients: settings.maxClients)) : .noReply))
+                out.append(
+                    .reply(
+                        expectsReply
+                            ? .error(name: BlueZErrorName.notPermitted.rawValue, message: why.error(maxClients: settings.maxClients)) : .noReply))
                 return
             case .anonymous:
                 out.append(.reply(expectsReply ? .empty : .noReply))
@@ -822,26 +845,38 @@ public struct PeripheralMachine: Sendable {
         }
         if let until = coolDowns[address], now < until {
             status.clientsRefused += 1
-            return refuse(device, address: address, .coolingDown, detail: "cooling down for \((until - now + 999) / 1000) s more after too much bad input", now: now, &out)
+            return refuse(
+                device, address: address, .coolingDown, detail: "cooling down for \((until - now + 999) / 1000) s more after too much bad input",
+                now: now, &out)
         }
         let bonded = follower.objects.devices[device]?.bonded ?? false
         guard settings.allowedClients.allows(address: address, bonded: bonded) else {
             status.clientsNotAllowed += 1
-            return refuse(device, address: address, .notAllowed, detail: "not in bluetooth.allowedClients (\(settings.allowedClients))", now: now, &out)
+            return refuse(
+                device, address: address, .notAllowed, detail: "not in bluetooth.allowedClients (\(settings.allowedClients))", now: now, &out)
         }
         if sessions.count >= max(1, settings.maxClients) {
             guard let idle = evictable(now: now) else {
                 status.clientsRefused += 1
-                return refuse(device, address: address, .busy, detail: "\(settings.maxClients) client(s) already connected (bluetooth.maxClients); BlueZ 5.66 would show it every other client's answers", now: now, &out)
+                return refuse(
+                    device, address: address, .busy,
+                    detail:
+                        "\(settings.maxClients) client(s) already connected (bluetooth.maxClients); BlueZ 5.66 would show it every other client's answers",
+                    now: now, &out)
             }
             let gone = sessions[idle]!
             status.clientsEvicted += 1
-            out.append(.log(.notice, "client \(gone.address) evicted: idle for \((now - gone.lastActiveAtMs) / 1000) s (bluetooth.clientIdleSec) while \(address) wants its slot"))
+            out.append(
+                .log(
+                    .notice,
+                    "client \(gone.address) evicted: idle for \((now - gone.lastActiveAtMs) / 1000) s (bluetooth.clientIdleSec) while \(address) wants its slot"
+                ))
             sessions.removeValue(forKey: idle)
             clientGone(gone.address, &out)
             out.append(.disconnect(device: idle, address: gone.address))
         }
-        sessions[device] = Session(address: address, assembler: RequestAssembler(maxRequestBytes: settings.maxRequestBytes), mtu: nil, lastActiveAtMs: now)
+        sessions[device] = Session(
+            address: address, assembler: RequestAssembler(maxRequestBytes: settings.maxRequestBytes), mtu: nil, lastActiveAtMs: now)
         // It uses the service: a bond the agent made for it is the operator's to keep.
         agentBonds.removeValue(forKey: device)
         out.append(.log(.info, "client \(address) connected"))
@@ -863,7 +898,8 @@ public struct PeripheralMachine: Sendable {
         }.min { ($0.value.lastActiveAtMs, $0.key) < ($1.value.lastActiveAtMs, $1.key) }?.key
     }
 
-    mutating func refuse(_ device: String, address: String, _ why: ClientRefusal, detail: String, now: Int64, _ out: inout [Command]) -> ClientRefusal {
+    mutating func refuse(_ device: String, address: String, _ why: ClientRefusal, detail: String, now: Int64, _ out: inout [Command]) -> ClientRefusal
+    {
         refused[device] = why
         pendingDisconnects[device] = PendingDisconnect(address: address, atMs: now + settings.limits.refusalDisconnectDelayMs)
         out.append(.log(.warning, "client \(address) refused (\(why.rawValue)): \(detail); disconnecting it"))
@@ -882,15 +918,19 @@ public struct PeripheralMachine: Sendable {
         status.clientsCooledDown += 1
         sessions.removeValue(forKey: device)
         clientGone(session.address, &out)
-        _ = refuse(device, address: session.address, .coolingDown,
-                   detail: "\(session.badWritesAtMs.count) writes of bad input within \(limits.badWriteWindowMs / 1000) s; refused for \(limits.coolDownMs / 1000) s", now: now, &out)
+        _ = refuse(
+            device, address: session.address, .coolingDown,
+            detail:
+                "\(session.badWritesAtMs.count) writes of bad input within \(limits.badWriteWindowMs / 1000) s; refused for \(limits.coolDownMs / 1000) s",
+            now: now, &out)
     }
 
     mutating func deviceGone(_ path: String, _ out: inout [Command]) {
         refused.removeValue(forKey: path)
         pendingDisconnects.removeValue(forKey: path)
         if let session = sessions.removeValue(forKey: path) {
-            out.append(.log(.info, "client \(session.address) disconnected\(session.assembler.isPartial ? " in the middle of a request (dropped)" : "")"))
+            out.append(
+                .log(.info, "client \(session.address) disconnected\(session.assembler.isPartial ? " in the middle of a request (dropped)" : "")"))
             clientGone(session.address, &out)
         }
     }
@@ -928,14 +968,19 @@ public struct PeripheralMachine: Sendable {
         // The one answered is the first that names an id, else the first: a client
         // matches answers by id (the tail of a request whose first chunks were lost can
         // follow a piece of garbage without one).
-        let answered = events.firstIndex { if case .rejected(_?, _) = $0 { true } else { false } }
+        let answered =
+            events.firstIndex { if case .rejected(_?, _) = $0 { true } else { false } }
             ?? events.firstIndex { if case .rejected = $0 { true } else { false } }
         for (index, event) in events.enumerated() {
             switch event {
             case .rejected(let id, let error):
                 status.requestsRejected += 1
                 guard index == answered else { continue }
-                out.append(.log(.info, "request from \(client) rejected: \(error)\(rejections > 1 ? " (and \(rejections - 1) more bad object(s) in the same write, answered once)" : "")"))
+                out.append(
+                    .log(
+                        .info,
+                        "request from \(client) rejected: \(error)\(rejections > 1 ? " (and \(rejections - 1) more bad object(s) in the same write, answered once)" : "")"
+                    ))
                 enqueue(.response, BluetoothMessage.rejection(id: id, error: error), client: client, rejection: true)
             case .cancel(let id):
                 cancel(id: id, client: client, &out)
@@ -943,13 +988,22 @@ public struct PeripheralMachine: Sendable {
                 guard queuePolicy.admits(waiting: waiting.count, running: running == nil ? 0 : 1) else {
                     status.requestsFailed += 1
                     out.append(.log(.warning, "request \(request.id) from \(client) refused: busy (\(queued) queued)"))
-                    enqueue(.response, BluetoothMessage.rejection(id: request.id, error: RequestQueuePolicy.busyError), client: client, rejection: true)
+                    enqueue(
+                        .response, BluetoothMessage.rejection(id: request.id, error: RequestQueuePolicy.busyError), client: client, rejection: true)
                     continue
                 }
                 if let turns = request.messages {
-                    out.append(.log(.info, "request \(request.id) from \(client): a chat of \(turns.count) turn(s), maxTokens \(request.maxTokens)\(request.stream ? ", streamed" : "")"))
+                    out.append(
+                        .log(
+                            .info,
+                            "request \(request.id) from \(client): a chat of \(turns.count) turn(s), maxTokens \(request.maxTokens)\(request.stream ? ", streamed" : "")"
+                        ))
                 } else {
-                    out.append(.log(.info, "request \(request.id) from \(client): \(request.prompt.utf8.count) bytes of prompt, maxTokens \(request.maxTokens)\(request.stream ? ", streamed" : "")"))
+                    out.append(
+                        .log(
+                            .info,
+                            "request \(request.id) from \(client): \(request.prompt.utf8.count) bytes of prompt, maxTokens \(request.maxTokens)\(request.stream ? ", streamed" : "")"
+                        ))
                 }
                 nextTicket += 1
                 waiting.append(Queued(ticket: nextTicket, request: request, client: client))
@@ -995,7 +1049,8 @@ public struct PeripheralMachine: Sendable {
     /// its client asked for.
     mutating func answerCancelled(_ item: Queued, durationMs: Int64) {
         if status.requestsCancelled < Int64.max { status.requestsCancelled += 1 }
-        let bytes = item.request.stream
+        let bytes =
+            item.request.stream
             ? BluetoothMessage.final(id: item.request.id, ok: false, durationMs: durationMs, error: "cancelled")
             : BluetoothMessage.response(id: item.request.id, output: "", ok: false, durationMs: durationMs, error: "cancelled")
         enqueue(.response, bytes, client: item.client)
@@ -1008,7 +1063,8 @@ public struct PeripheralMachine: Sendable {
         guard running == nil, !stopping, !waiting.isEmpty else { return }
         var next = waiting.removeFirst()
         if next.request.maxTokens > settings.maxTokens {
-            out.append(.log(.info, "request \(next.request.id): maxTokens \(next.request.maxTokens) capped to \(settings.maxTokens) (bluetooth.maxTokens)"))
+            out.append(
+                .log(.info, "request \(next.request.id): maxTokens \(next.request.maxTokens) capped to \(settings.maxTokens) (bluetooth.maxTokens)"))
             next.request.maxTokens = settings.maxTokens
         }
         running = next
@@ -1039,11 +1095,17 @@ public struct PeripheralMachine: Sendable {
             for message in partials?.drain(budget: BluetoothMessage.partialBudget(id: item.request.id, mtu: notificationMTU)) ?? [] {
                 enqueue(.response, message, client: item.client)
             }
-            enqueue(.response, BluetoothMessage.final(id: item.request.id, ok: outcome.ok, durationMs: outcome.durationMs,
-                                                      evalCount: outcome.evalCount, error: outcome.error), client: item.client)
+            enqueue(
+                .response,
+                BluetoothMessage.final(
+                    id: item.request.id, ok: outcome.ok, durationMs: outcome.durationMs,
+                    evalCount: outcome.evalCount, error: outcome.error), client: item.client)
         case nil:
-            enqueue(.response, BluetoothMessage.response(id: item.request.id, output: outcome.output, ok: outcome.ok,
-                                                         durationMs: outcome.durationMs, error: outcome.error), client: item.client)
+            enqueue(
+                .response,
+                BluetoothMessage.response(
+                    id: item.request.id, output: outcome.output, ok: outcome.ok,
+                    durationMs: outcome.durationMs, error: outcome.error), client: item.client)
         }
     }
 
@@ -1085,10 +1147,15 @@ public struct PeripheralMachine: Sendable {
                 }
                 guard !outbox.isEmpty else { return }
                 let message = outbox.removeFirst()
-                sending = Sending(role: message.role, chunks: BluetoothMessage.chunks(message.bytes, mtu: notificationMTU).map { Array($0) },
-                                  refusalOf: message.refusal ? message.client : nil, client: message.client)
+                sending = Sending(
+                    role: message.role, chunks: BluetoothMessage.chunks(message.bytes, mtu: notificationMTU).map { Array($0) },
+                    refusalOf: message.refusal ? message.client : nil, client: message.client)
                 nextChunkAtMs = max(nextChunkAtMs, now)
-                out.append(.log(.debug, "notifying \(message.bytes.count) bytes on \(message.role.rawValue) in \(sending!.chunks.count) chunk(s) at MTU \(notificationMTU)"))
+                out.append(
+                    .log(
+                        .debug,
+                        "notifying \(message.bytes.count) bytes on \(message.role.rawValue) in \(sending!.chunks.count) chunk(s) at MTU \(notificationMTU)"
+                    ))
             }
             guard var current = sending, current.next < current.chunks.count else {
                 if let client = sending?.refusalOf { refusalsQueued.remove(client) }
@@ -1111,7 +1178,11 @@ public struct PeripheralMachine: Sendable {
                     active(current.client)
                 }
             } else {
-                out.append(.log(.info, "no one to notify (\(busOpen ? "application not registered" : "no bus")): dropped the rest of a message on \(current.role.rawValue)"))
+                out.append(
+                    .log(
+                        .info,
+                        "no one to notify (\(busOpen ? "application not registered" : "no bus")): dropped the rest of a message on \(current.role.rawValue)"
+                    ))
                 sending = nil
             }
             if sending == nil, let client = current.refusalOf { refusalsQueued.remove(client) }

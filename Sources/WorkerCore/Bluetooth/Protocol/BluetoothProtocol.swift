@@ -152,7 +152,13 @@ public struct JSONObjectFramer: Sendable {
 
     private mutating func scan(_ byte: UInt8) {
         if inString {
-            if escaped { escaped = false } else if byte == UInt8(ascii: "\\") { escaped = true } else if byte == UInt8(ascii: "\"") { inString = false }
+            if escaped {
+                escaped = false
+            } else if byte == UInt8(ascii: "\\") {
+                escaped = true
+            } else if byte == UInt8(ascii: "\"") {
+                inString = false
+            }
             return
         }
         switch byte {
@@ -200,7 +206,8 @@ public struct RequestAssembler: Sendable {
     /// Why a request can arrive broken on Debian 12: bluetoothd before 5.69 refuses a
     /// written value over 508 bytes (ATT error 0x0D), so a client writing 512-byte chunks
     /// (EdgeCoder's Mac proxy) loses every full chunk and only its short tail arrives.
-    public static let chunkHint = "; if the client writes more than 508 bytes at a time, bluetoothd before 5.69 (Debian 12 has 5.66) refuses those writes and the request arrives with pieces missing: write at most 508 bytes per write"
+    public static let chunkHint =
+        "; if the client writes more than 508 bytes at a time, bluetoothd before 5.69 (Debian 12 has 5.66) refuses those writes and the request arrives with pieces missing: write at most 508 bytes per write"
 
     /// Feeds one write; returns every request completed (or rejected) by it, in order.
     public mutating func feed(_ bytes: some Collection<UInt8>, nowMs: Int64) -> [AssemblerEvent] {
@@ -221,9 +228,12 @@ public struct RequestAssembler: Sendable {
         case .garbage(let bytes):
             // The tail of a request whose first writes were lost: its id, when the tail
             // carries it, lets the client match the answer (EdgeCoder's proxy drops others).
-            return .rejected(id: RequestAssembler.partialID(bytes), error: "malformed_request: a request must be a JSON object starting with '{'" + Self.chunkHint)
+            return .rejected(
+                id: RequestAssembler.partialID(bytes), error: "malformed_request: a request must be a JSON object starting with '{'" + Self.chunkHint)
         case .dropped(let partial):
-            return .rejected(id: RequestAssembler.partialID(partial), error: "incomplete_request: no more bytes for \(idleDropMs) ms; the partial request was dropped" + Self.chunkHint)
+            return .rejected(
+                id: RequestAssembler.partialID(partial),
+                error: "incomplete_request: no more bytes for \(idleDropMs) ms; the partial request was dropped" + Self.chunkHint)
         }
     }
 
@@ -357,7 +367,9 @@ public struct RequestAssembler: Sendable {
 
     /// `stop`: one string or an array of them (OpenAI allows both), each non-empty and short.
     static func stops(_ value: JSONValue) -> Result<[String], Refusal> {
-        let refusal = Refusal("bad_option: \"options.stop\" must be a string or an array of at most \(BluetoothRequest.maxStops) strings of 1…\(BluetoothRequest.maxStopBytes) bytes")
+        let refusal = Refusal(
+            "bad_option: \"options.stop\" must be a string or an array of at most \(BluetoothRequest.maxStops) strings of 1…\(BluetoothRequest.maxStopBytes) bytes"
+        )
         let items: [JSONValue]
         if case .string = value { items = [value] } else if let array = value.arrayValue { items = array } else { return .failure(refusal) }
         guard items.count <= BluetoothRequest.maxStops else { return .failure(refusal) }
@@ -374,7 +386,8 @@ public struct RequestAssembler: Sendable {
         let key = Array(#""id""#.utf8)
         // Compared in place: a broken object can be `maxRequestBytes` long.
         guard bytes.count > key.count,
-              let start = (0...(bytes.count - key.count)).first(where: { at in key.indices.allSatisfy { bytes[at + $0] == key[$0] } }) else { return nil }
+            let start = (0...(bytes.count - key.count)).first(where: { at in key.indices.allSatisfy { bytes[at + $0] == key[$0] } })
+        else { return nil }
         var i = start + key.count
         while i < bytes.count, bytes[i] == 0x20 || bytes[i] == UInt8(ascii: ":") { i += 1 }
         guard i < bytes.count, bytes[i] == UInt8(ascii: "\"") else { return nil }

@@ -49,13 +49,16 @@ public enum GattLayout {
     public static let characteristics: [Characteristic] = [
         // write-without-response too: EdgeCoder's clients use both, and BlueZ then passes
         // every write as a no-reply call (so errors travel in the protocol's own response).
-        Characteristic(role: .request, uuid: BluetoothUUID.request, path: servicePath + "/request",
-                       properties: [.write, .writeWithoutResponse]),
+        Characteristic(
+            role: .request, uuid: BluetoothUUID.request, path: servicePath + "/request",
+            properties: [.write, .writeWithoutResponse]),
         // No CCCD objects: BlueZ adds the descriptor itself for notify characteristics.
-        Characteristic(role: .response, uuid: BluetoothUUID.response, path: servicePath + "/response",
-                       properties: [.notify, .read]),
-        Characteristic(role: .status, uuid: BluetoothUUID.status, path: servicePath + "/status",
-                       properties: [.notify, .read]),
+        Characteristic(
+            role: .response, uuid: BluetoothUUID.response, path: servicePath + "/response",
+            properties: [.notify, .read]),
+        Characteristic(
+            role: .status, uuid: BluetoothUUID.status, path: servicePath + "/status",
+            properties: [.notify, .read]),
     ]
 
     public static func characteristic(_ role: Role) -> Characteristic {

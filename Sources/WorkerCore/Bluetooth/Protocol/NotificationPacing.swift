@@ -65,7 +65,8 @@ public struct NotificationPacer: Sendable, Equatable {
         let how = rule == .bytes ? "bytes (\(pauseMs) ms per \(Self.windowBytes) bytes)" : "chunks (\(pauseMs) ms after each)"
         let bearers = attBearers.map { "\($0) ATT bearer(s)" } ?? "an unknown number of ATT bearers"
         let choice = mode == .auto ? "" : ", bluetooth.pacing is \(mode.rawValue)"
-        let fix = reordersAtSmallMTUs
+        let fix =
+            reordersAtSmallMTUs
             ? "; with EATT a client can get a long answer's chunks out of order: set \"Channels = 1\" under [GATT] in /etc/bluetooth/main.conf and restart bluetooth"
             : ""
         return "pacing notifications by \(how): bluetoothd has \(bearers)\(choice)\(fix)"
