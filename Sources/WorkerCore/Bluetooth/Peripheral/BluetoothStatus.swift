@@ -1,28 +1,3 @@
-/// Pure pieces of the Bluetooth service around the protocol engine: the identifiers, the
-/// request queue's admission, and what `status` shows (who is a client: PeripheralMachine).
-
-/// The GATT identifiers of protocol-bluetooth §1.
-public enum BluetoothUUID {
-    public static let service = "ec0d0001-ec0d-ec0d-ec0d-ec0d0001ec0d"
-    public static let request = "ec0d0002-ec0d-ec0d-ec0d-ec0d0002ec0d"
-    public static let response = "ec0d0003-ec0d-ec0d-ec0d-ec0d0003ec0d"
-    public static let status = "ec0d0004-ec0d-ec0d-ec0d-ec0d0004ec0d"
-
-    /// `EdgeCoder-<first 16 characters of agentId>` (protocol-bluetooth §1).
-    public static func localName(agentID: String) -> String { "EdgeCoder-" + String(agentID.prefix(16)) }
-}
-
-/// The bounded queue of protocol-bluetooth §1: requests wait for the model backend; one beyond
-/// `maxQueued` (counting the one running) is answered `busy` at once.
-public struct RequestQueuePolicy: Sendable, Equatable {
-    public let maxQueued: Int
-    public init(maxQueued: Int) { self.maxQueued = max(1, maxQueued) }
-
-    public func admits(waiting: Int, running: Int) -> Bool { waiting + running < maxQueued }
-
-    public static let busyError = "busy: the worker's request queue is full (bluetooth.maxQueuedRequests); try again shortly"
-}
-
 /// The Bluetooth side of `status` (service §1).
 public struct BluetoothStatus: Sendable, Equatable {
     public enum State: String, Sendable {
