@@ -43,7 +43,7 @@ let package = Package(
         .target(name: "DBus", dependencies: ["CSystemd"]),
         // The GATT peripheral of mode bluetooth over BlueZ's D-Bus API (sd-bus), and the
         // kernel's adapter view through libbluetooth.
-        .target(name: "BlueZ", dependencies: ["DBus", "Posix", "WorkerCore", "Logging", "CBluetooth"]),
+        .target(name: "BlueZ", dependencies: ["DBus", "Posix", "WorkerCore", "Logging", "CBluetooth", "CWorkerShims"]),
         // The daemon's wiring: services, control socket, the worker actor.
         .target(
             name: "Daemon",

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import CWorkerShims
 import Logging
 import Posix
 import WorkerCore
@@ -12,19 +13,8 @@ final class ManagementSocket: Sendable {
     let fd: Int32
 
     init() throws(SystemError) {
-        let fd = try systemCall("socket", "AF_BLUETOOTH, BTPROTO_HCI") {
-            socket(AF_BLUETOOTH, Int32(SOCK_RAW.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 1 /* BTPROTO_HCI */)
-        }
-        // struct sockaddr_hci: family, device (HCI_DEV_NONE), channel (HCI_CHANNEL_CONTROL).
-        let address: [UInt16] = [UInt16(AF_BLUETOOTH), MgmtWire.noController, 3]
-        do {
-            _ = try systemCall("bind", "the Bluetooth management channel") {
-                address.withUnsafeBytes { bind(fd, $0.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t($0.count)) }
-            }
-        } catch {
-            close(fd)
-            throw error
-        }
+        let fd = ecw_bt_mgmt_open()
+        if fd < 0 { throw SystemError("socket", errno: -fd, detail: "the Bluetooth management channel (AF_BLUETOOTH, HCI_CHANNEL_CONTROL)") }
         self.fd = fd
     }
 
@@ -44,10 +34,10 @@ final class ManagementSocket: Sendable {
     func receive() async throws -> Received {
         var buffer = [UInt8](repeating: 0, count: MgmtWire.maxMessageBytes)
         while true {
-            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_TRUNC)) }
+            let n = buffer.withUnsafeMutableBytes { ecw_recv_datagram(fd, $0.baseAddress, $0.count) }
             if n > buffer.count { return .tooLong(n) }
             if n >= 0 { return .datagram(Array(buffer[0..<n])) }
-            switch errno {
+            switch Int32(-n) {
             case EAGAIN, EINTR: try await Reactor.shared.waitReadable(fd)
             case let code:
                 preconditionErrnoIsNotABug(code, call: "recv (Bluetooth management)")

@@ -147,6 +147,29 @@ int ecw_netlink_open(int protocol, uint32_t groups, int rcvbuf) {
     return fd;
 }
 
+int ecw_bt_mgmt_open(void) {
+    // struct sockaddr_hci of <bluetooth/hci.h>, written out: libbluetooth stays behind its
+    // own wrapper (BlueZ/AdapterDiagnostics.swift).
+    struct { sa_family_t family; unsigned short device; unsigned short channel; } address;
+    int fd = socket(AF_BLUETOOTH, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, 1 /* BTPROTO_HCI */);
+    if (fd < 0) return -errno;
+    memset(&address, 0, sizeof(address));
+    address.family = AF_BLUETOOTH;
+    address.device = 0xFFFF;  // HCI_DEV_NONE
+    address.channel = 3;      // HCI_CHANNEL_CONTROL
+    if (bind(fd, (struct sockaddr *)&address, sizeof(address)) != 0) {
+        int saved = errno;
+        close(fd);
+        return -saved;
+    }
+    return fd;
+}
+
+long ecw_recv_datagram(int fd, void *buffer, size_t length) {
+    ssize_t n = recv(fd, buffer, length, MSG_TRUNC);
+    return n < 0 ? -errno : (long)n;
+}
+
 int ecw_spawn(const char *path, char *const argv[], char *const envp[], int stdin_fd, int stdout_fd, int stderr_fd, int *pidfd) {
     *pidfd = -1;
     posix_spawnattr_t attr;
