@@ -51,7 +51,8 @@ try:
     cli = lambda *a: subprocess.run([binary, *a, "--runtime-dir", f"{work}/run"], capture_output=True, text=True)
 
     def start_daemon(coordinator):
-        config = {"coordinator": {"url": curl, **coordinator}, "backend": {"kind": "ollama", "url": furl, "model": "tiny", "maxTokens": 8}}
+        config = {"coordinator": {"url": curl, **coordinator}, "backend": {"kind": "ollama", "url": furl, "model": "tiny", "maxTokens": 8},
+                  "execution": {"mode": "text"}}  # the model's answer, never a program in a container
         with open(f"{work}/config.json", "w") as f:
             json.dump(config, f)
         daemon = subprocess.Popen([binary, "run", "--config", f"{work}/config.json", "--state-dir", f"{work}/state", "--runtime-dir", f"{work}/run"],

@@ -37,7 +37,8 @@ try:
     furl = fixture.stdout.readline().strip().split(" ")[-1]
 
     config = {"coordinator": {"url": curl, "pullIntervalMs": 500, "heartbeatIntervalMs": 1000},
-              "backend": {"kind": "ollama", "url": furl, "model": "tiny", "maxTokens": 8}}
+              "backend": {"kind": "ollama", "url": furl, "model": "tiny", "maxTokens": 8},
+              "execution": {"mode": "text"}}
     with open(f"{work}/config.json", "w") as f:
         json.dump(config, f)
     state = f"{work}/state"

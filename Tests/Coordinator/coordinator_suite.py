@@ -176,7 +176,12 @@ class Worker:
         os.chmod(self.dir, 0o755)
         config = {"coordinator": {"url": coordinator_url, "heartbeatIntervalMs": 1000, "pullIntervalMs": 500,
                                   "requestTimeoutMs": 3000, "connectTimeoutMs": 1000, "stopGraceMs": 3000},
-                  "backend": {**backend, "maxTokens": 16}}
+                  "backend": {**backend, "maxTokens": 16},
+                  # The development coordinator gives every subtask a language, as EdgeCoder's
+                  # does: under mode auto, on a host whose sandbox engine works and has the
+                  # image, the model's text would run as a program. The code scenario sets
+                  # its own mode.
+                  "execution": {"mode": "text"}}
         for key, value in (extra or {}).items():
             config.setdefault(key, {}).update(value)
         with open(os.path.join(self.dir, "config.json"), "w") as f:

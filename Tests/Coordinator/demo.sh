@@ -29,7 +29,8 @@ echo "== development coordinator on $coordinator"
 
 cat >"$work/config.json" <<JSON
 {"coordinator": {"url": "$coordinator", "heartbeatIntervalMs": 2000, "pullIntervalMs": 500},
- "backend": {"kind": "openai", "url": "http://127.0.0.1:$llama_port", "model": "tiny", "maxTokens": 24}}
+ "backend": {"kind": "openai", "url": "http://127.0.0.1:$llama_port", "model": "tiny", "maxTokens": 24},
+ "execution": {"mode": "text"}}
 JSON
 "$bin" run --config "$work/config.json" --state-dir "$work/state" --runtime-dir "$work/run" 2>"$work/daemon.log" &
 pids+=($!)
