@@ -28,7 +28,7 @@ let package = Package(
         // A logger shaped like swift-log, with a journald stderr handler.
         .target(name: "Logging"),
         // System calls wrapped once; the reactor thread; sockets; signals.
-        .target(name: "Posix", dependencies: ["CWorkerShims", "Logging"]),
+        .target(name: "Posix", dependencies: ["CWorkerShims", "Logging", "WorkerCore"]),
         // The state directory: atomic files, corrupt-file quarantine.
         .target(name: "StateStore", dependencies: ["WorkerCore", "Posix"]),
         // Power telemetry read from sysfs/procfs, and the kernel's power-supply uevents.

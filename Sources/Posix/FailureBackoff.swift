@@ -1,13 +1,16 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import WorkerCore
 
 /// The pause of a loop whose wait itself keeps failing (poll(2), curl_multi_poll): 10 ms,
-/// doubling to 1 s while the failure persists, so a broken wait never spins a core; and
-/// which failure to log, so a persistent one is said once, not a hundred times a second.
+/// doubling to 1 s while the failure persists (the one `Backoff`, no jitter), so a broken
+/// wait never spins a core; and which failure to log, so a persistent one is said once,
+/// not a hundred times a second.
 public struct FailureBackoff: Sendable, Equatable {
-    public static let firstPauseNanoseconds: UInt64 = 10_000_000
-    public static let longestPauseNanoseconds: UInt64 = 1_000_000_000
+    static let backoff = Backoff(baseMs: 10, capMs: 1_000, jitter: .none)
+    public static let firstPauseNanoseconds = UInt64(backoff.ceiling(failures: 1)) * 1_000_000
+    public static let longestPauseNanoseconds = UInt64(backoff.capMs) * 1_000_000
 
     /// Failures in a row so far.
     public private(set) var failures = 0
@@ -18,8 +21,7 @@ public struct FailureBackoff: Sendable, Equatable {
     /// the first failure of a run, the one to log.
     public mutating func failed() -> (pauseNanoseconds: UInt64, isFirst: Bool) {
         failures += 1
-        let doublings = UInt64(min(failures - 1, 16))
-        return (min(Self.longestPauseNanoseconds, Self.firstPauseNanoseconds << doublings), failures == 1)
+        return (UInt64(Self.backoff.ceiling(failures: failures)) * 1_000_000, failures == 1)
     }
 
     /// Counts a success; returns how many failures the run it ended had, if any (to log

@@ -31,7 +31,7 @@ modules_of() {
 deps_of() {
     case $1 in
         WorkerCore|Logging|DBus) echo "" ;;
-        Posix) echo "Logging" ;;
+        Posix) echo "Logging WorkerCore" ;;
         Telemetry) echo "WorkerCore Posix" ;;
         HTTP) echo "Posix Logging" ;;
         ModelBackend) echo "HTTP WorkerCore Posix" ;;

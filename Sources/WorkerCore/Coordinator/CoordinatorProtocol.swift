@@ -271,28 +271,6 @@ public enum CoordinatorAnswer: Sendable, Equatable {
     }
 }
 
-/// Exponential backoff with full jitter (AWS's "full jitter"): a fleet that lost its
-/// coordinator does not come back in lock-step.
-public struct Backoff: Sendable, Equatable {
-    public var baseMs: Int64 = 1_500
-    public var capMs: Int64 = 60_000
-    public init(baseMs: Int64 = 1_500, capMs: Int64 = 60_000) {
-        self.baseMs = baseMs
-        self.capMs = capMs
-    }
-
-    /// The ceiling for the n-th consecutive failure (n ≥ 1).
-    public func ceiling(failures: Int) -> Int64 {
-        let exponent = min(max(failures - 1, 0), 30)
-        return min(capMs, baseMs << exponent)
-    }
-
-    /// A delay drawn uniformly from [0, ceiling]; `random` is injected for tests.
-    public func delay(failures: Int, random: (ClosedRange<Int64>) -> Int64) -> Int64 {
-        random(0...ceiling(failures: failures))
-    }
-}
-
 /// What to do with the journal and outbox found at start (protocol-coordinator §5, "Nothing is lost").
 public enum RecoveryPlan {
     public struct JournalEntry: Sendable, Equatable {

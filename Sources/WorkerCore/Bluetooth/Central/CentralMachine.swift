@@ -150,7 +150,8 @@ public struct CentralMachine: Sendable {
     var listed = false
     var discoveryStarted = false
     var nextAttemptAtMs: Int64 = 0
-    var backoffMs: Int64 = 1_000
+    /// Failed attempts since the last connection: they set the pause before the next one.
+    var reconnectFailures = 0
     var phaseDeadlineMs: Int64 = 0
     var housekeepingDueAtMs: Int64 = 0
     var lastNowMs: Int64 = 0
@@ -448,7 +449,7 @@ public struct CentralMachine: Sendable {
         status.connected = true
         status.problem = nil
         status.lastSeenMs = now
-        backoffMs = 1_000
+        reconnectFailures = 0
         if settings.pinFirstWorker, pinned == nil, let address = status.deviceAddress?.uppercased() {
             pinned = address
             status.pinnedDevice = address
@@ -464,8 +465,11 @@ public struct CentralMachine: Sendable {
         if let path = characteristics[.status] { out.append(.readStatus(path: path)) }
     }
 
+    /// From 1 s, doubling up to `maxBackoffMs`, plus up to half again at random.
+    var reconnectBackoff: Backoff { Backoff(baseMs: 1_000, capMs: settings.maxBackoffMs, jitter: .upToHalf) }
+
     mutating func fail(_ reason: String, now: Int64, _ out: inout [Command]) {
-        out.append(.log(.warning, reason + "; retrying in \(backoffMs) ms"))
+        out.append(.log(.warning, reason + "; retrying in \(reconnectBackoff.ceiling(failures: reconnectFailures + 1)) ms"))
         if let target, phase != .idle { out.append(.disconnect(device: target)) }
         linkLost(reason, now: now, &out)
     }
@@ -475,8 +479,12 @@ public struct CentralMachine: Sendable {
     mutating func linkLost(_ reason: String, now: Int64, _ out: inout [Command]) {
         let wasConnected = phase == .connected
         if phase != .idle {
-            nextAttemptAtMs = now + backoffMs + Int64(random.next() % UInt64(backoffMs / 2 + 1))
-            backoffMs = min(settings.maxBackoffMs, backoffMs * 2)
+            reconnectFailures += 1
+            nextAttemptAtMs =
+                now
+                + reconnectBackoff.delay(failures: reconnectFailures) { range in
+                    range.lowerBound + Int64(random.next() % UInt64(range.upperBound - range.lowerBound + 1))
+                }
         }
         phase = .idle
         target = nil
