@@ -123,6 +123,7 @@ int ecw_pipe_from_child(int fds[2]) {
 int ecw_accept_nonblocking(int fd) { return accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC); }
 
 #include <linux/netlink.h>
+#include <sys/prctl.h>
 #include <spawn.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
@@ -145,6 +146,10 @@ int ecw_netlink_open(int protocol, uint32_t groups, int rcvbuf) {
         return -saved;
     }
     return fd;
+}
+
+void ecw_set_thread_name(const char *name) {
+    prctl(PR_SET_NAME, (unsigned long)name, 0, 0, 0);
 }
 
 int ecw_bt_mgmt_open(void) {

@@ -138,17 +138,12 @@ public final class HTTPClient: Sendable {
             }
             ecw_curl_global_init(Int(CURL_GLOBAL_DEFAULT))
             guard let multi = ecw_curl_multi_init() else { throw HTTPError(kind: .transfer, message: "curl_multi_init failed") }
-            let context = Unmanaged.passRetained(LoopContext(client: self, multi: multi)).toOpaque()
-            var thread = pthread_t()
-            let rc = pthread_create(
-                &thread, nil,
-                { raw in
-                    let context = Unmanaged<LoopContext>.fromOpaque(raw!).takeRetainedValue()
-                    context.client.loop(multi: context.multi)
-                    return nil
-                }, context)
-            if rc != 0 { throw HTTPError(kind: .transfer, message: "pthread_create: \(rc)") }
-            pthread_detach(thread)
+            let context = LoopContext(client: self, multi: multi)
+            do {
+                try startDetachedThread(named: "ecw-http") { context.client.loop(multi: context.multi) }
+            } catch {
+                throw HTTPError(kind: .transfer, message: "\(error)")
+            }
             engine = multi
             return multi
         }
@@ -159,7 +154,8 @@ public final class HTTPClient: Sendable {
         if let multi = engine.withLock({ $0 }) { ecw_curl_multi_wakeup(multi) }
     }
 
-    private final class LoopContext {
+    /// Handed to the transfer thread once at its start; this side never reads it after.
+    private final class LoopContext: @unchecked Sendable {
         let client: HTTPClient
         let multi: UnsafeMutableRawPointer
         init(client: HTTPClient, multi: UnsafeMutableRawPointer) {

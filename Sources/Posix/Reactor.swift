@@ -53,17 +53,8 @@ public final class Reactor: Sendable {
         self.poll = poll
         self.logger = logger
         wakeFD = try systemCall("eventfd") { ecw_eventfd_nonblocking() }
-        var thread = pthread_t()
-        let context = Unmanaged.passRetained(self).toOpaque()
-        let rc = pthread_create(
-            &thread, nil,
-            { raw in
-                let reactor = Unmanaged<Reactor>.fromOpaque(raw!).takeUnretainedValue()
-                reactor.loop()
-                return nil
-            }, context)
-        if rc != 0 { throw SystemError("pthread_create", errno: rc) }
-        pthread_detach(thread)
+        // The thread holds the reactor for good (it is shared and never ends).
+        try startDetachedThread(named: "ecw-reactor") { [self] in loop() }
     }
 
     /// Suspends until `fd` is readable (or hung up, or in error). Throws

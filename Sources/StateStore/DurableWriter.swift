@@ -191,20 +191,7 @@ private final class WriteQueue: Sendable {
     /// Started with the first operation: a writer that never writes costs no thread.
     /// Called with the state locked.
     private func startThread() throws(SystemError) {
-        var thread = pthread_t()
-        let context = Unmanaged.passRetained(self).toOpaque()
-        let rc = pthread_create(
-            &thread, nil,
-            { raw in
-                let queue = Unmanaged<WriteQueue>.fromOpaque(raw!).takeRetainedValue()
-                queue.loop()
-                return nil
-            }, context)
-        if rc != 0 {
-            Unmanaged<WriteQueue>.fromOpaque(context).release()
-            throw SystemError("pthread_create", errno: rc, detail: "the state writer's thread")
-        }
-        pthread_detach(thread)
+        try startDetachedThread(named: "ecw-state-write") { [self] in loop() }
     }
 
     /// Without a thread nothing can be written: every waiter hears why.

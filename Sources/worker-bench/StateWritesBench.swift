@@ -87,14 +87,7 @@ func statusRoundTrips(socket: String, seconds: Double) async -> [Double] {
     return await withCheckedContinuation { continuation in
         let job = Job(socket: socket, seconds: seconds)
         job.continuation = continuation
-        var thread = pthread_t()
-        let rc = pthread_create(
-            &thread, nil,
-            { raw in
-                Unmanaged<Job>.fromOpaque(raw!).takeRetainedValue().run()
-                return nil
-            }, Unmanaged.passRetained(job).toOpaque())
-        if rc != 0 { continuation.resume(returning: []) } else { pthread_detach(thread) }
+        do { try startDetachedThread(named: "bench-status") { job.run() } } catch { continuation.resume(returning: []) }
     }
 }
 

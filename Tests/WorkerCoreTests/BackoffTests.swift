@@ -6,14 +6,20 @@ import WorkerCore
 @Suite struct BackoffTests {
     @Test func withoutJitterTheDelayIsTheCeiling() {
         let backoff = Backoff(baseMs: 10, capMs: 1_000, jitter: .none)
-        let delays = (1...9).map { n in backoff.delay(failures: n) { _ in Issue.record("drew at random"); return 0 } }
+        let delays = (1...9).map { n in
+            backoff.delay(failures: n) { _ in
+                Issue.record("drew at random"); return 0
+            }
+        }
         #expect(delays == [10, 20, 40, 80, 160, 320, 640, 1_000, 1_000])
     }
 
     @Test func upToHalfAddsAtMostHalfTheCeiling() {
         let backoff = Backoff(baseMs: 1_000, capMs: 30_000, jitter: .upToHalf)
         var ranges: [ClosedRange<Int64>] = []
-        let delay = backoff.delay(failures: 3) { range in ranges.append(range); return range.upperBound }
+        let delay = backoff.delay(failures: 3) { range in
+            ranges.append(range); return range.upperBound
+        }
         #expect(ranges == [0...2_000])
         #expect(delay == 6_000)
         var generator = SeededGenerator(seed: 3)

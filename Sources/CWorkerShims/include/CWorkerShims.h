@@ -41,6 +41,9 @@ int ecw_accept_nonblocking(int fd);
 /// `groups`, with a receive buffer of `rcvbuf` bytes. Returns the fd or -errno.
 int ecw_netlink_open(int protocol, uint32_t groups, int rcvbuf);
 
+/// Names the calling thread (prctl PR_SET_NAME, variadic; the kernel keeps 15 bytes).
+void ecw_set_thread_name(const char *name);
+
 /// Opens the kernel's Bluetooth management channel (a raw HCI socket bound to
 /// HCI_CHANNEL_CONTROL, no controller), non-blocking. Without CAP_NET_ADMIN the kernel
 /// allows it to read settings only. Returns the fd or -errno.
