@@ -21,54 +21,24 @@ public protocol PeripheralHost: Sendable {
     func report(_ status: BluetoothStatus) async
 }
 
+/// The peripheral's settings: the machine's own (one type, read through as if they were
+/// this struct's fields: `settings.retryMs`), and the two only the interpreter uses.
+@dynamicMemberLookup
 public struct PeripheralSettings: Sendable {
-    public var adapter: String?
-    public var localName: String
-    public var maxRequestBytes: Int
-    public var maxQueuedRequests: Int
-    public var chunkPacingMs: Int
-    /// `bluetooth.pacing`: by bytes or by chunks (`auto`: by bluetoothd's ATT bearers).
-    public var pacing = BluetoothPacingMode.auto
-    public var maxClients: Int
-    /// `bluetooth.maxTokens` (else `backend.maxTokens`): a request asking for more runs with this many.
-    public var maxTokens = BluetoothRequest.maxTokensLimit
-    public var statusIntervalMs: Int64 = 60_000
-    public var retryMs: Int64 = 5_000
+    public var machine: PeripheralMachine.Settings
     /// `bluetooth.security`: the characteristics' flags.
-    public var security = BluetoothSecurity.open
-    public var allowedClients = BluetoothAllowedClients.any
-    /// Whether the session registers the Just Works agent (`bluetooth.pairingAgent`, decided
-    /// with the host's boot target by the daemon).
-    public var pairingAgent = PairingAgentChoice(answerer: .host, reason: "security is open: no pairing is needed")
-    public var limits = NeighbourLimits()
+    public var security: BluetoothSecurity
     /// The bus bluetoothd is on: the system bus unless a D-Bus address is given (tests).
     public var busAddress: String?
 
     public init(config: WorkerConfig.Bluetooth, agentID: String) {
-        adapter = config.adapter
-        localName = BluetoothUUID.localName(agentID: agentID)
-        maxRequestBytes = Int(config.maxRequestBytes)
-        maxQueuedRequests = Int(config.maxQueuedRequests)
-        chunkPacingMs = Int(config.chunkPacingMs)
-        pacing = config.pacing
-        maxClients = Int(config.maxClients)
+        machine = PeripheralMachine.Settings(config: config, agentID: agentID)
         security = config.security
-        allowedClients = config.allowedClients
-        limits.clientIdleMs = config.clientIdleSec * 1_000
     }
 
-    var machine: PeripheralMachine.Settings {
-        var settings = PeripheralMachine.Settings(
-            adapter: adapter, localName: localName, maxRequestBytes: maxRequestBytes,
-            maxQueuedRequests: maxQueuedRequests, chunkPacingMs: Int64(chunkPacingMs), maxClients: maxClients)
-        settings.statusIntervalMs = statusIntervalMs
-        settings.retryMs = retryMs
-        settings.maxTokens = maxTokens
-        settings.allowedClients = allowedClients
-        settings.limits = limits
-        settings.pacing = pacing
-        settings.pairingAgent = pairingAgent
-        return settings
+    public subscript<Value>(dynamicMember path: WritableKeyPath<PeripheralMachine.Settings, Value>) -> Value {
+        get { machine[keyPath: path] }
+        set { machine[keyPath: path] = newValue }
     }
 }
 

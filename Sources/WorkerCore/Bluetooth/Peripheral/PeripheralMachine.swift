@@ -79,6 +79,17 @@ public struct PeripheralMachine: Sendable {
             self.chunkPacingMs = chunkPacingMs
             self.maxClients = maxClients
         }
+
+        /// From the `bluetooth` section (the daemon sets `maxTokens` and `pairingAgent`,
+        /// which need more than that section).
+        public init(config: WorkerConfig.Bluetooth, agentID: String) {
+            self.init(
+                adapter: config.adapter, localName: BluetoothUUID.localName(agentID: agentID), maxRequestBytes: Int(config.maxRequestBytes),
+                maxQueuedRequests: Int(config.maxQueuedRequests), chunkPacingMs: config.chunkPacingMs, maxClients: Int(config.maxClients))
+            pacing = config.pacing
+            allowedClients = config.allowedClients
+            limits.clientIdleMs = config.clientIdleSec * 1_000
+        }
     }
 
     public enum Registration: Sendable, Equatable { case none, pending, done }
