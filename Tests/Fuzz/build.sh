@@ -107,10 +107,11 @@ has() { [[ "$needed" == *" $1 "* ]]; }
 
 c_shim CWorkerShims
 c_shim CCurlShims
-# Two lanes, as the machine has two cores: WorkerCore alone (the largest), the rest in order.
+# Two lanes, as the machine has two cores: WorkerCore alone (the largest) beside the
+# modules that need nothing of it; then the rest in order (Posix imports WorkerCore).
 lane_pid=""
 if has WorkerCore; then build_module WorkerCore & lane_pid=$!; fi
-for m in Logging Posix DBus HTTP; do if has $m; then build_module $m; fi; done
+for m in Logging DBus; do if has $m; then build_module $m; fi; done
 if [ -n "$lane_pid" ]; then wait "$lane_pid"; fi
-for m in Telemetry ModelBackend BlueZ; do if has $m; then build_module $m; fi; done
+for m in Posix HTTP Telemetry ModelBackend BlueZ; do if has $m; then build_module $m; fi; done
 for t in "${targets[@]}"; do link_target "$t"; done
