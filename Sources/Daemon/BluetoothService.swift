@@ -22,50 +22,44 @@ public struct BluetoothService: Service {
     }
 
     public func run(shutdown: GracefulShutdown) async throws {
-        let active = daemon.runtimeSignal(for: Self.mode)
-        while true {
-            _ = await race({ await active.wait(for: true) }, { await shutdown.wait() })
-            // Once cancelled, both waits return at once: without the second check a
-            // cancelled service started and stopped the runtime in a tight loop, for ever
-            // (issue 12 §6: 129 million times after two quick SIGTERMs).
-            if shutdown.isTriggered || Task.isCancelled { return }
-            let host = PeripheralBridge(daemon: daemon, backend: backend, timeoutMs: config.backend.timeoutMs, logger: logger)
-            // A restart asked before this start is this start: the config is read now.
-            daemon.bluetoothRestart.set(false)
-            // bluetooth.security and bluetooth.pairingAgent are live (a reload restarts the
-            // session); the other keys are the ones read at the daemon's start.
-            var bluetooth = config.bluetooth
-            let running = await daemon.config.bluetooth
-            bluetooth.security = running.security
-            bluetooth.pairingAgent = running.pairingAgent
-            var settings = PeripheralSettings(config: bluetooth, agentID: daemon.agentID)
-            settings.maxTokens = Int(config.bluetooth.maxTokens ?? config.backend.maxTokens)
-            settings.pairingAgent = PairingAgentChoice.decide(
-                security: bluetooth.security, allowedClients: bluetooth.allowedClients,
-                setting: bluetooth.pairingAgent, boot: SystemdBootTarget.read())
-            let peripheral = GattPeripheral(settings: settings, host: host, logger: logger)
-            logger.notice(
-                "starting the Bluetooth runtime (security \(bluetooth.security.rawValue); pairings answered by the \(settings.pairingAgent.answerer.rawValue): \(settings.pairingAgent.reason))"
-            )
-            // stop() withdraws from bluetoothd while run() still dispatches its answers;
-            // only then is run() cancelled. A run() that ends early must not skip stop().
-            _ = await race(
-                {
-                    await peripheral.run()
-                    await suspendUntilCancelled()
-                },
-                {
-                    _ = await race(
-                        {
-                            _ = await race({ await active.wait(for: false) }, { await daemon.bluetoothRestart.wait(for: true) })
-                        }, { await shutdown.wait() })
-                    await peripheral.stop()
-                })
-            logger.notice("Bluetooth runtime stopped: application and advertisement withdrawn")
+        await runWhileActive(daemon.runtimeSignal(for: Self.mode), restart: daemon.bluetoothRestart, shutdown: shutdown) { stop in
+            await session(stop: stop)
             if daemon.bluetoothRestart.value && !shutdown.isTriggered {
                 logger.notice("starting the Bluetooth runtime again: a reload changed its security")
             }
         }
+    }
+
+    /// One session: a GATT peripheral with the configuration in force now, until `stop`.
+    func session(stop: GracefulShutdown) async {
+        let host = PeripheralBridge(daemon: daemon, backend: backend, timeoutMs: config.backend.timeoutMs, logger: logger)
+        // bluetooth.security and bluetooth.pairingAgent are live (a reload restarts the
+        // session); the other keys are the ones read at the daemon's start.
+        var bluetooth = config.bluetooth
+        let running = await daemon.config.bluetooth
+        bluetooth.security = running.security
+        bluetooth.pairingAgent = running.pairingAgent
+        var settings = PeripheralSettings(config: bluetooth, agentID: daemon.agentID)
+        settings.maxTokens = Int(config.bluetooth.maxTokens ?? config.backend.maxTokens)
+        settings.pairingAgent = PairingAgentChoice.decide(
+            security: bluetooth.security, allowedClients: bluetooth.allowedClients,
+            setting: bluetooth.pairingAgent, boot: SystemdBootTarget.read())
+        let peripheral = GattPeripheral(settings: settings, host: host, logger: logger)
+        logger.notice(
+            "starting the Bluetooth runtime (security \(bluetooth.security.rawValue); pairings answered by the \(settings.pairingAgent.answerer.rawValue): \(settings.pairingAgent.reason))"
+        )
+        // stop() withdraws from bluetoothd while run() still dispatches its answers; only
+        // then is run() cancelled. A run() that ends early must not skip stop().
+        _ = await race(
+            {
+                await peripheral.run()
+                await suspendUntilCancelled()
+            },
+            {
+                await stop.wait()
+                await peripheral.stop()
+            })
+        logger.notice("Bluetooth runtime stopped: application and advertisement withdrawn")
     }
 }
 

@@ -345,19 +345,9 @@ public struct CoordinatorService: Service {
     func pullIntervalMs() async -> Int64 { await daemon.config.coordinator.pullIntervalMs }
 
     public func run(shutdown: GracefulShutdown) async throws {
-        // Cancelled, the waits below return at once: checking only the shutdown spun.
-        while !shutdown.isTriggered && !Task.isCancelled {
-            let runtime = daemon.runtimeSignal(for: Self.mode)
-            guard try await shutdown.cancelling({ await runtime.wait(for: true) }) != nil, !Task.isCancelled else { return }
-            let stop = GracefulShutdown()
-            // The session is stopped gracefully (it finishes its subtask), never cancelled from here.
-            _ = await race(
-                { await session(stop: stop) },
-                {
-                    _ = await race({ await runtime.wait(for: false) }, { await shutdown.wait() })
-                    stop.trigger()
-                    await suspendUntilCancelled()
-                })
+        // The session is stopped gracefully (it finishes its subtask), never cancelled.
+        await runWhileActive(daemon.runtimeSignal(for: Self.mode), shutdown: shutdown) { stop in
+            await session(stop: stop)
             await daemon.updateCoordinator(nil)
         }
     }

@@ -1,5 +1,6 @@
 import Logging
 import ModelBackend
+import Posix
 import Sandbox
 import StateStore
 import WorkerCore
@@ -79,5 +80,40 @@ extension BluetoothService: ModeRuntime {
         BluetoothService(
             daemon: context.daemon, backend: context.backend, config: context.config,
             logger: context.logger.labeled("bluetooth"))
+    }
+}
+
+/// The loop of every mode runtime: wait until its mode should run (or the daemon stops),
+/// run one session, tell it to stop gracefully once the mode should no longer run, `restart`
+/// is asked or the daemon stops, wait for it to end, and start over. A session is never
+/// cancelled from here: it finishes what it holds (a subtask, bluetoothd's registrations)
+/// when `stop` is triggered.
+///
+/// Once the task is cancelled every wait returns at once, so each round checks it: without
+/// that check a cancelled runtime started and stopped its session in a tight loop, for ever
+/// (issue 12 §6: 129 million times after two quick SIGTERMs; fixed twice, once per runtime,
+/// before this loop was shared).
+func runWhileActive(
+    _ active: StateSignal, restart: StateSignal? = nil, shutdown: GracefulShutdown,
+    session: @escaping @Sendable (_ stop: GracefulShutdown) async -> Void
+) async {
+    while !shutdown.isTriggered && !Task.isCancelled {
+        _ = await race({ await active.wait(for: true) }, { await shutdown.wait() })
+        if shutdown.isTriggered || Task.isCancelled { return }
+        restart?.set(false)  // a restart asked before this start is this start
+        let stop = GracefulShutdown()
+        _ = await race(
+            { await session(stop) },
+            {
+                _ = await race(
+                    {
+                        _ = await race(
+                            { await active.wait(for: false) },
+                            { if let restart { await restart.wait(for: true) } else { await suspendUntilCancelled() } })
+                    },
+                    { await shutdown.wait() })
+                stop.trigger()
+                await suspendUntilCancelled()
+            })
     }
 }

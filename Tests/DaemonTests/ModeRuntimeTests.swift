@@ -108,3 +108,64 @@ import WorkerCore
         }
     }
 }
+
+/// The one mode-runtime loop (#27): a session runs while its mode should, is told to stop
+/// (never cancelled) when it should not or a restart is asked, and the loop ends with the
+/// daemon's shutdown.
+@Suite struct RunWhileActiveTests {
+    final class Sessions: Sendable {
+        private let log = Mutex<[String]>([])
+        func add(_ entry: String) { log.withLock { $0.append(entry) } }
+        var entries: [String] { log.withLock { $0 } }
+    }
+
+    func eventually(_ condition: () -> Bool) async throws -> Bool {
+        let deadline = monotonicNanoseconds() + 5_000_000_000
+        while !condition() && monotonicNanoseconds() < deadline { try await Task.sleep(nanoseconds: 5_000_000) }
+        return condition()
+    }
+
+    @Test func sessionsFollowTheSignalTheRestartAndTheShutdown() async throws {
+        let active = StateSignal(false)
+        let restart = StateSignal(false)
+        let shutdown = GracefulShutdown()
+        let sessions = Sessions()
+        let loop = Task {
+            await runWhileActive(active, restart: restart, shutdown: shutdown) { stop in
+                sessions.add("start")
+                await stop.wait()
+                sessions.add(Task.isCancelled ? "cancelled" : "stopped")
+            }
+        }
+        try await Task.sleep(nanoseconds: 50_000_000)
+        #expect(sessions.entries.isEmpty, "no session while the mode should not run")
+        active.set(true)
+        #expect(try await eventually { sessions.entries == ["start"] })
+        restart.set(true)
+        #expect(try await eventually { sessions.entries == ["start", "stopped", "start"] }, "a restart stops the session and starts the next")
+        #expect(restart.value == false, "the new start is the restart asked")
+        active.set(false)
+        #expect(try await eventually { sessions.entries.count == 4 })
+        #expect(sessions.entries.last == "stopped", "told to stop, not cancelled")
+        shutdown.trigger()
+        await loop.value
+        #expect(sessions.entries == ["start", "stopped", "start", "stopped"])
+    }
+
+    @Test func theDaemonsShutdownStopsARunningSessionGracefully() async throws {
+        let active = StateSignal(true)
+        let shutdown = GracefulShutdown()
+        let sessions = Sessions()
+        let loop = Task {
+            await runWhileActive(active, shutdown: shutdown) { stop in
+                sessions.add("start")
+                await stop.wait()
+                sessions.add(Task.isCancelled ? "cancelled" : "stopped")
+            }
+        }
+        #expect(try await eventually { sessions.entries == ["start"] })
+        shutdown.trigger()
+        await loop.value
+        #expect(sessions.entries == ["start", "stopped"])
+    }
+}
