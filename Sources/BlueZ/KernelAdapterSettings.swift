@@ -23,28 +23,6 @@ final class ManagementSocket: Sendable {
     func send(_ bytes: [UInt8]) throws(SystemError) {
         _ = try systemCall("send", "the Bluetooth management channel") { bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, 0) } }
     }
-
-    enum Received {
-        case datagram([UInt8])
-        /// Longer than `MgmtWire.maxMessageBytes`: no message the worker reads (its length).
-        case tooLong(Int)
-    }
-
-    /// The next datagram, suspending until one arrives.
-    func receive() async throws -> Received {
-        var buffer = [UInt8](repeating: 0, count: MgmtWire.maxMessageBytes)
-        while true {
-            let n = buffer.withUnsafeMutableBytes { ecw_recv_datagram(fd, $0.baseAddress, $0.count) }
-            if n > buffer.count { return .tooLong(n) }
-            if n >= 0 { return .datagram(Array(buffer[0..<n])) }
-            switch Int32(-n) {
-            case EAGAIN, EINTR: try await Reactor.shared.waitReadable(fd)
-            case let code:
-                preconditionErrnoIsNotABug(code, call: "recv (Bluetooth management)")
-                throw SystemError("recv", errno: code, detail: "the Bluetooth management channel")
-            }
-        }
-    }
 }
 
 /// Follows whether each controller is Bluetooth Classic connectable, which bluetoothd's
@@ -71,9 +49,9 @@ enum KernelAdapterSettings {
         while !Task.isCancelled {
             let parsed: Result<MgmtWire.Message, MgmtWire.ParseError>
             do {
-                switch try await socket.receive() {
+                switch try await receiveDatagram(socket.fd, capacity: MgmtWire.maxMessageBytes, detail: "the Bluetooth management channel") {
                 case .datagram(let bytes): parsed = MgmtWire.parse(bytes)
-                case .tooLong(let count): parsed = .failure(.tooLong(count))
+                case .truncated(let length): parsed = .failure(.tooLong(length))
                 }
             } catch {
                 if !Task.isCancelled { logger.warning("stopped reading the kernel's Bluetooth settings: \(error)") }

@@ -170,11 +170,6 @@ int ecw_bt_mgmt_open(void) {
     return fd;
 }
 
-long ecw_recv_datagram(int fd, void *buffer, size_t length) {
-    ssize_t n = recv(fd, buffer, length, MSG_TRUNC);
-    return n < 0 ? -errno : (long)n;
-}
-
 int ecw_spawn(const char *path, char *const argv[], char *const envp[], int stdin_fd, int stdout_fd, int stderr_fd, int *pidfd) {
     *pidfd = -1;
     posix_spawnattr_t attr;

@@ -64,18 +64,37 @@ public final class NetlinkSocket: Sendable {
     /// The next datagram, suspending until one arrives. Datagrams larger than the
     /// buffer are truncated by the kernel (MSG_TRUNC tells us), and reported as an overrun.
     public func receive() async throws -> Received {
-        var buffer = [UInt8](repeating: 0, count: 65_536)
-        while true {
-            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_TRUNC)) }
-            if n > buffer.count { return .overrun }
-            if n >= 0 { return .datagram(Array(buffer[0..<n])) }
-            switch errno {
-            case EAGAIN, EINTR: try await Reactor.shared.waitReadable(fd)
-            case ENOBUFS: return .overrun
-            case let code:
-                preconditionErrnoIsNotABug(code, call: "recv (netlink)")
-                throw SystemError("recv", errno: code, detail: "netlink")
+        do {
+            switch try await receiveDatagram(fd, capacity: 65_536, detail: "netlink") {
+            case .datagram(let bytes): return .datagram(bytes)
+            case .truncated: return .overrun
             }
+        } catch let error as SystemError where error.errno == ENOBUFS {
+            return .overrun
+        }
+    }
+}
+
+/// One datagram of a non-blocking socket, or how long it was when it did not fit.
+public enum ReceivedDatagram: Sendable, Equatable {
+    case datagram([UInt8])
+    /// Longer than the buffer (the kernel cut it: MSG_TRUNC gives its whole length).
+    case truncated(length: Int)
+}
+
+/// Reads the next datagram of the non-blocking socket `fd`, suspending on the reactor until
+/// one arrives (netlink, the Bluetooth management channel).
+public func receiveDatagram(_ fd: Int32, capacity: Int, detail: String) async throws -> ReceivedDatagram {
+    var buffer = [UInt8](repeating: 0, count: capacity)
+    while true {
+        let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_TRUNC)) }
+        if n > buffer.count { return .truncated(length: n) }
+        if n >= 0 { return .datagram(Array(buffer[0..<n])) }
+        switch errno {
+        case EAGAIN, EINTR: try await Reactor.shared.waitReadable(fd)
+        case let code:
+            preconditionErrnoIsNotABug(code, call: "recv (\(detail))")
+            throw SystemError("recv", errno: code, detail: detail)
         }
     }
 }

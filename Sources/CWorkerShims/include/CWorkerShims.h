@@ -49,10 +49,6 @@ void ecw_set_thread_name(const char *name);
 /// allows it to read settings only. Returns the fd or -errno.
 int ecw_bt_mgmt_open(void);
 
-/// recv(2) of one datagram with MSG_TRUNC: its whole length even when longer than
-/// `length` (only `length` bytes are copied). Returns the length or -errno.
-long ecw_recv_datagram(int fd, void *buffer, size_t length);
-
 /// Spawns the program at `path` (an absolute path: no PATH search) with `argv` in its
 /// own process group with default signal handling, stdin from `stdin_fd` (/dev/null when
 /// < 0), stdout to `stdout_fd` and stderr to `stderr_fd` (each inherited when < 0), every
