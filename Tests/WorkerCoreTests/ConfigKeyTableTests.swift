@@ -1,10 +1,10 @@
-import Foundation
 import Testing
 @testable import WorkerCore
 
-/// The key table (`ConfigKey.all`, the source of docs/reference/configuration.md) and the
-/// decoder (`WorkerConfig.decode`) agree: every row is a key the decoder knows, and every key
-/// the decoder knows has a row. A key added to one without the other fails here.
+/// The key table (`ConfigKey.all`) is the decoder, the reload's comparison and plan, and
+/// docs/reference/configuration.md: every row is a key the decoder reads, a key without a row
+/// is refused, and what the reference says of a key (range, cases, default) is what the
+/// decoder does.
 @Suite struct ConfigKeyTable {
     /// The problems the decoder reports for `path` set to null: a known key gets a type
     /// problem ("must be …"), an unknown one "unknown key".
@@ -19,64 +19,86 @@ import Testing
         }
     }
 
-    /// Every key the decoder's source handles: `case "key":` lines of `decode`, the top-level
-    /// ones (the least indented) naming sections, and the policy keys it hands to PowerPolicy.
-    static func decoderKeys() throws -> Set<String> {
-        let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("Sources/WorkerCore/Config/Config.swift")
-        let text = try String(contentsOf: source, encoding: .utf8)
-        guard let start = text.range(of: "public static func decode("),
-            let end = text.range(of: "\n    }\n", range: start.upperBound..<text.endIndex)
-        else {
-            Issue.record("WorkerConfig.decode not found in \(source.path)")
-            return []
-        }
-        var cases: [(indent: Int, name: String)] = []
-        for line in text[start.upperBound..<end.lowerBound].split(separator: "\n") {
-            let indent = line.prefix { $0 == " " }.count
-            let rest = line.dropFirst(indent)
-            guard rest.hasPrefix("case \""), let close = rest.dropFirst(6).firstIndex(of: "\"") else { continue }
-            cases.append((indent, String(rest[rest.index(rest.startIndex, offsetBy: 6)..<close])))
-        }
-        let top = cases.map(\.indent).min() ?? 0
-        var keys: Set<String> = []
-        var section: String?
-        var sectionHasKeys = false
-        for (indent, name) in cases {
-            if indent == top {
-                if let section, !sectionHasKeys { keys.insert(section) }
-                section = name
-                sectionHasKeys = false
-            } else if let section {
-                keys.insert("\(section).\(name)")
-                sectionHasKeys = true
-            }
-        }
-        if let section, !sectionHasKeys { keys.insert(section) }
-        // The policy section's keys are PowerPolicy's, except the one it refuses by name.
-        if keys.contains("policy") {
-            keys.remove("policy")
-            for key in PowerPolicy.keys where key != "allowRemoteModelSwitch" { keys.insert("policy.\(key)") }
-        }
-        return keys
-    }
-
     @Test func everyRowIsAKeyTheDecoderAccepts() {
         for key in ConfigKey.all {
             #expect(!unknown(key.path), "\(key.path) is in the table but the decoder calls it unknown")
         }
     }
 
-    @Test func everyKeyOfTheDecoderHasARow() throws {
-        let table = Set(ConfigKey.all.map(\.path))
-        let decoder = try Self.decoderKeys()
-        #expect(decoder.count >= 40, "the scan of Config.swift found too few keys: \(decoder.sorted())")
-        for key in decoder.sorted() {
-            #expect(
-                table.contains(key),
-                "the decoder accepts \(key) but ConfigKeys.swift has no row for it (and so docs/reference/configuration.md does not list it)")
-            #expect(!unknown(key), "the scan found \(key), which the decoder calls unknown")
+    @Test func aKeyWithoutARowIsUnknownWhereverItIsWritten() throws {
+        for section in ConfigKey.sections.sorted() {
+            #expect(unknown("\(section).notAKey"), "\(section).notAKey")
         }
+        #expect(unknown("notAKey"))
+        // A row's dotted path is not a top-level key.
+        let dotted = #"{"coordinator.url": "https://c.example"}"#
+        #expect(throws: ConfigError.self) { try WorkerConfig.parse(Array(dotted.utf8)) }
+        // The policy key a file sets under backend is refused under policy, saying where it goes.
+        do {
+            _ = try WorkerConfig.parse(Array(#"{"policy": {"allowRemoteModelSwitch": true}}"#.utf8))
+            Issue.record("policy.allowRemoteModelSwitch was accepted")
+        } catch {
+            #expect(
+                error.problems.map(\.message) == [
+                    "set backend.allowRemoteModelSwitch in the config (policy set allowRemoteModelSwitch overrides it per host)"
+                ])
+        }
+    }
+
+    /// The reference's ranges, cases and defaults are the decoder's: the ends of each range
+    /// are accepted and one past them refused, each listed case is accepted, and a config
+    /// without the key holds the listed default.
+    @Test func theReferenceSaysWhatTheDecoderDoes() throws {
+        func problems(_ path: String, _ value: String) -> [ConfigProblem] {
+            let parts = path.split(separator: ".").map(String.init)
+            let text = parts.count == 1 ? "{\"\(path)\": \(value)}" : "{\"\(parts[0])\": {\"\(parts[1])\": \(value)}}"
+            do {
+                _ = try WorkerConfig.parse(Array(text.utf8))
+                return []
+            } catch {
+                return error.problems
+            }
+        }
+        let defaults = Dictionary(uniqueKeysWithValues: WorkerConfig().flattened.map { ($0.key, $0.value) })
+        var ranges = 0, choices = 0
+        for key in ConfigKey.all where !key.path.hasPrefix("policy.") {
+            let bounds = key.type.split(separator: "–")
+            if bounds.count == 2, let low = Int64(bounds[0]), let high = Int64(bounds[1]) {
+                ranges += 1
+                #expect(problems(key.path, "\(low)").isEmpty && problems(key.path, "\(high)").isEmpty, "\(key.path): \(key.type)")
+                #expect(!problems(key.path, "\(low - 1)").isEmpty && !problems(key.path, "\(high + 1)").isEmpty, "\(key.path): \(key.type)")
+                if let number = Int64(key.defaultValue) { #expect(defaults[key.path] == "\(number)", "\(key.path)") }
+            } else if key.type.hasPrefix("`\""), key.type.contains(" or ") {
+                choices += 1
+                let names = key.type.split(separator: "`").filter { $0.hasPrefix("\"") }
+                #expect(names.count >= 2, "\(key.path): \(key.type)")
+                for name in names { #expect(problems(key.path, String(name)).isEmpty, "\(key.path): \(name)") }
+                #expect(!problems(key.path, "\"not-one-of-them\"").isEmpty, "\(key.path)")
+                if key.defaultValue.hasPrefix("`\"") {
+                    #expect("`\"\(defaults[key.path] ?? "")\"`" == key.defaultValue, "\(key.path)")
+                }
+            } else if key.type == "bool" {
+                #expect(defaults[key.path] == key.defaultValue, "\(key.path)")
+            }
+        }
+        #expect(ranges >= 15 && choices >= 8, "the scan of the table found \(ranges) ranges and \(choices) choices")
+    }
+
+    /// A reload's comparison and plan are made from the table: the flattening lists its rows
+    /// in order, and which keys are live is pinned here (a row changed by mistake fails).
+    @Test func theReloadClassesOfTheKeys() {
+        #expect(WorkerConfig().flattened.map(\.key) == ConfigKey.all.map(\.path))
+        #expect(
+            ConfigReloadPlan.liveKeys.filter { !$0.hasPrefix("policy.") }.sorted() == [
+                "backend.allowRemoteModelSwitch", "bluetooth.pairingAgent", "bluetooth.security", "coordinator.gapGuard",
+                "coordinator.heartbeatIntervalMs", "coordinator.pullIntervalMs", "log.level", "network.onMetered", "telemetry.deviceType",
+            ])
+        #expect(ConfigKey.all.filter { $0.path.hasPrefix("policy.") }.allSatisfy { $0.reload == .live })
+        #expect(ConfigReloadPlan.restartingBluetooth == ["bluetooth.security", "bluetooth.pairingAgent"])
+        #expect(
+            ConfigKey.all.filter { $0.reload == .whenCoordinatorStarts }.map(\.path) == [
+                "coordinator.url", "coordinator.allowInsecureHttp", "coordinator.registrationToken",
+            ])
     }
 
     @Test func rowsAreUniqueAndComplete() {

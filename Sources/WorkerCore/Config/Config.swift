@@ -230,212 +230,45 @@ extension WorkerConfig {
         var config = WorkerConfig()
         guard let root = reader.object(value, path: "") else { throw ConfigError(reader.problems) }
         reader.members(of: root, path: "") { reader, key, value, path in
-            switch key {
-            case "agentId":
-                if let id = reader.string(value, path: path) {
-                    if let problem = AgentID.validationProblem(id) {
-                        reader.problem(path, problem)
-                    } else {
-                        config.agentId = id
-                    }
+            if let row = ConfigKey.byPath[key], row.section == nil { return row.read(&reader, value, path, &config) }
+            guard ConfigKey.sections.contains(key) else { return reader.unknown(path) }
+            guard let object = reader.object(value, path: path) else { return }
+            reader.members(of: object, path: path) { reader, _, value, path in
+                if let row = ConfigKey.byPath[path] { return row.read(&reader, value, path, &config) }
+                // Its config key is backend.allowRemoteModelSwitch; one place to set it.
+                if path == "policy.allowRemoteModelSwitch" {
+                    return reader.problem(
+                        path, "set backend.allowRemoteModelSwitch in the config (policy set allowRemoteModelSwitch overrides it per host)")
                 }
-            case "coordinator":
-                guard let object = reader.object(value, path: path) else { return }
-                reader.members(of: object, path: path) { reader, key, value, path in
-                    let c = \WorkerConfig.coordinator
-                    switch key {
-                    case "url": reader.url(value, path: path).map { config.coordinator.url = $0 }
-                    case "registrationToken":
-                        reader.string(value, path: path, maxLength: 4096, nonEmpty: true).map { config.coordinator.registrationToken = $0 }
-                    case "heartbeatIntervalMs": reader.int(value, path: path, 1_000...3_600_000).map { config[keyPath: c].heartbeatIntervalMs = $0 }
-                    case "pullIntervalMs": reader.int(value, path: path, 500...3_600_000).map { config[keyPath: c].pullIntervalMs = $0 }
-                    case "stopGraceMs": reader.int(value, path: path, 0...600_000).map { config[keyPath: c].stopGraceMs = $0 }
-                    case "connectTimeoutMs": reader.int(value, path: path, 100...120_000).map { config[keyPath: c].connectTimeoutMs = $0 }
-                    case "requestTimeoutMs": reader.int(value, path: path, 100...600_000).map { config[keyPath: c].requestTimeoutMs = $0 }
-                    case "maxResponseBytes": reader.int(value, path: path, 1_024...67_108_864).map { config[keyPath: c].maxResponseBytes = $0 }
-                    case "allowInsecureHttp": reader.bool(value, path: path).map { config.coordinator.allowInsecureHttp = $0 }
-                    case "gapGuard": reader.bool(value, path: path).map { config.coordinator.gapGuard = $0 }
-                    default: reader.unknown(path)
-                    }
-                }
-                if let url = config.coordinator.url, !config.coordinator.allowInsecureHttp, let problem = HTTPURL.cleartextProblem(url) {
-                    reader.problem(path + ".url", problem)
-                }
-            case "backend":
-                guard let object = reader.object(value, path: path) else { return }
-                reader.members(of: object, path: path) { reader, key, value, path in
-                    switch key {
-                    case "kind": reader.choice(value, path: path, BackendKind.self).map { config.backend.kind = $0 }
-                    case "url": reader.url(value, path: path).map { config.backend.url = $0 }
-                    case "model": reader.string(value, path: path, maxLength: 256, nonEmpty: true).map { config.backend.model = $0 }
-                    case "timeoutMs": reader.int(value, path: path, 1_000...3_600_000).map { config.backend.timeoutMs = $0 }
-                    case "openaiEndpoint": reader.choice(value, path: path, OpenAIEndpoint.self).map { config.backend.openaiEndpoint = $0 }
-                    case "maxOutputBytes": reader.int(value, path: path, 1_024...16_777_216).map { config.backend.maxOutputBytes = $0 }
-                    case "maxTokens": reader.int(value, path: path, 1...32_768).map { config.backend.maxTokens = $0 }
-                    case "think": reader.bool(value, path: path).map { config.backend.think = $0 }
-                    case "keepAlive": reader.keepAlive(value, path: path).map { config.backend.keepAlive = $0 }
-                    case "apiKey":
-                        // The key itself is never quoted in a problem.
-                        if let key = reader.string(value, path: path, maxLength: 4096, nonEmpty: true) {
-                            if key.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7F }) {
-                                config.backend.apiKey = key
-                            } else {
-                                reader.problem(path, "must be printable ASCII without spaces (it goes into an HTTP header)")
-                            }
-                        }
-                    case "allowRemoteModelSwitch":
-                        reader.bool(value, path: path).map {
-                            config.backend.allowRemoteModelSwitch = $0
-                            config.policy.allowRemoteModelSwitch = $0
-                            config.policyKeysInFile.insert("allowRemoteModelSwitch")
-                        }
-                    case "allowedModelRegistries": reader.registries(value, path: path).map { config.backend.allowedModelRegistries = $0 }
-                    case "allowInsecureHttp": reader.bool(value, path: path).map { config.backend.allowInsecureHttp = $0 }
-                    default: reader.unknown(path)
-                    }
-                }
-                if config.backend.apiKey != nil, !config.backend.allowInsecureHttp,
-                    let problem = HTTPURL.cleartextProblem(config.backend.url, sending: "backend.apiKey", allowedBy: "backend.allowInsecureHttp")
-                {
-                    reader.problem(path + ".apiKey", problem)
-                }
-            case "policy":
-                guard let object = reader.object(value, path: path) else { return }
-                reader.members(of: object, path: path) { reader, key, value, path in
-                    // Its config key is backend.allowRemoteModelSwitch; one place to set it.
-                    if key == "allowRemoteModelSwitch" {
-                        reader.problem(
-                            path, "set backend.allowRemoteModelSwitch in the config (policy set allowRemoteModelSwitch overrides it per host)")
-                        return
-                    }
-                    if let problem = config.policy.set(key: key, json: value) {
-                        if case .unknownKey = problem { reader.unknown(path) } else { reader.problem(path, problem.message) }
-                    } else {
-                        config.policyKeysInFile.insert(key)
-                    }
-                }
-                if config.policy.resumeBatteryPct < config.policy.minBatteryPct {
-                    reader.problem(
-                        path + ".resumeBatteryPct",
-                        "must be at least policy.minBatteryPct (\(config.policy.minBatteryPct)), got \(config.policy.resumeBatteryPct)")
-                }
-            case "network":
-                guard let object = reader.object(value, path: path) else { return }
-                reader.members(of: object, path: path) { reader, key, value, path in
-                    switch key {
-                    case "pathLossGraceMs": reader.int(value, path: path, 0...600_000).map { config.network.pathLossGraceMs = $0 }
-                    case "onMetered": reader.choice(value, path: path, MeteredAction.self).map { config.network.onMetered = $0 }
-                    default: reader.unknown(path)
-                    }
-                }
-            case "bluetooth":
-                guard let object = reader.object(value, path: path) else { return }
-                reader.members(of: object, path: path) { reader, key, value, path in
-                    switch key {
-                    case "adapter":
-                        if let name = reader.string(value, path: path) {
-                            if isAdapterName(name) {
-                                config.bluetooth.adapter = name
-                            } else {
-                                reader.problem(path, "must be an adapter name like \"hci0\", got \"\(printable(name))\"")
-                            }
-                        }
-                    case "maxRequestBytes": reader.int(value, path: path, 1_024...1_048_576).map { config.bluetooth.maxRequestBytes = $0 }
-                    case "maxQueuedRequests": reader.int(value, path: path, 1...1_024).map { config.bluetooth.maxQueuedRequests = $0 }
-                    case "chunkPacingMs":
-                        if value.intValue == 0 {
-                            // Accepted once; it loses answers (protocol-bluetooth §3): say why rather than a bare range.
-                            reader.problem(
-                                path,
-                                "must be in 1…1000: 0 sends notifications back to back, and bluetoothd spreads them over its parallel ATT bearers (EATT), so clients receive the chunks out of order and cannot read the answer"
-                            )
-                        } else {
-                            reader.int(value, path: path, 1...1_000).map { config.bluetooth.chunkPacingMs = $0 }
-                        }
-                    case "pacing": reader.choice(value, path: path, BluetoothPacingMode.self).map { config.bluetooth.pacing = $0 }
-                    case "maxClients": reader.int(value, path: path, 1...16).map { config.bluetooth.maxClients = $0 }
-                    case "maxTokens": reader.int(value, path: path, 1...32_768).map { config.bluetooth.maxTokens = $0 }
-                    case "security": reader.choice(value, path: path, BluetoothSecurity.self).map { config.bluetooth.security = $0 }
-                    case "pairingAgent":
-                        reader.choice(value, path: path, BluetoothPairingAgentSetting.self).map { config.bluetooth.pairingAgent = $0 }
-                    case "allowedClients": reader.allowedClients(value, path: path).map { config.bluetooth.allowedClients = $0 }
-                    case "clientIdleSec": reader.int(value, path: path, 5...86_400).map { config.bluetooth.clientIdleSec = $0 }
-                    default: reader.unknown(path)
-                    }
-                }
-            case "execution":
-                guard let object = reader.object(value, path: path) else { return }
-                reader.members(of: object, path: path) { reader, key, value, path in
-                    switch key {
-                    case "mode": reader.choice(value, path: path, ExecutionMode.self).map { config.execution.mode = $0 }
-                    case "engine":
-                        if let engine = reader.string(value, path: path, maxLength: 256, nonEmpty: true) {
-                            if WorkerConfig.Execution.isWord(engine) {
-                                config.execution.engine = engine
-                            } else {
-                                reader.problem(path, "must be a command name or an absolute path without spaces, got \"\(printable(engine))\"")
-                            }
-                        }
-                    case "engineArguments": reader.words(value, path: path, max: 32).map { config.execution.engineArguments = $0 }
-                    case "image":
-                        if let image = reader.string(value, path: path, maxLength: 256, nonEmpty: true) {
-                            if WorkerConfig.Execution.isWord(image), !image.hasPrefix("-") {
-                                config.execution.image = image
-                            } else {
-                                reader.problem(path, "must be an image name like \"localhost/edgecoder-sandbox:1\", got \"\(printable(image))\"")
-                            }
-                        }
-                    case "timeoutMs": reader.int(value, path: path, 500...600_000).map { config.execution.timeoutMs = $0 }
-                    default: reader.unknown(path)
-                    }
-                }
-            case "hooks":
-                guard let object = reader.object(value, path: path) else { return }
-                reader.members(of: object, path: path) { reader, key, value, path in
-                    switch key {
-                    case "networkRestored":
-                        reader.string(value, path: path, maxLength: 4096, nonEmpty: true).map { config.hooks.networkRestored = $0 }
-                    case "timeoutMs": reader.int(value, path: path, 100...600_000).map { config.hooks.timeoutMs = $0 }
-                    default: reader.unknown(path)
-                    }
-                }
-            case "telemetry":
-                guard let object = reader.object(value, path: path) else { return }
-                reader.members(of: object, path: path) { reader, key, value, path in
-                    switch key {
-                    case "deviceType": reader.choice(value, path: path, ConfiguredDeviceType.self).map { config.telemetry.deviceType = $0 }
-                    default: reader.unknown(path)
-                    }
-                }
-            case "control":
-                guard let object = reader.object(value, path: path) else { return }
-                reader.members(of: object, path: path) { reader, key, value, path in
-                    switch key {
-                    case "readGroup":
-                        if let name = reader.string(value, path: path, maxLength: 32, nonEmpty: true) {
-                            if isPosixName(name) {
-                                config.control.readGroup = name
-                            } else {
-                                reader.problem(path, "must be a group name (letters, digits, '_', '-'), got \"\(printable(name))\"")
-                            }
-                        }
-                    default: reader.unknown(path)
-                    }
-                }
-            case "log":
-                guard let object = reader.object(value, path: path) else { return }
-                reader.members(of: object, path: path) { reader, key, value, path in
-                    switch key {
-                    case "level": reader.choice(value, path: path, LogLevelName.self).map { config.log.level = $0 }
-                    default: reader.unknown(path)
-                    }
-                }
-            default:
                 reader.unknown(path)
             }
+            checkAcrossKeys(of: key, &reader, config)
         }
         if !reader.problems.isEmpty { throw ConfigError(reader.problems) }
         return config
+    }
+
+    /// The checks that need more than one key of a section, once the section is read.
+    static func checkAcrossKeys(of section: String, _ reader: inout ConfigReader, _ config: WorkerConfig) {
+        switch section {
+        case "coordinator":
+            if let url = config.coordinator.url, !config.coordinator.allowInsecureHttp, let problem = HTTPURL.cleartextProblem(url) {
+                reader.problem("coordinator.url", problem)
+            }
+        case "backend":
+            if config.backend.apiKey != nil, !config.backend.allowInsecureHttp,
+                let problem = HTTPURL.cleartextProblem(config.backend.url, sending: "backend.apiKey", allowedBy: "backend.allowInsecureHttp")
+            {
+                reader.problem("backend.apiKey", problem)
+            }
+        case "policy":
+            if config.policy.resumeBatteryPct < config.policy.minBatteryPct {
+                reader.problem(
+                    "policy.resumeBatteryPct",
+                    "must be at least policy.minBatteryPct (\(config.policy.minBatteryPct)), got \(config.policy.resumeBatteryPct)")
+            }
+        default: break
+        }
     }
 
     /// Go's `time.ParseDuration` syntax, which Ollama reads `keep_alive` strings with.

@@ -32,6 +32,18 @@ public enum ConfigReference {
         once. Files over 1 MiB are refused. Durations are in milliseconds.
         """#
 
+    /// The keys a reload treats as `reload`, as the prose lists them (`policy.*` for the
+    /// policy section, whose keys are all live).
+    static func listed(_ reload: ConfigKey.Reload) -> String {
+        var names: [String] = []
+        for key in ConfigKey.all where key.reload == reload {
+            let name = key.section == "policy" ? "policy.*" : key.path
+            if !names.contains(name) { names.append(name) }
+        }
+        let quoted = names.map { "`\($0)`" }
+        return quoted.count < 2 ? quoted.joined() : quoted.dropLast().joined(separator: ", ") + " and " + quoted.last!
+    }
+
     static let rest = #"""
         ## 2. Reload
 
@@ -40,17 +52,16 @@ public enum ConfigReference {
         config is kept, the reason (every problem, with its key) is logged and shown in
         `status` (`daemon.configReload`, `config reload refused` in the summary) until a later
         reload succeeds. What changed applies at once when it can without dropping a running
-        subtask or a Bluetooth client: `policy.*`, `backend.allowRemoteModelSwitch`,
-        `coordinator.heartbeatIntervalMs`, `coordinator.pullIntervalMs`, `network.onMetered`,
-        `log.level`. `bluetooth.security` and `bluetooth.pairingAgent` apply at once too, by
-        starting the Bluetooth session again (its clients are disconnected and reconnect): bluetoothd
-        reads the characteristics' flags only when the application registers, and a client admitted
-        at the old level must not keep a link the new one would refuse. Every other key is read by a part when it starts (the coordinator session,
-        the Bluetooth peripheral, the model backend, the control socket): its running value is
+        subtask or a Bluetooth client: \#(listed(.live)). \#(listed(.restartsBluetooth)) apply at
+        once too, by starting the Bluetooth session again (its clients are disconnected and
+        reconnect): bluetoothd reads the characteristics' flags only when the application
+        registers, and a client admitted at the old level must not keep a link the new one would
+        refuse. Every other key is read by a part when it starts (the coordinator session, the
+        Bluetooth peripheral, the model backend, the control socket): its running value is
         kept, and `status` lists it under `needs a restart to apply` until `systemctl restart`.
-        `coordinator.url`, `coordinator.allowInsecureHttp` and `coordinator.registrationToken` are
-        read when mode `on` starts: while it is stopped a reload takes them for the next start
-        (this is how `edgecoder-worker enroll` points a running daemon at a coordinator).
+        \#(listed(.whenCoordinatorStarts)) are read when mode `on` starts: while it is stopped a
+        reload takes them for the next start (this is how `edgecoder-worker enroll` points a
+        running daemon at a coordinator).
         Each reload is an event (`config-reloaded` or `config-refused`). Under systemd the daemon
         sends `RELOADING=1` (with `MONOTONIC_USEC=`) and `READY=1` when done, so `systemctl
         reload` returns once the file is taken or refused.

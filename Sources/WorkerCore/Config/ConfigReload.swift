@@ -11,44 +11,28 @@ public struct ConfigReloadPlan: Sendable, Equatable {
     /// Keys whose value in the file differs from the running one and needs a restart.
     public var restartKeys: [String]
 
-    /// Keys (dotted paths) taken at once; a key under `policy.` is live too. Everything
-    /// else is read once, when the part that uses it starts.
-    public static let liveKeys = Set([
-        "coordinator.heartbeatIntervalMs", "coordinator.pullIntervalMs", "coordinator.gapGuard",
-        "backend.allowRemoteModelSwitch", "network.onMetered", "log.level",
-        "telemetry.deviceType",
-    ]).union(restartingBluetooth)
+    /// Keys (dotted paths) a reload takes at once (the key table's `reload`). Every other
+    /// key is read once, when the part that uses it starts.
+    public static let liveKeys = Set(ConfigKey.all.filter { $0.reload == .live || $0.reload == .restartsBluetooth }.map(\.path))
 
-    /// Live keys that start the Bluetooth session again (its clients are disconnected):
-    /// bluetoothd reads the characteristics' flags only when the application registers, and
-    /// a client admitted at the old level must not keep a link the new one refuses; the
-    /// pairing agent follows the level (PairingAgentChoice).
-    public static let restartingBluetooth: Set<String> = ["bluetooth.security", "bluetooth.pairingAgent"]
+    /// Live keys that start the Bluetooth session again (its clients are disconnected).
+    public static let restartingBluetooth = Set(ConfigKey.all.filter { $0.reload == .restartsBluetooth }.map(\.path))
 
-    public static func isLive(_ key: String) -> Bool { liveKeys.contains(key) || key.hasPrefix("policy.") }
+    public static func isLive(_ key: String) -> Bool { liveKeys.contains(key) }
 
     /// Compares the running config with the file's. Pure: the daemon applies `applied`.
-    /// `coordinator.url`, `allowInsecureHttp` and `registrationToken` are read when mode
-    /// `on`'s runtime starts: live while it is stopped (so that `enroll` can point a daemon
-    /// at a coordinator with a reload), waiting for a restart while it runs.
+    /// Keys read when mode `on`'s runtime starts are live while it is stopped (so that
+    /// `enroll` can point a daemon at a coordinator with a reload), waiting for a restart
+    /// while it runs.
     public static func plan(running: WorkerConfig, file: WorkerConfig, coordinatorRunning: Bool = true) -> ConfigReloadPlan {
         var applied = running
-        if !coordinatorRunning {
-            applied.coordinator.url = file.coordinator.url
-            applied.coordinator.allowInsecureHttp = file.coordinator.allowInsecureHttp
-            applied.coordinator.registrationToken = file.coordinator.registrationToken
+        for key in ConfigKey.all {
+            switch key.reload {
+            case .live, .restartsBluetooth: key.copy(&applied, file)
+            case .whenCoordinatorStarts: if !coordinatorRunning { key.copy(&applied, file) }
+            case .restart: break
+            }
         }
-        applied.policy = file.policy
-        applied.policyKeysInFile = file.policyKeysInFile
-        applied.backend.allowRemoteModelSwitch = file.backend.allowRemoteModelSwitch
-        applied.coordinator.heartbeatIntervalMs = file.coordinator.heartbeatIntervalMs
-        applied.coordinator.pullIntervalMs = file.coordinator.pullIntervalMs
-        applied.coordinator.gapGuard = file.coordinator.gapGuard
-        applied.network.onMetered = file.network.onMetered
-        applied.log.level = file.log.level
-        applied.telemetry.deviceType = file.telemetry.deviceType
-        applied.bluetooth.security = file.bluetooth.security
-        applied.bluetooth.pairingAgent = file.bluetooth.pairingAgent
         let changedNow = changedKeys(running, applied)
         let waiting = changedKeys(applied, file)
         return ConfigReloadPlan(applied: applied, appliedKeys: changedNow, restartKeys: waiting)
@@ -63,68 +47,10 @@ public struct ConfigReloadPlan: Sendable, Equatable {
 
 extension WorkerConfig {
     /// Every key as a dotted path with a comparable rendering of its value (secrets
-    /// included, so a changed token counts as a change: never print the values). The
-    /// order and the set of keys are fixed, so two configs flatten to aligned lists.
+    /// included, so a changed token counts as a change: never print the values), in the
+    /// key table's order, so two configs flatten to aligned lists.
     public var flattened: [(key: String, value: String)] {
-        func text(_ value: String?) -> String { value.map { "=" + $0 } ?? "-" }
-        var out: [(key: String, value: String)] = [
-            ("agentId", text(agentId)),
-            ("coordinator.url", text(coordinator.url)),
-            ("coordinator.registrationToken", text(coordinator.registrationToken)),
-            ("coordinator.heartbeatIntervalMs", "\(coordinator.heartbeatIntervalMs)"),
-            ("coordinator.pullIntervalMs", "\(coordinator.pullIntervalMs)"),
-            ("coordinator.stopGraceMs", "\(coordinator.stopGraceMs)"),
-            ("coordinator.connectTimeoutMs", "\(coordinator.connectTimeoutMs)"),
-            ("coordinator.requestTimeoutMs", "\(coordinator.requestTimeoutMs)"),
-            ("coordinator.maxResponseBytes", "\(coordinator.maxResponseBytes)"),
-            ("coordinator.allowInsecureHttp", "\(coordinator.allowInsecureHttp)"),
-            ("coordinator.gapGuard", "\(coordinator.gapGuard)"),
-            ("backend.kind", backend.kind.rawValue),
-            ("backend.url", backend.url),
-            ("backend.model", backend.model),
-            ("backend.timeoutMs", "\(backend.timeoutMs)"),
-            ("backend.openaiEndpoint", backend.openaiEndpoint.rawValue),
-            ("backend.maxOutputBytes", "\(backend.maxOutputBytes)"),
-            ("backend.maxTokens", "\(backend.maxTokens)"),
-            ("backend.think", "\(backend.think)"),
-            ("backend.keepAlive", backend.keepAlive.serialized),
-            ("backend.apiKey", text(backend.apiKey)),
-            ("backend.allowRemoteModelSwitch", "\(backend.allowRemoteModelSwitch)"),
-            ("backend.allowedModelRegistries", backend.allowedModelRegistries.joined(separator: ",")),
-            ("backend.allowInsecureHttp", "\(backend.allowInsecureHttp)"),
-        ]
-        // allowRemoteModelSwitch is set in the file as backend.allowRemoteModelSwitch.
-        if case .object(let policyObject) = policy.json {
-            for member in policyObject.members where member.key != "allowRemoteModelSwitch" {
-                out.append(("policy." + member.key, member.value.serialized))
-            }
-        }
-        out += [
-            ("network.pathLossGraceMs", "\(network.pathLossGraceMs)"),
-            ("network.onMetered", network.onMetered.rawValue),
-            ("telemetry.deviceType", text(telemetry.deviceType?.rawValue)),
-            ("bluetooth.adapter", text(bluetooth.adapter)),
-            ("bluetooth.maxRequestBytes", "\(bluetooth.maxRequestBytes)"),
-            ("bluetooth.maxQueuedRequests", "\(bluetooth.maxQueuedRequests)"),
-            ("bluetooth.chunkPacingMs", "\(bluetooth.chunkPacingMs)"),
-            ("bluetooth.pacing", bluetooth.pacing.rawValue),
-            ("bluetooth.maxClients", "\(bluetooth.maxClients)"),
-            ("bluetooth.maxTokens", text(bluetooth.maxTokens.map { "\($0)" })),
-            ("bluetooth.security", bluetooth.security.rawValue),
-            ("bluetooth.pairingAgent", bluetooth.pairingAgent.rawValue),
-            ("bluetooth.allowedClients", bluetooth.allowedClients.description),
-            ("bluetooth.clientIdleSec", "\(bluetooth.clientIdleSec)"),
-            ("execution.mode", execution.mode.rawValue),
-            ("execution.engine", execution.engine),
-            ("execution.engineArguments", execution.engineArguments.joined(separator: " ")),
-            ("execution.image", execution.image),
-            ("execution.timeoutMs", "\(execution.timeoutMs)"),
-            ("hooks.networkRestored", text(hooks.networkRestored)),
-            ("hooks.timeoutMs", "\(hooks.timeoutMs)"),
-            ("control.readGroup", control.readGroup),
-            ("log.level", log.level.rawValue),
-        ]
-        return out
+        ConfigKey.all.map { ($0.path, $0.render(self)) }
     }
 }
 
