@@ -13,25 +13,16 @@ actor CoordinatorLink {
     let baseURL: String
     let config: WorkerConfig
     let agentID: String
-    let files: WorkerStateFiles
     let daemon: WorkerDaemon
     let logger: Logger
     let transport: any HTTPTransport
     let clock: any WorkerClock
-    var meshToken: String?
-    var registered = false
-    private var registrationWaiters: [CheckedContinuation<Void, Never>] = []
-    private var registering = false
+    /// Registered or not, and the mesh token: changed only through `Registration`'s steps.
+    private(set) var registration: Registration
     var status = CoordinatorStatus()
-    let backoff = Backoff()
-    /// The model switch the last heartbeat answer asked for (protocol-coordinator §7), not yet taken.
-    var pendingSwitch: ModelSwitchRequest?
-    /// The key of the switch being carried out; one at a time.
-    var runningSwitch: String?
-    /// Outcomes whose ack the coordinator has not taken yet, by request key (the last 64).
-    var switchOutcomes = RecentKeys<(ok: Bool, error: String?)>()
-    /// Requests acknowledged in this session: never carried out twice (the last 64).
-    var acknowledgedSwitches = RecentKeys<Bool>()
+    /// The pause after failures in a row (full jitter), the same for every session.
+    static let backoff = Backoff()
+    var switches = ModelSwitchLedger()
     /// Results the coordinator took whose outbox file could not be removed yet: never
     /// posted again by this session, only removed again.
     private(set) var deliveredNotRemoved: Set<String> = []
@@ -50,15 +41,23 @@ actor CoordinatorLink {
         self.baseURL = url
         self.config = config
         self.agentID = agentID
-        self.files = files
         self.daemon = daemon
         self.logger = logger
         self.transport = transport
         self.clock = clock
-        if case .loaded(let token) = files.loadMeshToken(nowMs: clock.wallMs()) { meshToken = token }
+        var earlier: String?
+        if case .loaded(let token) = files.loadMeshToken(nowMs: clock.wallMs()) { earlier = token }
+        registration = .unregistered(meshToken: earlier)
     }
 
-    func publish() async { await daemon.updateCoordinator(status) }
+    var registered: Bool { registration.isRegistered }
+    var meshToken: String? { registration.meshToken }
+
+    func publish() async {
+        // The status shows the registration; it is not a second record of it.
+        status.registered = registration.isRegistered
+        await daemon.updateCoordinator(status)
+    }
 
     /// One call, classified. Transport failures become `.failure`.
     func call(_ call: CoordinatorAnswer.Call, _ body: JSONValue, totalTimeoutMs: Int64? = nil) async throws -> CoordinatorAnswer {
@@ -93,7 +92,7 @@ actor CoordinatorLink {
             if call == .heartbeat, case .accepted = answer {
                 status.lastHeartbeatAtMs = clock.wallMs()
                 status.lastHeartbeatLatencyMs = clock.monotonicMs() - started
-                pendingSwitch = ModelSwitchRequest.parse(heartbeatAnswer: try? JSON.parse(response.body))
+                switches.pending = ModelSwitchRequest.parse(heartbeatAnswer: try? JSON.parse(response.body))
             }
             return answer
         } catch let error as HTTPError {
@@ -103,19 +102,15 @@ actor CoordinatorLink {
 
     /// Registers unless registered; concurrent callers wait for the one registration.
     /// Throws `.rejected` on 403; loops with backoff on failures until it works or the task is cancelled.
+    /// The registration is read again after every suspension (another caller may have
+    /// registered, a 401 may have taken the token meanwhile).
     func ensureRegistered() async throws {
-        while !registered {
-            if registering {
-                await withCheckedContinuation { registrationWaiters.append($0) }
+        while !registration.isRegistered {
+            guard registration.beginAttempt() else {
+                await withCheckedContinuation { registration.wait($0) }
                 continue
             }
-            registering = true
-            defer {
-                registering = false
-                let waiters = registrationWaiters
-                registrationWaiters = []
-                for waiter in waiters { waiter.resume() }
-            }
+            defer { registration.attemptEnded() }
             if try await resumeRegistration() { return }
             // The coordinator's monitor counts registrations (a storm bans) and evaluates the
             // agent at each one (so during a gap hold, one may be the last it can afford).
@@ -141,12 +136,9 @@ actor CoordinatorLink {
                 sandboxMode: await daemon.execution.decision.sandboxMode)
             switch try await call(.register, body) {
             case .registered(let token):
-                registered = true
-                status.registered = true
-                if token != meshToken {
-                    meshToken = token
-                    try? await WorkerStateFiles.saveMeshToken(token, with: daemon.writer)
-                }
+                let changed = token != registration.meshToken
+                registration.registered(with: token)
+                if changed { try? await WorkerStateFiles.saveMeshToken(token, with: daemon.writer) }
                 succeeded()
                 logger.notice("registered with the coordinator at \(baseURL) as \(agentID)")
                 await publish()
@@ -175,8 +167,7 @@ actor CoordinatorLink {
         guard meshToken != nil, conduct.registrations.contains(where: { $0 > now - conduct.limits.windowMs }) else { return false }
         switch try await call(.heartbeat, await heartbeatBody()) {
         case .accepted:
-            registered = true
-            status.registered = true
+            registration.registered(with: registration.meshToken)
             succeeded()
             logger.notice("went on with the registration at \(baseURL) as \(agentID): the coordinator still knows this agent (no new registration)")
             await heartbeatTaken()
@@ -220,9 +211,7 @@ actor CoordinatorLink {
     /// 401: the coordinator forgot us or rotated its token.
     func forgetRegistration(_ reason: String?) async {
         logger.notice("coordinator answered 401 mesh_unauthorized\(reason.map { " (\($0))" } ?? ""): forgetting the mesh token and registering again")
-        registered = false
-        status.registered = false
-        meshToken = nil
+        registration.lapse(keepingMeshToken: false)
         try? await WorkerStateFiles.saveMeshToken(nil, with: daemon.writer)
         await publish()
     }
@@ -238,7 +227,7 @@ actor CoordinatorLink {
     /// Records a failure; returns the backoff to wait (full jitter).
     func failed(_ what: String) async -> Int64 {
         status.consecutiveFailures += 1
-        let delay = backoff.delay(failures: status.consecutiveFailures) { clock.random(in: $0) }
+        let delay = Self.backoff.delay(failures: status.consecutiveFailures) { clock.random(in: $0) }
         status.backoffMs = delay
         status.lastError = what
         logger.warning("\(what); retrying in \(delay) ms (failure \(status.consecutiveFailures))")
@@ -249,8 +238,7 @@ actor CoordinatorLink {
     func rejected(_ reason: String) async {
         status.rejection = reason
         status.retryAtMs = clock.wallMs() + CoordinatorLink.rejectionRetryMs
-        registered = false
-        status.registered = false
+        registration.lapse(keepingMeshToken: true)
         logger.error("the coordinator rejected this worker: \(reason); stopping, retrying in 5 minutes")
         await publish()
     }
