@@ -249,25 +249,13 @@ extension CoordinatorLink {
     }
 
     /// The request in the last heartbeat answer, once; nil while a switch runs.
-    func takeSwitchRequest() -> ModelSwitchRequest? {
-        guard let request = pendingSwitch, runningSwitch == nil else { return nil }
-        pendingSwitch = nil
-        // A heartbeat answered before the coordinator took our ack still says pending.
-        if acknowledgedSwitches.contains(request.key) { return nil }
-        runningSwitch = request.key
-        return request
-    }
+    func takeSwitchRequest() -> ModelSwitchRequest? { switches.take() }
 
-    func switchEnded(_ key: String) {
-        if runningSwitch == key { runningSwitch = nil }
-    }
+    func switchEnded(_ key: String) { switches.ended(key) }
 
-    func switchOutcome(_ key: String) -> (ok: Bool, error: String?)? { switchOutcomes[key] }
+    func switchOutcome(_ key: String) -> (ok: Bool, error: String?)? { switches.outcomes[key] }
 
-    func recordSwitchOutcome(_ key: String, ok: Bool, error: String?) { switchOutcomes[key] = (ok, error) }
+    func recordSwitchOutcome(_ key: String, ok: Bool, error: String?) { switches.record(key, ok: ok, error: error) }
 
-    func forgetSwitchOutcome(_ key: String) {
-        switchOutcomes[key] = nil
-        acknowledgedSwitches.insert(key)
-    }
+    func forgetSwitchOutcome(_ key: String) { switches.acknowledge(key) }
 }

@@ -215,10 +215,10 @@ import WorkerCore
             await link.recordSwitchOutcome("rollout-\(i)", ok: false, error: nil)
             if i % 2 == 0 { await link.forgetSwitchOutcome("rollout-\(i)") }
         }
-        #expect(await link.acknowledgedSwitches.count == 64)
-        #expect(await link.switchOutcomes.count == 64)
-        #expect(await link.acknowledgedSwitches.contains("rollout-998"))
-        #expect(await !link.acknowledgedSwitches.contains("rollout-0"))
+        #expect(await link.switches.acknowledged.count == 64)
+        #expect(await link.switches.outcomes.count == 64)
+        #expect(await link.switches.acknowledged.contains("rollout-998"))
+        #expect(await !link.switches.acknowledged.contains("rollout-0"))
         #expect(await link.switchOutcome("rollout-999")?.ok == false)
     }
 }

@@ -307,7 +307,7 @@ struct CentralHarness {
             while h.machine.phase != .connecting { h.advance(100) }
             let failedAt = h.now
             h.on(.connectAnswered(device: H.worker(1), error: "org.bluez.Error.Failed: le-connection-abort-by-local"))
-            waits.append(h.machine.nextAttemptAtMs - failedAt)
+            waits.append(h.machine.reconnection.nextAttemptAtMs - failedAt)
         }
         for (index, wait) in waits.enumerated() {
             let base = min(30_000, Int64(1_000) << index)

@@ -30,8 +30,6 @@ public struct CentralMachine: Sendable {
         }
     }
 
-    public enum Phase: Sendable, Equatable { case idle, connecting, resolving, subscribing, connected }
-
     public enum Event: Sendable, Equatable {
         case busOpened
         case busClosed(reason: String)
@@ -108,13 +106,6 @@ public struct CentralMachine: Sendable {
         }
     }
 
-    struct Pending: Sendable {
-        var deadlineMs: Int64
-        var timeoutMs: Int64
-        /// A streamed answer's text so far: the result's `output` (the final message has none).
-        var streamed = ""
-    }
-
     /// An abandoned request's result: no one but a stopping proxy reads it, and there it
     /// means the service is going away (503), so it is `notConnected`.
     public static let abandonedReason = "cancelled: the caller stopped waiting (its HTTP client left, or the proxy is stopping)"
@@ -123,69 +114,49 @@ public struct CentralMachine: Sendable {
     /// all go to the caller): a worker's `backend.maxOutputBytes` is at most 16 MiB.
     public static let maxStreamedOutputBytes = 16 << 20
 
-    struct Writing: Sendable {
-        var id: String
-        var bytes: [UInt8]
-        var offset = 0
-        var inFlight = 0
-        /// Written to the end even though no one waits for an answer: a cancel, and the
-        /// rest of a request abandoned mid-write (cut short, it would leave the worker a
-        /// partial request that garbles the next one for 5 s).
-        var detached = false
-    }
-
     public let settings: Settings
     public private(set) var follower = BlueZFollower()
     public private(set) var busOpen = false
-    public private(set) var phase = Phase.idle
+    public private(set) var link = Link.idle
     public private(set) var status = ProxyStatus()
     /// Set while `status.problem` is one of the host's setup problems.
     public private(set) var setupProblem: BluetoothSetupProblem?
     var adapterPath: String?
-    var target: String?
-    var characteristics: [GattLayout.Role: String] = [:]
-    var subscribed: Set<String> = []
-    var scanningSinceMs: Int64?
-    /// `listOnly`: the list was given; nothing more happens.
-    var listed = false
-    var discoveryStarted = false
-    var nextAttemptAtMs: Int64 = 0
-    /// Failed attempts since the last connection: they set the pause before the next one.
-    var reconnectFailures = 0
-    var phaseDeadlineMs: Int64 = 0
+    var scan = Scan()
+    var reconnection: Reconnection
     var housekeepingDueAtMs: Int64 = 0
     var lastNowMs: Int64 = 0
     var responseFramer = JSONObjectFramer(maxBytes: 4 << 20, idleDropMs: 30_000)
     var statusFramer = JSONObjectFramer(maxBytes: 4_096, idleDropMs: 30_000)
-    var pending: [String: Pending] = [:]
-    var writeQueue: [Writing] = []
-    var writing: Writing?
-    var random: SplitMix64
+    var requests = Requests()
     /// The only worker's address (upper case): `settings.device`, or the first one
     /// connected to with `pinFirstWorker`.
     public private(set) var pinned: String?
 
     public init(settings: Settings, seed: UInt64) {
         self.settings = settings
-        random = SplitMix64(seed: seed)
+        reconnection = Reconnection(maxBackoffMs: settings.maxBackoffMs, seed: seed)
         status.adapter = settings.adapter
         pinned = settings.device
         status.selection = settings.selection
         status.pinnedDevice = pinned
     }
 
+    /// The link's phase, without its data.
+    public var phase: Phase { link.phase }
+
     /// Requests waiting for an answer.
-    public var inFlight: Int { pending.count }
+    public var inFlight: Int { requests.pending.count }
 
     /// When the interpreter must feed `.tick` next (monotonic ms): only deadlines after
     /// the last event's time count (one that has passed was handled then).
     public var nextDeadlineMs: Int64 {
         var deadline = housekeepingDueAtMs
         func consider(_ time: Int64) { if time > lastNowMs { deadline = min(deadline, time) } }
-        for request in pending.values { consider(request.deadlineMs) }
-        if phase == .idle { consider(nextAttemptAtMs) }
-        if let since = scanningSinceMs { consider(since + settings.scanWindowMs) }
-        if phase != .idle && phase != .connected { consider(phaseDeadlineMs + 1) }
+        for request in requests.pending.values { consider(request.deadlineMs) }
+        if link == .idle { consider(reconnection.nextAttemptAtMs) }
+        if let since = scan.sinceMs { consider(since + settings.scanWindowMs) }
+        if let linkDeadline = link.deadlineMs { consider(linkDeadline + 1) }
         return max(deadline, lastNowMs + 1)
     }
 
@@ -204,9 +175,9 @@ public struct CentralMachine: Sendable {
             status.problem = reason
         case .bluez(let signal):
             if case .characteristicValue(let path, let bytes) = signal {
-                if path == characteristics[.response] {
+                if path == link.characteristics[.response] {
                     responseChunk(bytes, now: now, &out)
-                } else if path == characteristics[.status] {
+                } else if path == link.characteristics[.status] {
                     statusChunk(bytes, now: now)
                 }
             }
@@ -215,14 +186,14 @@ public struct CentralMachine: Sendable {
         case .discoveryFailed(let error, let inProgress):
             if !inProgress {
                 out.append(.log(.warning, "cannot start discovery: \(error)"))
-                discoveryStarted = false
+                scan.discoveryStarted = false
             }
         case .connectAnswered(let device, let error):
-            guard target == device, phase == .connecting else { break }
+            guard case .connecting(device, let deadlineMs) = link else { break }
             if let error {
                 fail("cannot connect to \(follower.objects.address(of: device)): \(error)", now: now, &out)
             } else {
-                phase = .resolving
+                link = .resolving(device: device, deadlineMs: deadlineMs)
                 out.append(.refreshDevice(device))
             }
         case .deviceProperties(let device, let properties):
@@ -235,7 +206,7 @@ public struct CentralMachine: Sendable {
             if let error { fail("cannot subscribe to \(path): \(error)", now: now, &out); break }
             markSubscribed(path, now: now, &out)
         case .notifyAcquired(let path, let error):
-            guard phase == .subscribing, path == characteristics[.response] else {
+            guard phase == .subscribing, path == link.characteristics[.response] else {
                 // A late answer (the link went meanwhile): its socket is not wanted.
                 if error == nil { out.append(.releaseNotify) }
                 break
@@ -251,13 +222,13 @@ public struct CentralMachine: Sendable {
             markSubscribed(path, now: now, &out)
         case .notification(let path, let bytes):
             guard phase == .subscribing || phase == .connected else { break }
-            if path == characteristics[.response] {
+            if path == link.characteristics[.response] {
                 responseChunk(bytes, now: now, &out)
-            } else if path == characteristics[.status] {
+            } else if path == link.characteristics[.status] {
                 statusChunk(bytes, now: now)
             }
         case .notifySocketClosed(let path):
-            guard phase == .subscribing || phase == .connected, path == characteristics[.response] else { break }
+            guard phase == .subscribing || phase == .connected, path == link.characteristics[.response] else { break }
             fail("bluetoothd closed the worker's notification socket", now: now, &out)
         case .mtuRead(let mtu):
             if (23...517).contains(mtu) { status.mtu = mtu }
@@ -266,32 +237,32 @@ public struct CentralMachine: Sendable {
         case .writeAnswered(let id, let error):
             writeAnswered(id: id, error: error, now: now, &out)
         case .request(let id, let bytes, let timeoutMs):
-            guard phase == .connected, characteristics[.request] != nil else {
+            guard case .connected(_, let characteristics) = link, characteristics[.request] != nil else {
                 out.append(
                     .resolve(
                         id: id, .notConnected("no worker connected: " + (status.problem ?? "scanning for \(BluetoothUUID.localName(agentID: "…"))"))))
                 break
             }
-            pending[id] = Pending(deadlineMs: now + max(1, timeoutMs), timeoutMs: timeoutMs)
-            writeQueue.append(Writing(id: id, bytes: bytes))
+            requests.add(id: id, bytes: bytes, timeoutMs: timeoutMs, now: now)
         case .abandon(let id):
             abandon(id: id, &out)
         case .tick:
             break
         case .stop:
             out.append(.releaseNotify)
-            for id in pending.keys.sorted() { out.append(.resolve(id: id, .notConnected("the proxy is stopping"))) }
-            pending.removeAll()
-            writeQueue.removeAll()
+            for id in requests.removeAll(keepingWriteUnderWay: true) { out.append(.resolve(id: id, .notConnected("the proxy is stopping"))) }
         }
         expire(now: now, &out)
         if now >= housekeepingDueAtMs {
             housekeepingDueAtMs = now + settings.housekeepingMs
-            if (phase == .resolving || phase == .connecting), let target { out.append(.refreshDevice(target)) }
+            switch link {
+            case .connecting(let device, _), .resolving(let device, _): out.append(.refreshDevice(device))
+            case .idle, .subscribing, .connected: break
+            }
         }
         advance(now: now, &out)
         pumpWrites(&out)
-        status.requestsInFlight = pending.count
+        status.requestsInFlight = requests.pending.count
         return out
     }
 
@@ -304,13 +275,13 @@ public struct CentralMachine: Sendable {
         case .loaded, .deviceConnected, .deviceChanged, .adapterRemoved:
             break
         case .deviceDisconnected(let path):
-            if path == target { linkLost("the worker disconnected", now: now, &out) }
+            if path == link.device { linkLost("the worker disconnected", now: now, &out) }
         case .deviceRemoved(let path):
-            if path == target { linkLost("the worker's device object was removed", now: now, &out) }
+            if path == link.device { linkLost("the worker's device object was removed", now: now, &out) }
         case .remoteObjectsRemoved(let path):
             // The worker's daemon stopped or left mode bluetooth: bluetoothd saw its
             // service go (Service Changed) while the link itself may stay up.
-            if characteristics.values.contains(path) {
+            if link.characteristics.values.contains(path) {
                 fail("the worker's service went away (its daemon stopped or left mode bluetooth)", now: now, &out)
             }
         case .adapterPowered(let path, let powered):
@@ -318,7 +289,7 @@ public struct CentralMachine: Sendable {
         case .adapterDiscovering(let path, let discovering):
             if path == adapterPath {
                 out.append(.log(.debug, "discovery \(discovering ? "on" : "off") on \(path)"))
-                if !discovering { discoveryStarted = false }
+                if !discovering { scan.discoveryStarted = false }
             }
         case .adapterDiscoverable:
             break
@@ -327,8 +298,8 @@ public struct CentralMachine: Sendable {
 
     mutating func bluezGone(now: Int64, _ out: inout [Command]) {
         linkLost("bluetoothd is not running (org.bluez is not on the system bus): systemctl start bluetooth", now: now, &out)
-        discoveryStarted = false
-        scanningSinceMs = nil
+        scan.discoveryStarted = false
+        scan.sinceMs = nil
         status.scanning = false
     }
 
@@ -347,24 +318,27 @@ public struct CentralMachine: Sendable {
             setupProblem = nil
             status.problem = nil
         }
-        switch phase {
-        case .connected:
-            if let target, follower.objects.devices[target]?.connected == false { linkLost("the worker disconnected", now: now, &out) }
-            if let target, let rssi = follower.objects.devices[target]?.rssi { status.rssi = rssi }
-        case .connecting, .resolving, .subscribing:
-            if now > phaseDeadlineMs {
+        switch link {
+        case .connected(let device, _):
+            if follower.objects.devices[device]?.connected == false {
+                linkLost("the worker disconnected", now: now, &out)
+            } else if let rssi = follower.objects.devices[device]?.rssi {
+                status.rssi = rssi
+            }
+        case .connecting(let device, let deadlineMs), .resolving(let device, let deadlineMs), .subscribing(let device, let deadlineMs, _, _):
+            if now > deadlineMs {
                 fail("connecting to \(status.deviceAddress ?? "?") took over \(settings.connectTimeoutMs) ms", now: now, &out)
                 return
             }
-            if phase == .resolving, let target, follower.objects.devices[target]?.servicesResolved == true,
-                let found = follower.objects.workerCharacteristics(of: target)
+            if phase == .resolving, follower.objects.devices[device]?.servicesResolved == true,
+                let found = follower.objects.workerCharacteristics(of: device)
             {
-                subscribe(found, &out)
+                subscribe(found, device: device, deadlineMs: deadlineMs, &out)
             }
         case .idle where settings.listOnly:
-            guard !listed else { return }
-            guard let since = scanningSinceMs, now - since >= settings.scanWindowMs else { return startDiscovery(adapterPath: path, now: now, &out) }
-            listed = true
+            guard !scan.listed else { return }
+            guard let since = scan.sinceMs, now - since >= settings.scanWindowMs else { return startDiscovery(adapterPath: path, now: now, &out) }
+            scan.listed = true
             // In range: heard in this scan (an RSSI) or linked now; a device bluetoothd only
             // remembers from an earlier scan has neither.
             let found = follower.objects.devices.values
@@ -374,13 +348,13 @@ public struct CentralMachine: Sendable {
             stopDiscovery(&out)
             out.append(.listed(found))
         case .idle:
-            guard now >= nextAttemptAtMs else { return }
+            guard now >= reconnection.nextAttemptAtMs else { return }
             let candidates = follower.objects.devices.filter { entry in
                 entry.value.adapter == path
                     && (pinned.map { entry.value.address.uppercased() == $0 }
                         ?? (entry.value.uuids.contains(GattLayout.serviceUUID) && entry.value.rssi != nil))
             }
-            let windowOver = scanningSinceMs.map { now - $0 >= settings.scanWindowMs } ?? false
+            let windowOver = scan.sinceMs.map { now - $0 >= settings.scanWindowMs } ?? false
             if let best = candidates.max(by: { ($0.value.rssi ?? -999, $1.key) < ($1.value.rssi ?? -999, $0.key) }),
                 pinned != nil || windowOver || best.value.connected
             {
@@ -397,27 +371,25 @@ public struct CentralMachine: Sendable {
     }
 
     mutating func startDiscovery(adapterPath: String, now: Int64, _ out: inout [Command]) {
-        if scanningSinceMs == nil { scanningSinceMs = now }
+        if scan.sinceMs == nil { scan.sinceMs = now }
         status.scanning = true
         if status.problem == nil || !status.connected { status.problem = "scanning for a worker (service \(GattLayout.serviceUUID))" }
-        guard !discoveryStarted else { return }
-        discoveryStarted = true
+        guard !scan.discoveryStarted else { return }
+        scan.discoveryStarted = true
         out.append(.startDiscovery(adapterPath: adapterPath))
     }
 
     mutating func stopDiscovery(_ out: inout [Command]) {
-        guard discoveryStarted, let adapterPath else { return }
-        discoveryStarted = false
-        scanningSinceMs = nil
+        guard scan.discoveryStarted, let adapterPath else { return }
+        scan.discoveryStarted = false
+        scan.sinceMs = nil
         status.scanning = false
         out.append(.stopDiscovery(adapterPath: adapterPath))
     }
 
     mutating func connect(_ path: String, _ device: BlueZObjects.Device, now: Int64, _ out: inout [Command]) {
         stopDiscovery(&out)
-        target = path
-        phase = .connecting
-        phaseDeadlineMs = now + settings.connectTimeoutMs
+        link = .connecting(device: path, deadlineMs: now + settings.connectTimeoutMs)
         status.deviceAddress = device.address
         status.deviceName = device.name
         status.rssi = device.rssi
@@ -426,13 +398,11 @@ public struct CentralMachine: Sendable {
         out.append(.connect(device: path, timeoutMs: settings.connectTimeoutMs))
     }
 
-    mutating func subscribe(_ found: (paths: [GattLayout.Role: String], mtu: Int?), _ out: inout [Command]) {
-        phase = .subscribing
-        characteristics = found.paths
+    mutating func subscribe(_ found: (paths: [GattLayout.Role: String], mtu: Int?), device: String, deadlineMs: Int64, _ out: inout [Command]) {
+        link = .subscribing(device: device, deadlineMs: deadlineMs, characteristics: found.paths, subscribed: [])
         status.mtu = found.mtu
         responseFramer.reset()
         statusFramer.reset()
-        subscribed = []
         for characteristic in GattLayout.notified {
             guard let path = found.paths[characteristic.role] else { continue }
             out.append(characteristic.role == .response ? .acquireNotify(path: path) : .startNotify(path: path))
@@ -440,16 +410,21 @@ public struct CentralMachine: Sendable {
     }
 
     mutating func markSubscribed(_ path: String, now: Int64, _ out: inout [Command]) {
+        guard case .subscribing(let device, let deadlineMs, let characteristics, var subscribed) = link else { return }
         subscribed.insert(path)
-        if subscribed.count == GattLayout.notified.count { connected(now: now, &out) }
+        if subscribed.count == GattLayout.notified.count {
+            link = .connected(device: device, characteristics: characteristics)
+            connected(now: now, &out)
+        } else {
+            link = .subscribing(device: device, deadlineMs: deadlineMs, characteristics: characteristics, subscribed: subscribed)
+        }
     }
 
     mutating func connected(now: Int64, _ out: inout [Command]) {
-        phase = .connected
         status.connected = true
         status.problem = nil
         status.lastSeenMs = now
-        reconnectFailures = 0
+        reconnection.connected()
         if settings.pinFirstWorker, pinned == nil, let address = status.deviceAddress?.uppercased() {
             pinned = address
             status.pinnedDevice = address
@@ -460,17 +435,14 @@ public struct CentralMachine: Sendable {
                 .notice,
                 "connected to the worker \(status.deviceName ?? "?") (\(status.deviceAddress ?? "?")), MTU \(status.mtu.map(String.init) ?? "?")"))
         // The ATT MTU sets the write size; bluetoothd knows it once the link is up.
-        if let path = characteristics[.request] { out.append(.readMTU(path: path)) }
+        if let path = link.characteristics[.request] { out.append(.readMTU(path: path)) }
         // The status characteristic's current value, without waiting for a notification.
-        if let path = characteristics[.status] { out.append(.readStatus(path: path)) }
+        if let path = link.characteristics[.status] { out.append(.readStatus(path: path)) }
     }
 
-    /// From 1 s, doubling up to `maxBackoffMs`, plus up to half again at random.
-    var reconnectBackoff: Backoff { Backoff(baseMs: 1_000, capMs: settings.maxBackoffMs, jitter: .upToHalf) }
-
     mutating func fail(_ reason: String, now: Int64, _ out: inout [Command]) {
-        out.append(.log(.warning, reason + "; retrying in \(reconnectBackoff.ceiling(failures: reconnectFailures + 1)) ms"))
-        if let target, phase != .idle { out.append(.disconnect(device: target)) }
+        out.append(.log(.warning, reason + "; retrying in \(reconnection.nextPauseCeilingMs) ms"))
+        if let device = link.device { out.append(.disconnect(device: device)) }
         linkLost(reason, now: now, &out)
     }
 
@@ -478,18 +450,8 @@ public struct CentralMachine: Sendable {
     /// cannot arrive any more); the next attempt waits the backoff.
     mutating func linkLost(_ reason: String, now: Int64, _ out: inout [Command]) {
         let wasConnected = phase == .connected
-        if phase != .idle {
-            reconnectFailures += 1
-            nextAttemptAtMs =
-                now
-                + reconnectBackoff.delay(failures: reconnectFailures) { range in
-                    range.lowerBound + Int64(random.next() % UInt64(range.upperBound - range.lowerBound + 1))
-                }
-        }
-        phase = .idle
-        target = nil
-        characteristics = [:]
-        subscribed = []
+        if link != .idle { reconnection.failed(now: now) }
+        link = .idle
         out.append(.releaseNotify)
         status.connected = false
         status.problem = reason
@@ -497,85 +459,55 @@ public struct CentralMachine: Sendable {
             status.reconnects += 1
             out.append(.log(.warning, "lost the worker: \(reason)"))
         }
-        for id in pending.keys.sorted() {
+        for id in requests.removeAll(keepingWriteUnderWay: false) {
             out.append(.resolve(id: id, .answered(ok: false, output: "", error: "link_lost: \(reason)", workerDurationMs: 0)))
         }
-        pending.removeAll()
-        writeQueue.removeAll()
-        writing = nil
     }
 
     // MARK: Requests out, responses in
 
     mutating func expire(now: Int64, _ out: inout [Command]) {
-        for (id, request) in pending.sorted(by: { $0.key < $1.key }) where now >= request.deadlineMs {
-            pending.removeValue(forKey: id)
-            out.append(.resolve(id: id, .timedOut(request.timeoutMs)))
-        }
+        for request in requests.removeExpired(now: now) { out.append(.resolve(id: request.id, .timedOut(request.timeoutMs))) }
     }
 
     /// The write size: min(MTU − 3, 508), 508 being the largest value bluetoothd before
     /// 5.69 accepts.
     public var chunkSize: Int { max(20, min((status.mtu ?? 23) - 3, 508)) }
 
-    /// Writes one request at a time, chunk after chunk, each a write with response (flow
-    /// control by the worker's side), never interleaved with another request's chunks.
+    /// Writes the next chunk, if its turn came (`Requests`), to a connected link's request characteristic.
     mutating func pumpWrites(_ out: inout [Command]) {
-        while true {
-            if writing == nil {
-                guard !writeQueue.isEmpty else { return }
-                writing = writeQueue.removeFirst()
-            }
-            guard var current = writing else { return }
-            guard current.inFlight == 0 else { return }
-            guard current.detached || pending[current.id] != nil, phase == .connected, let path = characteristics[.request],
-                current.offset < current.bytes.count
-            else {
-                writing = nil
-                continue
-            }
-            let end = min(current.offset + chunkSize, current.bytes.count)
-            let chunk = Array(current.bytes[current.offset..<end])
-            current.inFlight = chunk.count
-            writing = current
-            out.append(.write(id: current.id, path: path, chunk: chunk))
-            return
-        }
+        let path: String? = if case .connected(_, let characteristics) = link { characteristics[.request] } else { nil }
+        if let write = requests.nextWrite(chunkSize: chunkSize, path: path) { out.append(write) }
     }
 
     mutating func writeAnswered(id: String, error: String?, now: Int64, _ out: inout [Command]) {
-        guard var current = writing, current.id == id, current.inFlight > 0 else { return }
-        if let error {
-            writing = nil
-            if pending.removeValue(forKey: id) != nil {
-                out.append(.resolve(id: id, .answered(ok: false, output: "", error: "write_failed: \(error)", workerDurationMs: 0)))
-            }
-            // A write the worker's side refuses means the link or its service is not
-            // what we think: start over with a fresh connection.
-            if phase == .connected { fail("a write to the worker failed: \(error)", now: now, &out) }
-            return
+        guard requests.writeAnswered(id: id, failed: error != nil), let error else { return }
+        if requests.pending.removeValue(forKey: id) != nil {
+            out.append(.resolve(id: id, .answered(ok: false, output: "", error: "write_failed: \(error)", workerDurationMs: 0)))
         }
-        current.offset += current.inFlight
-        current.inFlight = 0
-        writing = current.offset < current.bytes.count ? current : nil
+        // A write the worker's side refuses means the link or its service is not
+        // what we think: start over with a fresh connection.
+        if phase == .connected { fail("a write to the worker failed: \(error)", now: now, &out) }
     }
 
     mutating func responseChunk(_ bytes: [UInt8], now: Int64, _ out: inout [Command]) {
         status.lastSeenMs = now
         for event in responseFramer.feed(bytes, nowMs: now) {
             guard case .object(let object) = event, let json = try? JSON.parse(object), let id = json["id"]?.stringValue,
-                pending[id] != nil
+                requests.pending[id] != nil
             else { continue }
             // A partial (protocol-bluetooth §2) carries text; the final (`done: true`) or protocol-bluetooth §1's
             // response (with `output`) ends the request.
             if json["done"] == .bool(false) {
                 if let delta = json["delta"]?.stringValue, !delta.isEmpty {
-                    if pending[id]!.streamed.utf8.count + delta.utf8.count <= Self.maxStreamedOutputBytes { pending[id]!.streamed += delta }
+                    if requests.pending[id]!.streamed.utf8.count + delta.utf8.count <= Self.maxStreamedOutputBytes {
+                        requests.pending[id]!.streamed += delta
+                    }
                     out.append(.partial(id: id, delta))
                 }
                 continue
             }
-            let streamed = pending.removeValue(forKey: id)?.streamed ?? ""
+            let streamed = requests.pending.removeValue(forKey: id)?.streamed ?? ""
             out.append(
                 .resolve(
                     id: id,
@@ -586,16 +518,11 @@ public struct CentralMachine: Sendable {
     }
 
     mutating func abandon(id: String, _ out: inout [Command]) {
-        guard pending.removeValue(forKey: id) != nil else { return }
+        guard requests.pending.removeValue(forKey: id) != nil else { return }
         out.append(.resolve(id: id, .notConnected(Self.abandonedReason)))
-        if let index = writeQueue.firstIndex(where: { $0.id == id }) {
-            writeQueue.remove(at: index)
-            return
-        }
-        guard phase == .connected else { return }
-        if writing?.id == id { writing?.detached = true }
+        guard !requests.removeQueuedWrite(id: id), phase == .connected else { return }
         out.append(.log(.info, "request \(id) abandoned by its HTTP client: cancelling it on the worker"))
-        writeQueue.insert(Writing(id: id, bytes: BluetoothMessage.cancel(id: id), detached: true), at: 0)
+        requests.queueCancel(id: id)
     }
 
     mutating func statusChunk(_ bytes: [UInt8], now: Int64) {
