@@ -22,7 +22,7 @@ import WorkerCore
             logger: Logger(label: "test", handler: MemoryLogHandler()), clock: { 1_000 })
     }
 
-    func active(_ daemon: WorkerDaemon) -> [Mode] { Mode.allCases.filter { daemon.runtimeSignal(for: $0).value } }
+    func active(_ daemon: WorkerDaemon) -> [Mode] { Mode.allCases.filter { daemon.signals.runtime(for: $0).value } }
 
     @Test func everyWorkingModeHasExactlyOneRuntime() {
         for mode in Mode.allCases where mode != .off {

@@ -34,7 +34,7 @@ import WorkerCore
         #expect(await daemon.admitNewWork() == .batteryLow)
         await daemon.updateReading(reading(battery: 50, mains: false, cpu: 99), monotonicMs: 2_000)
         #expect(await daemon.admitNewWork() == .cpuBusy)
-        let counters = await daemon.holdCounters
+        let counters = await daemon.power.holdCounters
         #expect(counters.count(.batteryLow) == 2)
         #expect(counters.count(.cpuBusy) == 1)
         #expect(counters.total == 3)
@@ -171,10 +171,10 @@ import WorkerCore
         }
         let first = try start()
         await first.request(.operatorSet(.bluetooth, by: "test"))
-        first.pauseChanged.set(false)
+        first.signals.pauseChanged.set(false)
         await first.request(.operatorPause(forMs: 60_000, by: "test"))
         #expect(await first.currentMode == .off)
-        #expect(first.pauseChanged.value, "the timer is woken for the new deadline")
+        #expect(first.signals.pauseChanged.value, "the timer is woken for the new deadline")
         #expect(await first.pauseLeftMs == 60_000)
         let paused = await first.modeJSON()
         #expect(paused["resumesMode"] == "bluetooth" && paused["resumesAtMs"]?.intValue == 61_000)
@@ -183,14 +183,14 @@ import WorkerCore
         now.withLock { $0 = 30_000 }
         let second = try start()
         #expect(await second.currentMode == .off)
-        #expect(second.pauseChanged.value == false)
+        #expect(second.signals.pauseChanged.value == false)
         #expect(await second.pauseLeftMs == 31_000, "the deadline came back from the mode file")
         await second.endPauseIfDue()
         #expect(await second.currentMode == .off)
         now.withLock { $0 = 61_000 }
         await second.endPauseIfDue()
         #expect(await second.currentMode == .bluetooth)
-        #expect(second.pauseChanged.value)
+        #expect(second.signals.pauseChanged.value)
         #expect(await second.pauseLeftMs == nil)
         #expect(await second.modeJSON()["resumesAt"] == nil)
         #expect(await second.recentEvents(limit: 1).last?.reason == "the pause ended: back to bluetooth")
@@ -237,13 +237,13 @@ import WorkerCore
         var file = running
         file.log.level = .debug
         await daemon.reload(file: file)
-        #expect(!daemon.bluetoothRestart.value, "a log level leaves the session alone")
+        #expect(!daemon.signals.bluetoothRestart.value, "a log level leaves the session alone")
         file.bluetooth.security = .authenticated
         file.bluetooth.maxClients = 3
         let status = await daemon.reload(file: file)
         #expect(status.appliedKeys == ["bluetooth.security"])
         #expect(status.restartKeys == ["bluetooth.maxClients"])
-        #expect(daemon.bluetoothRestart.value)
+        #expect(daemon.signals.bluetoothRestart.value)
         #expect(await daemon.config.bluetooth.security == .authenticated)
     }
 }
