@@ -6,7 +6,7 @@ extension WorkerDaemon {
     /// Appends an event, hands the log to the writer and wakes `events --follow` readers.
     @discardableResult
     func record(_ draft: EventDraft, now: Int64? = nil) -> WorkerEvent {
-        let event = events.append(draft, timeMs: now ?? clock())
+        let event = events.append(draft, timeMs: now ?? clock.wallMs())
         // Serialized on the writer's thread, once for however many events queued meanwhile.
         writer.submit(WorkerStateFiles.eventsFile) { [log = events.log] in WorkerStateFiles.eventsBytes(log) }
         return event

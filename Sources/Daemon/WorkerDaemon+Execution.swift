@@ -5,7 +5,7 @@ import WorkerCore
 extension WorkerDaemon {
     public func updateSandbox(_ availability: SandboxAvailability) {
         let before = execution.decision
-        reports.sandbox = (availability, clock())
+        reports.sandbox = (availability, clock.wallMs())
         let after = execution.decision
         // What is answered how is the news; a new wording of the same reason is not.
         if after.answering != before.answering {

@@ -23,7 +23,7 @@ extension WorkerDaemon {
         let previous = activeModel
         let next: ActiveModel? =
             name == config.backend.model
-            ? nil : ActiveModel(model: name, switchedFrom: config.backend.model, switchedAtMs: clock(), rolloutID: rolloutID)
+            ? nil : ActiveModel(model: name, switchedFrom: config.backend.model, switchedAtMs: clock.wallMs(), rolloutID: rolloutID)
         model.switched = next
         record(
             EventDraft(
@@ -40,7 +40,7 @@ extension WorkerDaemon {
     }
 
     public func updateModel(state: String, detail: String) {
-        model.probe = ModelStatus.Probe(state: state, detail: detail, atMs: clock())
+        model.probe = ModelStatus.Probe(state: state, detail: detail, atMs: clock.wallMs())
         signals.modelReady.set(model.isReady)
     }
 

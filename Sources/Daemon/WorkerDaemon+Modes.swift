@@ -8,7 +8,7 @@ extension WorkerDaemon {
     func modeContext() -> ModeContext {
         ModeContext(
             runOnlyWhileCharging: effectivePolicy.policy.runOnlyWhileCharging,
-            onExternalPower: power.reading?.telemetry.onExternalPower, nowMs: clock(),
+            onExternalPower: power.reading?.telemetry.onExternalPower, nowMs: clock.wallMs(),
             coordinatorProblem: CoordinatorPlaceholder.problem(config.coordinator.url))
     }
 
@@ -37,7 +37,7 @@ extension WorkerDaemon {
         let previous = modeState
         let context = modeContext()
         let decision = ModeRules.decide(request, current: modeState, context: context)
-        let now = clock()
+        let now = clock.wallMs()
         let modeChanged = decision.state != modeState
         if modeChanged { modeState = decision.state }
         if decision.outcome == .changed {
@@ -84,11 +84,11 @@ extension WorkerDaemon {
     }
 
     /// How long until the current pause ends (ms, by the daemon's clock), or nil when there is none.
-    public var pauseLeftMs: Int64? { modeState.pause.map { $0.untilMs - clock() } }
+    public var pauseLeftMs: Int64? { modeState.pause.map { $0.untilMs - clock.wallMs() } }
 
     /// The pause timer's tick: returns to the paused mode once the deadline has passed.
     public func endPauseIfDue() async {
-        guard let until = modeState.pause?.untilMs, clock() >= until else { return }
+        guard let until = modeState.pause?.untilMs, clock.wallMs() >= until else { return }
         await request(.pauseEnded)
     }
 

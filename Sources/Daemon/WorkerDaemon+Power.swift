@@ -13,7 +13,7 @@ extension WorkerDaemon {
     /// is current without a timer waking the daemon all day.
     public func freshenIdleReading(maxAgeMs: Int64 = 1_000, waitMs: Int64 = 500) async {
         guard !signals.workingModeSelected.value else { return }
-        let asked = Int64(monotonicNanoseconds() / 1_000_000)
+        let asked = clock.monotonicMs()
         guard asked - power.freshReadAtMs > maxAgeMs else { return }
         signals.freshRead.set(false)
         signals.powerRereadRequested.set(true)
@@ -60,7 +60,7 @@ extension WorkerDaemon {
     /// Decides again on the last reading (`base`) without reading the host: after a change
     /// of the power profile, the policy or the config. Dated no earlier than that reading.
     func decideAgain(on base: PowerReading) {
-        updateReading(base, monotonicMs: max(power.readingAtMonotonicMs, Int64(monotonicNanoseconds() / 1_000_000)))
+        updateReading(base, monotonicMs: max(power.readingAtMonotonicMs, clock.monotonicMs()))
     }
 
     /// Whether new work may be taken now (modes-and-power §3.2 "hold new work"): the one question the

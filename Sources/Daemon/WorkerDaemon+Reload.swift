@@ -14,7 +14,7 @@ extension WorkerDaemon {
             logger.sharedLevel?.set(level)
         }
         let status = ConfigReloadStatus(
-            atMs: clock(), outcome: plan.appliedKeys.isEmpty ? .unchanged : .applied,
+            atMs: clock.wallMs(), outcome: plan.appliedKeys.isEmpty ? .unchanged : .applied,
             appliedKeys: plan.appliedKeys, restartKeys: plan.restartKeys)
         reports.configReload = status
         record(EventDraft(kind: .configReloaded, reason: status.line))
@@ -36,7 +36,7 @@ extension WorkerDaemon {
     @discardableResult
     public func refuseReload(problems: [String]) -> ConfigReloadStatus {
         let status = ConfigReloadStatus(
-            atMs: clock(), outcome: .refused, problems: problems,
+            atMs: clock.wallMs(), outcome: .refused, problems: problems,
             restartKeys: reports.configReload?.restartKeys ?? [])
         reports.configReload = status
         record(EventDraft(kind: .configRefused, reason: status.line))

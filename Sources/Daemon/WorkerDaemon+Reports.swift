@@ -22,7 +22,7 @@ extension WorkerDaemon {
 
     /// The path monitor's latest evaluation, for status.
     public func updatePath(_ status: PathStatus) {
-        if reports.path?.satisfied != status.satisfied { reports.pathSinceMs = clock() }
+        if reports.path?.satisfied != status.satisfied { reports.pathSinceMs = clock.wallMs() }
         if reports.path != status {
             logger.info("network path \(status.satisfied ? "satisfied" : "unsatisfied"): \(status.reason)")
             reports.path = status
@@ -32,7 +32,7 @@ extension WorkerDaemon {
 
     /// Records how an operator hook ended (the event `hook-ran`).
     public func recordHook(name: String, outcome: HookOutcome) {
-        reports.lastHook = (name, outcome, clock())
+        reports.lastHook = (name, outcome, clock.wallMs())
         record(EventDraft(kind: .hookRan, reason: "\(name) \(outcome)"))
     }
 }

@@ -6,11 +6,11 @@ import WorkerCore
 extension WorkerDaemon {
     /// Everything `status` shows, as of now.
     func statusSnapshot() -> StatusSnapshot {
-        let monotonicNow = Int64(monotonicNanoseconds() / 1_000_000)
+        let monotonicNow = clock.monotonicMs()
         let (policy, sources) = effectivePolicy
         let paths = start.paths
         return StatusSnapshot(
-            nowMs: clock(), agentID: agentID,
+            nowMs: clock.wallMs(), agentID: agentID,
             daemon: StatusSnapshot.Daemon(
                 version: workerVersion, pid: Int64(getpidValue()), startedAtMs: start.startedAtMs,
                 configPath: paths.configPath, stateDirectory: paths.stateDirectory,

@@ -33,7 +33,9 @@ public actor WorkerDaemon {
     /// through this one thread, never an fsync on the actor.
     public nonisolated let writer: DurableWriter
     let logger: Logger
-    let clock: @Sendable () -> Int64
+    /// The one clock: wall time for what is recorded, monotonic time for the power
+    /// policy's hysteresis and the reading's age.
+    let clock: any WorkerClock
     nonisolated let start: DaemonStart
     /// What the services wait on without holding the actor.
     public nonisolated let signals = DaemonSignals()
@@ -56,7 +58,7 @@ public actor WorkerDaemon {
     /// made for `directory` (tests pass one that mocks a failing disk).
     public init(
         config: WorkerConfig, paths: DaemonPaths, directory: StateDirectory, logger: Logger,
-        clock: @escaping @Sendable () -> Int64 = wallClockMilliseconds, writer: DurableWriter? = nil
+        clock: any WorkerClock = SystemClock(), writer: DurableWriter? = nil
     ) {
         self.config = config
         self.writer =
@@ -68,7 +70,7 @@ public actor WorkerDaemon {
                 })
         self.logger = logger
         self.clock = clock
-        let now = clock()
+        let now = clock.wallMs()
         var restored = WorkerStateFiles(directory: directory).restore(
             nowMs: now, configuredAgentID: config.agentId, deriveAgentID: WorkerDaemon.deriveAgentID)
         // For the suites only: the coordinator's one-hour windows shrunk by this factor, as
@@ -151,7 +153,7 @@ public actor WorkerDaemon {
     /// Records the stop and returns once everything written so far is durable; called
     /// once, after the services have stopped.
     public func stop(reason: String) async {
-        tasks.markRunningInterrupted(atMs: clock())
+        tasks.markRunningInterrupted(atMs: clock.wallMs())
         submitTasks()
         record(EventDraft(kind: .daemonStopped, from: modeState.mode, reason: reason))
         writer.submit(WorkerStateFiles.modeFile, WorkerStateFiles.modeBytes(modeState))

@@ -56,7 +56,8 @@ final class CoordinatorBed: Sendable {
         let clock = self.clock
         let stateDirectory = directory
         let writer = fault.map { DurableWriter(directory: stateDirectory, onProblem: { _ in }, beforeEach: nil, fault: $0) }
-        daemon = WorkerDaemon(config: config, paths: paths, directory: directory, logger: logger, clock: { clock.wallMs() }, writer: writer)
+        daemon = WorkerDaemon(
+            config: config, paths: paths, directory: directory, logger: logger, clock: TestWallClock { clock.wallMs() }, writer: writer)
         let notified = self.notified
         service = CoordinatorService(
             daemon: daemon, config: config, directory: directory, logger: logger, transport: transport, clock: clock,

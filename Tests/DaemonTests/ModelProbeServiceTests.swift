@@ -18,7 +18,7 @@ import Synchronization
         let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
         return WorkerDaemon(
             config: config, paths: paths, directory: try StateDirectory(path: dir),
-            logger: Logger(label: "test", handler: MemoryLogHandler()), clock: { 1_000 })
+            logger: Logger(label: "test", handler: MemoryLogHandler()), clock: TestWallClock { 1_000 })
     }
 
     @Test func aPulledModelIsLoadedWhenAWorkingModeStartsAndReadyOnlyOnceLoaded() async throws {

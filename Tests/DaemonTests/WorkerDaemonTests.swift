@@ -15,7 +15,8 @@ import WorkerCore
     func daemon(_ config: WorkerConfig = WorkerConfig(), logs: MemoryLogHandler = MemoryLogHandler()) throws -> WorkerDaemon {
         let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
         return WorkerDaemon(
-            config: config, paths: paths, directory: try StateDirectory(path: dir), logger: Logger(label: "test", handler: logs), clock: { 1_000 })
+            config: config, paths: paths, directory: try StateDirectory(path: dir), logger: Logger(label: "test", handler: logs),
+            clock: TestWallClock { 1_000 })
     }
 
     func reading(battery: Int, mains: Bool, cpu: Double? = nil) -> PowerReading {
@@ -78,7 +79,7 @@ import WorkerCore
         let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
         return WorkerDaemon(
             config: WorkerConfig(), paths: paths, directory: try StateDirectory(path: dir), logger: Logger(label: "test", handler: logs),
-            clock: { 1_000 })
+            clock: TestWallClock { 1_000 })
     }
 
     func file(_ name: String) -> String? {
@@ -167,7 +168,7 @@ import WorkerCore
         func start() throws -> WorkerDaemon {
             WorkerDaemon(
                 config: WorkerConfig(), paths: paths, directory: try StateDirectory(path: dir),
-                logger: Logger(label: "test", handler: MemoryLogHandler()), clock: { now.withLock { $0 } })
+                logger: Logger(label: "test", handler: MemoryLogHandler()), clock: TestWallClock { now.withLock { $0 } })
         }
         let first = try start()
         await first.request(.operatorSet(.bluetooth, by: "test"))
@@ -233,7 +234,7 @@ import WorkerCore
         running.bluetooth.security = .encrypted
         let daemon = WorkerDaemon(
             config: running, paths: paths, directory: try StateDirectory(path: dir),
-            logger: Logger(label: "test", handler: MemoryLogHandler()), clock: { 1_000 })
+            logger: Logger(label: "test", handler: MemoryLogHandler()), clock: TestWallClock { 1_000 })
         var file = running
         file.log.level = .debug
         await daemon.reload(file: file)
