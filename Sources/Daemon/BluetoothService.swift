@@ -22,9 +22,9 @@ public struct BluetoothService: Service {
     }
 
     public func run(shutdown: GracefulShutdown) async throws {
-        await runWhileActive(daemon.runtimeSignal(for: Self.mode), restart: daemon.bluetoothRestart, shutdown: shutdown) { stop in
+        await runWhileActive(daemon.signals.runtime(for: Self.mode), restart: daemon.signals.bluetoothRestart, shutdown: shutdown) { stop in
             await session(stop: stop)
-            if daemon.bluetoothRestart.value && !shutdown.isTriggered {
+            if daemon.signals.bluetoothRestart.value && !shutdown.isTriggered {
                 logger.notice("starting the Bluetooth runtime again: a reload changed its security")
             }
         }

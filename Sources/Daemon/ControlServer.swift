@@ -187,7 +187,7 @@ public struct ControlServer: Service {
         case .reload:
             if let reload {
                 await reload()
-                answer = ControlAnswer.ok(await daemon.configReload?.json ?? .null)
+                answer = ControlAnswer.ok(await daemon.reports.configReload?.json ?? .null)
             } else {
                 answer = ControlError(.refused, "this daemon was started without a config file to reload").json
             }

@@ -115,7 +115,7 @@ actor CoordinatorLink {
             // The coordinator's monitor counts registrations (a storm bans) and evaluates the
             // agent at each one (so during a gap hold, one may be the last it can afford).
             let now = clock.wallMs()
-            let conduct = await daemon.conduct
+            let conduct = await daemon.coordinator.conduct
             let allowedAt = conduct.registrationAllowedAtMs(nowMs: now)
             if allowedAt > now || !conduct.mayBeEvaluated(nowMs: now) {
                 let until = allowedAt > now ? allowedAt : (conduct.pullHold(nowMs: now)?.untilMs ?? now + 60_000)
@@ -163,7 +163,7 @@ actor CoordinatorLink {
         guard !resumeTried else { return false }
         resumeTried = true
         let now = clock.wallMs()
-        let conduct = await daemon.conduct
+        let conduct = await daemon.coordinator.conduct
         guard meshToken != nil, conduct.registrations.contains(where: { $0 > now - conduct.limits.windowMs }) else { return false }
         switch try await call(.heartbeat, await heartbeatBody()) {
         case .accepted:
@@ -182,7 +182,7 @@ actor CoordinatorLink {
 
     /// The heartbeat body, as of now.
     func heartbeatBody() async -> JSONValue {
-        let swapping = await daemon.modelSwitch?.inProgress ?? false
+        let swapping = await daemon.model.switchStatus?.inProgress ?? false
         return CoordinatorWire.heartbeat(
             agentID: agentID, telemetry: await daemon.powerTelemetryJSON(), activeModel: await daemon.activeModel,
             activeModelParamSize: await daemon.activeModelParamSize, modelSwapInProgress: swapping,

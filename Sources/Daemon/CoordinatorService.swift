@@ -53,7 +53,7 @@ public struct CoordinatorService: Service {
 
     public func run(shutdown: GracefulShutdown) async throws {
         // The session is stopped gracefully (it finishes its subtask), never cancelled.
-        await runWhileActive(daemon.runtimeSignal(for: Self.mode), shutdown: shutdown) { stop in
+        await runWhileActive(daemon.signals.runtime(for: Self.mode), shutdown: shutdown) { stop in
             await session(stop: stop)
             await daemon.updateCoordinator(nil)
         }
@@ -77,7 +77,7 @@ public struct CoordinatorService: Service {
         // The registration says whether programs run in a container (sandboxMode), so the
         // engine is looked at first; the look is bounded by its own timeouts.
         await daemon.forgetSandbox()
-        daemon.sandboxCheckRequested.set(false)  // this look answers any asked while mode on was stopped
+        daemon.signals.sandboxCheckRequested.set(false)  // this look answers any asked while mode on was stopped
         _ = try? await stop.cancelling { await checkSandbox() }
         while !stop.isTriggered {
             do {
@@ -125,7 +125,7 @@ public struct CoordinatorService: Service {
         await daemon.updateSandbox(found)
         // Said once per session and reason, not at every look of the minute.
         if case .unusable(let why) = found, found != previous { logger.warning("no container engine for code subtasks: \(why)") }
-        if await daemon.execution.decision.sandboxMode != before { daemon.heartbeatRequested.set(true) }
+        if await daemon.execution.decision.sandboxMode != before { daemon.signals.heartbeatRequested.set(true) }
     }
 
     /// Beside the heartbeats: while no engine is usable, looks again after
@@ -135,7 +135,7 @@ public struct CoordinatorService: Service {
     /// one is usable, only when asked.
     func watchSandbox() async throws {
         guard sandbox != nil else { return }
-        let asked = daemon.sandboxCheckRequested
+        let asked = daemon.signals.sandboxCheckRequested
         var misses = 0
         while true {
             let usable = if case .usable = await daemon.execution.sandbox { true } else { false }
@@ -163,7 +163,7 @@ public struct CoordinatorService: Service {
                 try await heartbeat(link)
                 link.firstHeartbeat.set(true)
                 // A heartbeat asked for (before a suspend, after a resume) is sent.
-                let requested = daemon.heartbeatRequested
+                let requested = daemon.signals.heartbeatRequested
                 if requested.value { requested.set(false) }
                 if let request = await link.takeSwitchRequest() {
                     group.addTask { await switcher.run(request) }
@@ -263,7 +263,7 @@ public struct CoordinatorService: Service {
                 await link.noteWorkHold(reason, detail: detail, event: !quiet)
                 if reason == .modelUnavailable {
                     // The hold lifts the moment the probe sees the model ready: pull then.
-                    let interval = await pullIntervalMs(), ready = daemon.modelReady
+                    let interval = await pullIntervalMs(), ready = daemon.signals.modelReady
                     _ = try await race({ try await self.pause(interval, stop: stop) }, { await ready.wait(for: true) })
                 } else {
                     try await pause(await pullIntervalMs(), stop: stop)
@@ -424,7 +424,7 @@ public struct CoordinatorService: Service {
             { () async -> SubtaskFault in
                 if let coder, let language = subtask.language {
                     let loop = await coder.run(task: subtask.input, language: language)
-                    if case .success(.engineFailed) = loop { daemon.sandboxCheckRequested.set(true) }
+                    if case .success(.engineFailed) = loop { daemon.signals.sandboxCheckRequested.set(true) }
                     return SubtaskFault.classify(loop)
                 }
                 let request = ModelRequest(prompt: subtask.input, maxTokens: Int(config.backend.maxTokens), timeoutMs: config.backend.timeoutMs)
@@ -565,7 +565,7 @@ public struct CoordinatorService: Service {
     /// The monitor's rules that posting `result` now would newly trip, named; nil when none.
     func monitorWouldFlag(_ result: SubtaskResult) async -> String? {
         let now = clock.wallMs()
-        let conduct = await daemon.conduct
+        let conduct = await daemon.coordinator.conduct
         let before = Set(conduct.findings(nowMs: now))
         let candidate = CoordinatorConduct.Posted(atMs: now, ok: result.ok, output: result.output, durationMs: result.durationMs)
         let new = conduct.findings(nowMs: now, adding: candidate).filter { !before.contains($0) }
@@ -577,7 +577,7 @@ public struct CoordinatorService: Service {
     /// `quiet` when the probe has not looked yet since the mode began (a moment at each mode on).
     func localHold() async -> (LocalHoldReason, String, quiet: Bool)? {
         let now = clock.wallMs()
-        if let hold = await daemon.conduct.pullHold(nowMs: now) {
+        if let hold = await daemon.coordinator.conduct.pullHold(nowMs: now) {
             return (hold.reason, "until \(formatUTC(milliseconds: hold.untilMs)): \(hold.reason.explanation)", false)
         }
         if let model = await daemon.modelNotReady { return (.modelUnavailable, model.why, !model.probed) }
@@ -603,7 +603,7 @@ public struct CoordinatorService: Service {
             // Each result is an evaluation by the coordinator's monitor: after a heartbeat
             // gap, one more may be the one that bans. It waits in the outbox instead.
             let now = clock.wallMs()
-            let conduct = await daemon.conduct
+            let conduct = await daemon.coordinator.conduct
             if !conduct.mayBeEvaluated(nowMs: now) {
                 if stop.isTriggered { throw CancellationError() }
                 let until = conduct.pullHold(nowMs: now)?.untilMs ?? now + 60_000

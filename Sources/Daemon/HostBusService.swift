@@ -359,9 +359,9 @@ public struct HostBusService: Service {
             host.inhibitor = "asked again"
             await link.takeInhibitor()
         case .rereadPower:
-            daemon.powerRereadRequested.set(true)
+            daemon.signals.powerRereadRequested.set(true)
         case .rereadPath:
-            daemon.pathRereadRequested.set(true)
+            daemon.signals.pathRereadRequested.set(true)
         }
     }
 }

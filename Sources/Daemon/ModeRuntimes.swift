@@ -24,7 +24,7 @@ public struct ModeRuntimeContext: Sendable {
 }
 
 /// The runtime of a working mode: a service that runs while its mode is selected, past the
-/// charge gate and configured. It waits on `daemon.runtimeSignal(for: Self.mode)`, which the
+/// charge gate and configured. It waits on `daemon.signals.runtime(for: Self.mode)`, which the
 /// daemon flips on every mode and power change: true starts it, false stops it gracefully.
 public protocol ModeRuntime: Service {
     /// The mode this runtime serves.

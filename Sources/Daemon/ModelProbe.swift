@@ -56,7 +56,7 @@ public struct ModelProbeService: Service {
             // Probes in a row that found the backend not ready: while mode on waits for it
             // (no pulls until it is ready), it is asked again after 2, 4, 8, 16 s, then every interval.
             var notReady = 0
-            let working = daemon.workingModeSelected
+            let working = daemon.signals.workingModeSelected
             while true {
                 let selected = working.value
                 let generating = await daemon.isGenerating

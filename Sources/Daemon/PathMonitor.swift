@@ -46,7 +46,7 @@ public struct PathMonitorService: Service {
                     }
                 }
             }
-            let requests = daemon.pathRereadRequested
+            let requests = daemon.signals.pathRereadRequested
             group.addTask {
                 while !Task.isCancelled {
                     await requests.wait(for: true)

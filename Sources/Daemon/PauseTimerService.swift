@@ -21,7 +21,7 @@ public struct PauseTimerService: Service {
     }
 
     func watch() async throws {
-        let changed = daemon.pauseChanged
+        let changed = daemon.signals.pauseChanged
         while !Task.isCancelled {
             changed.set(false)
             guard let left = await daemon.pauseLeftMs else {

@@ -43,7 +43,7 @@ public struct PowerMonitorService: Service {
                 logger.warning("cannot listen for power-supply uevents (\(error)); re-reading every \(intervalNanoseconds / 1_000_000_000) s only")
             }
             // A read asked for (after a resume: power may have changed while asleep).
-            let requests = daemon.powerRereadRequested
+            let requests = daemon.signals.powerRereadRequested
             group.addTask {
                 while !Task.isCancelled {
                     await requests.wait(for: true)
@@ -53,7 +53,7 @@ public struct PowerMonitorService: Service {
                 }
             }
             let interval = intervalNanoseconds
-            let working = daemon.workingModeSelected
+            let working = daemon.signals.workingModeSelected
             group.addTask {
                 while true {
                     // Mode off decides nothing: no periodic read (no /proc scan, no sysfs

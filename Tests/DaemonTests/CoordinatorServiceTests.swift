@@ -56,7 +56,8 @@ final class CoordinatorBed: Sendable {
         let clock = self.clock
         let stateDirectory = directory
         let writer = fault.map { DurableWriter(directory: stateDirectory, onProblem: { _ in }, beforeEach: nil, fault: $0) }
-        daemon = WorkerDaemon(config: config, paths: paths, directory: directory, logger: logger, clock: { clock.wallMs() }, writer: writer)
+        daemon = WorkerDaemon(
+            config: config, paths: paths, directory: directory, logger: logger, clock: TestWallClock { clock.wallMs() }, writer: writer)
         let notified = self.notified
         service = CoordinatorService(
             daemon: daemon, config: config, directory: directory, logger: logger, transport: transport, clock: clock,
@@ -106,9 +107,9 @@ final class CoordinatorBed: Sendable {
         bed.start()
         #expect(await bed.clock.waitForSleep(CoordinatorBed.heartbeatMs))
         let before = bed.transport.calls(to: "/heartbeat").count
-        bed.daemon.heartbeatRequested.set(true)
+        bed.daemon.signals.heartbeatRequested.set(true)
         #expect(await eventually("the asked-for heartbeat") { bed.transport.calls(to: "/heartbeat").count == before + 1 })
-        #expect(await eventually("its acknowledgement") { !bed.daemon.heartbeatRequested.value })
+        #expect(await eventually("its acknowledgement") { !bed.daemon.signals.heartbeatRequested.value })
         #expect(await bed.clock.waitForSleep(CoordinatorBed.heartbeatMs), "then the usual cadence")
         await bed.finish()
     }
@@ -617,7 +618,7 @@ final class MockedVanishingEngine: ProgramSandbox, Sendable {
         }
         #expect(await bed.clock.waitForSleep(480_000))
         let before = await checked()
-        bed.daemon.sandboxCheckRequested.set(true)
+        bed.daemon.signals.sandboxCheckRequested.set(true)
         bed.clock.advance(by: 1)
         await eventually("a look at once when asked (a reload)") { await checked() > before }
         #expect(await bed.clock.waitForSleep(960_000), "asking is no success: the pause goes on growing, up to 16 minutes")

@@ -18,7 +18,7 @@ import Synchronization
         let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
         return WorkerDaemon(
             config: config, paths: paths, directory: try StateDirectory(path: dir),
-            logger: Logger(label: "test", handler: MemoryLogHandler()), clock: { 1_000 })
+            logger: Logger(label: "test", handler: MemoryLogHandler()), clock: TestWallClock { 1_000 })
     }
 
     @Test func aPulledModelIsLoadedWhenAWorkingModeStartsAndReadyOnlyOnceLoaded() async throws {
@@ -42,7 +42,7 @@ import Synchronization
         #expect(await daemon.statusJSON()["backend"]?["modelState"] == "idle", "mode off: the server is left alone")
         #expect(transport.calls.isEmpty)
 
-        daemon.workingModeSelected.set(true)
+        daemon.signals.workingModeSelected.set(true)
         var states: [String] = []
         for _ in 0..<200 {
             let state = await daemon.statusJSON()["backend"]?["modelState"]?.stringValue ?? ""
@@ -76,7 +76,7 @@ import Synchronization
             logger: Logger(label: "test", handler: MemoryLogHandler()),
             intervalNanoseconds: 20_000_000, loadPollNanoseconds: 10_000_000)
         let shutdown = GracefulShutdown()
-        daemon.workingModeSelected.set(true)
+        daemon.signals.workingModeSelected.set(true)
         let running = Task { try await service.run(shutdown: shutdown) }
         defer { shutdown.trigger(); running.cancel() }
         var detail = ""

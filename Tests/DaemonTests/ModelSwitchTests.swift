@@ -44,7 +44,7 @@ import WorkerCore
         #expect(bed.transport.calls(to: ack).first?.header("x-mesh-token") == "mesh-1")
         #expect(bed.transport.calls(to: "/api/pull").isEmpty)
         #expect(await bed.daemon.activeModel == "qwen2.5-coder:1.5b")
-        #expect(await bed.daemon.modelSwitch?.phase == .refused)
+        #expect(await bed.daemon.model.switchStatus?.phase == .refused)
         await bed.finish()
     }
 
@@ -61,7 +61,7 @@ import WorkerCore
         bed.start()
         // Status shows the phase before the coordinator is told: wait for both.
         await eventually("the switch to wait for the policy") {
-            await bed.daemon.modelSwitch?.phase == .held && bed.transport.calls(to: status).count == 2
+            await bed.daemon.model.switchStatus?.phase == .held && bed.transport.calls(to: status).count == 2
         }
         #expect(bed.transport.calls(to: status).compactMap { $0.body?["phase"]?.stringValue } == ["starting", "held"])
         #expect(await bed.daemon.statusJSON()["backend"]?["modelSwitch"]?["inProgress"] == true)
@@ -80,7 +80,7 @@ import WorkerCore
         #expect(phases == ["starting", "held", "pulling_model", "pulling_model", "done"], "one progress at once, the last held back, then done")
         #expect(bed.transport.calls(to: status).last(where: { $0.body?["phase"] == "pulling_model" })?.body?["progressPct"]?.doubleValue == 100)
         #expect(await bed.daemon.activeModel == "big:7b")
-        #expect(await bed.daemon.modelSwitch?.phase == .done)
+        #expect(await bed.daemon.model.switchStatus?.phase == .done)
         #expect(FileManager.default.fileExists(atPath: bed.dir + "/active-model.json"))
 
         // The next heartbeat reports it; the generation uses it.
@@ -115,9 +115,9 @@ import WorkerCore
         await bed.daemon.updateHost(metered)
         bed.start()
         await eventually("the switch to wait for the metered connection") {
-            await bed.daemon.modelSwitch?.phase == .held && bed.transport.calls(to: status).count == 2
+            await bed.daemon.model.switchStatus?.phase == .held && bed.transport.calls(to: status).count == 2
         }
-        #expect(await bed.daemon.modelSwitch?.message.contains("metered") == true)
+        #expect(await bed.daemon.model.switchStatus?.message.contains("metered") == true)
         #expect(bed.transport.calls(to: status).last?.body?["message"]?.stringValue?.contains("metered") == true)
         bed.clock.advance(by: CoordinatorBed.pullMs)
         await settle()
@@ -141,8 +141,8 @@ import WorkerCore
         suspending.sleep = .preparing
         await bed.daemon.updateHost(suspending)
         bed.start()
-        await eventually("the switch to wait for the resume") { await bed.daemon.modelSwitch?.phase == .held }
-        #expect(await bed.daemon.modelSwitch?.message.contains("host-sleeping") == true)
+        await eventually("the switch to wait for the resume") { await bed.daemon.model.switchStatus?.phase == .held }
+        #expect(await bed.daemon.model.switchStatus?.message.contains("host-sleeping") == true)
         bed.clock.advance(by: CoordinatorBed.pullMs)
         await settle()
         #expect(bed.transport.calls(to: "/api/pull").isEmpty)
@@ -156,7 +156,7 @@ import WorkerCore
         bed.transport.script("/api/pull", .json(200, Self.pull))
         await bed.daemon.updateReading(Self.reading(battery: 10, mains: false), monotonicMs: 0)
         bed.start()
-        await eventually("the switch to wait for the policy") { await bed.daemon.modelSwitch?.phase == .held }
+        await eventually("the switch to wait for the policy") { await bed.daemon.model.switchStatus?.phase == .held }
         _ = await bed.daemon.changePolicy(.set(key: "allowRemoteModelSwitch", value: false), by: "test")
         // The power hold ends too: only the permission stands in the way now.
         await bed.daemon.updateReading(Self.reading(battery: 90, mains: true), monotonicMs: 1_000)
@@ -167,7 +167,7 @@ import WorkerCore
         #expect(bed.transport.calls(to: ack).first?.body?["error"]?.stringValue?.contains("allowRemoteModelSwitch") == true)
         #expect(bed.transport.calls(to: "/api/pull").isEmpty)
         #expect(bed.transport.calls(to: status).last?.body?["phase"] == "refused")
-        #expect(await bed.daemon.modelSwitch?.phase == .refused)
+        #expect(await bed.daemon.model.switchStatus?.phase == .refused)
         #expect(await bed.daemon.activeModel == "qwen2.5-coder:1.5b")
         await bed.finish()
     }
@@ -182,7 +182,7 @@ import WorkerCore
         bed.clock.advance(by: CoordinatorBed.pullMs)
         await eventually("the ack") { bed.transport.calls(to: ack).count == 1 }
         #expect(bed.transport.calls(to: ack).first?.body?["ok"] == false)
-        #expect(await bed.daemon.modelSwitch?.phase == .refused)
+        #expect(await bed.daemon.model.switchStatus?.phase == .refused)
         #expect(await bed.daemon.activeModel == "qwen2.5-coder:1.5b")
         await bed.finish()
     }
@@ -193,11 +193,11 @@ import WorkerCore
         let (status, ack) = await scriptCoordinator(bed, ack: true)
         await bed.daemon.updateReading(Self.reading(battery: 10, mains: false), monotonicMs: 0)
         bed.start()
-        await eventually("the switch to wait for the policy") { await bed.daemon.modelSwitch?.phase == .held }
-        #expect(await bed.daemon.modelSwitch?.inProgress == true)
+        await eventually("the switch to wait for the policy") { await bed.daemon.model.switchStatus?.phase == .held }
+        #expect(await bed.daemon.model.switchStatus?.inProgress == true)
         await bed.finish()
-        await eventually("the final phase") { await bed.daemon.modelSwitch?.phase == .interrupted }
-        #expect(await bed.daemon.modelSwitch?.inProgress == false, "heartbeats say modelSwapInProgress from this")
+        await eventually("the final phase") { await bed.daemon.model.switchStatus?.phase == .interrupted }
+        #expect(await bed.daemon.model.switchStatus?.inProgress == false, "heartbeats say modelSwapInProgress from this")
         #expect(await bed.daemon.statusJSON()["backend"]?["modelSwitch"]?["inProgress"] == false)
         await eventually("the coordinator told") { bed.transport.calls(to: status).last?.body?["phase"] == "interrupted" }
         #expect(bed.transport.calls(to: ack).isEmpty, "no ack: the coordinator asks the next session again")

@@ -15,7 +15,8 @@ import WorkerCore
     func daemon(_ config: WorkerConfig = WorkerConfig(), logs: MemoryLogHandler = MemoryLogHandler()) throws -> WorkerDaemon {
         let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
         return WorkerDaemon(
-            config: config, paths: paths, directory: try StateDirectory(path: dir), logger: Logger(label: "test", handler: logs), clock: { 1_000 })
+            config: config, paths: paths, directory: try StateDirectory(path: dir), logger: Logger(label: "test", handler: logs),
+            clock: TestWallClock { 1_000 })
     }
 
     func reading(battery: Int, mains: Bool, cpu: Double? = nil) -> PowerReading {
@@ -34,7 +35,7 @@ import WorkerCore
         #expect(await daemon.admitNewWork() == .batteryLow)
         await daemon.updateReading(reading(battery: 50, mains: false, cpu: 99), monotonicMs: 2_000)
         #expect(await daemon.admitNewWork() == .cpuBusy)
-        let counters = await daemon.holdCounters
+        let counters = await daemon.power.holdCounters
         #expect(counters.count(.batteryLow) == 2)
         #expect(counters.count(.cpuBusy) == 1)
         #expect(counters.total == 3)
@@ -78,7 +79,7 @@ import WorkerCore
         let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
         return WorkerDaemon(
             config: WorkerConfig(), paths: paths, directory: try StateDirectory(path: dir), logger: Logger(label: "test", handler: logs),
-            clock: { 1_000 })
+            clock: TestWallClock { 1_000 })
     }
 
     func file(_ name: String) -> String? {
@@ -167,14 +168,14 @@ import WorkerCore
         func start() throws -> WorkerDaemon {
             WorkerDaemon(
                 config: WorkerConfig(), paths: paths, directory: try StateDirectory(path: dir),
-                logger: Logger(label: "test", handler: MemoryLogHandler()), clock: { now.withLock { $0 } })
+                logger: Logger(label: "test", handler: MemoryLogHandler()), clock: TestWallClock { now.withLock { $0 } })
         }
         let first = try start()
         await first.request(.operatorSet(.bluetooth, by: "test"))
-        first.pauseChanged.set(false)
+        first.signals.pauseChanged.set(false)
         await first.request(.operatorPause(forMs: 60_000, by: "test"))
         #expect(await first.currentMode == .off)
-        #expect(first.pauseChanged.value, "the timer is woken for the new deadline")
+        #expect(first.signals.pauseChanged.value, "the timer is woken for the new deadline")
         #expect(await first.pauseLeftMs == 60_000)
         let paused = await first.modeJSON()
         #expect(paused["resumesMode"] == "bluetooth" && paused["resumesAtMs"]?.intValue == 61_000)
@@ -183,14 +184,14 @@ import WorkerCore
         now.withLock { $0 = 30_000 }
         let second = try start()
         #expect(await second.currentMode == .off)
-        #expect(second.pauseChanged.value == false)
+        #expect(second.signals.pauseChanged.value == false)
         #expect(await second.pauseLeftMs == 31_000, "the deadline came back from the mode file")
         await second.endPauseIfDue()
         #expect(await second.currentMode == .off)
         now.withLock { $0 = 61_000 }
         await second.endPauseIfDue()
         #expect(await second.currentMode == .bluetooth)
-        #expect(second.pauseChanged.value)
+        #expect(second.signals.pauseChanged.value)
         #expect(await second.pauseLeftMs == nil)
         #expect(await second.modeJSON()["resumesAt"] == nil)
         #expect(await second.recentEvents(limit: 1).last?.reason == "the pause ended: back to bluetooth")
@@ -233,17 +234,17 @@ import WorkerCore
         running.bluetooth.security = .encrypted
         let daemon = WorkerDaemon(
             config: running, paths: paths, directory: try StateDirectory(path: dir),
-            logger: Logger(label: "test", handler: MemoryLogHandler()), clock: { 1_000 })
+            logger: Logger(label: "test", handler: MemoryLogHandler()), clock: TestWallClock { 1_000 })
         var file = running
         file.log.level = .debug
         await daemon.reload(file: file)
-        #expect(!daemon.bluetoothRestart.value, "a log level leaves the session alone")
+        #expect(!daemon.signals.bluetoothRestart.value, "a log level leaves the session alone")
         file.bluetooth.security = .authenticated
         file.bluetooth.maxClients = 3
         let status = await daemon.reload(file: file)
         #expect(status.appliedKeys == ["bluetooth.security"])
         #expect(status.restartKeys == ["bluetooth.maxClients"])
-        #expect(daemon.bluetoothRestart.value)
+        #expect(daemon.signals.bluetoothRestart.value)
         #expect(await daemon.config.bluetooth.security == .authenticated)
     }
 }

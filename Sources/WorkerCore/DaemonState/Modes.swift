@@ -104,10 +104,16 @@ public struct ModeContext: Sendable, Equatable {
         self.coordinatorProblem = coordinatorProblem
     }
 
+    public var chargeGateClosed: Bool {
+        ModeContext.chargeGateClosed(runOnlyWhileCharging: runOnlyWhileCharging, onExternalPower: onExternalPower)
+    }
+
     /// The charge gate of modes-and-power §2.2 is closed when the policy demands power and the
     /// host is known to be without it. Unknown power does not close it: a host whose
     /// supplies cannot be read is treated like a desktop.
-    public var chargeGateClosed: Bool { runOnlyWhileCharging && onExternalPower == false }
+    public static func chargeGateClosed(runOnlyWhileCharging: Bool, onExternalPower: Bool?) -> Bool {
+        runOnlyWhileCharging && onExternalPower == false
+    }
 }
 
 /// The outcome of a mode request.
