@@ -190,6 +190,8 @@ public struct PeripheralMachine: Sendable {
     var housekeepingDueAtMs: Int64 = 0
     var lastNowMs: Int64 = 0
 
+    // One sub-machine per job, each with the deadlines it needs (`nextDeadlineMs(after:)`):
+    // the machine dispatches events among them and holds only what several jobs read.
     private(set) var registrar = PeripheralRegistrar()
     private(set) var pairingAgent: PeripheralPairingAgent
     private(set) var clientTable = PeripheralClientTable()
