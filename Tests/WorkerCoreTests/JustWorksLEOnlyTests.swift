@@ -106,7 +106,7 @@ import Testing
         #expect(name == "org.bluez.Error.Rejected")
         #expect(message.contains("Bluetooth Classic"))
         #expect(h.machine.status.pairingsRefused == 1 && h.machine.status.pairingsAccepted == 0)
-        #expect(h.machine.agentBonds.isEmpty)
+        #expect(h.machine.pairingAgent.bonds.isEmpty)
     }
 
     @Test func aDeviceBluetoothdDoesNotShowIsRefused() {
@@ -120,14 +120,14 @@ import Testing
         var h = Self.serving()
         #expect(Self.pair(&h, 1, addressType: "random") == .empty)
         Self.bonded(&h, 1)
-        #expect(h.machine.agentBonds[H.device(1)] != nil)
+        #expect(h.machine.pairingAgent.bonds[H.device(1)] != nil)
         #expect(Self.removals(h.advance(119_000)).isEmpty, "not before clientIdleSec")
         let due = h.advance(2_000)
         #expect(Self.removals(due) == [H.device(1)])
         #expect(H.logs(due).contains { $0.hasPrefix("removing the bond of 00:AA:01:01:00:01: paired by the worker's agent 120 s ago") })
         #expect(h.machine.status.agentBondsRemoved == 1)
         #expect(Self.removals(h.advance(300_000)).isEmpty, "removed once")
-        #expect(h.machine.agentBonds.isEmpty)
+        #expect(h.machine.pairingAgent.bonds.isEmpty)
     }
 
     @Test func aBondWhoseDeviceUsedTheServiceIsKept() {
@@ -136,7 +136,7 @@ import Testing
         Self.bonded(&h, 1)
         h.advance(30_000)
         _ = h.write(#"{"id":"a","prompt":"p"}"#, from: 1)
-        #expect(h.machine.agentBonds.isEmpty, "it used the service: its bond is the operator's to keep")
+        #expect(h.machine.pairingAgent.bonds.isEmpty, "it used the service: its bond is the operator's to keep")
         #expect(Self.removals(h.advance(600_000)).isEmpty)
     }
 
@@ -152,7 +152,7 @@ import Testing
         var h = Self.serving()
         #expect(Self.pair(&h, 1) == .empty)
         h.on(.bluez(.interfacesRemoved(path: H.device(1), [.device])))
-        #expect(h.machine.agentBonds.isEmpty)
+        #expect(h.machine.pairingAgent.bonds.isEmpty)
         #expect(Self.removals(h.advance(200_000)).isEmpty)
     }
 
@@ -166,7 +166,7 @@ import Testing
     @Test func aRefusedPairingLeavesNothingToRemove() {
         var h = Self.serving()
         _ = h.on(.call(sender: H.bluez, .agent(.request(.confirmation(device: H.device(1), passkey: 1)))))
-        #expect(h.machine.agentBonds.isEmpty)
+        #expect(h.machine.pairingAgent.bonds.isEmpty)
     }
 
     @Test func theRecordsAreBoundedAgainstAFloodOfRandomAddresses() {
@@ -178,7 +178,7 @@ import Testing
             h.on(.bluez(.interfacesAdded(path: path, BlueZInterfaces(device: .init(adapter: H.hci0, connected: true, addressType: "random")))))
             removed += Self.removals(h.on(.call(sender: H.bluez, .agent(.request(.authorization(device: path))))))
         }
-        #expect(h.machine.agentBonds.count == PeripheralMachine.maxAgentBonds)
+        #expect(h.machine.pairingAgent.bonds.count == PeripheralMachine.maxAgentBonds)
         // The oldest unused bonds go first, at once, instead of a table without bound.
         #expect(removed == Array(paths.prefix(20)))
     }
@@ -201,7 +201,7 @@ import Testing
 
     @Test func theAgentIsUnregisteredWhileDiscoverableAndRegisteredAgainAfter() {
         var h = AgentBondCleanupTests.serving()
-        #expect(h.machine.agent == .done)
+        #expect(h.machine.pairingAgent.registration == .done)
         let on = Self.discoverable(&h, true)
         #expect(Self.unregistrations(on) == [.agent])
         #expect(H.logs(on).contains { $0.hasPrefix("hci0 is discoverable: while it is, a Bluetooth Classic device can pair with it by Just Works") })
@@ -237,7 +237,7 @@ import Testing
             Issue.record("accepted while standing back"); return
         }
         #expect(name == "org.bluez.Error.Rejected")
-        #expect(h.machine.agentBonds.isEmpty)
+        #expect(h.machine.pairingAgent.bonds.isEmpty)
     }
 
     @Test func hostAnswersPairingsWithNoAgentWhateverTheAdapter() {

@@ -65,7 +65,7 @@ struct NotificationPacingTests {
             h.on(.served(ticket: ticket, PeripheralOutcome(ok: true, output: String(repeating: "a", count: outputBytes), error: nil, durationMs: 1))))
         var last = start
         // From deadline to deadline, as the interpreter's loop runs, until the message is out.
-        for _ in 0..<10_000 where h.machine.sending != nil || !h.machine.outbox.isEmpty {
+        for _ in 0..<10_000 where h.machine.outbox.sending != nil || !h.machine.outbox.messages.isEmpty {
             h.now = h.machine.nextDeadlineMs
             let round = H.notified(h.on(.tick))
             if !round.isEmpty { last = h.now }

@@ -138,7 +138,7 @@ struct PeripheralHarness {
         #expect(h.machine.clients.isEmpty, "the clients' links went with bluetoothd")
         // An answer to a call made before bluetoothd left is stale.
         h.on(.registration(.application, epoch: oldEpoch, .accepted))
-        #expect(h.machine.application == .none)
+        #expect(h.machine.registrar.application == .none)
         // A stranger's call while bluetoothd is away is refused.
         let refused = h.on(.call(sender: ":1.99", .startNotify(.response)))
         #expect(H.replies(refused).first.map { if case .error(let name, _) = $0 { name.hasSuffix("AccessDenied") } else { false } } == true)
@@ -160,12 +160,12 @@ struct PeripheralHarness {
         #expect(h.machine.status.state == .waiting)
         // With no adapter configured, the first powered one is used: there is none now.
         #expect(h.machine.setupProblem == .noAdapter(configured: nil, known: ["hci0"]))
-        #expect(h.machine.application == .none)
+        #expect(h.machine.registrar.application == .none)
         let on = h.on(.bluez(.propertiesChanged(path: H.hci0, BlueZInterfaces(adapter: .init(powered: true)))))
         #expect(H.registrations(on) == [.application])
         // bluetoothd kept the application across the power cycle (seen in the VM).
         h.on(.registration(.application, epoch: h.machine.epoch, .alreadyExists("Already Exists")))
-        #expect(h.machine.application == .done)
+        #expect(h.machine.registrar.application == .done)
         h.on(.registration(.advertisement, epoch: h.machine.epoch, .accepted))
         #expect(h.machine.status.state == .advertising)
     }
@@ -176,7 +176,7 @@ struct PeripheralHarness {
         h.on(.bluez(.interfacesAdded(path: "/org/bluez/hci1", H.adapter())))
         let gone = h.on(.bluez(.interfacesRemoved(path: H.hci0, [.adapter, .advertisingManager])))
         #expect(gone.contains(.register(.application, adapterPath: "/org/bluez/hci1", epoch: h.machine.epoch)))
-        #expect(h.machine.adapterPath == "/org/bluez/hci1")
+        #expect(h.machine.registrar.adapterPath == "/org/bluez/hci1")
     }
 
     @Test func aRefusedRegistrationIsRetriedAfterRetryMsAndNotBefore() {
@@ -340,7 +340,7 @@ struct PeripheralHarness {
         #expect(h.advance(1_400).contains(.fetchStatusValues(force: true)) == false)
         #expect(h.advance(200).contains(.fetchStatusValues(force: true)))
         let read = h.on(.call(sender: H.bluez, .read(.status, device: H.device(1), mtu: nil, offset: 0)))
-        #expect(H.replies(read) == [.value(h.machine.statusBytes)], "a read returns the whole status, not its last chunk")
+        #expect(H.replies(read) == [.value(h.machine.statusCharacteristic.bytes)], "a read returns the whole status, not its last chunk")
     }
 
     @Test func stopTakesBackWhatWasRegisteredAndDisconnectsOnlyClients() {

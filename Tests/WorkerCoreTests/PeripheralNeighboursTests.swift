@@ -74,7 +74,7 @@ import Testing
         var h = Self.harness()
         Self.connect(&h, 1)
         #expect(h.machine.clients.isEmpty, "connecting is not using")
-        #expect(Self.read(&h, .status, from: 1) == .value(h.machine.statusBytes))
+        #expect(Self.read(&h, .status, from: 1) == .value(h.machine.statusCharacteristic.bytes))
         #expect(h.machine.clients == [H.device(1)])
         #expect(h.machine.status.clients == [BluetoothStatus.Client(address: Self.address(1), mtu: 185)])
     }
@@ -123,7 +123,7 @@ import Testing
         _ = h.write("{}", from: 1)
         _ = h.write("{}", from: 2)
         #expect(h.machine.clients == [H.device(1)])
-        #expect(h.machine.refused[H.device(2)] == .notAllowed)
+        #expect(h.machine.clientTable.refused[H.device(2)] == .notAllowed)
         #expect(h.machine.status.clientsNotAllowed == 1)
     }
 
@@ -192,7 +192,7 @@ import Testing
         h.on(.served(ticket: H.served(h.all)[0].ticket, PeripheralOutcome(ok: true, output: "x", error: nil, durationMs: 1)))
         h.advance(3_000)
         _ = h.write(#"{"id":"early","prompt":"p"}"#, from: 2)
-        #expect(h.machine.refused[H.device(2)] == .busy, "idle 3 s of 5: not yet")
+        #expect(h.machine.clientTable.refused[H.device(2)] == .busy, "idle 3 s of 5: not yet")
         h.advance(1_100)
         Self.disconnect(&h, 2)
         h.advance(2_000)
@@ -210,7 +210,7 @@ import Testing
         _ = h.write("{}", from: 2)
         #expect(h.machine.clients == [H.device(1)])
         #expect(h.machine.status.clientsEvicted == 0)
-        #expect(h.machine.refused[H.device(2)] == .busy)
+        #expect(h.machine.clientTable.refused[H.device(2)] == .busy)
     }
 
     @Test func idleTimeCountsFromTheEndOfTheClientsLastAnswerNotFromItsWrite() {
@@ -251,10 +251,10 @@ import Testing
     @Test func aClientsOutboundQueueHoldsAtMostFourDroppingTheOldestRejections() {
         var h = Self.harness(pacingMs: 1_000)
         for n in 1...6 { _ = h.write(#"{"id":"bad\#(n)"}"#, from: 1, mtu: 23) }
-        #expect(h.machine.outbox.count { $0.client == Self.address(1) } <= 4)
+        #expect(h.machine.outbox.messages.count { $0.client == Self.address(1) } <= 4)
         #expect(h.machine.status.rejectionsDropped >= 1)
         // The newest rejections are the ones kept.
-        #expect(h.machine.outbox.last.flatMap { try? JSON.parse($0.bytes) }?["id"]?.stringValue == "bad6")
+        #expect(h.machine.outbox.messages.last.flatMap { try? JSON.parse($0.bytes) }?["id"]?.stringValue == "bad6")
     }
 
     @Test func eightBadWritesWithinTenSecondsCutTheClientOffForSixtySeconds() {
@@ -273,7 +273,7 @@ import Testing
         // Back within the cool-down: refused again; after it, served.
         h.advance(30_000)
         _ = h.write(#"{"id":"again","prompt":"p"}"#, from: 1)
-        #expect(h.machine.refused[H.device(1)] == .coolingDown)
+        #expect(h.machine.clientTable.refused[H.device(1)] == .coolingDown)
         h.advance(1_100)
         Self.disconnect(&h, 1)
         h.advance(30_000)
@@ -297,7 +297,7 @@ import Testing
         let flood = String(repeating: "{}", count: 254)
         for _ in 1...200 { _ = h.write(flood, from: 1, mtu: 517) }
         #expect(h.machine.status.clientsCooledDown == 1)
-        #expect(h.machine.outbox.count <= 4)
+        #expect(h.machine.outbox.messages.count <= 4)
         #expect(h.machine.status.requestsRejected == 8 * 254, "writes after the cut-off are refused before they are parsed")
         _ = h.write(#"{"id":"good","prompt":"p"}"#, from: 2, mtu: 517)
         #expect(H.served(h.all).map(\.request.id) == ["good"])

@@ -29,9 +29,9 @@ import Testing
         #expect(h.machine.status.pairingAgentReason == Self.worker.reason)
         let first = h.on(.bluez(.managedObjects([H.hci0: H.adapter()])))
         #expect(H.registrations(first) == [.agent, .application], "the agent first: it answers the first client's pairing")
-        #expect(h.machine.agent == .pending)
+        #expect(h.machine.pairingAgent.registration == .pending)
         let registered = h.on(.registration(.agent, epoch: h.machine.epoch, .accepted))
-        #expect(h.machine.agent == .done)
+        #expect(h.machine.pairingAgent.registration == .done)
         #expect(h.machine.status.pairingAgentRegistered)
         #expect(H.logs(registered).contains { $0.hasPrefix("pairing agent registered (NoInputNoOutput, bluetoothd's default agent)") })
         h.on(.registration(.application, epoch: h.machine.epoch, .accepted))
@@ -80,13 +80,13 @@ import Testing
         h.on(.bluez(.managedObjects([H.hci0: H.adapter()])))
         h.on(.registration(.agent, epoch: h.machine.epoch, .accepted))
         h.on(.bluez(.owner(nil)))
-        #expect(h.machine.agent == .none)
+        #expect(h.machine.pairingAgent.registration == .none)
         #expect(!h.machine.status.pairingAgentRegistered)
         h.on(.bluez(.owner(":1.8")))
         let again = h.on(.bluez(.managedObjects([H.hci0: H.adapter()])))
         #expect(H.registrations(again).first == .agent)
         h.on(.registration(.agent, epoch: h.machine.epoch, .accepted))
-        #expect(h.machine.agent == .done)
+        #expect(h.machine.pairingAgent.registration == .done)
     }
 
     @Test func anAgentBeingRegisteredWhenTheAdapterGoesOffIsRegisteredAgain() {
@@ -95,7 +95,7 @@ import Testing
         let epoch = h.machine.epoch
         h.on(.bluez(.propertiesChanged(path: H.hci0, BlueZInterfaces(adapter: .init(powered: false)))))
         h.on(.registration(.agent, epoch: epoch, .accepted))
-        #expect(h.machine.agent == .none, "the answer of the old epoch is dropped")
+        #expect(h.machine.pairingAgent.registration == .none, "the answer of the old epoch is dropped")
         let back = h.on(.bluez(.propertiesChanged(path: H.hci0, BlueZInterfaces(adapter: .init(powered: true)))))
         #expect(H.registrations(back).first == .agent)
     }
@@ -115,7 +115,7 @@ import Testing
         #expect(h.machine.status.pairingAgentReason == Self.worker.reason)
         let released = h.on(.call(sender: H.bluez, .agent(.release)))
         #expect(Self.reply(released) == .empty)
-        #expect(h.machine.agent == .none)
+        #expect(h.machine.pairingAgent.registration == .none)
         #expect(H.registrations(h.advance(5_500)).filter { $0 == .agent } == [.agent])
     }
 

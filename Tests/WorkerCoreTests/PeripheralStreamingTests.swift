@@ -97,7 +97,7 @@ import Testing
             let token = "t\(n) "
             text += token
             chunks += H.notified(h.on(.partial(ticket: ticket, token)))
-            #expect(h.machine.outbox.count <= 1, "at most the partial being prepared waits")
+            #expect(h.machine.outbox.messages.count <= 1, "at most the partial being prepared waits")
             h.now += 2
             chunks += H.notified(h.on(.tick))
         }
@@ -199,7 +199,7 @@ import Testing
         var chunks: [[UInt8]] = []
         for _ in 0..<3 {
             chunks += H.notified(h.write(flood, from: 1, mtu: 23))
-            #expect(h.machine.outbox.count <= 1)
+            #expect(h.machine.outbox.messages.count <= 1)
         }
         chunks += H.notified(h.advance(5_000))
         let refusals = H.messages(chunks).filter { $0["error"]?.stringValue?.hasPrefix("cancel_refused") == true }

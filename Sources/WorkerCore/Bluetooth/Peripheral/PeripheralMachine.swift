@@ -179,123 +179,37 @@ public struct PeripheralMachine: Sendable {
         case reply(Reply)
     }
 
-    struct Session: Sendable {
-        var address: String
-        var assembler: RequestAssembler
-        var mtu: Int?
-        /// Its last write (admission counts as one), or the end of its last request or
-        /// answer: idle since then.
-        var lastActiveAtMs: Int64
-        /// When its recent writes with bad input came (within the cool-down window).
-        var badWritesAtMs: [Int64] = []
-    }
-
-    /// A refused device, disconnected at `atMs` (after it could read why).
-    struct PendingDisconnect: Sendable {
-        var address: String
-        var atMs: Int64
-    }
-
-    struct Queued: Sendable {
-        var ticket: Int
-        var request: BluetoothRequest
-        var client: String
-    }
-
-    /// A message waiting for the link; `client` when it is one client's answer (dropped if
-    /// that client leaves first), `refusal` when it is a refused cancel (one queued per client).
-    struct Outgoing: Sendable {
-        var role: GattLayout.Role
-        var bytes: [UInt8]
-        var client: String? = nil
-        var refusal = false
-        /// A rejection of bad input: the first dropped when the client's queue is full.
-        var rejection = false
-    }
-
-    /// Why the running request is being stopped: the client's cancel (answered
-    /// `cancelled`) or its departure (nothing to answer).
-    enum Stopping: Sendable, Equatable { case cancelled, clientGone }
-
-    struct Sending: Sendable {
-        var role: GattLayout.Role
-        var chunks: [[UInt8]]
-        var next = 0
-        /// The client whose refused cancel this is: it may have another once this one is out.
-        var refusalOf: String? = nil
-        /// The client this message is for (nil: everyone subscribed).
-        var client: String? = nil
-    }
-
     public let settings: Settings
     public private(set) var follower = BlueZFollower()
     public private(set) var busOpen = false
-    public private(set) var adapterPath: String?
-    public private(set) var application = Registration.none
-    public private(set) var advertisement = Registration.none
-    /// The pairing agent: registered while `settings.pairingAgent` says so, bluetoothd is
-    /// there and the adapter is usable.
-    public private(set) var agent = Registration.none
-    var agentRetryAtMs: Int64 = 0
-    /// Devices the agent accepted a pairing of, by path, with when: each is removed
-    /// (its bond with it) unless it uses the service within `limits.clientIdleMs`.
-    public private(set) var agentBonds: [String: Int64] = [:]
-    /// Adapters the kernel reports Bluetooth Classic connectable (`.classicConnectable`).
-    public private(set) var classicConnectable: Set<String> = []
-    /// A flood of pairings from random addresses removes the oldest unused bonds early
-    /// rather than keeping a table without bound.
-    public static let maxAgentBonds = 64
-    /// Bumped whenever bluetoothd's side is lost: answers to older calls are ignored.
-    public private(set) var epoch = 0
-    var retryAtMs: Int64 = 0
     public private(set) var stopping = false
-
     public private(set) var status = BluetoothStatus()
     /// Set while `status.problem` is one of the host's setup problems.
     public private(set) var setupProblem: BluetoothSetupProblem?
     var lastPublished: BluetoothStatus?
-    let queuePolicy: RequestQueuePolicy
-    var sessions: [String: Session] = [:]
-    /// Devices that touched the service and were refused, by path, until they disconnect.
-    public private(set) var refused: [String: ClientRefusal] = [:]
-    var pendingDisconnects: [String: PendingDisconnect] = [:]
-    /// Addresses refused after too much bad input, until this time.
-    public private(set) var coolDowns: [String: Int64] = [:]
-    /// The client the response characteristic's current value belongs to (its read is
-    /// empty for anyone else).
-    var responseOwner: String?
-
-    /// Each characteristic's current value as D-Bus shows it: the last chunk notified.
-    public private(set) var values: [GattLayout.Role: [UInt8]] = [:]
-    /// The status characteristic's whole value, as a read returns it.
-    public private(set) var statusBytes: [UInt8] = []
-    public private(set) var notifying: Set<GattLayout.Role> = []
-    var statusSentAtMs: Int64 = 0
-    var statusCheckDueAtMs: Int64 = 0
-    var statusForcedAtMs: Int64?
     var housekeepingDueAtMs: Int64 = 0
     var lastNowMs: Int64 = 0
 
-    var outbox: [Outgoing] = []
-    /// Refused cancels waiting in the outbox or being sent, per client: at most one, so a
-    /// flood of bad cancels costs one notification at a time, not one each.
-    var refusalsQueued: Set<String> = []
-    var sending: Sending?
-    var nextChunkAtMs: Int64 = 0
-    public private(set) var pacer: NotificationPacer
+    // One sub-machine per job, each with the deadlines it needs (`nextDeadlineMs(after:)`):
+    // the machine dispatches events among them and holds only what several jobs read.
+    private(set) var registrar = PeripheralRegistrar()
+    private(set) var pairingAgent: PeripheralPairingAgent
+    private(set) var clientTable = PeripheralClientTable()
+    private(set) var requests: PeripheralRequestQueue
+    private(set) var outbox: PeripheralOutbox
+    private(set) var statusCharacteristic = PeripheralStatusCharacteristic()
 
-    var waiting: [Queued] = []
-    var running: Queued?
-    var runningStop: Stopping?
-    /// The running request's text not yet notified (streamed requests).
-    var coalescer: PartialCoalescer?
-    var nextTicket = 0
+    /// A flood of pairings from random addresses removes the oldest unused bonds early
+    /// rather than keeping a table without bound.
+    public static let maxAgentBonds = 64
 
     public init(settings: Settings) {
         self.settings = settings
-        queuePolicy = RequestQueuePolicy(maxQueued: settings.maxQueuedRequests)
-        pacer = NotificationPacer(mode: settings.pacing, pauseMs: settings.chunkPacingMs)
-        status.pacing = pacer.rule.rawValue
+        pairingAgent = PeripheralPairingAgent(registers: settings.pairingAgent.registersAgent)
+        requests = PeripheralRequestQueue(policy: RequestQueuePolicy(maxQueued: settings.maxQueuedRequests))
+        outbox = PeripheralOutbox(
+            maxPerClient: settings.limits.maxOutboundPerClient, pacer: NotificationPacer(mode: settings.pacing, pauseMs: settings.chunkPacingMs))
+        status.pacing = outbox.pacer.rule.rawValue
         status.pairingAgent = settings.pairingAgent.answerer.rawValue
         status.pairingAgentReason = settings.pairingAgent.reason
         status.localName = settings.localName
@@ -305,25 +219,30 @@ public struct PeripheralMachine: Sendable {
     }
 
     /// Clients being served, by device path.
-    public var clients: [String] { sessions.keys.sorted() }
+    public var clients: [String] { clientTable.sessions.keys.sorted() }
     /// Requests waiting or running.
-    public var queued: Int { waiting.count + (running == nil ? 0 : 1) }
+    public var queued: Int { requests.count }
     /// True once `.stop` was handled and bluetoothd holds nothing of ours any more.
-    public var stopped: Bool { stopping && application == .none && advertisement == .none && agent == .none }
+    public var stopped: Bool { stopping && registrar.application == .none && registrar.advertisement == .none && pairingAgent.registration == .none }
+    /// Bumped whenever bluetoothd's side is lost: answers to older calls are ignored.
+    public var epoch: Int { registrar.epoch }
+    /// Each characteristic's current value as D-Bus shows it: the last chunk notified.
+    public var values: [GattLayout.Role: [UInt8]] { outbox.values }
+    public var notifying: Set<GattLayout.Role> { outbox.notifying }
+    /// The chunk size of notifications (`PeripheralClientTable.notificationMTU`).
+    public var notificationMTU: Int { clientTable.notificationMTU }
 
     /// When the interpreter must feed `.tick` next (monotonic ms). Every time-based rule
     /// runs in every `on`, so only deadlines after the last event's time count: one that
     /// has passed was handled then (reporting it again would make the loop spin).
     public var nextDeadlineMs: Int64 {
-        var deadline = housekeepingDueAtMs
-        func consider(_ time: Int64) { if time > lastNowMs { deadline = min(deadline, time) } }
-        if sending != nil || !outbox.isEmpty { consider(nextChunkAtMs) }
-        if let due = coalescer?.dueAtMs { consider(max(due, nextChunkAtMs)) }
-        if let forced = statusForcedAtMs { consider(forced) }
-        for pending in pendingDisconnects.values { consider(pending.atMs) }
-        if application == .none || advertisement == .none { consider(retryAtMs) }
-        if settings.pairingAgent.registersAgent && agent == .none { consider(agentRetryAtMs) }
-        return max(deadline, lastNowMs + 1)
+        // A partial goes out with a chunk: not before the pacing lets the next one go.
+        let partialDueAtMs = requests.partialDueAtMs.map { max($0, outbox.nextChunkAtMs) }.flatMap { $0 > lastNowMs ? $0 : nil }
+        let deadlines = [
+            outbox.nextDeadlineMs(after: lastNowMs), partialDueAtMs, statusCharacteristic.nextDeadlineMs(after: lastNowMs),
+            clientTable.nextDeadlineMs(after: lastNowMs), registrar.nextDeadlineMs(after: lastNowMs), pairingAgent.nextDeadlineMs(after: lastNowMs),
+        ]
+        return max(deadlines.compactMap { $0 }.reduce(housekeepingDueAtMs, min), lastNowMs + 1)
     }
 
     // MARK: Events
@@ -353,7 +272,7 @@ public struct PeripheralMachine: Sendable {
         case .call(let sender, let call):
             handle(call, sender: sender, now: now, &out)
         case .partial(let ticket, let text):
-            if let item = running, item.ticket == ticket, runningStop == nil { coalescer?.add(text, nowMs: now) }
+            requests.add(text, ticket: ticket, nowMs: now)
             // Text comes once per token of the model: it changes nothing of the status and
             // no other rule (housekeeping runs on the loop's own deadlines), so only the pump
             // runs, not the whole round, which matters on a slow CPU.
@@ -364,16 +283,15 @@ public struct PeripheralMachine: Sendable {
         case .statusValues(let modelState, let batteryPct, let force):
             statusValues(modelState: modelState, batteryPct: batteryPct, force: force, now: now, &out)
         case .attBearers(let bearers):
-            let before = pacer.rule
-            pacer.learn(attBearers: bearers)
+            let before = outbox.pacer.rule
+            outbox.learn(attBearers: bearers)
             status.attBearers = bearers
-            status.pacing = pacer.rule.rawValue
-            if pacer.rule != before || bearers != 1 {
-                out.append(.log(pacer.reordersAtSmallMTUs ? .warning : .info, pacer.summary))
+            status.pacing = outbox.pacer.rule.rawValue
+            if outbox.pacer.rule != before || bearers != 1 {
+                out.append(.log(outbox.pacer.reordersAtSmallMTUs ? .warning : .info, outbox.pacer.summary))
             }
         case .classicConnectable(let adapter, let connectable):
-            guard classicConnectable.contains(adapter) != connectable else { break }
-            if connectable { classicConnectable.insert(adapter) } else { classicConnectable.remove(adapter) }
+            guard pairingAgent.setClassicConnectable(adapter, connectable) else { break }
             reconcile(now: now, &out)
         case .tick:
             reconcile(now: now, &out)
@@ -381,10 +299,9 @@ public struct PeripheralMachine: Sendable {
             stop(&out)
         case .unregistered(let what):
             switch what {
-            case .application: application = .none
-            case .advertisement: advertisement = .none
+            case .application, .advertisement: registrar.set(what, .none)
             case .agent:
-                agent = .none
+                pairingAgent.set(.none)
                 out.append(.log(.notice, "pairing agent unregistered: bluetoothd's previous default agent, if any, answers pairings again"))
             }
         }
@@ -408,13 +325,13 @@ public struct PeripheralMachine: Sendable {
         case .loaded:
             reconcile(now: now, &out)
         case .adapterRemoved(let path):
-            if path == adapterPath {
+            if path == registrar.adapterPath {
                 out.append(.log(.warning, "adapter \(adapterName(path)) went away"))
                 registrationsLost(&out)
             }
             reconcile(now: now, &out)
         case .adapterPowered(let path, let powered):
-            if path == adapterPath && !powered {
+            if path == registrar.adapterPath && !powered {
                 out.append(.log(.warning, "adapter \(adapterName(path)) powered off"))
                 registrationsLost(&out)
             }
@@ -424,15 +341,15 @@ public struct PeripheralMachine: Sendable {
             // headset is never counted. bluetoothd calls StartNotify for the first
             // subscriber only, so a client joining later gets the status this long after
             // its link comes up.
-            guard let device = follower.objects.devices[path], device.adapter == adapterPath,
-                application == .done, notifying.contains(.status)
+            guard let device = follower.objects.devices[path], device.adapter == registrar.adapterPath,
+                registrar.application == .done, outbox.notifying.contains(.status)
             else { return }
-            statusForcedAtMs = now + settings.laterClientStatusDelayMs
+            statusCharacteristic.force(atMs: now + settings.laterClientStatusDelayMs)
         case .deviceDisconnected(let path), .deviceRemoved(let path):
             deviceGone(path, &out)
             if case .deviceRemoved = fact {
                 // bluetoothd forgot it (and its bond): nothing of the agent's is left to remove.
-                agentBonds.removeValue(forKey: path)
+                pairingAgent.forget(path)
                 reconcile(now: now, &out)
             }
         case .adapterDiscovering, .adapterDiscoverable, .remoteObjectsRemoved, .deviceChanged:
@@ -463,7 +380,7 @@ public struct PeripheralMachine: Sendable {
 
     /// Everything bluetoothd held for us is gone (it exited, the bus did, or we closed it).
     mutating func bluezLost(_ cause: BluezLoss, _ out: inout [Command]) {
-        let held = [application != .none ? "application" : nil, advertisement != .none ? "advertisement" : nil].compactMap { $0 }
+        let held = [registrar.application != .none ? "application" : nil, registrar.advertisement != .none ? "advertisement" : nil].compactMap { $0 }
         switch cause {
         case .bluetoothdLeft where follower.present || !held.isEmpty:
             out.append(.log(.warning, "bluetoothd left the bus: the application and advertisement are gone; registering again when it is back"))
@@ -482,27 +399,19 @@ public struct PeripheralMachine: Sendable {
             break
         }
         registrationsLost(&out)
-        // bluetoothd forgets an agent whose process or bluetoothd itself left the bus.
-        agent = .none
-        retryAtMs = 0
-        agentRetryAtMs = 0
+        registrar.retryAtOnce()
+        pairingAgent.bluezLost()
     }
 
     /// The adapter went away or off, or bluetoothd did: what was registered is gone, and
     /// so are the clients' links (and their requests, protocol-bluetooth §2).
     mutating func registrationsLost(_ out: inout [Command]) {
-        application = .none
-        advertisement = .none
+        registrar.lose()
         // A registered agent outlives the adapter (AgentManager1 is bluetoothd's); one being
         // registered loses its answer with the epoch, so it is registered again.
-        if agent == .pending { agent = .none }
-        adapterPath = nil
-        epoch += 1
-        for device in sessions.keys.sorted() { clientGone(sessions[device]!.address, &out) }
-        sessions.removeAll()
-        refused.removeAll()
-        pendingDisconnects.removeAll()
-        notifying.removeAll()
+        if pairingAgent.registration == .pending { pairingAgent.set(.none) }
+        for address in clientTable.removeAll() { clientGone(address, &out) }
+        outbox.unsubscribeAll()
     }
 
     /// Brings bluetoothd's side to what it should be: the application, then the
@@ -516,31 +425,33 @@ public struct PeripheralMachine: Sendable {
         status.address = adapter.address
         guard adapter.powered else { return waiting(for: .poweredOff(adapter: adapter.name)) }
         setupProblem = nil
-        if adapterPath != path {
+        if registrar.adapterPath != path {
             registrationsLost(&out)
-            adapterPath = path
+            registrar.bind(path)
         }
         reconcileAgent(adapter, path: path, now: now, &out)
-        guard now >= retryAtMs else { return }
-        if application == .none {
-            application = .pending
+        switch registrar.due(nowMs: now) {
+        case .application:
+            registrar.set(.application, .pending)
             status.state = .registering
             setProblem(nil)
             out.append(.log(.info, "registering the GATT application on \(adapter.name)"))
-            out.append(.register(.application, adapterPath: path, epoch: epoch))
-        } else if application == .done && advertisement == .none {
+            out.append(.register(.application, adapterPath: path, epoch: registrar.epoch))
+        case .advertisement:
             guard adapter.canAdvertise else {
                 status.state = .failed
                 setProblem("adapter \(adapter.name) offers no LE advertising (org.bluez.LEAdvertisingManager1): it needs Bluetooth Low Energy")
                 return
             }
-            advertisement = .pending
-            out.append(.register(.advertisement, adapterPath: path, epoch: epoch))
+            registrar.set(.advertisement, .pending)
+            out.append(.register(.advertisement, adapterPath: path, epoch: registrar.epoch))
+        case .agent, nil:
+            break
         }
     }
 
     mutating func registered(_ what: Registered, epoch: Int, answer: RegistrationAnswer, now: Int64, _ out: inout [Command]) {
-        guard epoch == self.epoch, !stopping else { return }
+        guard epoch == registrar.epoch, !stopping else { return }
         if what == .agent { return agentRegistered(answer, now: now, &out) }
         var accepted = false
         switch answer {
@@ -552,14 +463,13 @@ public struct PeripheralMachine: Sendable {
             out.append(.log(.info, "\(what.rawValue) still registered with bluetoothd (\(message)); keeping it"))
             accepted = true
         case .refused(let error):
-            if what == .application { application = .none } else { advertisement = .none }
-            retryAtMs = now + settings.retryMs
+            registrar.drop(what, retryAtMs: now + settings.retryMs)
             status.state = .failed
             setProblem("bluetoothd refused the \(what.rawValue) on \(status.adapter ?? "?"): \(error); retrying every \(settings.retryMs / 1000) s")
             out.append(.log(.warning, status.problem!))
         }
         if accepted {
-            if what == .application { application = .done } else { advertisement = .done }
+            registrar.set(what, .done)
             out.append(
                 .log(.notice, "\(what.rawValue) registered on \(status.adapter ?? "?")\(what == .application ? "" : " as \(settings.localName)")"))
             if what == .advertisement {
@@ -606,29 +516,29 @@ public struct PeripheralMachine: Sendable {
         let opening: ClassicOpening? =
             adapter.discoverable
             ? .discoverable
-            : classicConnectable.contains(adapter.name) ? .connectable : nil
+            : pairingAgent.classicConnectable.contains(adapter.name) ? .connectable : nil
         if let opening {
             let reason = Self.classicOpenReason(adapter.name, opening)
             if status.pairingAgentReason != reason {
                 status.pairingAgentReason = reason
                 out.append(.log(.warning, reason + "; until then clients that never paired are refused (security encrypted)"))
             }
-            if agent == .done {
-                agent = .pending
+            if pairingAgent.registration == .done {
+                pairingAgent.set(.pending)
                 out.append(.unregister(.agent, adapterPath: "/org/bluez"))
             }
             return
         }
-        if agent == .none && now >= agentRetryAtMs {
-            agent = .pending
-            out.append(.register(.agent, adapterPath: path, epoch: epoch))
+        if pairingAgent.registration == .none && now >= pairingAgent.retryAtMs {
+            pairingAgent.set(.pending)
+            out.append(.register(.agent, adapterPath: path, epoch: registrar.epoch))
         }
     }
 
     mutating func agentRegistered(_ answer: RegistrationAnswer, now: Int64, _ out: inout [Command]) {
         switch answer {
         case .accepted, .alreadyExists:
-            agent = .done
+            pairingAgent.set(.done)
             status.pairingAgentReason = settings.pairingAgent.reason
             out.append(
                 .log(
@@ -636,8 +546,7 @@ public struct PeripheralMachine: Sendable {
                     "pairing agent registered (\(JustWorksAgent.capability), bluetoothd's default agent): Just Works pairings of \(status.adapter ?? "the adapter")'s devices are accepted; \(settings.pairingAgent.reason)"
                 ))
         case .refused(let error):
-            agent = .none
-            agentRetryAtMs = now + settings.retryMs
+            pairingAgent.drop(retryAtMs: now + settings.retryMs)
             status.pairingAgentReason = "bluetoothd refused the pairing agent: \(error); retrying every \(settings.retryMs / 1000) s"
             out.append(
                 .log(.warning, status.pairingAgentReason + ". Until it is registered, clients that never paired are refused (security encrypted)"))
@@ -651,29 +560,31 @@ public struct PeripheralMachine: Sendable {
         case .release:
             // bluetoothd dropped it on its own (it is going away, or another process
             // unregistered it): registered again after the retry delay while it should run.
-            if agent != .none && !stopping {
+            if pairingAgent.registration != .none && !stopping {
                 out.append(.log(.warning, "bluetoothd released the pairing agent; registering it again in \(settings.retryMs / 1000) s"))
-                agentRetryAtMs = now + settings.retryMs
+                pairingAgent.drop(retryAtMs: now + settings.retryMs)
+            } else {
+                pairingAgent.set(.none)
             }
-            agent = .none
             out.append(.reply(.empty))
         case .cancel:
             out.append(.reply(.empty))
         case .malformed(let member):
             out.append(.reply(.error(name: "org.freedesktop.DBus.Error.InvalidArgs", message: "unexpected arguments for \(member)")))
         case .request(let request):
-            guard settings.pairingAgent.registersAgent, agent != .none, !stopping else {
+            guard pairingAgent.registers, pairingAgent.registration != .none, !stopping else {
                 out.append(.reply(.error(name: BlueZErrorName.rejected.rawValue, message: "the worker's pairing agent is not registered")))
                 return
             }
             let device = request.device
-            switch JustWorksAgent.answer(request, adapterPath: adapterPath, transport: DeviceTransport.of(follower.objects.devices[device])) {
+            switch JustWorksAgent.answer(request, adapterPath: registrar.adapterPath, transport: DeviceTransport.of(follower.objects.devices[device]))
+            {
             case .accept(let address):
                 status.pairingsAccepted += 1
                 out.append(.log(.notice, "accepted a Just Works pairing from \(address) (the worker's pairing agent)"))
                 out.append(.reply(.empty))
                 // A client already using the service keeps its (renewed) bond.
-                if sessions[device] == nil { rememberAgentBond(device, address: address, now: now, &out) }
+                if clientTable.sessions[device] == nil { rememberAgentBond(device, address: address, now: now, &out) }
             case .reject(let why):
                 status.pairingsRefused += 1
                 out.append(.log(.info, "refused a pairing request: \(why)"))
@@ -683,17 +594,15 @@ public struct PeripheralMachine: Sendable {
     }
 
     mutating func rememberAgentBond(_ device: String, address: String, now: Int64, _ out: inout [Command]) {
-        if agentBonds[device] == nil, agentBonds.count >= Self.maxAgentBonds,
-            let oldest = agentBonds.min(by: { ($0.value, $0.key) < ($1.value, $1.key) })
-        {
-            removeAgentBond(oldest.key, why: "\(Self.maxAgentBonds) unused bonds of the worker's agent are waiting; the oldest goes first", &out)
+        if let oldest = pairingAgent.bondToMakeRoom(for: device, maxBonds: Self.maxAgentBonds) {
+            removeAgentBond(oldest, why: "\(Self.maxAgentBonds) unused bonds of the worker's agent are waiting; the oldest goes first", &out)
         }
-        agentBonds[device] = now
+        pairingAgent.remember(device, pairedAtMs: now)
     }
 
     /// Removes the bond the agent made for `device` (it never used the service).
     mutating func removeAgentBond(_ device: String, why: String, _ out: inout [Command]) {
-        guard agentBonds.removeValue(forKey: device) != nil, let known = follower.objects.devices[device] else { return }
+        guard pairingAgent.forget(device), let known = follower.objects.devices[device] else { return }
         status.agentBondsRemoved += 1
         out.append(.log(.notice, "removing the bond of \(known.address): \(why)"))
         out.append(.removeDevice(adapterPath: known.adapter, device: device, address: known.address))
@@ -701,8 +610,7 @@ public struct PeripheralMachine: Sendable {
 
     /// Bonds of the agent whose device has not used the service within clientIdleSec.
     mutating func expireAgentBonds(now: Int64, _ out: inout [Command]) {
-        let idleMs = settings.limits.clientIdleMs
-        for (device, pairedAt) in agentBonds.sorted(by: { ($0.value, $0.key) < ($1.value, $1.key) }) where now - pairedAt >= idleMs {
+        for (device, pairedAt) in pairingAgent.expired(nowMs: now, idleMs: settings.limits.clientIdleMs) {
             removeAgentBond(
                 device, why: "paired by the worker's agent \((now - pairedAt) / 1000) s ago and never used the service (bluetooth.clientIdleSec)",
                 &out)
@@ -711,35 +619,30 @@ public struct PeripheralMachine: Sendable {
 
     mutating func stop(_ out: inout [Command]) {
         stopping = true
-        if agent != .none && busOpen && follower.present {
+        if pairingAgent.registration != .none && busOpen && follower.present {
             out.append(.unregister(.agent, adapterPath: "/org/bluez"))
         } else {
-            agent = .none
+            pairingAgent.set(.none)
         }
-        guard busOpen, follower.present, let adapterPath else {
-            application = .none
-            advertisement = .none
+        guard busOpen, follower.present, let adapterPath = registrar.adapterPath else {
+            registrar.forgetAll()
             return
         }
-        if advertisement != .none { out.append(.unregister(.advertisement, adapterPath: adapterPath)) }
-        if application != .none { out.append(.unregister(.application, adapterPath: adapterPath)) }
+        if registrar.advertisement != .none { out.append(.unregister(.advertisement, adapterPath: adapterPath)) }
+        if registrar.application != .none { out.append(.unregister(.application, adapterPath: adapterPath)) }
         // Connected clients learn at once that the worker is gone (their link would
         // otherwise stay up, to a host without the service).
-        for device in sessions.keys.sorted() {
-            out.append(.disconnect(device: device, address: sessions[device]!.address))
+        for device in clientTable.sessions.keys.sorted() {
+            out.append(.disconnect(device: device, address: clientTable.sessions[device]!.address))
         }
         // Refused devices waiting to be told why are disconnected now; a device that
         // never touched the service is not ours to disconnect.
-        for device in pendingDisconnects.keys.sorted() {
-            out.append(.disconnect(device: device, address: pendingDisconnects[device]!.address))
+        for (device, address) in clientTable.takeDisconnects(dueAtMs: nil) {
+            out.append(.disconnect(device: device, address: address))
         }
-        pendingDisconnects.removeAll()
         // Answers that cannot be delivered any more are dropped with the queue.
-        waiting.removeAll()
+        requests.abandon()
         outbox.removeAll()
-        refusalsQueued.removeAll()
-        coalescer = nil
-        sending = nil
     }
 
     // MARK: Calls from bluetoothd
@@ -761,14 +664,14 @@ public struct PeripheralMachine: Sendable {
             var value: [UInt8]
             switch touch(device: device, mtu: mtu, now: now, &out) {
             case .client(let address):
-                value = role == .status ? statusBytes : (responseOwner == address ? values[role] ?? [] : [])
+                value = role == .status ? statusCharacteristic.bytes : (outbox.responseOwner == address ? outbox.values[role] ?? [] : [])
             case .refused(let why) where role == .response:
                 value = why.message(maxClients: settings.maxClients)
             case .refused(let why):
                 out.append(.reply(.error(name: BlueZErrorName.notAuthorized.rawValue, message: why.error(maxClients: settings.maxClients))))
                 return
             case .anonymous:
-                value = role == .status ? statusBytes : []
+                value = role == .status ? statusCharacteristic.bytes : []
             }
             guard offset >= 0, offset <= value.count else {
                 out.append(
@@ -793,28 +696,24 @@ public struct PeripheralMachine: Sendable {
                 out.append(.log(.warning, "a write of \(bytes.count) bytes named no device; dropped"))
                 return
             }
-            guard let device, var session = sessions[device] else { return }
-            let events = session.assembler.feed(bytes, nowMs: now)
-            session.lastActiveAtMs = now
-            sessions[device] = session
-            assembled(events, client: session.address, &out)
-            badInput(events, device: device, now: now, &out)
+            guard let device, let written = clientTable.write(bytes, from: device, nowMs: now) else { return }
+            assembled(written.events, client: written.address, &out)
+            badInput(written.events, device: device, now: now, &out)
         case .malformedWrite:
             out.append(.reply(.error(name: BlueZErrorName.invalidArguments.rawValue, message: "WriteValue takes (ay, a{sv})")))
         case .startNotify(let role):
-            notifying.insert(role)
+            outbox.subscribe(role)
             if role == .status { out.append(.fetchStatusValues(force: true)) }
             out.append(.reply(.empty))
         case .stopNotify(let role):
-            notifying.remove(role)
+            outbox.unsubscribe(role)
             out.append(.reply(.empty))
         case .agent(let call):
             agentCall(call, now: now, &out)
         case .releaseAdvertisement:
             out.append(.log(.warning, "bluetoothd released the advertisement"))
-            advertisement = .none
+            registrar.drop(.advertisement, retryAtMs: now + settings.retryMs)
             status.advertising = false
-            retryAtMs = now + settings.retryMs
             out.append(.reply(.empty))
         case .unsupported(let member, let path):
             out.append(.reply(.error(name: BlueZErrorName.notSupported.rawValue, message: "\(member) is not supported on \(path)")))
@@ -837,24 +736,24 @@ public struct PeripheralMachine: Sendable {
     mutating func touch(device: String?, mtu: Int?, now: Int64, _ out: inout [Command]) -> Toucher {
         guard let device, device.hasPrefix("/") else { return .anonymous }
         if let why = admit(device, now: now, &out) { return .refused(why) }
-        if let mtu, (23...517).contains(mtu) { sessions[device]?.mtu = mtu }
-        return .client(address: sessions[device]!.address)
+        clientTable.learn(mtu: mtu, of: device)
+        return .client(address: clientTable.sessions[device]!.address)
     }
 
     /// nil when `device` is (or now becomes) a client, else why it is refused.
     mutating func admit(_ device: String, now: Int64, _ out: inout [Command]) -> ClientRefusal? {
-        if sessions[device] != nil { return nil }
-        if let why = refused[device] { return why }
+        if clientTable.sessions[device] != nil { return nil }
+        if let why = clientTable.refused[device] { return why }
         let address = follower.objects.address(of: device)
         if stopping {
             // Not left half-admitted: the service is going away, so the device is told
             // and disconnected at once, like the clients stop() disconnects.
-            refused[device] = .stopping
+            clientTable.refuse(device, address: address, .stopping, disconnectAtMs: nil)
             out.append(.log(.info, "device \(address) touched the service while it stops; disconnecting it"))
             out.append(.disconnect(device: device, address: address))
             return .stopping
         }
-        if let until = coolDowns[address], now < until {
+        if let until = clientTable.coolDowns[address], now < until {
             status.clientsRefused += 1
             return refuse(
                 device, address: address, .coolingDown, detail: "cooling down for \((until - now + 999) / 1000) s more after too much bad input",
@@ -866,7 +765,7 @@ public struct PeripheralMachine: Sendable {
             return refuse(
                 device, address: address, .notAllowed, detail: "not in bluetooth.allowedClients (\(settings.allowedClients))", now: now, &out)
         }
-        if sessions.count >= max(1, settings.maxClients) {
+        if clientTable.sessions.count >= max(1, settings.maxClients) {
             guard let idle = evictable(now: now) else {
                 status.clientsRefused += 1
                 return refuse(
@@ -875,44 +774,36 @@ public struct PeripheralMachine: Sendable {
                         "\(settings.maxClients) client(s) already connected (bluetooth.maxClients); BlueZ 5.66 would show it every other client's answers",
                     now: now, &out)
             }
-            let gone = sessions[idle]!
+            let gone = clientTable.removeSession(idle)!
             status.clientsEvicted += 1
             out.append(
                 .log(
                     .notice,
                     "client \(gone.address) evicted: idle for \((now - gone.lastActiveAtMs) / 1000) s (bluetooth.clientIdleSec) while \(address) wants its slot"
                 ))
-            sessions.removeValue(forKey: idle)
             clientGone(gone.address, &out)
             out.append(.disconnect(device: idle, address: gone.address))
         }
-        sessions[device] = Session(
-            address: address, assembler: RequestAssembler(maxRequestBytes: settings.maxRequestBytes), mtu: nil, lastActiveAtMs: now)
+        clientTable.admit(device, address: address, maxRequestBytes: settings.maxRequestBytes, nowMs: now)
         // It uses the service: a bond the agent made for it is the operator's to keep.
-        agentBonds.removeValue(forKey: device)
+        pairingAgent.forget(device)
         out.append(.log(.info, "client \(address) connected"))
         return nil
     }
 
     /// A client's request ended or its answer went out: it is idle from now, not from its last write.
-    mutating func active(_ client: String?) {
-        guard let client, let device = sessions.first(where: { $0.value.address == client })?.key else { return }
-        sessions[device]?.lastActiveAtMs = lastNowMs
+    mutating func active(_ client: String) {
+        clientTable.active(client, nowMs: lastNowMs)
     }
 
     /// The client idle longest, when it has been idle for `clientIdleMs` with nothing queued, running or to send.
     func evictable(now: Int64) -> String? {
-        sessions.filter { device, session in
-            now - session.lastActiveAtMs >= settings.limits.clientIdleMs
-                && !waiting.contains { $0.client == session.address } && running?.client != session.address
-                && !outbox.contains { $0.client == session.address } && sending?.client != session.address
-        }.min { ($0.value.lastActiveAtMs, $0.key) < ($1.value.lastActiveAtMs, $1.key) }?.key
+        clientTable.evictable(nowMs: now, idleMs: settings.limits.clientIdleMs) { requests.holds($0) || outbox.holds($0) }
     }
 
     mutating func refuse(_ device: String, address: String, _ why: ClientRefusal, detail: String, now: Int64, _ out: inout [Command]) -> ClientRefusal
     {
-        refused[device] = why
-        pendingDisconnects[device] = PendingDisconnect(address: address, atMs: now + settings.limits.refusalDisconnectDelayMs)
+        clientTable.refuse(device, address: address, why, disconnectAtMs: now + settings.limits.refusalDisconnectDelayMs)
         out.append(.log(.warning, "client \(address) refused (\(why.rawValue)): \(detail); disconnecting it"))
         return why
     }
@@ -920,26 +811,22 @@ public struct PeripheralMachine: Sendable {
     /// A write that produced rejections is bad input; too many within the window cut the
     /// client off and refuse it for the cool-down (protocol-bluetooth §3).
     mutating func badInput(_ events: [AssemblerEvent], device: String, now: Int64, _ out: inout [Command]) {
-        guard events.contains(where: { if case .rejected = $0 { true } else { false } }), var session = sessions[device] else { return }
+        guard events.contains(where: { if case .rejected = $0 { true } else { false } }) else { return }
         let limits = settings.limits
-        session.badWritesAtMs = session.badWritesAtMs.filter { now - $0 < limits.badWriteWindowMs } + [now]
-        sessions[device] = session
-        guard session.badWritesAtMs.count >= limits.badWritesLimit else { return }
-        coolDowns[session.address] = now + limits.coolDownMs
+        let badWrites = clientTable.badWrite(of: device, nowMs: now, windowMs: limits.badWriteWindowMs)
+        guard badWrites >= limits.badWritesLimit, let session = clientTable.removeSession(device) else { return }
+        clientTable.coolDown(session.address, untilMs: now + limits.coolDownMs)
         status.clientsCooledDown += 1
-        sessions.removeValue(forKey: device)
         clientGone(session.address, &out)
         _ = refuse(
             device, address: session.address, .coolingDown,
             detail:
-                "\(session.badWritesAtMs.count) writes of bad input within \(limits.badWriteWindowMs / 1000) s; refused for \(limits.coolDownMs / 1000) s",
+                "\(badWrites) writes of bad input within \(limits.badWriteWindowMs / 1000) s; refused for \(limits.coolDownMs / 1000) s",
             now: now, &out)
     }
 
     mutating func deviceGone(_ path: String, _ out: inout [Command]) {
-        refused.removeValue(forKey: path)
-        pendingDisconnects.removeValue(forKey: path)
-        if let session = sessions.removeValue(forKey: path) {
+        if let session = clientTable.forget(path) {
             out.append(
                 .log(.info, "client \(session.address) disconnected\(session.assembler.isPartial ? " in the middle of a request (dropped)" : "")"))
             clientGone(session.address, &out)
@@ -949,26 +836,19 @@ public struct PeripheralMachine: Sendable {
     /// A departed client's queued requests are dropped and its running one stopped (protocol-bluetooth
     /// §2, protocol-bluetooth §3): nothing of it is answered to whoever connects next.
     mutating func clientGone(_ client: String, _ out: inout [Command]) {
-        let dropped = waiting.filter { $0.client == client }
-        if !dropped.isEmpty {
-            waiting.removeAll { $0.client == client }
-            status.requestsFailed += Int64(dropped.count)
-            out.append(.log(.info, "cancelled \(dropped.count) queued request(s) of \(client): the client disconnected"))
+        let dropped = requests.removeWaiting(of: client)
+        if dropped > 0 {
+            status.requestsFailed += Int64(dropped)
+            out.append(.log(.info, "cancelled \(dropped) queued request(s) of \(client): the client disconnected"))
         }
-        if let item = running, item.client == client, runningStop != .clientGone {
-            runningStop = .clientGone
-            coalescer = nil
+        if requests.running?.client == client, let item = requests.stopRunning(.clientGone) {
             out.append(.log(.info, "cancelling request \(item.request.id) of \(client): the client disconnected"))
             out.append(.cancel(ticket: item.ticket, reason: "cancelled: the client disconnected"))
         }
-        outbox.removeAll { $0.client == client }
         // The rest of a message being sent to it is dropped: the next subscriber gets none of it.
-        if sending?.client == client {
-            sending = nil
+        if outbox.drop(client) {
             out.append(.log(.info, "dropped the rest of an answer to \(client): the client left"))
         }
-        if responseOwner == client { responseOwner = nil }
-        refusalsQueued.remove(client)
         status.queued = queued
     }
 
@@ -996,7 +876,7 @@ public struct PeripheralMachine: Sendable {
             case .cancel(let id):
                 cancel(id: id, client: client, &out)
             case .request(let request):
-                guard queuePolicy.admits(waiting: waiting.count, running: running == nil ? 0 : 1) else {
+                guard requests.admitsAnother else {
                     status.requestsFailed += 1
                     out.append(.log(.warning, "request \(request.id) from \(client) refused: busy (\(queued) queued)"))
                     enqueue(
@@ -1016,8 +896,7 @@ public struct PeripheralMachine: Sendable {
                             "request \(request.id) from \(client): \(request.prompt.utf8.count) bytes of prompt, maxTokens \(request.maxTokens)\(request.stream ? ", streamed" : "")"
                         ))
                 }
-                nextTicket += 1
-                waiting.append(Queued(ticket: nextTicket, request: request, client: client))
+                requests.append(request, client: client)
             }
         }
         status.queued = queued
@@ -1028,29 +907,25 @@ public struct PeripheralMachine: Sendable {
     /// is, and the refusal goes out with no id, so another client never sees an answer
     /// for its own request that it did not ask for.
     mutating func cancel(id: String, client: String, _ out: inout [Command]) {
-        if let index = waiting.firstIndex(where: { $0.request.id == id && $0.client == client }) {
-            let item = waiting.remove(at: index)
+        if let item = requests.removeWaiting(id: id, client: client) {
             status.requestsFailed += 1
             status.queued = queued
             out.append(.log(.info, "request \(id) of \(client) cancelled while queued"))
             answerCancelled(item, durationMs: 0)
             return
         }
-        if let item = running, item.request.id == id, item.client == client {
+        if let item = requests.running, item.request.id == id, item.client == client {
             // A second cancel of the same request has nothing more to stop.
-            guard runningStop == nil else { return }
-            runningStop = .cancelled
-            coalescer = nil
+            guard requests.stopRunning(.cancelled) != nil else { return }
             out.append(.log(.info, "cancelling request \(id) of \(client) (running)"))
             out.append(.cancel(ticket: item.ticket, reason: "cancelled"))
             return
         }
         status.requestsRejected += 1
-        guard !refusalsQueued.contains(client) else {
+        guard !outbox.hasRefusalQueued(for: client) else {
             out.append(.log(.debug, "cancel of \(id) from \(client) refused (a refusal is already queued)"))
             return
         }
-        refusalsQueued.insert(client)
         out.append(.log(.info, "cancel of \(id) from \(client) refused: not a queued or running request of this client"))
         let error = "cancel_refused: no queued or running request \"\(id)\" of this client"
         enqueue(.response, BluetoothMessage.rejection(id: nil, error: error), client: client, refusal: true, rejection: true)
@@ -1058,7 +933,7 @@ public struct PeripheralMachine: Sendable {
 
     /// A cancelled request's last message: `ok: false`, `error: "cancelled"`, in the form
     /// its client asked for.
-    mutating func answerCancelled(_ item: Queued, durationMs: Int64) {
+    mutating func answerCancelled(_ item: PeripheralRequestQueue.Queued, durationMs: Int64) {
         if status.requestsCancelled < Int64.max { status.requestsCancelled += 1 }
         let bytes =
             item.request.stream
@@ -1071,28 +946,20 @@ public struct PeripheralMachine: Sendable {
 
     /// One request at a time runs on the model, in arrival order.
     mutating func startWork(_ out: inout [Command]) {
-        guard running == nil, !stopping, !waiting.isEmpty else { return }
-        var next = waiting.removeFirst()
+        guard !stopping, var next = requests.next() else { return }
         if next.request.maxTokens > settings.maxTokens {
             out.append(
                 .log(.info, "request \(next.request.id): maxTokens \(next.request.maxTokens) capped to \(settings.maxTokens) (bluetooth.maxTokens)"))
             next.request.maxTokens = settings.maxTokens
         }
-        running = next
-        runningStop = nil
-        coalescer = next.request.stream ? PartialCoalescer(id: next.request.id, delayMs: settings.partialDelayMs) : nil
+        requests.run(next, partialDelayMs: settings.partialDelayMs)
         out.append(.serve(ticket: next.ticket, next.request, client: next.client))
         status.queued = queued
     }
 
     mutating func finished(ticket: Int, _ outcome: PeripheralOutcome, _ out: inout [Command]) {
-        guard let item = running, item.ticket == ticket else { return }
+        guard case (let item, let stop, var partials)? = requests.finish(ticket: ticket) else { return }
         active(item.client)
-        let stop = runningStop
-        var partials = coalescer
-        running = nil
-        runningStop = nil
-        coalescer = nil
         status.queued = queued
         if outcome.ok && stop == nil { status.requestsServed += 1 } else { status.requestsFailed += 1 }
         guard !stopping else { return }
@@ -1122,109 +989,33 @@ public struct PeripheralMachine: Sendable {
 
     // MARK: Notifications
 
-    /// Queues a message. A client's queue holds at most `maxOutboundPerClient` messages
-    /// (protocol-bluetooth §3): beyond it its oldest rejection is dropped (or this one, when it is a
-    /// rejection and none older is), and counted; answers are bounded by the request queue.
+    /// Queues a message (`PeripheralOutbox.enqueue`), counting a rejection dropped for a full client queue.
     mutating func enqueue(_ role: GattLayout.Role, _ bytes: [UInt8]?, client: String? = nil, refusal: Bool = false, rejection: Bool = false) {
-        guard let bytes, !bytes.isEmpty else { return }
-        if let client, outbox.count(where: { $0.client == client }) >= settings.limits.maxOutboundPerClient {
-            if let oldest = outbox.firstIndex(where: { $0.client == client && $0.rejection }) {
-                if outbox[oldest].refusal { refusalsQueued.remove(client) }
-                outbox.remove(at: oldest)
-                status.rejectionsDropped += 1
-            } else if rejection {
-                if refusal { refusalsQueued.remove(client) }
-                status.rejectionsDropped += 1
-                return
-            }
-        }
-        outbox.append(Outgoing(role: role, bytes: bytes, client: client, refusal: refusal, rejection: rejection))
+        if outbox.enqueue(role, bytes, client: client, refusal: refusal, rejection: rejection) { status.rejectionsDropped += 1 }
     }
 
-    /// The chunk size fits the smallest MTU among the served clients (one notification
-    /// reaches all of them); 23 until a client's MTU is known.
-    public var notificationMTU: Int { sessions.values.compactMap(\.mtu).min() ?? 23 }
-
-    /// Sends each message whole, chunk after chunk, at least `chunkPacingMs` apart
-    /// (bluetoothd queues notifications without bound), never interleaving two messages.
     mutating func pump(now: Int64, _ out: inout [Command]) {
-        while now >= nextChunkAtMs {
-            if sending == nil {
-                // The running request's text goes out whenever the link is free and a
-                // partial is due: a slow link makes bigger partials, not a longer queue.
-                if outbox.isEmpty, let item = running, coalescer != nil {
-                    let budget = BluetoothMessage.partialBudget(id: item.request.id, mtu: notificationMTU)
-                    if let partial = coalescer?.take(nowMs: now, budget: budget) { enqueue(.response, partial, client: item.client) }
-                }
-                guard !outbox.isEmpty else { return }
-                let message = outbox.removeFirst()
-                sending = Sending(
-                    role: message.role, chunks: BluetoothMessage.chunks(message.bytes, mtu: notificationMTU).map { Array($0) },
-                    refusalOf: message.refusal ? message.client : nil, client: message.client)
-                nextChunkAtMs = max(nextChunkAtMs, now)
-                out.append(
-                    .log(
-                        .debug,
-                        "notifying \(message.bytes.count) bytes on \(message.role.rawValue) in \(sending!.chunks.count) chunk(s) at MTU \(notificationMTU)"
-                    ))
-            }
-            guard var current = sending, current.next < current.chunks.count else {
-                if let client = sending?.refusalOf { refusalsQueued.remove(client) }
-                sending = nil
-                continue
-            }
-            let chunk = current.chunks[current.next]
-            current.next += 1
-            values[current.role] = chunk
-            if current.role == .response { responseOwner = current.client }
-            // No one to send to (bluetoothd gone, application not registered): the rest
-            // of the message is dropped.
-            if busOpen && application == .done {
-                out.append(.notify(current.role, chunk))
-                let (bytes, overflow) = status.bytesNotified.addingReportingOverflow(Int64(chunk.count))
-                status.bytesNotified = overflow ? Int64.max : bytes
-                sending = current.next < current.chunks.count ? current : nil
-                if sending == nil {
-                    out.append(.log(.debug, "sent the last of \(current.chunks.count) chunk(s) on \(current.role.rawValue)"))
-                    active(current.client)
-                }
-            } else {
-                out.append(
-                    .log(
-                        .info,
-                        "no one to notify (\(busOpen ? "application not registered" : "no bus")): dropped the rest of a message on \(current.role.rawValue)"
-                    ))
-                sending = nil
-            }
-            if sending == nil, let client = current.refusalOf { refusalsQueued.remove(client) }
-            // The pause counts from now, even after a late round: catching up with a missed
-            // schedule in a burst is what reorders notifications over EATT (docs/operating/bluetooth.md, "Pacing").
-            nextChunkAtMs = now + pacer.pause(afterChunkOf: chunk.count)
-        }
+        // No one to send to (bluetoothd gone, application not registered): the rest of a message is dropped.
+        let noOneBecause = busOpen ? (registrar.application == .done ? nil : "application not registered") : "no bus"
+        let pumped = outbox.pump(nowMs: now, mtu: notificationMTU, noOneBecause: noOneBecause, requests: &requests, &out)
+        let (bytes, overflow) = status.bytesNotified.addingReportingOverflow(pumped.bytesNotified)
+        status.bytesNotified = overflow ? Int64.max : bytes
+        for client in pumped.answered { active(client) }
     }
 
     // MARK: Housekeeping
 
     mutating func housekeeping(now: Int64, _ out: inout [Command]) {
-        if let forced = statusForcedAtMs, now >= forced {
-            statusForcedAtMs = nil
-            out.append(.fetchStatusValues(force: true))
-        }
-        for device in pendingDisconnects.keys.sorted() where pendingDisconnects[device]!.atMs <= now {
-            out.append(.disconnect(device: device, address: pendingDisconnects.removeValue(forKey: device)!.address))
+        if statusCharacteristic.takeForced(nowMs: now) { out.append(.fetchStatusValues(force: true)) }
+        for (device, address) in clientTable.takeDisconnects(dueAtMs: now) {
+            out.append(.disconnect(device: device, address: address))
         }
         guard now >= housekeepingDueAtMs else { return }
         housekeepingDueAtMs = now + settings.housekeepingMs
-        coolDowns = coolDowns.filter { $0.value > now }
+        clientTable.expireCoolDowns(nowMs: now)
         expireAgentBonds(now: now, &out)
-        for device in sessions.keys.sorted() {
-            guard var session = sessions[device] else { continue }
-            let events = session.assembler.tick(nowMs: now)
-            sessions[device] = session
-            if !events.isEmpty { assembled(events, client: session.address, &out) }
-        }
-        if now >= statusCheckDueAtMs {
-            statusCheckDueAtMs = now + settings.statusCheckMs
+        for (client, events) in clientTable.tickAssemblers(nowMs: now) { assembled(events, client: client, &out) }
+        if statusCharacteristic.checkDue(nowMs: now, everyMs: settings.statusCheckMs) {
             if busOpen && follower.present { out.append(.fetchStatusValues(force: false)) }
             reconcile(now: now, &out)
         }
@@ -1234,19 +1025,18 @@ public struct PeripheralMachine: Sendable {
     /// `statusIntervalMs`, and (forced) on subscription.
     mutating func statusValues(modelState: String, batteryPct: Int?, force: Bool, now: Int64, _ out: inout [Command]) {
         let bytes = BluetoothMessage.status(modelState: modelState, batteryPct: batteryPct, name: settings.localName)
-        let changed = bytes != statusBytes
-        statusBytes = bytes
-        if force || changed || now - statusSentAtMs >= settings.statusIntervalMs {
-            statusSentAtMs = now
-            if notifying.contains(.status) || force { enqueue(.status, bytes) }
+        if statusCharacteristic.update(bytes, force: force, nowMs: now, intervalMs: settings.statusIntervalMs),
+            outbox.notifying.contains(.status) || force
+        {
+            enqueue(.status, bytes)
         }
     }
 
     mutating func publish(_ out: inout [Command]) {
-        status.clients = sessions.values.map { BluetoothStatus.Client(address: $0.address, mtu: $0.mtu) }.sorted { $0.address < $1.address }
-        status.applicationRegistered = application == .done
-        status.pairingAgentRegistered = agent == .done
-        status.advertising = advertisement == .done
+        status.clients = clientTable.statusClients
+        status.applicationRegistered = registrar.application == .done
+        status.pairingAgentRegistered = pairingAgent.registration == .done
+        status.advertising = registrar.advertisement == .done
         status.queued = queued
         guard status != lastPublished else { return }
         lastPublished = status
