@@ -39,8 +39,9 @@ let package = Package(
         .target(name: "ModelBackend", dependencies: ["HTTP", "WorkerCore", "Posix"]),
         // sd_notify, the journal and the machine's app-specific id, over libsystemd.
         .target(name: "Systemd", dependencies: ["CSystemd", "Logging"]),
-        // D-Bus over libsystemd's sd-bus: the connection, its messages and typed values.
-        .target(name: "DBus", dependencies: ["CSystemd"]),
+        // D-Bus over libsystemd's sd-bus: the connection, its messages and typed values, and the
+        // one round that drives a connection from the reactor.
+        .target(name: "DBus", dependencies: ["CSystemd", "Posix"]),
         // The GATT peripheral of mode bluetooth over BlueZ's D-Bus API (sd-bus), and the
         // kernel's adapter view through libbluetooth.
         .target(name: "BlueZ", dependencies: ["DBus", "Posix", "WorkerCore", "Logging", "CBluetooth", "CWorkerShims"]),

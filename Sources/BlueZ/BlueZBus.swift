@@ -175,7 +175,7 @@ extension BusDriving {
             }
             guard let bus else { continue }
             do {
-                while try bus.process() {}
+                try bus.dispatchReady()
             } catch {
                 logger.warning("the system bus connection failed: \(error); reconnecting")
                 dropBus(reason: "the system bus connection was lost: \(error)")
@@ -183,20 +183,7 @@ extension BusDriving {
             }
             let machineDeadlineMs = await processed()
             guard self.bus === bus else { continue }
-            // Output queued by the round (notifications, calls) must reach the socket
-            // before we wait: flush what the socket takes now without blocking.
-            if bus.events & Int16(POLLOUT) != 0 { _ = try? bus.process() }
-            var deadlineNs = machineDeadlineMs.map { UInt64(max(0, $0)) * 1_000_000 }
-            if let busUsec = bus.timeoutUsec {
-                let busNs = busUsec &* 1_000
-                deadlineNs = min(deadlineNs ?? busNs, busNs)
-            }
-            var interests = [
-                Reactor.Interest(fd: bus.fileDescriptor, events: bus.events), Reactor.Interest(fd: wake.fileDescriptor, events: Int16(POLLIN)),
-            ]
-            if interests[0].events == 0 { interests[0].events = Int16(POLLIN) }
-            _ = try? await Reactor.shared.wait(interests, deadlineNs: deadlineNs)
-            wake.drain()
+            await bus.prepareWait(wake: wake, deadlineNs: machineDeadlineMs.map { UInt64(max(0, $0)) * 1_000_000 }).wait()
         }
     }
 

@@ -145,7 +145,7 @@ public final class PairingAgent {
 
     private func loop(_ bus: Bus) async -> Outcome {
         while true {
-            do { while try bus.process() {} } catch {
+            do { try bus.dispatchReady() } catch {
                 return .failed("the system bus connection failed: \(error)")
             }
             if let signal = stop.signal {
@@ -153,16 +153,9 @@ public final class PairingAgent {
             }
             if let reply = window?.tick(nowMs: Self.nowMs()) { send(reply) }
             guard let window, window.isOpen else { break }
-            if bus.events & Int16(POLLOUT) != 0 { _ = try? bus.process() }
-            var interests = [
-                Reactor.Interest(fd: bus.fileDescriptor, events: bus.events == 0 ? Int16(POLLIN) : bus.events),
-                Reactor.Interest(fd: wake.fileDescriptor, events: Int16(POLLIN)),
-            ]
-            if held != nil && !inputEnded { interests.append(Reactor.Interest(fd: input, events: Int16(POLLIN))) }
-            var deadlineNs = UInt64(max(0, window.deadlineMs)) * 1_000_000
-            if let busUsec = bus.timeoutUsec { deadlineNs = min(deadlineNs, busUsec &* 1_000) }
-            _ = try? await Reactor.shared.wait(interests, deadlineNs: deadlineNs)
-            wake.drain()
+            let reading = held != nil && !inputEnded
+            let terminal = reading ? [Reactor.Interest(fd: input, events: Int16(POLLIN))] : []
+            await bus.prepareWait(wake: wake, extra: terminal, deadlineNs: UInt64(max(0, window.deadlineMs)) * 1_000_000).wait()
             if held != nil && !inputEnded { readInput(waiting: true) }
         }
         switch window?.state {

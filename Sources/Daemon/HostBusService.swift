@@ -77,21 +77,14 @@ actor HostBusLink {
             }
             guard let bus else { continue }
             do {
-                while try bus.process() {}
+                try bus.dispatchReady()
             } catch {
                 logger.warning("the system bus connection failed: \(error); reconnecting")
                 drop()
                 events.yield(.busUnavailable("the connection was lost: \(error)"))
                 continue
             }
-            if bus.events & Int16(POLLOUT) != 0 { _ = try? bus.process() }
-            let deadlineNs = bus.timeoutUsec.map { $0 &* 1_000 }
-            var interests = [
-                Reactor.Interest(fd: bus.fileDescriptor, events: bus.events), Reactor.Interest(fd: wake.fileDescriptor, events: Int16(POLLIN)),
-            ]
-            if interests[0].events == 0 { interests[0].events = Int16(POLLIN) }
-            _ = try? await Reactor.shared.wait(interests, deadlineNs: deadlineNs)
-            wake.drain()
+            await bus.prepareWait(wake: wake, deadlineNs: nil).wait()
         }
         drop()
     }

@@ -30,7 +30,8 @@ modules_of() {
 }
 deps_of() {
     case $1 in
-        WorkerCore|Logging|DBus) echo "" ;;
+        WorkerCore|Logging) echo "" ;;
+        DBus) echo "Posix" ;;
         Posix) echo "Logging WorkerCore" ;;
         Telemetry) echo "WorkerCore Posix" ;;
         HTTP) echo "Posix Logging" ;;
@@ -108,10 +109,10 @@ has() { [[ "$needed" == *" $1 "* ]]; }
 c_shim CWorkerShims
 c_shim CCurlShims
 # Two lanes, as the machine has two cores: WorkerCore alone (the largest) beside the
-# modules that need nothing of it; then the rest in order (Posix imports WorkerCore).
+# modules that need nothing of it; then the rest in order (Posix imports WorkerCore, DBus Posix).
 lane_pid=""
 if has WorkerCore; then build_module WorkerCore & lane_pid=$!; fi
-for m in Logging DBus; do if has $m; then build_module $m; fi; done
+for m in Logging; do if has $m; then build_module $m; fi; done
 if [ -n "$lane_pid" ]; then wait "$lane_pid"; fi
-for m in Posix HTTP Telemetry ModelBackend BlueZ; do if has $m; then build_module $m; fi; done
+for m in Posix DBus HTTP Telemetry ModelBackend BlueZ; do if has $m; then build_module $m; fi; done
 for t in "${targets[@]}"; do link_target "$t"; done
