@@ -112,7 +112,7 @@ c_shim CCurlShims
 # modules that need nothing of it; then the rest in order (Posix imports WorkerCore, DBus Posix).
 lane_pid=""
 if has WorkerCore; then build_module WorkerCore & lane_pid=$!; fi
-for m in Logging; do if has $m; then build_module $m; fi; done
+if has Logging; then build_module Logging; fi
 if [ -n "$lane_pid" ]; then wait "$lane_pid"; fi
 for m in Posix DBus HTTP Telemetry ModelBackend BlueZ; do if has $m; then build_module $m; fi; done
 for t in "${targets[@]}"; do link_target "$t"; done
