@@ -19,24 +19,32 @@ public struct ModelStreamDecoder: Sendable {
     let outputCap: Int
 
     var buffer: [UInt8] = []
-    /// OpenAI servers that ignore `stream: true` answer one JSON object: kept whole and
-    /// decoded at the end. Nil until the first byte that is not whitespace decides.
-    var whole: Bool?
-    var text = ""
-    var textBytes = 0
-    var truncated = false
-    var thinkingBytes = 0
-    var finishReason: String?
-    var promptTokens: Int?
-    var outputTokens: Int?
-    /// `done: true` or `data: [DONE]` came.
-    var finished = false
+    var framing = Framing.undecided
+    var answer = Answer()
+
+    /// How the body comes: OpenAI servers that ignore `stream: true` answer one JSON
+    /// object, kept whole and decoded at the end. The first byte that is not whitespace decides.
+    enum Framing: Sendable { case undecided, lines, whole }
+
+    /// What the lines so far said.
+    struct Answer: Sendable {
+        var text = ""
+        /// All the text that came, the part cut at the output cap included.
+        var textBytes = 0
+        var truncated = false
+        var thinkingBytes = 0
+        var finishReason: String?
+        var promptTokens: Int?
+        var outputTokens: Int?
+        /// `done: true` or `data: [DONE]` came.
+        var finished = false
+    }
 
     /// `streaming` false: the request asked for the whole answer (`stream: false`), which
     /// is decoded as one object at the end.
     public init(wire: ModelWire, request: ModelRequest, streaming: Bool = true) {
         self.wire = wire
-        if !streaming { whole = true }
+        if !streaming { framing = .whole }
         chat = wire.usesChat(request)
         path = wire.path(for: request)
         lineCap = max(wire.responseCap(for: request), 65_536)
@@ -50,11 +58,11 @@ public struct ModelStreamDecoder: Sendable {
     /// ends the stream, when one came (the pieces before it still count).
     public mutating func feed(_ bytes: [UInt8]) -> (pieces: [String], error: ModelError?) {
         var pieces: [String] = []
-        if whole == nil, let first = bytes.first(where: { !ModelText.isJSONWhitespace($0) }) {
-            whole = wire.config.kind == .openai && first == UInt8(ascii: "{")
+        if framing == .undecided, let first = bytes.first(where: { !ModelText.isJSONWhitespace($0) }) {
+            framing = wire.config.kind == .openai && first == UInt8(ascii: "{") ? .whole : .lines
         }
         buffer.append(contentsOf: bytes)
-        if whole == true {
+        if framing == .whole {
             return ([], buffer.count > lineCap ? tooLarge(whole: true) : nil)
         }
         var start = 0
@@ -69,7 +77,7 @@ public struct ModelStreamDecoder: Sendable {
 
     /// The end of the body: the last line, then the whole output, or why there is none.
     public mutating func finish() -> Result<ModelOutput, ModelError> {
-        if whole == true {
+        if framing == .whole {
             return wire.decodeGenerate(status: 200, body: buffer, chat: chat)
         }
         var pieces: [String] = []
@@ -78,21 +86,21 @@ public struct ModelStreamDecoder: Sendable {
             buffer = []
             if let error = take(line, into: &pieces) { return .failure(error) }
         }
-        if !finished && finishReason == nil {
+        if !answer.finished && answer.finishReason == nil {
             let end = wire.config.kind == .ollama ? "a line with \"done\": true" : "data: [DONE]"
-            if text.isEmpty && thinkingBytes == 0 {
+            if answer.text.isEmpty && answer.thinkingBytes == 0 {
                 return .failure(bad("an empty stream (no \(end))"))
             }
-            return .failure(bad("a stream that ended before \(end) (\(textBytes) bytes of text came)"))
+            return .failure(bad("a stream that ended before \(end) (\(answer.textBytes) bytes of text came)"))
         }
-        if text.isEmpty && thinkingBytes > 0 {
-            return .failure(wire.onlyThoughtError(thinkingBytes: thinkingBytes, finishReason: finishReason))
+        if answer.text.isEmpty && answer.thinkingBytes > 0 {
+            return .failure(wire.onlyThoughtError(thinkingBytes: answer.thinkingBytes, finishReason: answer.finishReason))
         }
         return .success(
             ModelOutput(
-                text: text, durationMs: 0, truncated: truncated,
-                finishReason: finishReason.map { ModelText.printable($0, limit: 40) },
-                promptTokens: promptTokens, outputTokens: outputTokens))
+                text: answer.text, durationMs: 0, truncated: answer.truncated,
+                finishReason: answer.finishReason.map { ModelText.printable($0, limit: 40) },
+                promptTokens: answer.promptTokens, outputTokens: answer.outputTokens))
     }
 
     // MARK: - Lines
@@ -129,13 +137,13 @@ public struct ModelStreamDecoder: Sendable {
         case nil, .null?: break
         case let other?: return bad("\(chat ? "\"message.content\"" : "\"response\"") as \(other.typeDescription), not a string")
         }
-        thinkingBytes += thinking?.stringValue?.utf8.count ?? 0
+        answer.thinkingBytes += thinking?.stringValue?.utf8.count ?? 0
         switch object["done"] {
         case .bool(true)?:
-            finished = true
-            finishReason = object["done_reason"]?.stringValue ?? finishReason
-            promptTokens = object["prompt_eval_count"]?.intValue.map { Int($0) } ?? promptTokens
-            outputTokens = object["eval_count"]?.intValue.map { Int($0) } ?? outputTokens
+            answer.finished = true
+            answer.finishReason = object["done_reason"]?.stringValue ?? answer.finishReason
+            answer.promptTokens = object["prompt_eval_count"]?.intValue.map { Int($0) } ?? answer.promptTokens
+            answer.outputTokens = object["eval_count"]?.intValue.map { Int($0) } ?? answer.outputTokens
         case .bool(false)?, nil: break
         case let other?: return bad("\"done\" as \(other.typeDescription), not a boolean")
         }
@@ -156,7 +164,7 @@ public struct ModelStreamDecoder: Sendable {
         var payload = line.dropFirst(ModelStreamDecoder.dataField.count)
         if payload.first == 0x20 { payload.removeFirst() }
         if payload.elementsEqual(ModelStreamDecoder.doneData) {
-            finished = true
+            answer.finished = true
             return nil
         }
         let object: JSONObject
@@ -166,18 +174,18 @@ public struct ModelStreamDecoder: Sendable {
         }
         if let error = serverError(in: object) { return error }
         if case .object(let usage)? = object["usage"] {
-            promptTokens = usage["prompt_tokens"]?.intValue.map { Int($0) } ?? promptTokens
-            outputTokens = usage["completion_tokens"]?.intValue.map { Int($0) } ?? outputTokens
+            answer.promptTokens = usage["prompt_tokens"]?.intValue.map { Int($0) } ?? answer.promptTokens
+            answer.outputTokens = usage["completion_tokens"]?.intValue.map { Int($0) } ?? answer.outputTokens
         }
         // The last chunk with the counts has no choices.
         guard case .array(let choices)? = object["choices"], let first = choices.first else { return nil }
         guard case .object(let choice) = first else { return bad("\"choices[0]\" as \(first.typeDescription), not an object") }
-        if case .string(let reason)? = choice["finish_reason"] { finishReason = reason }
+        if case .string(let reason)? = choice["finish_reason"] { answer.finishReason = reason }
         let content: JSONValue?
         if chat {
             guard let delta = choice["delta"] ?? choice["message"] else { return nil }
             content = delta["content"]
-            thinkingBytes += (delta["reasoning_content"] ?? delta["reasoning"])?.stringValue?.utf8.count ?? 0
+            answer.thinkingBytes += (delta["reasoning_content"] ?? delta["reasoning"])?.stringValue?.utf8.count ?? 0
         } else {
             content = choice["text"]
         }
@@ -191,14 +199,14 @@ public struct ModelStreamDecoder: Sendable {
     /// Keeps a piece of text, cut at the output cap.
     mutating func add(_ piece: String, into pieces: inout [String]) -> ModelError? {
         guard !piece.isEmpty else { return nil }
-        textBytes += piece.utf8.count
-        if textBytes > textCap { return tooLarge() }
-        if truncated { return nil }
-        let room = outputCap - text.utf8.count
+        answer.textBytes += piece.utf8.count
+        if answer.textBytes > textCap { return tooLarge() }
+        if answer.truncated { return nil }
+        let room = outputCap - answer.text.utf8.count
         let cut = ModelText.cutUTF8(piece, maxBytes: room)
-        if cut.truncated { truncated = true }
+        if cut.truncated { answer.truncated = true }
         if !cut.text.isEmpty {
-            text += cut.text
+            answer.text += cut.text
             pieces.append(cut.text)
         }
         return nil
