@@ -129,8 +129,9 @@ public enum BluetoothDoctor {
                 destination: "org.bluez", path: "/", interface: "org.freedesktop.DBus.ObjectManager",
                 member: "GetManagedObjects", timeoutUsec: 2_000_000
             ) { objects = $0 }
-            let deadline = monotonicMs() + 2_500
-            while (owner == nil || objects == nil) && monotonicMs() < deadline {
+            let clock = SystemClock()
+            let deadline = clock.monotonicMs() + 2_500
+            while (owner == nil || objects == nil) && clock.monotonicMs() < deadline {
                 while try bus.process() {}
                 var descriptor = pollfd(fd: bus.fileDescriptor, events: bus.events, revents: 0)
                 _ = poll(&descriptor, 1, 50)

@@ -48,6 +48,10 @@ public struct CentralSettings: Sendable {
 public actor GattCentral: BusDriving, ProxyUpstream {
     let settings: CentralSettings
     let logger: Logger
+    /// The machine's time (monotonic), injected so that a test can drive it.
+    let clock: any WorkerClock
+    /// The machine's phases as last logged (debug level only).
+    private var trace = PhaseTrace()
 
     var bus: Bus?
     nonisolated let wake = WakeEvent()
@@ -62,9 +66,10 @@ public actor GattCentral: BusDriving, ProxyUpstream {
     /// Reads the acquired notification socket (AcquireNotify) until it closes or is released.
     private var notifyReader: Task<Void, Never>?
 
-    public init(settings: CentralSettings, logger: Logger) {
+    public init(settings: CentralSettings, logger: Logger, clock: any WorkerClock = SystemClock()) {
         self.settings = settings
         self.logger = logger
+        self.clock = clock
         var generator = SystemRandomNumberGenerator()
         machine = CentralMachine(settings: settings.machine, seed: generator.next())
     }
@@ -126,10 +131,11 @@ public actor GattCentral: BusDriving, ProxyUpstream {
     // MARK: The machine
 
     private func feed(_ event: CentralMachine.Event) {
-        execute(machine.on(event, now: monotonicMs()))
+        execute(machine.on(event, now: clock.monotonicMs()))
     }
 
     private func execute(_ commands: [CentralMachine.Command]) {
+        if logger.effectiveLevel <= .debug, let line = trace.changed(to: machine.phaseLine) { logger.debug("central: \(line)") }
         for command in commands {
             switch command {
             case .loadObjects:

@@ -51,7 +51,7 @@ public final class PairingAgent {
     /// come from (stdin). `stop`/`wake`: a signal handler sets the signal and wakes the loop.
     public init(
         adapter: String?, durationMs: Int64, input: Int32 = 0, busAddress: String? = nil,
-        stop: PairingStop, wake: WakeEvent, say: @escaping (String) -> Void
+        stop: PairingStop, wake: WakeEvent, clock: any WorkerClock = SystemClock(), say: @escaping (String) -> Void
     ) {
         self.adapterName = adapter
         self.durationMs = durationMs
@@ -60,9 +60,11 @@ public final class PairingAgent {
         self.stop = stop
         self.wake = wake
         self.say = say
+        self.clock = clock
     }
 
-    private static func nowMs() -> Int64 { Int64(monotonicNanoseconds() / 1_000_000) }
+    /// The window's time (monotonic).
+    private let clock: any WorkerClock
 
     public func run() async -> Outcome {
         let bus: Bus
@@ -117,7 +119,7 @@ public final class PairingAgent {
                 say(
                     "Pairing window open on \(adapter) for \(durationMs / 1000) s (agent \(Self.capability)). Pair from the client now; Ctrl-C ends the window."
                 )
-                window = PairingWindow(adapter: adapter, nowMs: Self.nowMs(), durationMs: durationMs)
+                window = PairingWindow(adapter: adapter, nowMs: clock.monotonicMs(), durationMs: durationMs)
                 outcome = await loop(bus)
             }
             // Restored whatever happened: a headless host goes back to non-pairable. When
@@ -151,7 +153,7 @@ public final class PairingAgent {
             if let signal = stop.signal {
                 close("interrupted (\(SignalPipe.name(signal)))")
             }
-            if let reply = window?.tick(nowMs: Self.nowMs()) { send(reply) }
+            if let reply = window?.tick(nowMs: clock.monotonicMs()) { send(reply) }
             guard let window, window.isOpen else { break }
             let reading = held != nil && !inputEnded
             let terminal = reading ? [Reactor.Interest(fd: input, events: Int16(POLLIN))] : []
@@ -242,7 +244,7 @@ public final class PairingAgent {
             request = decoded
         }
         guard var window else { return .error(DBusError(name: BlueZErrorName.rejected.rawValue, message: "the pairing window is not open")) }
-        let decision = window.decide(request, nowMs: Self.nowMs())
+        let decision = window.decide(request, nowMs: clock.monotonicMs())
         self.window = window
         switch decision {
         case .show(let text):

@@ -52,6 +52,10 @@ public actor GattPeripheral: BusDriving {
     let settings: PeripheralSettings
     let host: any PeripheralHost
     let logger: Logger
+    /// The machine's time (monotonic), injected so that a test can drive it.
+    let clock: any WorkerClock
+    /// The machine's phases as last logged (debug level only).
+    private var trace = PhaseTrace()
 
     var bus: Bus?
     nonisolated let wake = WakeEvent()
@@ -67,10 +71,11 @@ public actor GattPeripheral: BusDriving {
     private let jobs: AsyncStream<Job>.Continuation
     private let jobStream: AsyncStream<Job>
 
-    public init(settings: PeripheralSettings, host: any PeripheralHost, logger: Logger) {
+    public init(settings: PeripheralSettings, host: any PeripheralHost, logger: Logger, clock: any WorkerClock = SystemClock()) {
         self.settings = settings
         self.host = host
         self.logger = logger
+        self.clock = clock
         machine = PeripheralMachine(settings: settings.machine)
         (jobStream, jobs) = AsyncStream.makeStream()
     }
@@ -99,9 +104,9 @@ public actor GattPeripheral: BusDriving {
         stopTimeoutUsec = UInt64(timeoutMs) * 1_000
         feed(.stop)
         kickBus()
-        let deadline = monotonicMs() + timeoutMs
+        let deadline = clock.monotonicMs() + timeoutMs
         // A cancelled sleep returns at once: cancelled, this would spin until the deadline.
-        while !machine.stopped && monotonicMs() < deadline && !Task.isCancelled {
+        while !machine.stopped && clock.monotonicMs() < deadline && !Task.isCancelled {
             try? await Task.sleep(nanoseconds: 20_000_000)
         }
         closeBus(reason: nil)
@@ -122,11 +127,12 @@ public actor GattPeripheral: BusDriving {
     /// call being handled, if the event was one.
     @discardableResult
     private func feed(_ event: PeripheralMachine.Event) -> PeripheralMachine.Reply? {
-        execute(machine.on(event, now: monotonicMs()))
+        execute(machine.on(event, now: clock.monotonicMs()))
     }
 
     private func execute(_ commands: [PeripheralMachine.Command]) -> PeripheralMachine.Reply? {
         var reply: PeripheralMachine.Reply?
+        if logger.effectiveLevel <= .debug, let line = trace.changed(to: machine.phaseLine) { logger.debug("peripheral: \(line)") }
         // Events a command gives rise to, fed once this list is done (its order kept).
         var afterwards: [PeripheralMachine.Event] = []
         defer { for event in afterwards { feed(event) } }
@@ -151,7 +157,7 @@ public actor GattPeripheral: BusDriving {
                         arguments: [.objectPath(object)], timeoutUsec: stopTimeoutUsec
                     ) { _ in self.feed(.unregistered(what)) }
                 } catch {
-                    _ = machine.on(.unregistered(what), now: monotonicMs())
+                    _ = machine.on(.unregistered(what), now: clock.monotonicMs())
                 }
             case .disconnect(let device, let address):
                 // Asynchronous: the actor goes on at once. bluetoothd answers once the link
@@ -290,10 +296,10 @@ public actor GattPeripheral: BusDriving {
     /// A round's end: the clock tick, the status values and the published state, which
     /// need the daemon (async); returns the machine's next deadline.
     func processed() async -> Int64? {
-        let started = monotonicMs()
+        let started = clock.monotonicMs()
         defer {
             // The bus waits while the daemon answers: a slow answer delays notifications.
-            let took = monotonicMs() - started
+            let took = clock.monotonicMs() - started
             if took > 500 { logger.warning("a round of the Bluetooth loop waited \(took) ms for the daemon") }
         }
         feed(.tick)
@@ -421,7 +427,7 @@ public actor GattPeripheral: BusDriving {
     /// aborted, so the model stops) and awaited before the next request starts.
     private func workLoop() async {
         for await job in jobStream {
-            let started = monotonicMs()
+            let started = clock.monotonicMs()
             let winner = await race(
                 { [host] in
                     await host.serve(job.request, client: job.client, cancellation: job.cancellation) { text in
@@ -439,7 +445,7 @@ public actor GattPeripheral: BusDriving {
                     job.ticket,
                     PeripheralOutcome(
                         ok: false, output: "", error: job.cancellation.reason ?? "cancelled",
-                        durationMs: monotonicMs() - started))
+                        durationMs: clock.monotonicMs() - started))
             }
         }
     }
@@ -474,8 +480,6 @@ public actor GattPeripheral: BusDriving {
         kickBus()
     }
 }
-
-func monotonicMs() -> Int64 { Int64(monotonicNanoseconds() / 1_000_000) }
 
 /// The client's cancel of one request (protocol-bluetooth §2), set by the peripheral and awaited by its
 /// work loop; the host reads `reason` to record why its task stopped.
