@@ -19,6 +19,15 @@ extension CoordinatorLink {
 
         var isRegistered: Bool { if case .registered = self { true } else { false } }
 
+        /// The case, for the debug trace of its changes (never the token).
+        var phase: String {
+            switch self {
+            case .unregistered(let token): token == nil ? "unregistered" : "unregistered (a mesh token kept)"
+            case .registering(_, let waiters): waiters.isEmpty ? "registering" : "registering (\(waiters.count) waiting)"
+            case .registered: "registered"
+            }
+        }
+
         /// Makes the caller the one registering: false while another caller is, or once registered.
         mutating func beginAttempt() -> Bool {
             guard case .unregistered(let token) = self else { return false }

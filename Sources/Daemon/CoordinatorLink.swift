@@ -18,7 +18,11 @@ actor CoordinatorLink {
     let transport: any HTTPTransport
     let clock: any WorkerClock
     /// Registered or not, and the mesh token: changed only through `Registration`'s steps.
-    private(set) var registration: Registration
+    private(set) var registration: Registration {
+        didSet {
+            if oldValue.phase != registration.phase { logger.debug("coordinator registration: \(oldValue.phase) -> \(registration.phase)") }
+        }
+    }
     var status = CoordinatorStatus()
     /// The pause after failures in a row (full jitter), the same for every session.
     static let backoff = Backoff()
