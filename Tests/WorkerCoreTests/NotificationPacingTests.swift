@@ -90,6 +90,44 @@ struct NotificationPacingTests {
         #expect(chunks.machine.status.pacing == "chunks" && chunks.machine.status.attBearers == 3)
     }
 
+    /// Serves one answer at MTU 517 with every round `lateMs` after its deadline, and returns
+    /// the times its chunks went out at.
+    static func sendTimes(bearers: Int, lateMs: Int64) -> [Int64] {
+        var h = H(pacingMs: 10, pacing: .auto)
+        h.bringUp()
+        h.on(.attBearers(bearers))
+        _ = h.write(#"{"id":"p","prompt":"x"}"#, from: 1, mtu: 517)
+        let ticket = H.served(h.all)[0].ticket
+        var times: [Int64] = []
+        if !H.notified(
+            h.on(.served(ticket: ticket, PeripheralOutcome(ok: true, output: String(repeating: "a", count: 5_000), error: nil, durationMs: 1)))
+        )
+        .isEmpty {
+            times.append(h.now)
+        }
+        for _ in 0..<1_000 where h.machine.outbox.sending != nil || !h.machine.outbox.messages.isEmpty {
+            h.now = h.machine.nextDeadlineMs + lateMs
+            for _ in H.notified(h.on(.tick)) { times.append(h.now) }
+        }
+        return times
+    }
+
+    @Test func onOneBearerARoundAMillisecondLateKeepsTheScheduleAndALaterOneNeverBursts() {
+        // By bytes (one bearer): a millisecond late each round (the reactor's wake-up, the
+        // send's own time) does not add up; the answer goes at the full 10 ms per chunk.
+        let slightlyLate = Self.sendTimes(bearers: 1, lateMs: 1)
+        #expect(slightlyLate.count >= 10)
+        let gaps = zip(slightlyLate.dropFirst(), slightlyLate).map { $0 - $1 }
+        #expect(gaps.allSatisfy { $0 >= 9 }, "\(gaps)")
+        #expect(slightlyLate.last! - slightlyLate.first! <= Int64(slightlyLate.count - 1) * 10 + 1, "\(gaps)")
+        // Later rounds count from when they ran: at least 10 ms between two chunks, no burst.
+        let late = Self.sendTimes(bearers: 1, lateMs: 4)
+        #expect(zip(late.dropFirst(), late).allSatisfy { $0 - $1 >= 10 })
+        // By chunks (EATT): the pause always counts from the send, however small the delay.
+        let chunks = Self.sendTimes(bearers: 3, lateMs: 1)
+        #expect(zip(chunks.dropFirst(), chunks).allSatisfy { $0 - $1 >= 11 })
+    }
+
     @Test func theOperatorsChoiceOverridesTheBearers() {
         #expect(Self.answer(bearers: 3, mode: .bytes).machine.status.pacing == "bytes")
         #expect(Self.answer(bearers: 1, mode: .chunks).machine.status.pacing == "chunks")

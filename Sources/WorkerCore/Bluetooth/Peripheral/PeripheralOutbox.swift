@@ -40,6 +40,8 @@ struct PeripheralOutbox: Sendable {
     private var refusalsQueued: Set<String> = []
     private(set) var sending: Sending?
     private(set) var nextChunkAtMs: Int64 = 0
+    /// How late a round may be and still keep the `bytes` schedule (ms).
+    static let scheduleSlackMs: Int64 = 1
     private(set) var pacer: NotificationPacer
     /// The client the response characteristic's current value belongs to (its read is
     /// empty for anyone else).
@@ -157,9 +159,15 @@ struct PeripheralOutbox: Sendable {
                 }
             }
             if sending == nil, let client = current.refusalOf { refusalsQueued.remove(client) }
-            // The pause counts from now, even after a late round: catching up with a missed
-            // schedule in a burst is what reorders notifications over EATT (docs/operating/bluetooth.md, "Pacing").
-            nextChunkAtMs = now + pacer.pause(afterChunkOf: chunk.count)
+            // Under `chunks` the pause counts from now, even after a late round: catching up
+            // with a missed schedule in a burst is what reorders notifications over EATT
+            // (docs/operating/bluetooth.md, "Pacing"). Under `bytes` (one bearer, in order) a
+            // round at most `scheduleSlackMs` late keeps the schedule, so that the wake-up's and
+            // the send's own time do not add up to a pause per chunk (6 % of the rate at MTU
+            // 517); a later round counts from now too, as a burst would fill bluetoothd's queue.
+            let pause = pacer.pause(afterChunkOf: chunk.count)
+            let onSchedule = pacer.rule == .bytes && now - nextChunkAtMs <= Self.scheduleSlackMs
+            nextChunkAtMs = (onSchedule ? nextChunkAtMs : now) + pause
         }
         return pumped
     }
