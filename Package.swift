@@ -74,7 +74,8 @@ let package = Package(
         .testTarget(
             name: "DaemonTests",
             dependencies: ["Daemon", "WorkerCore", "StateStore", "Logging", "BlueZ", "Posix", "ModelBackend", "HTTP", "Systemd", "Sandbox"]),
-        .testTarget(name: "IntegrationTests", dependencies: ["WorkerCore"]),
+        // The real `edgecoder-worker` binary run as a process.
+        .testTarget(name: "DaemonProcessTests", dependencies: ["WorkerCore"]),
         .testTarget(name: "ProxyTests", dependencies: ["Proxy", "BlueZ", "Posix", "Logging", "WorkerCore"]),
         .testTarget(name: "BusTests", dependencies: ["DBus", "BlueZ", "Posix", "WorkerCore"]),
         .testTarget(name: "LoggingTests", dependencies: ["Logging", "Systemd"]),
