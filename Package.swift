@@ -68,22 +68,22 @@ let package = Package(
 
         // What the tests share (clock, transports, private bus, fake trees, the machine
         // driver, the daemon harness). No product depends on it: it is never shipped.
-        .target(name: "TestSupport", dependencies: ["WorkerCore", "Posix", "HTTP"], path: "Tests/TestSupport"),
+        .target(name: "TestSupport", dependencies: ["WorkerCore", "Posix", "HTTP", "DBus"], path: "Tests/TestSupport"),
 
         .testTarget(name: "WorkerCoreTests", dependencies: ["WorkerCore", "TestSupport"]),
         .testTarget(name: "StateStoreTests", dependencies: ["StateStore", "WorkerCore", "Posix", "TestSupport"]),
         .testTarget(name: "TelemetryTests", dependencies: ["Telemetry", "WorkerCore", "Posix", "TestSupport"]),
         .testTarget(name: "HTTPTests", dependencies: ["HTTP", "Logging", "Posix", "TestSupport"]),
-        .testTarget(name: "ModelBackendTests", dependencies: ["ModelBackend", "WorkerCore"]),
+        .testTarget(name: "ModelBackendTests", dependencies: ["ModelBackend", "WorkerCore", "TestSupport"]),
         .testTarget(
             name: "DaemonTests",
             dependencies: [
                 "Daemon", "WorkerCore", "StateStore", "Logging", "BlueZ", "Posix", "ModelBackend", "HTTP", "Systemd", "Sandbox", "TestSupport",
             ]),
         // The real `edgecoder-worker` binary run as a process.
-        .testTarget(name: "DaemonProcessTests", dependencies: ["WorkerCore"]),
+        .testTarget(name: "DaemonProcessTests", dependencies: ["WorkerCore", "TestSupport"]),
         .testTarget(name: "ProxyTests", dependencies: ["Proxy", "BlueZ", "Posix", "Logging", "WorkerCore"]),
-        .testTarget(name: "BusTests", dependencies: ["DBus", "BlueZ", "Posix", "WorkerCore"]),
+        .testTarget(name: "BusTests", dependencies: ["DBus", "BlueZ", "Posix", "WorkerCore", "TestSupport"]),
         .testTarget(name: "LoggingTests", dependencies: ["Logging", "Systemd"]),
         .testTarget(name: "PosixTests", dependencies: ["Posix", "Logging", "CWorkerShims", "TestSupport"]),
         .testTarget(name: "SandboxTests", dependencies: ["Sandbox", "WorkerCore", "Posix"]),
