@@ -82,7 +82,7 @@ let package = Package(
             ]),
         // The real `edgecoder-worker` binary run as a process.
         .testTarget(name: "DaemonProcessTests", dependencies: ["WorkerCore", "TestSupport"]),
-        .testTarget(name: "ProxyTests", dependencies: ["Proxy", "BlueZ", "Posix", "Logging", "WorkerCore"]),
+        .testTarget(name: "ProxyTests", dependencies: ["Proxy", "BlueZ", "Posix", "Logging", "WorkerCore", "TestSupport"]),
         .testTarget(name: "BusTests", dependencies: ["DBus", "BlueZ", "Posix", "WorkerCore", "TestSupport"]),
         .testTarget(name: "LoggingTests", dependencies: ["Logging", "Systemd"]),
         .testTarget(name: "PosixTests", dependencies: ["Posix", "Logging", "CWorkerShims", "TestSupport"]),
