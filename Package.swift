@@ -66,19 +66,26 @@ let package = Package(
         .executableTarget(
             name: "worker-bench", dependencies: ["Telemetry", "WorkerCore", "Posix", "Daemon", "StateStore", "Logging", "ModelBackend"]),
 
-        .testTarget(name: "WorkerCoreTests", dependencies: ["WorkerCore"]),
-        .testTarget(name: "StateStoreTests", dependencies: ["StateStore", "WorkerCore", "Posix"]),
-        .testTarget(name: "TelemetryTests", dependencies: ["Telemetry", "WorkerCore", "Posix"]),
-        .testTarget(name: "HTTPTests", dependencies: ["HTTP", "Logging", "Posix"]),
-        .testTarget(name: "ModelBackendTests", dependencies: ["ModelBackend", "WorkerCore"]),
+        // What the tests share (clock, transports, private bus, fake trees, the machine
+        // driver, the daemon harness). No product depends on it: it is never shipped.
+        .target(name: "TestSupport", dependencies: ["WorkerCore", "Posix", "HTTP", "DBus"], path: "Tests/TestSupport"),
+
+        .testTarget(name: "WorkerCoreTests", dependencies: ["WorkerCore", "TestSupport"]),
+        .testTarget(name: "StateStoreTests", dependencies: ["StateStore", "WorkerCore", "Posix", "TestSupport"]),
+        .testTarget(name: "TelemetryTests", dependencies: ["Telemetry", "WorkerCore", "Posix", "TestSupport"]),
+        .testTarget(name: "HTTPTests", dependencies: ["HTTP", "Logging", "Posix", "TestSupport"]),
+        .testTarget(name: "ModelBackendTests", dependencies: ["ModelBackend", "WorkerCore", "TestSupport"]),
         .testTarget(
             name: "DaemonTests",
-            dependencies: ["Daemon", "WorkerCore", "StateStore", "Logging", "BlueZ", "Posix", "ModelBackend", "HTTP", "Systemd", "Sandbox"]),
-        .testTarget(name: "IntegrationTests", dependencies: ["WorkerCore"]),
-        .testTarget(name: "ProxyTests", dependencies: ["Proxy", "BlueZ", "Posix", "Logging", "WorkerCore"]),
-        .testTarget(name: "BusTests", dependencies: ["DBus", "BlueZ", "Posix", "WorkerCore"]),
+            dependencies: [
+                "Daemon", "WorkerCore", "StateStore", "Logging", "BlueZ", "Posix", "ModelBackend", "HTTP", "Systemd", "Sandbox", "TestSupport",
+            ]),
+        // The real `edgecoder-worker` binary run as a process.
+        .testTarget(name: "DaemonProcessTests", dependencies: ["WorkerCore", "TestSupport"]),
+        .testTarget(name: "ProxyTests", dependencies: ["Proxy", "BlueZ", "Posix", "Logging", "WorkerCore", "TestSupport"]),
+        .testTarget(name: "BusTests", dependencies: ["DBus", "BlueZ", "Posix", "WorkerCore", "TestSupport"]),
         .testTarget(name: "LoggingTests", dependencies: ["Logging", "Systemd"]),
-        .testTarget(name: "PosixTests", dependencies: ["Posix", "Logging", "CWorkerShims"]),
+        .testTarget(name: "PosixTests", dependencies: ["Posix", "Logging", "CWorkerShims", "TestSupport"]),
         .testTarget(name: "SandboxTests", dependencies: ["Sandbox", "WorkerCore", "Posix"]),
         .testTarget(name: "WorkerCLITests", dependencies: ["WorkerCLI", "Logging", "Sandbox", "WorkerCore"]),
     ],

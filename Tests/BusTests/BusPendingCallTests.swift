@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import DBus
+import TestSupport
 
 /// Kept alive only by a reply handler: once it is gone, so is the handler.
 private final class Witness {}

@@ -1,47 +1,7 @@
 import Foundation
-import Testing
 import DBus
-
-/// A private dbus-daemon (the real one, from Debian's dbus package) for the sd-bus wrapper.
-final class PrivateBus {
-    let process = Process()
-    let directory: String
-    let address: String
-
-    init() throws {
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("ecw-bus-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        address = "unix:path=\(directory)/bus"
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
-        process.arguments = ["--session", "--nofork", "--nopidfile", "--address=\(address)"]
-        // Not the test runner's pipes: swift test waits for every holder of its pipe to close it.
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        for _ in 0..<500 where !FileManager.default.fileExists(atPath: "\(directory)/bus") { usleep(10_000) }
-        // The socket file exists from bind(); connections are taken only after listen()
-        // and the daemon's start-up: on a busy machine a test connecting at once was refused.
-        for _ in 0..<500 where (try? Bus.connect(address: address)) == nil { usleep(10_000) }
-    }
-
-    func stop() {
-        // SIGKILL: the child inherits the test runner's blocked SIGTERM.
-        kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
-        try? FileManager.default.removeItem(atPath: directory)
-    }
-}
-
-/// Drives buses by hand until `done` (the tests are single-threaded on purpose: a Bus
-/// belongs to one owner).
-func pump(_ buses: [Bus], until done: () -> Bool) throws {
-    for _ in 0..<5_000 {
-        for bus in buses { while try bus.process() {} }
-        if done() { return }
-        usleep(1_000)
-    }
-    Issue.record("timed out pumping the buses")
-}
+import TestSupport
+import Testing
 
 @Suite struct BusRoundTripTests {
     static let sample: [DBusValue] = [

@@ -3,20 +3,9 @@ import Foundation
 import Glibc
 #endif
 import DBus
+import TestSupport
 import Testing
 import WorkerCore
-
-/// The built daemon, next to the test bundle (as the integration tests find it).
-private let daemonBinary: String = {
-    if let explicit = ProcessInfo.processInfo.environment["EDGECODER_WORKER_BIN"] { return explicit }
-    var directory = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent()
-    while directory.path != "/" {
-        let candidate = directory.appendingPathComponent("edgecoder-worker").path
-        if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
-        directory = directory.deletingLastPathComponent()
-    }
-    return FileManager.default.currentDirectoryPath + "/.build/debug/edgecoder-worker"
-}()
 
 /// Stand-ins for logind, NetworkManager and power-profiles-daemon on a private bus: the
 /// real ones need a booted systemd (the VM suite has that). Only the calls, properties
@@ -118,7 +107,7 @@ final class BusDaemon {
         try FileManager.default.createDirectory(atPath: root + "/sys", withIntermediateDirectories: true)
         try config.write(toFile: root + "/config.json", atomically: true, encoding: .utf8)
         FileManager.default.createFile(atPath: root + "/daemon.log", contents: nil)
-        process.executableURL = URL(fileURLWithPath: daemonBinary)
+        process.executableURL = URL(fileURLWithPath: workerBinary)
         // An empty sysfs root: no platform_profile, so power-profiles-daemon decides low power.
         process.arguments = [
             "run", "--config", root + "/config.json", "--state-dir", root + "/state", "--runtime-dir", runtime, "--sysfs-root", root + "/sys",
@@ -135,7 +124,7 @@ final class BusDaemon {
     /// `status --json`, or nil while the daemon does not answer yet.
     func status() -> JSONValue? {
         let cli = Process()
-        cli.executableURL = URL(fileURLWithPath: daemonBinary)
+        cli.executableURL = URL(fileURLWithPath: workerBinary)
         cli.arguments = ["status", "--json", "--runtime-dir", runtime]
         let out = Pipe()
         cli.standardOutput = out

@@ -5,6 +5,7 @@ import Foundation
 import Testing
 @testable import BlueZ
 import DBus
+import TestSupport
 import Logging
 import WorkerCore
 
@@ -104,7 +105,7 @@ import WorkerCore
         #expect(bluez.with { $0.agentRegistrations } == 0)
         #expect(await host.last?.pairingAgent == "host")
         // bluetoothd's own name calling the (unregistered) object: refused, never accepted.
-        let owner = try #require(await PeripheralFakeBluezTests().uniqueNameOfWorker(daemon: daemon, excluding: bluez))
+        let owner = try #require(await uniqueNameOfWorker(daemon: daemon, excluding: bluez))
         bluez.call(
             "justWorks", to: owner, path: GattObjects.agent, interface: "org.bluez.Agent1", member: "RequestAuthorization",
             arguments: [.objectPath(Self.dev)])

@@ -5,6 +5,7 @@ import Foundation
 import Testing
 @testable import BlueZ
 import DBus
+import TestSupport
 import Posix
 import Synchronization
 import WorkerCore

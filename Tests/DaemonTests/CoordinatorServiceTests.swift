@@ -5,6 +5,7 @@ import Posix
 import Sandbox
 import Synchronization
 @testable import StateStore
+import TestSupport
 import Testing
 import WorkerCore
 @testable import Daemon
@@ -18,7 +19,7 @@ final class CoordinatorBed: Sendable {
     static let pullMs: Int64 = 5_000
 
     let dir = NSTemporaryDirectory() + "ecw-coordinator-" + UUID().uuidString
-    let clock: ManualClock
+    let clock: TestClock
     let transport: ScriptedTransport
     let directory: StateDirectory
     let daemon: WorkerDaemon
@@ -35,7 +36,7 @@ final class CoordinatorBed: Sendable {
         fault: (@Sendable (_ name: String, _ removal: Bool) -> (any Error)?)? = nil,
         configure: (inout WorkerConfig) -> Void = { _ in }, sandbox: (any ProgramSandbox)? = nil
     ) throws {
-        clock = ManualClock(jitter: jitter)
+        clock = TestClock(jitter: jitter)
         transport = ScriptedTransport(defaults: [
             "/register": .json(200, #"{"accepted":true,"meshToken":"mesh-1"}"#),
             "/heartbeat": .json(200, #"{"ok":true}"#),
@@ -57,7 +58,7 @@ final class CoordinatorBed: Sendable {
         let stateDirectory = directory
         let writer = fault.map { DurableWriter(directory: stateDirectory, onProblem: { _ in }, beforeEach: nil, fault: $0) }
         daemon = WorkerDaemon(
-            config: config, paths: paths, directory: directory, logger: logger, clock: TestWallClock { clock.wallMs() }, writer: writer)
+            config: config, paths: paths, directory: directory, logger: logger, clock: TestClock.realTime { clock.wallMs() }, writer: writer)
         let notified = self.notified
         service = CoordinatorService(
             daemon: daemon, config: config, directory: directory, logger: logger, transport: transport, clock: clock,

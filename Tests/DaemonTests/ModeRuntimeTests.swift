@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 import Logging
 @testable import Daemon
@@ -19,7 +20,7 @@ import WorkerCore
         let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
         return WorkerDaemon(
             config: config, paths: paths, directory: try StateDirectory(path: dir),
-            logger: Logger(label: "test", handler: MemoryLogHandler()), clock: TestWallClock { 1_000 })
+            logger: Logger(label: "test", handler: MemoryLogHandler()), clock: TestClock.realTime { 1_000 })
     }
 
     func active(_ daemon: WorkerDaemon) -> [Mode] { Mode.allCases.filter { daemon.signals.runtime(for: $0).value } }
@@ -80,7 +81,7 @@ import WorkerCore
         let directory = try StateDirectory(path: dir)
         let logs = MemoryLogHandler()
         let logger = Logger(label: "test", handler: logs)
-        let daemon = WorkerDaemon(config: config, paths: paths, directory: directory, logger: logger, clock: TestWallClock { 1_000 })
+        let daemon = WorkerDaemon(config: config, paths: paths, directory: directory, logger: logger, clock: TestClock.realTime { 1_000 })
         await daemon.request(.operatorSet(mode, by: "test"))
         let context = ModeRuntimeContext(
             daemon: daemon, config: config, directory: directory,

@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 import Logging
 @testable import Daemon
@@ -17,7 +18,7 @@ import StateStore
         let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
         let daemon = WorkerDaemon(
             config: WorkerConfig(), paths: paths, directory: try StateDirectory(path: dir),
-            logger: Logger(label: "test", handler: MemoryLogHandler()), clock: TestWallClock { 1_000 })
+            logger: Logger(label: "test", handler: MemoryLogHandler()), clock: TestClock.realTime { 1_000 })
         // Port 9 (discard) on loopback: nothing listens, so the connection is refused.
         var backendConfig = WorkerConfig.Backend()
         backendConfig.url = "http://127.0.0.1:9"

@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 import Logging
 @testable import Daemon
@@ -18,7 +19,7 @@ import Synchronization
         let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
         return WorkerDaemon(
             config: config, paths: paths, directory: try StateDirectory(path: dir),
-            logger: Logger(label: "test", handler: MemoryLogHandler()), clock: TestWallClock { 1_000 })
+            logger: Logger(label: "test", handler: MemoryLogHandler()), clock: TestClock.realTime { 1_000 })
     }
 
     @Test func aPulledModelIsLoadedWhenAWorkingModeStartsAndReadyOnlyOnceLoaded() async throws {

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import StateStore
+import TestSupport
 import Testing
 import WorkerCore
 @testable import Daemon

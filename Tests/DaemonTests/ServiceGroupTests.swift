@@ -4,6 +4,7 @@ import Glibc
 import Logging
 import Posix
 import Synchronization
+import TestSupport
 import Testing
 @testable import Daemon
 

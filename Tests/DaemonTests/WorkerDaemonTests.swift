@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 import Systemd
+import TestSupport
 import Testing
 import Logging
 @testable import Daemon
@@ -16,7 +17,7 @@ import WorkerCore
         let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
         return WorkerDaemon(
             config: config, paths: paths, directory: try StateDirectory(path: dir), logger: Logger(label: "test", handler: logs),
-            clock: TestWallClock { 1_000 })
+            clock: TestClock.realTime { 1_000 })
     }
 
     func reading(battery: Int, mains: Bool, cpu: Double? = nil) -> PowerReading {
@@ -79,7 +80,7 @@ import WorkerCore
         let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
         return WorkerDaemon(
             config: WorkerConfig(), paths: paths, directory: try StateDirectory(path: dir), logger: Logger(label: "test", handler: logs),
-            clock: TestWallClock { 1_000 })
+            clock: TestClock.realTime { 1_000 })
     }
 
     func file(_ name: String) -> String? {
@@ -168,7 +169,7 @@ import WorkerCore
         func start() throws -> WorkerDaemon {
             WorkerDaemon(
                 config: WorkerConfig(), paths: paths, directory: try StateDirectory(path: dir),
-                logger: Logger(label: "test", handler: MemoryLogHandler()), clock: TestWallClock { now.withLock { $0 } })
+                logger: Logger(label: "test", handler: MemoryLogHandler()), clock: TestClock.realTime { now.withLock { $0 } })
         }
         let first = try start()
         await first.request(.operatorSet(.bluetooth, by: "test"))
@@ -234,7 +235,7 @@ import WorkerCore
         running.bluetooth.security = .encrypted
         let daemon = WorkerDaemon(
             config: running, paths: paths, directory: try StateDirectory(path: dir),
-            logger: Logger(label: "test", handler: MemoryLogHandler()), clock: TestWallClock { 1_000 })
+            logger: Logger(label: "test", handler: MemoryLogHandler()), clock: TestClock.realTime { 1_000 })
         var file = running
         file.log.level = .debug
         await daemon.reload(file: file)

@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 #if canImport(Glibc)
 import Glibc
@@ -255,9 +256,9 @@ final class LoopbackServer {
 
     @Test func aTLSServerWithAnUntrustedCertificateIsRefused() async throws {
         // openssl s_server with a self-signed certificate: verification must fail.
-        let dir = NSTemporaryDirectory() + "ecw-tls-" + UUID().uuidString
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let temporary = TemporaryDirectory(prefix: "ecw-tls-")
+        defer { temporary.remove() }
+        let dir = temporary.path
         let gen = Process()
         gen.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
         gen.arguments = [

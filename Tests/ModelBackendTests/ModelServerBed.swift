@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import TestSupport
 import Testing
 #if canImport(Glibc)
 import Glibc
@@ -208,12 +209,6 @@ func freePort() throws -> Int {
     }
     guard bound else { throw BedError("bind 127.0.0.1:0: errno \(errno)") }
     return Int(UInt16(bigEndian: address.sin_port))
-}
-
-struct CommandResult {
-    var status: Int32
-    var stdout: String
-    var stderr: String
 }
 
 /// Runs a command to its end, its output in temporary files.

@@ -5,6 +5,7 @@ import CWorkerShims
 import Posix
 import Synchronization
 import Testing
+import TestSupport
 
 /// A non-blocking pipe, closed at the end of the test.
 final class TestPipe: Sendable {
@@ -52,14 +53,6 @@ final class Resumed: Sendable {
     private let state = Mutex<Set<Int>>([])
     var value: Set<Int> { state.withLock { $0 } }
     func insert(_ index: Int) { state.withLock { _ = $0.insert(index) } }
-}
-
-func waitUntil(_ condition: () -> Bool, timeoutMs: Int = 5_000) async -> Bool {
-    for _ in 0..<(timeoutMs / 2) {
-        if condition() { return true }
-        try? await Task.sleep(nanoseconds: 2_000_000)
-    }
-    return condition()
 }
 
 @Suite struct ReactorWaits {

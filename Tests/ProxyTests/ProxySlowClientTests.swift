@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import Logging
 import Posix
+import TestSupport
 @testable import Proxy
 import WorkerCore
 
@@ -9,7 +10,7 @@ import WorkerCore
 /// such a client loses its connection instead of holding it (and a place under the cap)
 /// forever, while a slow client that does read gets its whole answer.
 @Suite struct ProxySlowClientTests {
-    let helper = ProxyServerTests()
+    let helper = HTTPTestClient()
 
     func withServer(
         _ upstream: ScriptedUpstream, writeProgressMs: Int64, maxConnectionsPerAddress: Int = ProxyServer.defaultMaxConnectionsPerAddress,
@@ -66,7 +67,7 @@ import WorkerCore
             let request = helper.http("POST", "/api/generate", body: #"{"model":"m","prompt":"p","stream":true}"#)
             let fd = try Self.connectWithSmallReceiveBuffer(port)
             defer { close(fd) }
-            ProxyStreamingTests.send(fd, Array(Array(repeating: request, count: 10).joined()))
+            HTTPTestClient.send(fd, Array(Array(repeating: request, count: 10).joined()))
             #expect(try await Self.secondsUntil(server, serves: 1, within: 5) != nil, "the connection is served")
             // The client holds its socket open and never reads: only the deadline can end it.
             let took = try await Self.secondsUntil(server, serves: 0, within: 10)
@@ -97,16 +98,16 @@ import WorkerCore
             answer: .answered(ok: true, output: "", error: nil, workerDurationMs: 1), deltas: Array(repeating: piece, count: 24))
         try await withServer(upstream, writeProgressMs: 300) { port, _ in
             let request = helper.http("POST", "/api/generate", body: #"{"model":"m","prompt":"p","stream":true}"#)
-            let (answer, seconds) = try await onThread { () -> (String, Double) in
+            let (answer, seconds) = try await helper.onThread { () -> (String, Double) in
                 let fd = try Self.connectWithSmallReceiveBuffer(port)
                 defer { close(fd) }
                 var timeout = timeval(tv_sec: 10, tv_usec: 0)
                 setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-                ProxyStreamingTests.send(fd, request)
+                HTTPTestClient.send(fd, request)
                 let started = Date()
                 var bytes: [UInt8] = []
                 var chunk = [UInt8](repeating: 0, count: 8_192)
-                while ProxyServerTests.answerEnd(bytes) == nil {
+                while HTTPTestClient.answerEnd(bytes) == nil {
                     let n = recv(fd, &chunk, chunk.count, 0)
                     if n <= 0 { break }
                     bytes += chunk[0..<n]
@@ -134,7 +135,7 @@ import WorkerCore
             for _ in 0..<64 {
                 let fd = try Self.connectWithSmallReceiveBuffer(port)
                 clients.append(fd)
-                ProxyStreamingTests.send(fd, Array(Array(repeating: request, count: 10).joined()))
+                HTTPTestClient.send(fd, Array(Array(repeating: request, count: 10).joined()))
                 #expect(await server.openConnections <= ProxyServer.defaultMaxConnectionsPerAddress)
             }
             // Long enough for the stalled ones to be evictable.
@@ -161,9 +162,9 @@ import WorkerCore
     @Test func thePerAddressCapRefusesThenEvictsTheStillest() async throws {
         let upstream = ScriptedUpstream(answer: .answered(ok: true, output: "x", error: nil, workerDurationMs: 1))
         try await withServer(upstream, writeProgressMs: 5_000, maxConnectionsPerAddress: 2) { port, server in
-            let first = try ProxyServerTests.connectBlocking(port)
+            let first = try HTTPTestClient.connectBlocking(port)
             defer { close(first) }
-            let second = try ProxyServerTests.connectBlocking(port)
+            let second = try HTTPTestClient.connectBlocking(port)
             defer { close(second) }
             #expect(try await Self.secondsUntil(server, serves: 2, within: 5) != nil)
             let refused = try await helper.exchange(port, helper.http("GET", "/api/version"))
@@ -176,12 +177,6 @@ import WorkerCore
             setsockopt(first, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
             var byte: UInt8 = 0
             #expect(recv(first, &byte, 1, 0) == 0, "the evicted connection is closed")
-        }
-    }
-
-    func onThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            Thread { continuation.resume(with: Result { try body() }) }.start()
         }
     }
 }

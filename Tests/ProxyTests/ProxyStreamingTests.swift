@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import Logging
 import Posix
+import TestSupport
 @testable import Proxy
 import WorkerCore
 
@@ -9,7 +10,7 @@ import WorkerCore
 /// Bluetooth link: streaming as the pieces arrive, the client going away, keep-alive,
 /// the browser checks, every route's shape.
 @Suite struct ProxyStreamingTests {
-    let helper = ProxyServerTests()
+    let helper = HTTPTestClient()
 
     func withServer(
         _ upstream: ScriptedUpstream, guardian: BrowserGuard = BrowserGuard(), wholeHoldMs: Int64 = 10_000, pulseMs: Int64 = 10_000,
@@ -28,24 +29,13 @@ import WorkerCore
         try outcome.get()
     }
 
-    /// Runs `body` with a blocking socket on a thread of its own.
-    func onThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            Thread { continuation.resume(with: Result { try body() }) }.start()
-        }
-    }
-
-    static func send(_ fd: Int32, _ bytes: [UInt8]) {
-        _ = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-    }
-
     /// Nagle's algorithm off on every accepted connection: with it on, a piece written
     /// while the one before is not yet acknowledged waits for the client's delayed ACK
     /// (up to 200 ms on Linux), once per piece of a stream.
     @Test func acceptedConnectionsSendSmallPiecesAtOnce() async throws {
         let listener = try LoopbackTCPListener(port: 0)
         defer { listener.close() }
-        let client = try ProxyServerTests.connectBlocking(listener.port)
+        let client = try HTTPTestClient.connectBlocking(listener.port)
         defer { close(client) }
         let connection = try await listener.accept()
         defer { connection.close() }
@@ -61,15 +51,15 @@ import WorkerCore
             delayMs: 300)
         try await withServer(upstream) { port in
             let request = helper.http("POST", "/api/generate", body: #"{"model":"m","prompt":"count"}"#)
-            let (first, whole, text) = try await onThread { () -> (Double, Double, String) in
-                let fd = try ProxyServerTests.connectBlocking(port)
+            let (first, whole, text) = try await helper.onThread { () -> (Double, Double, String) in
+                let fd = try HTTPTestClient.connectBlocking(port)
                 defer { close(fd) }
                 let started = Date()
-                Self.send(fd, request)
+                HTTPTestClient.send(fd, request)
                 var received: [UInt8] = []
                 var firstAt: Double?
                 var buffer = [UInt8](repeating: 0, count: 4_096)
-                while ProxyServerTests.answerEnd(received) == nil {
+                while HTTPTestClient.answerEnd(received) == nil {
                     let n = recv(fd, &buffer, buffer.count, 0)
                     if n <= 0 { break }
                     received += buffer[0..<n]
@@ -80,7 +70,7 @@ import WorkerCore
                 return (firstAt ?? 99, Date().timeIntervalSince(started), String(decoding: received, as: UTF8.self))
             }
             #expect(text.lowercased().contains("transfer-encoding: chunked"))
-            let lines = ProxyUpstreamTests.dechunk(String(text[text.range(of: "\r\n\r\n")!.upperBound...])).split(separator: "\n")
+            let lines = HTTPTestClient.dechunk(String(text[text.range(of: "\r\n\r\n")!.upperBound...])).split(separator: "\n")
             #expect(lines.count == 4, "three pieces and the done line: \(lines)")
             #expect(first < 0.5 && whole >= 0.85 && whole - first >= 0.5, "first piece after \(first) s, whole after \(whole) s")
         }
@@ -97,9 +87,9 @@ import WorkerCore
             ? #"{"model":"m","prompt":"long"}"# : #"{"model":"m","messages":[{"role":"user","content":"long"}],"stream":true}"#
         try await withServer(upstream) { port in
             let request = helper.http("POST", path, body: body)
-            try await onThread {
-                let fd = try ProxyServerTests.connectBlocking(port)
-                Self.send(fd, request)
+            try await helper.onThread {
+                let fd = try HTTPTestClient.connectBlocking(port)
+                HTTPTestClient.send(fd, request)
                 var buffer = [UInt8](repeating: 0, count: 4_096)
                 var received = ""
                 while !received.contains("tok ") {
@@ -126,19 +116,19 @@ import WorkerCore
                 helper.http("POST", "/api/chat", body: #"{"model":"m","messages":[{"role":"user","content":"x"}]}"#),
                 helper.http("POST", "/v1/completions", body: #"{"model":"m","prompt":"x","stream":true}"#),
             ]
-            let answers = try await onThread { () -> [String] in
-                let fd = try ProxyServerTests.connectBlocking(port)
+            let answers = try await helper.onThread { () -> [String] in
+                let fd = try HTTPTestClient.connectBlocking(port)
                 defer { close(fd) }
                 var buffer: [UInt8] = []
                 var answers: [String] = []
                 for request in requests {
-                    Self.send(fd, request)
-                    answers.append(try ProxyServerTests.readAnswer(fd, &buffer))
+                    HTTPTestClient.send(fd, request)
+                    answers.append(try HTTPTestClient.readAnswer(fd, &buffer))
                 }
                 // Two requests in one write: two answers, in order.
-                Self.send(fd, requests[0] + requests[1])
-                answers.append(try ProxyServerTests.readAnswer(fd, &buffer))
-                answers.append(try ProxyServerTests.readAnswer(fd, &buffer))
+                HTTPTestClient.send(fd, requests[0] + requests[1])
+                answers.append(try HTTPTestClient.readAnswer(fd, &buffer))
+                answers.append(try HTTPTestClient.readAnswer(fd, &buffer))
                 return answers
             }
             #expect(answers.count == 6 && answers.allSatisfy { $0.hasPrefix("HTTP/1.1 200") }, "\(answers.map { $0.prefix(40) })")
@@ -154,10 +144,10 @@ import WorkerCore
         try await withServer(upstream) { port in
             let first = helper.http("POST", "/api/generate", body: #"{"model":"m","prompt":"p"}"#)
             let second = helper.http("GET", "/api/version")
-            let answers = try await onThread { () -> [String] in
-                let fd = try ProxyServerTests.connectBlocking(port)
+            let answers = try await helper.onThread { () -> [String] in
+                let fd = try HTTPTestClient.connectBlocking(port)
                 defer { close(fd) }
-                Self.send(fd, first)
+                HTTPTestClient.send(fd, first)
                 var chunk = [UInt8](repeating: 0, count: 4_096)
                 var buffer: [UInt8] = []
                 // The first piece is out: the answer is streaming now.
@@ -166,8 +156,8 @@ import WorkerCore
                     if n <= 0 { break }
                     buffer += chunk[0..<n]
                 }
-                Self.send(fd, second)
-                return [try ProxyServerTests.readAnswer(fd, &buffer), try ProxyServerTests.readAnswer(fd, &buffer)]
+                HTTPTestClient.send(fd, second)
+                return [try HTTPTestClient.readAnswer(fd, &buffer), try HTTPTestClient.readAnswer(fd, &buffer)]
             }
             #expect(answers[0].contains(#""done":true"#), "\(answers[0])")
             #expect(answers[1].hasPrefix("HTTP/1.1 200") && answers[1].contains(#""version":"9.9.9""#), "\(answers[1])")
@@ -180,15 +170,15 @@ import WorkerCore
             answer: .answered(ok: true, output: "late", error: nil, workerDurationMs: 1), deltas: ["x", "y", "z"], delayMs: 200)
         try await withServer(upstream, wholeHoldMs: 100, pulseMs: 150) { port in
             let request = helper.http("POST", "/api/chat", body: #"{"messages":[{"role":"user","content":"hi"}],"maxTokens":64,"stream":false}"#)
-            let (headAt, text) = try await onThread { () -> (Double, String) in
-                let fd = try ProxyServerTests.connectBlocking(port)
+            let (headAt, text) = try await helper.onThread { () -> (Double, String) in
+                let fd = try HTTPTestClient.connectBlocking(port)
                 defer { close(fd) }
                 let started = Date()
-                Self.send(fd, request)
+                HTTPTestClient.send(fd, request)
                 var received: [UInt8] = []
                 var headAt: Double?
                 var buffer = [UInt8](repeating: 0, count: 4_096)
-                while ProxyServerTests.answerEnd(received) == nil {
+                while HTTPTestClient.answerEnd(received) == nil {
                     let n = recv(fd, &buffer, buffer.count, 0)
                     if n <= 0 { break }
                     received += buffer[0..<n]
@@ -197,7 +187,7 @@ import WorkerCore
                 return (headAt ?? 99, String(decoding: received, as: UTF8.self))
             }
             #expect(headAt < 0.5, "the head came after \(headAt) s")
-            let body = ProxyUpstreamTests.dechunk(String(text[text.range(of: "\r\n\r\n")!.upperBound...]))
+            let body = HTTPTestClient.dechunk(String(text[text.range(of: "\r\n\r\n")!.upperBound...]))
             let json = try #require(try JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: Any])
             #expect((json["message"] as? [String: Any])?["content"] as? String == "late")
         }
@@ -243,7 +233,7 @@ import WorkerCore
     @Test func everyRouteAnswersInItsShape() async throws {
         let upstream = ScriptedUpstream(answer: .answered(ok: true, output: "hello", error: nil, workerDurationMs: 1))
         try await withServer(upstream) { port in
-            let post = ProxyUpstreamTests().post
+            let post = helper.post
             let router = try await post(port, "/api/chat", #"{"messages":[{"role":"user","content":"hi"}],"maxTokens":4096,"stream":false}"#, "")
             #expect(router.head.hasPrefix("HTTP/1.1 200") && (router.json?["message"] as? [String: Any])?["content"] as? String == "hello")
             let chat = try await post(port, "/v1/chat/completions", #"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#, "")
@@ -270,7 +260,7 @@ import WorkerCore
     /// Hostile input: a body over the bound, nesting past the parser's depth, wrong types.
     @Test func hostileBodiesAreRefusedWithTheFieldNamedAndTheServerGoesOn() async throws {
         try await withServer(ScriptedUpstream(answer: .answered(ok: true, output: "x", error: nil, workerDurationMs: 1))) { port in
-            let post = ProxyUpstreamTests().post
+            let post = helper.post
             let huge = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"" + String(repeating: "a", count: 1_100_000) + "\"}]}"
             let tooBig = try await helper.exchange(port, helper.http("POST", "/api/chat", body: huge))
             #expect(tooBig.hasPrefix("HTTP/1.1 413"))
@@ -300,7 +290,7 @@ import WorkerCore
             requestTimeoutMs: 1_000)
         let serving = Task { await server.run() }
         let port = listener.port
-        let answer = try await onThread { () -> String in
+        let answer = try await helper.onThread { () -> String in
             let fd = socket(AF_INET6, Int32(SOCK_STREAM.rawValue), 0)
             defer { close(fd) }
             var address = sockaddr_in6()
@@ -313,9 +303,9 @@ import WorkerCore
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in6>.size)) }
             }
             guard rc == 0 else { return "connect failed" }
-            Self.send(fd, Array("GET / HTTP/1.1\r\nHost: [::1]:\(port)\r\n\r\n".utf8))
+            HTTPTestClient.send(fd, Array("GET / HTTP/1.1\r\nHost: [::1]:\(port)\r\n\r\n".utf8))
             var buffer: [UInt8] = []
-            return try ProxyServerTests.readAnswer(fd, &buffer)
+            return try HTTPTestClient.readAnswer(fd, &buffer)
         }
         serving.cancel()
         await serving.value

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import Logging
 import Posix
+import TestSupport
 @testable import Proxy
 import WorkerCore
 
@@ -57,7 +58,7 @@ actor ScriptedUpstream: ProxyUpstream {
 /// success path (and each kind of failure the link reports) in-process, in milliseconds.
 /// The real link to a worker is tested in the BlueZ VM (Tests/BlueZ/proxy-phase.sh).
 @Suite struct ProxyUpstreamTests {
-    let helper = ProxyServerTests()
+    let helper = HTTPTestClient()
 
     func withServer(_ upstream: ScriptedUpstream, _ body: @escaping @Sendable (UInt16) async throws -> Void) async throws {
         let listener = try LoopbackTCPListener(port: 0)
@@ -73,30 +74,6 @@ actor ScriptedUpstream: ProxyUpstream {
         try outcome.get()
     }
 
-    func post(_ port: UInt16, _ path: String, _ body: String, headers: String = "") async throws -> (head: String, json: [String: Any]?, body: String)
-    {
-        let answer = try await helper.exchange(port, helper.http("POST", path, body: body, headers: headers))
-        let parts = answer.components(separatedBy: "\r\n\r\n")
-        var payload = parts.dropFirst().joined(separator: "\r\n\r\n")
-        if parts.first?.lowercased().contains("transfer-encoding: chunked") == true { payload = Self.dechunk(payload) }
-        let json = try? JSONSerialization.jsonObject(with: Data(payload.utf8)) as? [String: Any]
-        return (parts.first ?? "", json, payload)
-    }
-
-    /// The body of a chunked answer.
-    static func dechunk(_ text: String) -> String {
-        var bytes = Array(text.utf8)[...]
-        var out: [UInt8] = []
-        while let lineEnd = bytes.indices.first(where: { bytes[$0] == 13 }),
-            let size = Int(String(decoding: bytes[bytes.startIndex..<lineEnd], as: UTF8.self), radix: 16), size > 0
-        {
-            let start = lineEnd + 2
-            out += bytes[start..<min(bytes.endIndex, start + size)]
-            bytes = bytes[min(bytes.endIndex, start + size + 2)...]
-        }
-        return String(decoding: out, as: UTF8.self)
-    }
-
     func ndjson(_ body: String) -> [[String: Any]] {
         body.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
     }
@@ -104,7 +81,7 @@ actor ScriptedUpstream: ProxyUpstream {
     @Test func edgecodersShapeGetsTheOutputAndTheTimings() async throws {
         let upstream = ScriptedUpstream(answer: .answered(ok: true, output: "fn main() {}", error: nil, workerDurationMs: 450))
         try await withServer(upstream) { port in
-            let answer = try await post(port, "/api/generate", #"{"prompt":"write main","maxTokens":64}"#)
+            let answer = try await helper.post(port, "/api/generate", #"{"prompt":"write main","maxTokens":64}"#)
             #expect(answer.head.hasPrefix("HTTP/1.1 200"))
             #expect(answer.head.lowercased().contains("content-type: application/json"))
             #expect(answer.json?["ok"] as? Bool == true)
@@ -120,7 +97,7 @@ actor ScriptedUpstream: ProxyUpstream {
     @Test func ollamasDefaultStreamsNDJSONLinesEndingWithDoneAndStreamFalseIsPlainJSON() async throws {
         let upstream = ScriptedUpstream(answer: .answered(ok: true, output: "hello", error: nil, workerDurationMs: 10))
         try await withServer(upstream) { port in
-            let streamed = try await post(port, "/api/generate", #"{"model":"edgecoder-bluetooth","prompt":"hi","options":{"num_predict":9}}"#)
+            let streamed = try await helper.post(port, "/api/generate", #"{"model":"edgecoder-bluetooth","prompt":"hi","options":{"num_predict":9}}"#)
             #expect(streamed.head.hasPrefix("HTTP/1.1 200"))
             #expect(streamed.head.lowercased().contains("content-type: application/x-ndjson"))
             let lines = ndjson(streamed.body)
@@ -131,7 +108,7 @@ actor ScriptedUpstream: ProxyUpstream {
                 lines.first?["response"] as? String == "hello" && lines.first?["done"] as? Bool == false
                     && lines.first?["model"] as? String == "edgecoder-bluetooth")
             #expect(lines.last?["done"] as? Bool == true && lines.last?["done_reason"] as? String == "stop" && lines.last?["total_duration"] is Int)
-            let plain = try await post(port, "/api/generate", #"{"model":"m","prompt":"hi","stream":false}"#)
+            let plain = try await helper.post(port, "/api/generate", #"{"model":"m","prompt":"hi","stream":false}"#)
             #expect(plain.head.lowercased().contains("content-type: application/json"))
             #expect(plain.json?["response"] as? String == "hello")
         }
@@ -149,10 +126,10 @@ actor ScriptedUpstream: ProxyUpstream {
     ])
     func eachFailureOfTheLinkHasItsStatusInBothShapes(result: GenerateResult, status: String, text: String) async throws {
         try await withServer(ScriptedUpstream(answer: result)) { port in
-            let edge = try await post(port, "/api/generate", #"{"prompt":"p"}"#)
+            let edge = try await helper.post(port, "/api/generate", #"{"prompt":"p"}"#)
             #expect(edge.head.hasPrefix(status), "\(edge.head)")
             #expect(edge.json?["ok"] as? Bool == false && (edge.json?["error"] as? String)?.contains(text) == true)
-            let ollama = try await post(port, "/api/generate", #"{"model":"m","prompt":"p"}"#)
+            let ollama = try await helper.post(port, "/api/generate", #"{"model":"m","prompt":"p"}"#)
             #expect(ollama.head.hasPrefix(status))
             #expect((ollama.json?["error"] as? String)?.contains(text) == true)
         }

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import TestSupport
 import Testing
 import Posix
 @testable import StateStore
@@ -45,7 +46,9 @@ final class ProblemLog: Sendable {
 }
 
 @Suite struct DurableWrites {
-    func gatedWriter(_ tmp: TempDir, holdBefore: String = "hold", problems: ProblemLog = ProblemLog()) throws -> (DurableWriter, WriterGate) {
+    func gatedWriter(_ tmp: TemporaryDirectory, holdBefore: String = "hold", problems: ProblemLog = ProblemLog()) throws -> (
+        DurableWriter, WriterGate
+    ) {
         let gate = WriterGate(holdBefore: holdBefore)
         let writer = DurableWriter(
             directory: try StateDirectory(path: tmp.path), onProblem: { problems.report($0) },
@@ -54,7 +57,7 @@ final class ProblemLog: Sendable {
     }
 
     @Test func queuedWritesOfOneFileAreMergedTheNewestWinsAndEveryWaiterIsResumed() async throws {
-        let tmp = TempDir()
+        let tmp = TemporaryDirectory(prefix: "ecw-state-")
         let (writer, gate) = try gatedWriter(tmp)
         writer.submit("hold", Array("h".utf8))
         try await gate.waitUntilHeld()
@@ -74,7 +77,7 @@ final class ProblemLog: Sendable {
     }
 
     @Test func contentIsRenderedOnceForMergedSubmissions() async throws {
-        let tmp = TempDir()
+        let tmp = TemporaryDirectory(prefix: "ecw-state-")
         let (writer, gate) = try gatedWriter(tmp)
         let renders = Shared(0)
         writer.submit("hold", [])
@@ -92,7 +95,7 @@ final class ProblemLog: Sendable {
     }
 
     @Test func differentFilesAreWrittenInTheOrderOfTheirLatestSubmission() async throws {
-        let tmp = TempDir()
+        let tmp = TemporaryDirectory(prefix: "ecw-state-")
         let (writer, gate) = try gatedWriter(tmp)
         writer.submit("hold", [])
         try await gate.waitUntilHeld()
@@ -109,7 +112,7 @@ final class ProblemLog: Sendable {
     }
 
     @Test func aRemovalQueuedAfterAWriteWinsAndNothingIsWritten() async throws {
-        let tmp = TempDir()
+        let tmp = TemporaryDirectory(prefix: "ecw-state-")
         let (writer, gate) = try gatedWriter(tmp)
         tmp.write("outbox-1.json", "old")
         writer.submit("hold", [])
@@ -126,7 +129,7 @@ final class ProblemLog: Sendable {
     }
 
     @Test func awaitedWritesAreOnDiskAndAtomicWhenTheyReturn() async throws {
-        let tmp = TempDir()
+        let tmp = TemporaryDirectory(prefix: "ecw-state-")
         let writer = DurableWriter(directory: try StateDirectory(path: tmp.path))
         try await writer.write("mode.json", Array("first version, long content\n".utf8))
         #expect(tmp.read("mode.json") == "first version, long content\n")
@@ -139,7 +142,7 @@ final class ProblemLog: Sendable {
     }
 
     @Test func aWriteIntoAVanishedDirectoryThrowsToTheAwaitingCallerAndIsReported() async throws {
-        let tmp = TempDir()
+        let tmp = TemporaryDirectory(prefix: "ecw-state-")
         let problems = ProblemLog()
         let writer = DurableWriter(directory: try StateDirectory(path: tmp.path), onProblem: { problems.report($0) })
         try FileManager.default.removeItem(atPath: tmp.path)
@@ -149,7 +152,7 @@ final class ProblemLog: Sendable {
     }
 
     @Test func aRemovalThatFailsThrowsToTheAwaitingCaller() async throws {
-        let tmp = TempDir()
+        let tmp = TemporaryDirectory(prefix: "ecw-state-")
         let writer = DurableWriter(directory: try StateDirectory(path: tmp.path))
         try FileManager.default.createDirectory(atPath: tmp.path + "/outbox-1.json/inside", withIntermediateDirectories: true)
         await #expect(throws: SystemError.self) { try await writer.remove("outbox-1.json") }
@@ -157,7 +160,7 @@ final class ProblemLog: Sendable {
     }
 
     @Test func aFailedSubmissionIsReportedAndClearedByTheNextSuccess() async throws {
-        let tmp = TempDir()
+        let tmp = TemporaryDirectory(prefix: "ecw-state-")
         let problems = ProblemLog()
         let writer = DurableWriter(directory: try StateDirectory(path: tmp.path), onProblem: { problems.report($0) })
         // A directory where the file should be: the rename over it fails.
@@ -173,7 +176,7 @@ final class ProblemLog: Sendable {
     }
 
     @Test func flushReturnsOnlyWhenEverythingSubmittedIsOnDisk() async throws {
-        let tmp = TempDir()
+        let tmp = TemporaryDirectory(prefix: "ecw-state-")
         let (writer, gate) = try gatedWriter(tmp)
         writer.submit("hold", [])
         try await gate.waitUntilHeld()
@@ -195,7 +198,7 @@ final class ProblemLog: Sendable {
     }
 
     @Test func theWriterRunsOnAThreadOfItsOwn() async throws {
-        let tmp = TempDir()
+        let tmp = TemporaryDirectory(prefix: "ecw-state-")
         let caller = pthread_self()
         let writerThread = Shared<pthread_t?>(nil)
         let writer = DurableWriter(

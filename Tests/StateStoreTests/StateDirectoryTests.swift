@@ -1,29 +1,15 @@
 import Foundation
+import TestSupport
 import Testing
 import Posix
 @testable import StateStore
 import WorkerCore
 
-/// A fresh temporary directory per test, removed afterwards.
-final class TempDir {
-    let path: String
-    init() {
-        path = NSTemporaryDirectory() + "ecw-state-" + UUID().uuidString
-        try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-    }
-    deinit { try? FileManager.default.removeItem(atPath: path) }
-    func write(_ name: String, _ text: String) { FileManager.default.createFile(atPath: path + "/" + name, contents: Data(text.utf8)) }
-    func read(_ name: String) -> String? {
-        (try? Data(contentsOf: URL(fileURLWithPath: path + "/" + name))).map { String(decoding: $0, as: UTF8.self) }
-    }
-    var names: [String] { ((try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []).sorted() }
-}
-
 struct SimulatedCrash: Error {}
 
 @Suite struct AtomicStateWrites {
     @Test func writeReplacesTheWholeFile() throws {
-        let tmp = TempDir()
+        let tmp = TemporaryDirectory(prefix: "ecw-state-")
         let dir = try StateDirectory(path: tmp.path)
         try dir.write("mode.json", Array("first version, long content\n".utf8))
         try dir.write("mode.json", Array("second\n".utf8))
@@ -35,7 +21,7 @@ struct SimulatedCrash: Error {}
         // The kill between two system calls cannot be caused deterministically from
         // outside, so a hook throws exactly there: the temp file is written and fsynced,
         // the rename never happens.
-        let tmp = TempDir()
+        let tmp = TemporaryDirectory(prefix: "ecw-state-")
         let dir = try StateDirectory(path: tmp.path)
         try dir.write("mode.json", Array("old\n".utf8))
         #expect(throws: SimulatedCrash.self) {
@@ -50,7 +36,7 @@ struct SimulatedCrash: Error {}
     }
 
     @Test func filesAreCreatedWithTheRequestedMode() throws {
-        let tmp = TempDir()
+        let tmp = TemporaryDirectory(prefix: "ecw-state-")
         let dir = try StateDirectory(path: tmp.path)
         try dir.write("mesh-token", Array("secret".utf8), mode: 0o600)
         let attributes = try FileManager.default.attributesOfItem(atPath: tmp.path + "/mesh-token")
@@ -58,7 +44,7 @@ struct SimulatedCrash: Error {}
     }
 
     @Test func readRefusesFilesOverTheLimit() throws {
-        let tmp = TempDir()
+        let tmp = TemporaryDirectory(prefix: "ecw-state-")
         tmp.write("big", String(repeating: "x", count: 5000))
         let dir = try StateDirectory(path: tmp.path)
         #expect(throws: SystemError.self) { try dir.read("big", limit: 4096) }
@@ -66,7 +52,7 @@ struct SimulatedCrash: Error {}
     }
 
     @Test func quarantineNeverOverwritesAnEarlierCorruptCopy() throws {
-        let tmp = TempDir()
+        let tmp = TemporaryDirectory(prefix: "ecw-state-")
         let dir = try StateDirectory(path: tmp.path)
         tmp.write("mode.json", "one")
         let first = try dir.quarantine("mode.json", nowMs: 1_000)
@@ -84,7 +70,7 @@ struct SimulatedCrash: Error {}
 
     @Test(arguments: ["", "{not json", "{\"mode\": \"turbo\", \"sinceMs\": 1, \"reason\": \"x\"}", "[]", "\u{0}\u{0}\u{0}"])
     func unparseableModeFileIsMovedAsideAndReported(content: String) throws {
-        let tmp = TempDir()
+        let tmp = TemporaryDirectory(prefix: "ecw-state-")
         tmp.write("mode.json", content)
         let files = WorkerStateFiles(directory: try StateDirectory(path: tmp.path))
         let loaded = files.loadJSON("mode.json", nowMs: now) { ModeState.from(json: $0) }
@@ -99,7 +85,7 @@ struct SimulatedCrash: Error {}
     }
 
     @Test func oversizedStateFileIsMovedAside() throws {
-        let tmp = TempDir()
+        let tmp = TemporaryDirectory(prefix: "ecw-state-")
         tmp.write("events.json", String(repeating: " ", count: WorkerStateFiles.maxStateFileBytes + 1))
         let files = WorkerStateFiles(directory: try StateDirectory(path: tmp.path))
         guard case .recovered(let file) = files.loadJSON("events.json", nowMs: now, decode: { EventLog.from(json: $0) }) else {
@@ -110,7 +96,7 @@ struct SimulatedCrash: Error {}
     }
 
     @Test func modeAndEventsRoundTrip() throws {
-        let tmp = TempDir()
+        let tmp = TemporaryDirectory(prefix: "ecw-state-")
         let files = WorkerStateFiles(directory: try StateDirectory(path: tmp.path))
         let mode = ModeState(mode: .on, sinceMs: 5, reason: "set by root")
         var log = EventLog()
@@ -125,7 +111,7 @@ struct SimulatedCrash: Error {}
     }
 
     @Test func invalidAgentIDIsMovedAside() throws {
-        let tmp = TempDir()
+        let tmp = TemporaryDirectory(prefix: "ecw-state-")
         tmp.write("agent-id", "bad id with spaces\n")
         let files = WorkerStateFiles(directory: try StateDirectory(path: tmp.path))
         guard case .recovered = files.loadAgentID(nowMs: now) else { Issue.record("accepted a bad agent id"); return }

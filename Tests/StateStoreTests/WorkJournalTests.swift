@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 import WorkerCore
 @testable import StateStore
@@ -13,7 +14,7 @@ import WorkerCore
     }
 
     @Test func aJournalEntryWhoseResultIsInTheOutboxIsNotRunAgain() async throws {
-        let tmp = try TempDir()
+        let tmp = try TemporaryDirectory(prefix: "ecw-state-")
         let journal = WorkJournal(writer: DurableWriter(directory: try StateDirectory(path: tmp.path)))
         try await journal.record(Self.entry("done"))
         try await journal.record(Self.entry("running"))
@@ -27,7 +28,7 @@ import WorkerCore
     }
 
     @Test func deliveringAResultRemovesItsJournalEntryToo() async throws {
-        let tmp = try TempDir()
+        let tmp = try TemporaryDirectory(prefix: "ecw-state-")
         let journal = WorkJournal(writer: DurableWriter(directory: try StateDirectory(path: tmp.path)))
         try await journal.record(Self.entry("x"))
         try await journal.writer.write(
@@ -53,7 +54,7 @@ import WorkerCore
     }
 
     @Test func filesUnderLegacyNamesAreReadAtStartAndRemovedWithTheirSubtask() async throws {
-        let tmp = try TempDir()
+        let tmp = try TemporaryDirectory(prefix: "ecw-state-")
         let journal = WorkJournal(writer: DurableWriter(directory: try StateDirectory(path: tmp.path)))
         // What 0.1.0 left: a journal entry, and an outbox result of another subtask.
         let old = Self.entry("old:1")
@@ -75,7 +76,7 @@ import WorkerCore
     }
 
     @Test func theLargestJournalEntryAndOutboxResultAcceptedAreReadBack() async throws {
-        let tmp = try TempDir()
+        let tmp = try TemporaryDirectory(prefix: "ecw-state-")
         let journal = WorkJournal(writer: DurableWriter(directory: try StateDirectory(path: tmp.path)))
         // The input at its limit, every byte escaped at worst (six bytes each), plus
         // whatever else a coordinator adds to the subtask (64 MiB max): kept out.

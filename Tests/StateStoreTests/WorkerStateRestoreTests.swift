@@ -1,10 +1,11 @@
+import TestSupport
 import Testing
 @testable import StateStore
 import WorkerCore
 
 @Suite struct WorkerStateRestoreTests {
     @Test func anEmptyDirectoryStartsFromDefaultsWithANewAgentID() throws {
-        let tmp = TempDir()
+        let tmp = TemporaryDirectory(prefix: "ecw-state-")
         let files = WorkerStateFiles(directory: try StateDirectory(path: tmp.path))
         let restored = files.restore(nowMs: 5_000, configuredAgentID: nil, deriveAgentID: { "host-new" })
         #expect(restored.mode == .fresh(nowMs: 5_000))
@@ -16,7 +17,7 @@ import WorkerCore
     }
 
     @Test func aConfiguredAgentIDIsUsedWithoutReadingTheFile() throws {
-        let tmp = TempDir()
+        let tmp = TemporaryDirectory(prefix: "ecw-state-")
         tmp.write(WorkerStateFiles.agentIDFile, "not a valid id!\n")
         let files = WorkerStateFiles(directory: try StateDirectory(path: tmp.path))
         let restored = files.restore(nowMs: 5_000, configuredAgentID: "configured-1", deriveAgentID: { "host-new" })
@@ -25,7 +26,7 @@ import WorkerCore
     }
 
     @Test func unreadableFilesAreMovedAsideInReadingOrderAndStartFromDefaults() throws {
-        let tmp = TempDir()
+        let tmp = TemporaryDirectory(prefix: "ecw-state-")
         tmp.write(WorkerStateFiles.modeFile, "{")
         tmp.write(WorkerStateFiles.eventsFile, "garbage")
         tmp.write(WorkerStateFiles.agentIDFile, "not a valid id!\n")
@@ -39,7 +40,7 @@ import WorkerCore
     }
 
     @Test func runningTasksAreInterruptedAndOrphanedTextsRemoved() throws {
-        let tmp = TempDir()
+        let tmp = TemporaryDirectory(prefix: "ecw-state-")
         let directory = try StateDirectory(path: tmp.path)
         var history = TaskHistory()
         _ = history.upsert(TaskRecord(id: "t1", source: .coordinator, origin: "c", prompt: "p", startedAtMs: 1_000))

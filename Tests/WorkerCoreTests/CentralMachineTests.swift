@@ -1,10 +1,11 @@
+import TestSupport
 import Testing
 @testable import WorkerCore
 
 /// The proxy's link (the central) driven through scanning, connecting, subscribing,
 /// chunked writes, answers, timeouts, the link's loss and the proxy's stop, with the
-/// clock and the jitter in the test's hand.
-struct CentralHarness {
+/// clock and the jitter in the test's hand (`MachineDriver` feeds it).
+struct CentralHarness: MachineDriver {
     typealias Command = CentralMachine.Command
     static let hci1 = "/org/bluez/hci1"
     static let bluez = ":1.3"
@@ -22,25 +23,11 @@ struct CentralHarness {
         machine = CentralMachine(settings: .init(adapter: nil, device: device), seed: 42)
     }
 
-    @discardableResult
-    mutating func on(_ event: CentralMachine.Event) -> [Command] {
-        let commands = machine.on(event, now: now)
-        all += commands
-        return commands
+    static func feed(_ event: CentralMachine.Event, to machine: inout CentralMachine, now: Int64) -> [Command] {
+        machine.on(event, now: now)
     }
-
-    @discardableResult
-    mutating func advance(_ ms: Int64) -> [Command] {
-        let end = now + ms
-        var out: [Command] = []
-        while machine.nextDeadlineMs <= end {
-            now = max(now, machine.nextDeadlineMs)
-            out += on(.tick)
-        }
-        now = end
-        out += on(.tick)
-        return out
-    }
+    static func nextDeadlineMs(of machine: CentralMachine) -> Int64 { machine.nextDeadlineMs }
+    static var tick: CentralMachine.Event { .tick }
 
     static func advertising(_ n: Int, rssi: Int, connected: Bool = false) -> BlueZInterfaces {
         BlueZInterfaces(

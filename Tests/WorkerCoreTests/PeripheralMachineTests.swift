@@ -1,11 +1,13 @@
+import TestSupport
 import Testing
 @testable import WorkerCore
 
 /// The peripheral's state machine driven through the paths the BlueZ VM suite covers on
 /// the real stack (bluetoothd leaving and returning, the adapter power-cycled, a refused
 /// registration, a client over the limit, a disconnect mid-request and mid-answer, an idle
-/// partial request), in microseconds and with the clock in the test's hand.
-struct PeripheralHarness {
+/// partial request), in microseconds and with the clock in the test's hand (`MachineDriver`
+/// feeds it).
+struct PeripheralHarness: MachineDriver {
     typealias Command = PeripheralMachine.Command
     static let hci0 = "/org/bluez/hci0"
     static let bluez = ":1.7"
@@ -31,29 +33,11 @@ struct PeripheralHarness {
         machine = PeripheralMachine(settings: settings)
     }
 
-    @discardableResult
-    mutating func on(_ event: PeripheralMachine.Event) -> [Command] {
-        let commands = machine.on(event, now: now)
-        all += commands
-        return commands
+    static func feed(_ event: PeripheralMachine.Event, to machine: inout PeripheralMachine, now: Int64) -> [Command] {
+        machine.on(event, now: now)
     }
-
-    /// Lets time pass to `ms` later, feeding a tick at every deadline on the way (as the
-    /// interpreter's loop does); returns every command of that time.
-    @discardableResult
-    mutating func advance(_ ms: Int64) -> [Command] {
-        let end = now + ms
-        var out: [Command] = []
-        while true {
-            let next = machine.nextDeadlineMs
-            if next > end { break }
-            now = max(now, next)
-            out += on(.tick)
-        }
-        now = end
-        out += on(.tick)
-        return out
-    }
+    static func nextDeadlineMs(of machine: PeripheralMachine) -> Int64 { machine.nextDeadlineMs }
+    static var tick: PeripheralMachine.Event { .tick }
 
     static func adapter(powered: Bool = true) -> BlueZInterfaces {
         BlueZInterfaces(adapter: .init(address: "00:AA:01:00:00:00", powered: powered), advertisingManager: true)

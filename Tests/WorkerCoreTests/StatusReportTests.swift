@@ -43,7 +43,7 @@ indirect enum Shape: Sendable {
     }
 }
 
-/// docs/reference/json-output.md: `status --json`. Tests/IntegrationTests and the
+/// docs/reference/json-output.md: `status --json`. Tests/DaemonProcessTests and the
 /// shell suites read these keys; a change here is a change of the documented interface.
 enum DocumentedStatus {
     static let runtime = Shape.object(required: ["state": .string, "reason": .string])

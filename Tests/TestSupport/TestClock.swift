@@ -1,10 +1,15 @@
 import Posix
 import Synchronization
-import Testing
 
-/// A clock that moves only when the test says so: sleepers wait until `advance` takes
-/// the time past their deadline; the jitter is a function the test picks.
-final class ManualClock: WorkerClock {
+/// The clock a test hands to what it tests, of one of two kinds.
+///
+/// Manual (`TestClock()`): time moves only when the test says so; sleepers wait until
+/// `advance` takes the time past their deadline; the jitter is a function the test picks.
+///
+/// Real time (`TestClock.realTime { … }`): the machine's monotonic clock, sleeps and chance,
+/// with a wall clock the test sets: the daemon records fixed times while the power policy's
+/// hysteresis runs on real time.
+public final class TestClock: WorkerClock {
     private struct Sleeper {
         var deadline: Int64
         var duration: Int64
@@ -22,22 +27,43 @@ final class ManualClock: WorkerClock {
     private let state = Mutex(State())
     private let wallOffset: Int64
     private let jitter: @Sendable (ClosedRange<Int64>) -> Int64
+    /// The wall clock of a real-time clock; nil for a manual one.
+    private let realTimeWall: (@Sendable () -> Int64)?
 
-    init(wallMs: Int64 = 1_750_000_000_000, jitter: @escaping @Sendable (ClosedRange<Int64>) -> Int64 = { $0.upperBound }) {
+    /// A manual clock: monotonic time starts at 0, wall time at `wallMs`.
+    public init(wallMs: Int64 = 1_750_000_000_000, jitter: @escaping @Sendable (ClosedRange<Int64>) -> Int64 = { $0.upperBound }) {
         self.wallOffset = wallMs
         self.jitter = jitter
+        self.realTimeWall = nil
     }
 
-    func monotonicMs() -> Int64 { state.withLock { $0.now } }
+    private init(wall: @escaping @Sendable () -> Int64) {
+        self.wallOffset = 0
+        self.jitter = { SystemClock().random(in: $0) }
+        self.realTimeWall = wall
+    }
 
-    func wallMs() -> Int64 { wallOffset + monotonicMs() }
+    /// The machine's monotonic clock, sleeps and chance, with `wall` as the wall clock.
+    public static func realTime(_ wall: @escaping @Sendable () -> Int64) -> TestClock { TestClock(wall: wall) }
 
-    func random(in range: ClosedRange<Int64>) -> Int64 {
+    public func monotonicMs() -> Int64 {
+        if realTimeWall != nil { return SystemClock().monotonicMs() }
+        return state.withLock { $0.now }
+    }
+
+    public func wallMs() -> Int64 {
+        if let realTimeWall { return realTimeWall() }
+        return wallOffset + monotonicMs()
+    }
+
+    public func random(in range: ClosedRange<Int64>) -> Int64 {
+        if realTimeWall != nil { return SystemClock().random(in: range) }
         state.withLock { $0.jitterRanges.append(range) }
         return jitter(range)
     }
 
-    func sleep(milliseconds: Int64) async throws {
+    public func sleep(milliseconds: Int64) async throws {
+        if realTimeWall != nil { return try await SystemClock().sleep(milliseconds: milliseconds) }
         if milliseconds <= 0 { return try Task.checkCancellation() }
         let id = state.withLock { state -> Int in
             state.nextID += 1
@@ -62,8 +88,9 @@ final class ManualClock: WorkerClock {
         }
     }
 
-    /// Moves time forward and wakes every sleeper whose deadline has come.
-    func advance(by milliseconds: Int64) {
+    /// Moves a manual clock's time forward and wakes every sleeper whose deadline has come.
+    public func advance(by milliseconds: Int64) {
+        precondition(realTimeWall == nil, "a real-time TestClock moves on its own")
         let due = state.withLock { state -> [CheckedContinuation<Void, any Error>] in
             state.now += milliseconds
             let due = state.sleepers.filter { $0.value.deadline <= state.now }
@@ -74,39 +101,8 @@ final class ManualClock: WorkerClock {
     }
 
     /// The durations of the sleeps in progress, shortest first.
-    var sleeping: [Int64] { state.withLock { $0.sleepers.values.map(\.duration).sorted() } }
+    public var sleeping: [Int64] { state.withLock { $0.sleepers.values.map(\.duration).sorted() } }
 
     /// The ranges the jitter was drawn from, in order.
-    var jitterRanges: [ClosedRange<Int64>] { state.withLock { $0.jitterRanges } }
-
-    /// Waits (in real time, briefly) until a sleep of `milliseconds` is in progress.
-    func waitForSleep(_ milliseconds: Int64, sourceLocation: SourceLocation = #_sourceLocation) async -> Bool {
-        await eventually("a sleep of \(milliseconds) ms (sleeping: \(sleeping))", sourceLocation: sourceLocation) {
-            self.sleeping.contains(milliseconds)
-        }
-    }
-}
-
-/// Polls `condition` in real time until it holds; records an issue after `timeoutMs`.
-/// For what an in-process loop reaches on its own tasks, a few milliseconds later.
-@discardableResult
-func eventually(
-    _ what: @autoclosure () -> String, timeoutMs: Int = 5_000, sourceLocation: SourceLocation = #_sourceLocation,
-    _ condition: () async -> Bool
-) async -> Bool {
-    for _ in 0..<(timeoutMs / 2) {
-        if await condition() { return true }
-        try? await Task.sleep(nanoseconds: 2_000_000)
-    }
-    if await condition() { return true }
-    Issue.record("timed out waiting for \(what())", sourceLocation: sourceLocation)
-    return false
-}
-
-/// Lets the tasks in flight run for a moment: for asserting that nothing happens.
-func settle() async {
-    for _ in 0..<20 {
-        await Task.yield()
-        try? await Task.sleep(nanoseconds: 1_000_000)
-    }
+    public var jitterRanges: [ClosedRange<Int64>] { state.withLock { $0.jitterRanges } }
 }

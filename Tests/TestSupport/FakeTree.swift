@@ -1,48 +1,44 @@
 import Foundation
 
 /// A fake sysfs/procfs tree in a temporary directory, removed when released.
-final class FakeTree: @unchecked Sendable {
-    let root: String
+public final class FakeTree: @unchecked Sendable {
+    private let directory = TemporaryDirectory(prefix: "telemetry-")
+    public var root: String { directory.path }
 
-    init() {
-        root = FileManager.default.temporaryDirectory.appendingPathComponent("telemetry-\(UUID().uuidString)").path
-        try! FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
-    }
+    public init() {}
 
-    deinit { try? FileManager.default.removeItem(atPath: root) }
-
-    func write(_ relative: String, _ contents: String) {
+    public func write(_ relative: String, _ contents: String) {
         write(relative, bytes: Array(contents.utf8))
     }
 
-    func write(_ relative: String, bytes: [UInt8]) {
+    public func write(_ relative: String, bytes: [UInt8]) {
         let path = "\(root)/\(relative)"
         try! FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
         if FileManager.default.fileExists(atPath: path) { try! FileManager.default.removeItem(atPath: path) }
         precondition(FileManager.default.createFile(atPath: path, contents: Data(bytes)))
     }
 
-    func directory(_ relative: String) {
+    public func directory(_ relative: String) {
         try! FileManager.default.createDirectory(atPath: "\(root)/\(relative)", withIntermediateDirectories: true)
     }
 
-    func fifo(_ relative: String) {
+    public func fifo(_ relative: String) {
         let path = "\(root)/\(relative)"
         try! FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
         precondition(mkfifo(path, 0o644) == 0)
     }
 
-    func remove(_ relative: String) {
+    public func remove(_ relative: String) {
         try? FileManager.default.removeItem(atPath: "\(root)/\(relative)")
     }
 
     /// A power supply with one file per attribute (a value `"\n"`-terminated as sysfs does).
-    func supply(_ name: String, _ attributes: [String: String]) {
+    public func supply(_ name: String, _ attributes: [String: String]) {
         directory("sys/class/power_supply/\(name)")
         for (attribute, value) in attributes { write("sys/class/power_supply/\(name)/\(attribute)", value + "\n") }
     }
 
-    func thermalZone(_ n: Int, type: String, temp: String, trips: [(String, String)] = []) {
+    public func thermalZone(_ n: Int, type: String, temp: String, trips: [(String, String)] = []) {
         let zone = "sys/class/thermal/thermal_zone\(n)"
         write("\(zone)/type", type + "\n")
         write("\(zone)/temp", temp + "\n")
@@ -52,18 +48,18 @@ final class FakeTree: @unchecked Sendable {
         }
     }
 
-    func hwmon(_ n: Int, name: String, temps: [String]) {
+    public func hwmon(_ n: Int, name: String, temps: [String]) {
         write("sys/class/hwmon/hwmon\(n)/name", name + "\n")
         for (i, temp) in temps.enumerated() { write("sys/class/hwmon/hwmon\(n)/temp\(i + 1)_input", temp + "\n") }
     }
 
-    func chassis(_ code: String) { write("sys/class/dmi/id/chassis_type", code + "\n") }
+    public func chassis(_ code: String) { write("sys/class/dmi/id/chassis_type", code + "\n") }
 
-    func procStat(user: Int, system: Int, idle: Int, iowait: Int) {
+    public func procStat(user: Int, system: Int, idle: Int, iowait: Int) {
         write("proc/stat", "cpu  \(user) 0 \(system) \(idle) \(iowait) 0 0 0 0 0\ncpu0 \(user) 0 \(system) \(idle) \(iowait) 0 0 0 0 0\nintr 1 2 3\n")
     }
 
-    func meminfo(totalKB: Int, availableKB: Int) {
+    public func meminfo(totalKB: Int, availableKB: Int) {
         write("proc/meminfo", "MemTotal:       \(totalKB) kB\nMemFree:         1000 kB\nMemAvailable:   \(availableKB) kB\n")
     }
 }

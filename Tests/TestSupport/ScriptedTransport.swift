@@ -4,8 +4,8 @@ import WorkerCore
 
 /// An HTTP transport that answers from a script: per path, queued replies first, then a
 /// default. It records every request, so tests assert on what was sent and in what order.
-final class ScriptedTransport: HTTPTransport {
-    enum Reply: Sendable {
+public final class ScriptedTransport: HTTPTransport {
+    public enum Reply: Sendable {
         case json(Int, String)
         /// No HTTP answer: the error libcurl would have reported.
         case failure(HTTPError.Kind)
@@ -13,13 +13,13 @@ final class ScriptedTransport: HTTPTransport {
         case hang
     }
 
-    struct Call: Sendable {
-        var path: String
-        var headers: [(String, String)]
-        var body: JSONValue?
-        var totalTimeoutMs: Int64
+    public struct Call: Sendable {
+        public var path: String
+        public var headers: [(String, String)]
+        public var body: JSONValue?
+        public var totalTimeoutMs: Int64
 
-        func header(_ name: String) -> String? { headers.first { $0.0 == name }?.1 }
+        public func header(_ name: String) -> String? { headers.first { $0.0 == name }?.1 }
     }
 
     private struct State {
@@ -30,18 +30,18 @@ final class ScriptedTransport: HTTPTransport {
     private let state = Mutex(State())
     private let defaults: [String: Reply]
 
-    init(defaults: [String: Reply]) { self.defaults = defaults }
+    public init(defaults: [String: Reply]) { self.defaults = defaults }
 
     /// Replies for the next calls to `path`, in order.
-    func script(_ path: String, _ replies: Reply...) {
+    public func script(_ path: String, _ replies: Reply...) {
         state.withLock { $0.queued[path, default: []].append(contentsOf: replies) }
     }
 
-    var calls: [Call] { state.withLock { $0.calls } }
+    public var calls: [Call] { state.withLock { $0.calls } }
 
-    func calls(to path: String) -> [Call] { calls.filter { $0.path == path } }
+    public func calls(to path: String) -> [Call] { calls.filter { $0.path == path } }
 
-    func perform(_ request: HTTP.HTTPRequest) async throws -> HTTPResponse {
+    public func perform(_ request: HTTP.HTTPRequest) async throws -> HTTPResponse {
         let path = ScriptedTransport.path(of: request.url)
         let body = request.body.flatMap { try? JSON.parse($0) }
         let reply = state.withLock { state -> Reply in
@@ -64,7 +64,7 @@ final class ScriptedTransport: HTTPTransport {
     }
 
     /// "http://host:port/a/b" → "/a/b".
-    static func path(of url: String) -> String {
+    public static func path(of url: String) -> String {
         guard let scheme = url.firstRange(of: "://") else { return url }
         let rest = url[scheme.upperBound...]
         guard let slash = rest.firstIndex(of: "/") else { return "/" }
