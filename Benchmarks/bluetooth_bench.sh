@@ -3,14 +3,14 @@
 # BlueZ test VM (btvirt, bluetoothd 5.66, MTU 517, chunkPacingMs 10): the bytes per second
 # of one 15000-token answer (over 64 KiB with the tiny model), from the first notification
 # to the last as a bleak central on hci1 receives them, against 51200 B/s (EdgeCoder's
-# phone: 512-byte chunks every 10 ms). Runs Tests/Suites/bluetooth.sh's "bench" phase, and
+# phone: 512-byte chunks every 10 ms). Runs IntegrationTests/suites/bluetooth.sh's "bench" phase, and
 # its "pacing" and "badflood" phases for the figures of issue 15 (below).
 #
-#   Tests/Bench/bluetooth_bench.sh [BINARY]     (default $EDGECODER_WORKER_BIN, else the
+#   Benchmarks/bluetooth_bench.sh [BINARY]     (default $EDGECODER_WORKER_BIN, else the
 #                          newer of .build/release/edgecoder-worker and .build/debug/...)
 # Prints "bluetooth throughput: N B/s (R x 51200 B/s)"; exits non-zero if no figure came.
 set -u
-cd "$(dirname "$0")/../.." || exit 1
+cd "$(dirname "$0")/.." || exit 1
 bin="${1:-${EDGECODER_WORKER_BIN:-}}"
 if [[ -z "$bin" ]]; then
   bin=.build/debug/edgecoder-worker
@@ -24,7 +24,7 @@ echo "# bluetooth bench: $bin" >&2
 # writes (the flooder comes back after each cut-off) against before it.
 out="$(EDGECODER_WORKER_BIN="$bin" EDGECODER_BT_PHASES="badflood bench proxy pacing" EDGECODER_BT_PROXY_BENCH=1 EDGECODER_BT_PIECE_REPS=5 \
   EDGECODER_BT_FLOOD_SECS=60 EDGECODER_BT_PACING_CHANNELS=1 EDGECODER_BT_PACING_MTUS="517 48" \
-  EDGECODER_BT_PACING_SET="10/chunks 10/bytes" EDGECODER_BT_PACING_REPS=2 bash Tests/Suites/bluetooth.sh 2>&1)"
+  EDGECODER_BT_PACING_SET="10/chunks 10/bytes" EDGECODER_BT_PACING_REPS=2 bash IntegrationTests/suites/bluetooth.sh 2>&1)"
 rc=$?
 printf '%s\n' "$out" | grep -E '^(not ok|# throughput|# proxy-|# model-|# worker-first|# rss)' >&2
 rate="$(printf '%s\n' "$out" | sed -n 's/^# throughput: \([0-9]*\) bytes\/s.*MTU 517, [0-9]* notifications)$/\1/p' | tail -n1)"

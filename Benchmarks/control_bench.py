@@ -113,7 +113,7 @@ try:
     idle = round_trips(path, trips)
     idle_cli = cli_runs(path, execs)
     print("== control socket: root's `status` while non-members hold every place they can (issue 12 §3)")
-    print(f"   command: python3 Tests/Bench/control_bench.py {binary}")
+    print(f"   command: python3 Benchmarks/control_bench.py {binary}")
     print(line("idle, raw round trip:", idle))
     print(line("idle, `edgecoder-worker status`:", idle_cli))
     if os.getuid() != 0:

@@ -9,7 +9,7 @@
 Figures, not assertions."""
 import json, os, shutil, signal, statistics, subprocess, sys, tempfile, time, urllib.request
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 binary = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/release/edgecoder-worker")
 count = int(os.environ.get("BENCH_SUBTASKS", "200"))
 idle_seconds = float(os.environ.get("BENCH_IDLE_SECONDS", "60"))
@@ -33,9 +33,9 @@ try:
     # No behavioural monitoring: a model that answers at once makes every result "suspiciously
     # fast" (BHV001) and the baseline's identical ones "duplicate forgery" (BHV003), and both
     # clients would be banned mid-run; conduct is the coordinator suite's to test.
-    coordinator, curl = start([sys.executable, f"{ROOT}/Tests/DevCoordinator/dev_coordinator.py", "--port", "0", "--no-mesh-token", "--no-monitoring"])
+    coordinator, curl = start([sys.executable, f"{ROOT}/IntegrationTests/coordinator/dev_coordinator.py", "--port", "0", "--no-mesh-token", "--no-monitoring"])
     procs.append(coordinator)
-    fixture, furl = start([sys.executable, f"{ROOT}/Tests/ModelServer/ollama_fixture.py", "--port", "0", "--model", "tiny", "--quiet"])
+    fixture, furl = start([sys.executable, f"{ROOT}/IntegrationTests/model-server/ollama_fixture.py", "--port", "0", "--model", "tiny", "--quiet"])
     procs.append(fixture)
 
     # Baseline: the same two calls per subtask from a minimal client.

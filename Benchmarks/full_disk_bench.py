@@ -8,7 +8,7 @@ queued at the coordinator so that every pull would get work. BENCH_FULL_SECONDS 
 30) is the measuring window. Figures, not assertions."""
 import json, os, shutil, signal, subprocess, sys, tempfile, time, urllib.request
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 binary = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/release/edgecoder-worker")
 seconds = float(os.environ.get("BENCH_FULL_SECONDS", "30"))
 
@@ -27,11 +27,11 @@ def http(method, url, body=None):
 work = tempfile.mkdtemp(prefix="ecw-fullbench-")
 procs = []
 try:
-    coordinator = subprocess.Popen([sys.executable, f"{ROOT}/Tests/DevCoordinator/dev_coordinator.py", "--port", "0"],
+    coordinator = subprocess.Popen([sys.executable, f"{ROOT}/IntegrationTests/coordinator/dev_coordinator.py", "--port", "0"],
                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     procs.append(coordinator)
     curl = coordinator.stdout.readline().strip().split(" ")[-1]
-    fixture = subprocess.Popen([sys.executable, f"{ROOT}/Tests/ModelServer/ollama_fixture.py", "--port", "0", "--model", "tiny", "--quiet"],
+    fixture = subprocess.Popen([sys.executable, f"{ROOT}/IntegrationTests/model-server/ollama_fixture.py", "--port", "0", "--model", "tiny", "--quiet"],
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     procs.append(fixture)
     furl = fixture.stdout.readline().strip().split(" ")[-1]

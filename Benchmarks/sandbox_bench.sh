@@ -5,9 +5,9 @@
 # and the ratio, in the same command. Figures, not assertions. Skipped without the engine
 # or the image (`edgecoder-worker sandbox build` makes it).
 #
-#   bash Tests/Bench/sandbox_bench.sh [BIN] [N]
+#   bash Benchmarks/sandbox_bench.sh [BIN] [N]
 set -u
-cd "$(dirname "$0")/../.." || exit 1
+cd "$(dirname "$0")/.." || exit 1
 bin="${1:-.build/release/edgecoder-worker}"
 n="${2:-10}"
 engine="${EDGECODER_SANDBOX_ENGINE:-podman}"

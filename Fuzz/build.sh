@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets of Tests/Fuzz with swiftc (SwiftPM cannot link a libFuzzer
+# Builds the libFuzzer targets of Fuzz with swiftc (SwiftPM cannot link a libFuzzer
 # main). Each Sources module a target needs is compiled once, instrumented
 # (-sanitize=fuzzer,address), into a static library under $FUZZ_BUILD; a module is
 # rebuilt only when its sources or a module it depends on changed. Then each harness
-# (Tests/Fuzz/<target>/*.swift plus Tests/Fuzz/Common) is linked against those.
+# (Fuzz/<target>/*.swift plus Fuzz/Common) is linked against those.
 #
-# Usage: Tests/Fuzz/build.sh [target…]   (default: every target)
+# Usage: Fuzz/build.sh [target…]   (default: every target)
 # Prints the path of each built binary: $FUZZ_BUILD/fuzz-<target>.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/.."
 ROOT=$PWD
 export PATH=/opt/swift/usr/bin:$PATH
 OUT=${FUZZ_BUILD:-$ROOT/.build/fuzz}
@@ -87,12 +87,12 @@ link_target() {
     esac
     local stale=0
     [ -f "$bin" ] || stale=1
-    for f in Tests/Fuzz/"$target"/*.swift Tests/Fuzz/Common/*.swift; do [ "$f" -nt "$bin" ] && stale=1; done
+    for f in Fuzz/"$target"/*.swift Fuzz/Common/*.swift; do [ "$f" -nt "$bin" ] && stale=1; done
     for m in $(modules_of "$target"); do [ "$OUT/lib$m.a" -nt "$bin" ] && stale=1; done
     if [ $stale = 1 ]; then
         echo "fuzz build: target $target" >&2
         swiftc -parse-as-library -sanitize=fuzzer,address "$OPT" -suppress-warnings -swift-version 6 -module-name "Fuzz_$target" \
-            -I "$OUT" "${C_INCLUDES[@]}" -L "$OUT" Tests/Fuzz/"$target"/*.swift Tests/Fuzz/Common/*.swift \
+            -I "$OUT" "${C_INCLUDES[@]}" -L "$OUT" Fuzz/"$target"/*.swift Fuzz/Common/*.swift \
             "${libs[@]}" -o "$bin.tmp" 2>&1 | grep -v "Cannot export local symbol" >&2 || true
         [ -f "$bin.tmp" ] || { echo "fuzz build: target $target failed" >&2; exit 1; }
         mv "$bin.tmp" "$bin"

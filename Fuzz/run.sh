@@ -2,17 +2,17 @@
 # Builds the fuzz targets and runs each for SECONDS (default $FUZZ_SECONDS, else 60) from
 # its seed corpus. libFuzzer writes what it finds to a scratch directory, never to the
 # committed corpus. A crash, hang or over-limit allocation is copied to
-# Tests/Fuzz/<target>/regressions/ (replayed by Tests/Suites/fuzz.sh from then on) and
+# Fuzz/<target>/regressions/ (replayed by IntegrationTests/suites/fuzz.sh from then on) and
 # makes the run fail. The last status line of each target (exec/s, cov, ft) is printed.
 #
-# Usage: Tests/Fuzz/run.sh [seconds] [target…]
+# Usage: Fuzz/run.sh [seconds] [target…]
 set -uo pipefail
-cd "$(dirname "$0")/../.." || exit 1
+cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 SECONDS_EACH=${1:-${FUZZ_SECONDS:-60}}
 shift || true
 OUT=${FUZZ_BUILD:-$ROOT/.build/fuzz}
-bins=$(bash Tests/Fuzz/build.sh "$@") || exit 1
+bins=$(bash Fuzz/build.sh "$@") || exit 1
 # Swift's own backtracer fights ASan over a trap; libFuzzer prints the stack itself.
 export SWIFT_BACKTRACE=enable=no
 failed=0
@@ -21,9 +21,9 @@ for bin in $bins; do
     scratch=$OUT/run/$target
     rm -rf "$scratch"; mkdir -p "$scratch/corpus"
     dict=()
-    [ -f "Tests/Fuzz/$target/dict" ] && dict=(-dict="Tests/Fuzz/$target/dict")
+    [ -f "Fuzz/$target/dict" ] && dict=(-dict="Fuzz/$target/dict")
     # -malloc_limit_mb: no parser should allocate that much for a few KiB of input.
-    "$bin" "$scratch/corpus" "Tests/Fuzz/$target/corpus" "${dict[@]}" -max_total_time="$SECONDS_EACH" -timeout=10 \
+    "$bin" "$scratch/corpus" "Fuzz/$target/corpus" "${dict[@]}" -max_total_time="$SECONDS_EACH" -timeout=10 \
         -rss_limit_mb=2048 -malloc_limit_mb=256 -artifact_prefix="$scratch/" -print_final_stats=1 \
         > "$scratch/log" 2>&1
     rc=$?
@@ -33,8 +33,8 @@ for bin in $bins; do
     artifacts=$(find "$scratch" -maxdepth 1 -name 'crash-*' -o -maxdepth 1 -name 'timeout-*' -o -maxdepth 1 -name 'oom-*' -o -maxdepth 1 -name 'leak-*')
     if [ $rc -ne 0 ] || [ -n "$artifacts" ]; then
         failed=1
-        mkdir -p "Tests/Fuzz/$target/regressions"
-        for a in $artifacts; do cp "$a" "Tests/Fuzz/$target/regressions/"; echo "  kept $a as Tests/Fuzz/$target/regressions/${a##*/}"; done
+        mkdir -p "Fuzz/$target/regressions"
+        for a in $artifacts; do cp "$a" "Fuzz/$target/regressions/"; echo "  kept $a as Fuzz/$target/regressions/${a##*/}"; done
         echo "  log: $scratch/log"
     fi
 done

@@ -1,8 +1,8 @@
 # shellcheck shell=bash
 # Phase "proxy" of worker-guest.sh (sourced there; uses its helpers): `edgecoder-worker
 # proxy` on hci1 in front of the daemon on hci0, driven with curl and (issue #14) the real
-# `ollama` and `openai` packages (Tests/Proxy/clients_check.py, from the venv that
-# Tests/Suites/bluetooth.sh prepares on the host: PROXY_CLIENTS_PY). Issue #7's cases: the
+# `ollama` and `openai` packages (IntegrationTests/proxy/clients_check.py, from the venv that
+# IntegrationTests/suites/bluetooth.sh prepares on the host: PROXY_CLIENTS_PY). Issue #7's cases: the
 # status keys of EdgeCoder's Mac proxy, both /api/generate shapes, /api/tags, a long
 # prompt and a long answer, three requests at once, the worker stopped and started (the
 # proxy reconnects), malformed HTTP. Issue #14's: the worker remembered on first use
@@ -184,10 +184,10 @@ check "the proxy still answers after bad input" proxy_connected
 if [[ -x "${PROXY_CLIENTS_PY:-}" ]]; then
   streaming_flag=()
   [[ $STREAMING_WORKER == 1 ]] || streaming_flag=(--no-worker-streaming)
-  run_tap "clients_check.py against the real worker" "$PROXY_CLIENTS_PY" "$HERE/../Proxy/clients_check.py" "$PROXY_URL" --max-tokens 16 \
+  run_tap "clients_check.py against the real worker" "$PROXY_CLIENTS_PY" "$HERE/../proxy/clients_check.py" "$PROXY_URL" --max-tokens 16 \
     "${streaming_flag[@]}"
 else
-  not_ok "the ollama and openai packages for the proxy phase (PROXY_CLIENTS_PY: Tests/Proxy/prepare-clients.sh on the host)"
+  not_ok "the ollama and openai packages for the proxy phase (PROXY_CLIENTS_PY: IntegrationTests/proxy/prepare-clients.sh on the host)"
 fi
 
 # A streamed answer's first piece against its end, in the same run, each counted from the
@@ -228,11 +228,11 @@ if [[ $STREAMING_WORKER == 1 ]]; then
     "{\"model\": \"m\", \"prompt\": \"$PIECE_PROMPT\", \"stream\": false, \"options\": {\"num_predict\": 1000}}")"
   echo "# proxy-whole-ms: $edgecoder_whole_ms (the same request with stream false: the EdgeCoder protocol, one whole answer)"
   if [[ "${BT_PROXY_BENCH:-0}" == 1 && -n "${BT_PACED_TPS:-30}" && "${BT_PACED_TPS:-30}" != 0 ]]; then
-    # The same 1000-token answer from a model at a laptop's pace (Tests/ModelServer/
+    # The same 1000-token answer from a model at a laptop's pace (IntegrationTests/model-server/
     # paced_proxy.py in front of llama.cpp, BT_PACED_TPS tokens/s, default 30): what a user
     # waits for with and without stream. The worker restarts with the paced server as its
     # backend, then with llama.cpp again.
-    python3 "$HERE/../ModelServer/paced_proxy.py" --port 0 --upstream "$LLAMA_URL" --delay-ms 0 \
+    python3 "$HERE/../model-server/paced_proxy.py" --port 0 --upstream "$LLAMA_URL" --delay-ms 0 \
       --tokens-per-second "${BT_PACED_TPS:-30}" >"$VM_RESULTS/paced.out" 2>"$VM_RESULTS/paced.log" &
     paced_pid=$!
     wait_for 30 "the paced model server" grep -q listening "$VM_RESULTS/paced.out"

@@ -1,6 +1,6 @@
 #!/bin/bash
 # edgecoder-worker's Bluetooth Local mode end to end, INSIDE the BlueZ test VM (started by
-# Tests/Suites/bluetooth.sh through run-in-vm.sh --controllers 4 --host-port PORT).
+# IntegrationTests/suites/bluetooth.sh through run-in-vm.sh --controllers 4 --host-port PORT).
 # The daemon runs as root on hci0; worker_central.py drives it from hci1 (and hci2 for a
 # second client; hci3 only advertises, see worker_central.py pad_connection).
 #
@@ -17,7 +17,7 @@
 # started below (pad_connection), which a bluetoothd
 # restart (phases restart, smallmtu, off) takes away: keep them first.
 # Daemon stderr: $VM_RESULTS/daemon.log. Prints "ok - ..."/"not ok - ..." lines and
-# "# N passed, N failed" (Tests/Suites/lib/tap.sh); exits 1 if anything failed.
+# "# N passed, N failed" (IntegrationTests/lib/tap.sh); exits 1 if anything failed.
 source "$BLUEZ_VM_DIR/guest-lib.sh"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 export PYTHONUNBUFFERED=1
@@ -93,7 +93,7 @@ stop_daemon() { # sends SIGTERM; returns the daemon's exit status (124: it did n
 ECHO_PID="" ECHO_URL=""
 start_echo_model() {
   [[ -n $ECHO_PID ]] && return 0
-  /usr/bin/python3 -u "$REPO_ROOT/Tests/ModelServer/ollama_fixture.py" --port 0 --model tiny --loaded --quiet --echo-cycles 100000 \
+  /usr/bin/python3 -u "$REPO_ROOT/IntegrationTests/model-server/ollama_fixture.py" --port 0 --model tiny --loaded --quiet --echo-cycles 100000 \
     >"$VM_RESULTS/echo-model.out" 2>"$VM_RESULTS/echo-model.log" &
   ECHO_PID=$!
   wait_for 30 "the echo model server" grep -q listening "$VM_RESULTS/echo-model.out"
@@ -361,10 +361,10 @@ if has_phase security; then
 fi
 
 # ------------------------------------------------------------------ Bluetooth Classic
-# Needs BR/EDR controllers, so it has a VM of its own (Tests/Suites/bluetooth-classic.sh: in
+# Needs BR/EDR controllers, so it has a VM of its own (IntegrationTests/suites/bluetooth-classic.sh: in
 # a dual-mode VM bleak's LE connects to the worker time out: bluetoothd takes the worker
 # for a dual-mode device and tries BR/EDR first):
-#   EDGECODER_BT_PHASES=classic EDGECODER_BT_BTVIRT_MODE=dual bash Tests/Suites/bluetooth.sh
+#   EDGECODER_BT_PHASES=classic EDGECODER_BT_BTVIRT_MODE=dual bash IntegrationTests/suites/bluetooth.sh
 # Registered, the worker's NoInputNoOutput default agent makes hci0 bondable, and the kernel
 # accepts a Classic Just Works pairing by itself: kept out only while hci0 is not
 # Classic-connectable (bluetoothd's default), so while hci0 is connectable (btmgmt, seen only

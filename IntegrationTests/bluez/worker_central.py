@@ -198,7 +198,7 @@ async def wait_until(pred, timeout, step=0.5):
 
 
 async def host_request(what, timeout=120):
-    """Asks the host side of the suite (Tests/Suites/bluetooth.sh) to do WHAT (e.g.
+    """Asks the host side of the suite (IntegrationTests/suites/bluetooth.sh) to do WHAT (e.g.
     llama-stop, llama-start) through the shared results folder; returns True when done."""
     d = os.path.join(RESULTS, "host-requests")
     os.makedirs(d, exist_ok=True)

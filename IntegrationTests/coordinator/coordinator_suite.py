@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Mode `on` end to end (issue 4): the real daemon binary against the development
-coordinator (Tests/DevCoordinator) and a real model server (llama.cpp's OpenAI-compatible
-server with a tiny random model, Tests/ModelServer), all on loopback.
+coordinator (IntegrationTests/coordinator) and a real model server (llama.cpp's OpenAI-compatible
+server with a tiny random model, IntegrationTests/model-server), all on loopback.
 
 Each check prints `ok - ...` or `not ok - ...`; the exit status is 0 only if all pass.
 The dev coordinator runs EdgeCoder's behavioural monitoring (BHV rules, permanent bans; see
-Tests/DevCoordinator/WIRE.md): every coordinator, when it stops, prints its rule hits and
+IntegrationTests/coordinator/WIRE.md): every coordinator, when it stops, prints its rule hits and
 checks that the worker was neither banned nor struck.
 Usage: coordinator_suite.py BINARY [--only NAME[,NAME…]] [--except NAME[,NAME…]] [--jobs N]
 --jobs N runs N scenarios at a time, each in a process of its own (its own coordinator,
@@ -72,7 +72,7 @@ def http(method, url, body=None, timeout=10):
 
 class Coordinator:
     def __init__(self, *args):
-        self.process = subprocess.Popen([sys.executable, os.path.join(ROOT, "Tests/DevCoordinator/dev_coordinator.py"), "--port", "0", *args],
+        self.process = subprocess.Popen([sys.executable, os.path.join(ROOT, "IntegrationTests/coordinator/dev_coordinator.py"), "--port", "0", *args],
                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         line = self.process.stdout.readline()
         self.url = line.strip().split(" ")[-1]
@@ -127,23 +127,23 @@ class ModelServer:
     """llama.cpp's server from the cached test bed, plus optionally the Ollama fixture."""
 
     def __init__(self, env=None):
-        prepared = subprocess.run(["bash", os.path.join(ROOT, "Tests/ModelServer/prepare.sh")], capture_output=True, text=True)
+        prepared = subprocess.run(["bash", os.path.join(ROOT, "IntegrationTests/model-server/prepare.sh")], capture_output=True, text=True)
         if prepared.returncode != 0:
-            raise RuntimeError("Tests/ModelServer/prepare.sh failed: " + prepared.stderr[-2000:])
+            raise RuntimeError("IntegrationTests/model-server/prepare.sh failed: " + prepared.stderr[-2000:])
         self.port = free_port()
-        started = subprocess.run(["bash", os.path.join(ROOT, "Tests/ModelServer/start-llama.sh"), str(self.port)], capture_output=True, text=True,
+        started = subprocess.run(["bash", os.path.join(ROOT, "IntegrationTests/model-server/start-llama.sh"), str(self.port)], capture_output=True, text=True,
                                  env={**os.environ, **(env or {})})
         if started.returncode != 0:
             raise RuntimeError("start-llama.sh failed: " + started.stderr[-2000:])
         self.url = f"http://127.0.0.1:{self.port}"
 
     def stop(self):
-        subprocess.run(["bash", os.path.join(ROOT, "Tests/ModelServer/stop-llama.sh"), str(self.port)], capture_output=True)
+        subprocess.run(["bash", os.path.join(ROOT, "IntegrationTests/model-server/stop-llama.sh"), str(self.port)], capture_output=True)
 
 
 class OllamaFixture:
     def __init__(self, upstream, *args, port=0):
-        self.process = subprocess.Popen([sys.executable, os.path.join(ROOT, "Tests/ModelServer/ollama_fixture.py"), "--port", str(port),
+        self.process = subprocess.Popen([sys.executable, os.path.join(ROOT, "IntegrationTests/model-server/ollama_fixture.py"), "--port", str(port),
                                          "--upstream", upstream + "/v1/completions", "--model", "tiny", *args],
                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.url = self.process.stdout.readline().strip().split(" ")[-1]
@@ -155,12 +155,12 @@ class OllamaFixture:
 
 
 class PacedModel:
-    """llama.cpp's server behind Tests/ModelServer/paced_proxy.py: every generation takes
+    """llama.cpp's server behind IntegrationTests/model-server/paced_proxy.py: every generation takes
     --delay-ms more, as a real model on a laptop does. The tiny test model answers in a few
     milliseconds, and three results under 500 ms get an agent banned by the coordinator's
     monitor (BHV001): scenarios that deliver several results use this."""
     def __init__(self, upstream, delay_ms=1200):
-        self.process = subprocess.Popen([sys.executable, os.path.join(ROOT, "Tests/ModelServer/paced_proxy.py"), "--port", "0",
+        self.process = subprocess.Popen([sys.executable, os.path.join(ROOT, "IntegrationTests/model-server/paced_proxy.py"), "--port", "0",
                                          "--upstream", upstream, "--delay-ms", str(delay_ms)],
                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.url = self.process.stdout.readline().strip().split(" ")[-1]
@@ -800,7 +800,7 @@ def largest_values_across_kill(model):
     5 MiB of other fields) and a model output over what is posted, across kill -9 while
     running and while posting: journal and outbox are read back, nothing quarantined."""
     # The echo fixture, without the upstream: its output grows with the input (4 MiB here).
-    slow = subprocess.Popen([sys.executable, os.path.join(ROOT, "Tests/ModelServer/ollama_fixture.py"), "--port", "0", "--model", "tiny",
+    slow = subprocess.Popen([sys.executable, os.path.join(ROOT, "IntegrationTests/model-server/ollama_fixture.py"), "--port", "0", "--model", "tiny",
                              "--delay-ms", "4000", "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     fixture_url = slow.stdout.readline().strip().split(" ")[-1]
     c = Coordinator("--body-limit", str(64 * 1024 * 1024))
@@ -1061,11 +1061,11 @@ def sandbox_required(model):
 
 
 class CoderModel:
-    """Tests/ModelServer/coder_model.py: a stand-in model that writes the programs the
+    """IntegrationTests/model-server/coder_model.py: a stand-in model that writes the programs the
     subtask's text scripts (the tiny llama.cpp model writes random words)."""
     def __init__(self, delay_ms=300):
         self.log = tempfile.mktemp(prefix="ecw-coder-", suffix=".jsonl")
-        self.process = subprocess.Popen([sys.executable, os.path.join(ROOT, "Tests/ModelServer/coder_model.py"), "--port", "0",
+        self.process = subprocess.Popen([sys.executable, os.path.join(ROOT, "IntegrationTests/model-server/coder_model.py"), "--port", "0",
                                          "--delay-ms", str(delay_ms), "--log", self.log],
                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.url = self.process.stdout.readline().strip().split(" ")[-1]
@@ -1106,7 +1106,7 @@ def code_subtasks(model):
     with a usable container engine it registers docker, gets the work, and posts what the
     programs printed: a broken first program is fixed by the reflection (python and
     javascript), a program that fails twice is posted as failed with its stderr.
-    Needs the sandbox image (Tests/Suites/sandbox.sh builds it and runs this)."""
+    Needs the sandbox image (IntegrationTests/suites/sandbox.sh builds it and runs this)."""
     coder = CoderModel()
     c = Coordinator()
     backend = {"kind": "openai", "url": coder.url, "model": "coder"}

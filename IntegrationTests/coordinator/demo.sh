@@ -9,19 +9,19 @@ work=$(mktemp -d /tmp/ecw-demo-XXXXXX)
 pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  [ -n "${llama_port:-}" ] && bash Tests/ModelServer/stop-llama.sh "$llama_port" >/dev/null 2>&1 || true
+  [ -n "${llama_port:-}" ] && bash IntegrationTests/model-server/stop-llama.sh "$llama_port" >/dev/null 2>&1 || true
   rm -rf "$work"
 }
 trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 echo "== preparing the model server (cached after the first time)"
-bash Tests/ModelServer/prepare.sh >/dev/null
+bash IntegrationTests/model-server/prepare.sh >/dev/null
 llama_port=$(free_port)
-bash Tests/ModelServer/start-llama.sh "$llama_port" >/dev/null
+bash IntegrationTests/model-server/start-llama.sh "$llama_port" >/dev/null
 echo "   llama.cpp server on http://127.0.0.1:$llama_port (model 'tiny')"
 
-python3 Tests/DevCoordinator/dev_coordinator.py --port 0 >"$work/coordinator.out" 2>/dev/null &
+python3 IntegrationTests/coordinator/dev_coordinator.py --port 0 >"$work/coordinator.out" 2>/dev/null &
 pids+=($!)
 until [ -s "$work/coordinator.out" ]; do sleep 0.1; done
 coordinator=$(head -n1 "$work/coordinator.out" | awk '{print $NF}')

@@ -4,7 +4,7 @@
 # every switch), prints "ok - ..." / "not ok - ...", exits non-zero on any failure.
 set -u
 HERE="$(cd "$(dirname "$0")" && pwd)"
-source "$HERE/../Suites/lib/tap.sh"
+source "$HERE/../lib/tap.sh"
 DC="$HERE/dev_coordinator.py"
 command -v curl >/dev/null || { not_ok "curl is required"; exit 1; }
 command -v "${PYTHON:-python3}" >/dev/null || { not_ok "python3 is required"; exit 1; }

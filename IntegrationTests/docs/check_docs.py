@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Checks the documentation and the citations of it, for Tests/Suites/docs.sh.
+"""Checks the documentation and the citations of it, for IntegrationTests/suites/docs.sh.
 
 Prints TAP-like lines ("ok - …", "not ok - …"). Run from the repository's root:
-  python3 Tests/Docs/check_docs.py
+  python3 IntegrationTests/docs/check_docs.py
 
 - Every citation `page §N` / `page §N.N` in a tracked file names a numbered heading
   ("## N. …" / "### N.N …") of docs/reference/<page>.md; `docs/…md#anchor` paths exist.

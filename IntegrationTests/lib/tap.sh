@@ -1,7 +1,7 @@
 # shellcheck shell=bash
-# Result lines for the shell suites (Tests/Suites/*.sh) and the scripts they run, the BlueZ
+# Result lines for the shell suites (IntegrationTests/suites/*.sh) and the scripts they run, the BlueZ
 # VM's guest scripts included (guest-lib.sh sources this file). Source it:
-#   source "$(dirname "${BASH_SOURCE[0]}")/lib/tap.sh"      (from Tests/Suites)
+#   source "$(dirname "${BASH_SOURCE[0]}")/../lib/tap.sh"   (from IntegrationTests/suites)
 #
 # Lines are TAP-like without numbers: "ok - DESC", "not ok - DESC", "# comment".
 # Exit codes of a suite (the Makefile's `suites` target reads them):

@@ -16,7 +16,7 @@ With --tokens-per-second N it also generates at that pace (a laptop's 30 tokens/
 the tiny model writes thousands): a streamed answer's events (server-sent `data:` lines,
 NDJSON lines) are relayed no sooner than the k-th at k/N s after the request; a whole
 answer is held until its token count (`usage.completion_tokens`, Ollama's `eval_count`)
-divided by N. Used by `make bench`'s first-piece figures (Tests/BlueZ/proxy-phase.sh).
+divided by N. Used by `make bench`'s first-piece figures (IntegrationTests/bluez/proxy-phase.sh).
 
 The first stdout line is "listening on http://127.0.0.1:PORT". Python standard library only.
 """

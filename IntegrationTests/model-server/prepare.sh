@@ -2,7 +2,7 @@
 # Prepare the cached test bed for a REAL model server (llama.cpp through
 # llama-cpp-python's OpenAI-compatible server) and the tiny random-weight model.
 #
-#   Tests/ModelServer/prepare.sh [--force]
+#   IntegrationTests/model-server/prepare.sh [--force]
 #
 # Idempotent. The first run compiles llama.cpp (about 5 minutes on 2 cores) into a wheel
 # and a virtual environment under ${EDGECODER_TEST_CACHE:-$HOME/.cache/edgecoder-worker};

@@ -4,14 +4,14 @@
 # /v1/models, /v1/completions, /v1/chat/completions -> the Ollama API fixture forwarding
 # to it -> /api/tags, /api/generate, its errors and failure switches -> stop everything.
 #
-#   Tests/ModelServer/smoke.sh
+#   IntegrationTests/model-server/smoke.sh
 #
 # Prints TAP-like "ok - ..." / "not ok - ..." lines, "# ..." measurements, and a closing
-# "# N passed, N failed" line (Tests/Suites/lib/tap.sh); exits non-zero on any failure.
+# "# N passed, N failed" line (IntegrationTests/lib/tap.sh); exits non-zero on any failure.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-. "$(dirname "${BASH_SOURCE[0]}")/../Suites/lib/tap.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/tap.sh"
 verdict() { if [ $? -eq 0 ]; then ok "$1"; else not_ok "$1"; fi; }   # after a [[ ... ]]
 ms_now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 

@@ -2,9 +2,9 @@
 # Start llama.cpp's OpenAI-compatible server (llama-cpp-python) on loopback, in the
 # background, and wait until it answers.
 #
-#   Tests/ModelServer/start-llama.sh PORT [MODEL.gguf]
+#   IntegrationTests/model-server/start-llama.sh PORT [MODEL.gguf]
 #
-# Needs Tests/ModelServer/prepare.sh to have run. MODEL defaults to the cached tiny
+# Needs IntegrationTests/model-server/prepare.sh to have run. MODEL defaults to the cached tiny
 # random-weight model (generated on first use). The model is served under the alias
 # "tiny" (EDGECODER_LLAMA_ALIAS), with n_ctx 512 (EDGECODER_LLAMA_CTX) and 1 thread
 # (EDGECODER_LLAMA_THREADS: one is fastest for a model this small). A new request never
@@ -13,7 +13,7 @@
 #
 # On success prints the server's PID (one line on stdout) and exits 0; the PID is also in
 # $CACHE/run/llama-PORT.pid and the server's log in $CACHE/run/llama-PORT.log.
-# Stop it with Tests/ModelServer/stop-llama.sh PORT (or kill -TERM PID).
+# Stop it with IntegrationTests/model-server/stop-llama.sh PORT (or kill -TERM PID).
 # Fails (exit 1, log tail on stderr) if the port is taken, the server dies, or it does not
 # answer GET /v1/models within EDGECODER_LLAMA_START_TIMEOUT seconds (default 60).
 set -euo pipefail
@@ -23,7 +23,7 @@ set -euo pipefail
 PORT="$1"
 case "$PORT" in ''|*[!0-9]*) ms_die "PORT must be a number: $PORT" ;; esac
 [ -x "$MS_PY" ] && [ -f "$MS_VENV/.edgecoder-stamp" ] \
-    || ms_die "no prepared environment at $MS_VENV: run Tests/ModelServer/prepare.sh first"
+    || ms_die "no prepared environment at $MS_VENV: run IntegrationTests/model-server/prepare.sh first"
 
 if [ $# -eq 2 ]; then MODEL="$2"; else MODEL="$(ms_ensure_model)"; fi
 [ -s "$MODEL" ] || ms_die "model file not found: $MODEL"

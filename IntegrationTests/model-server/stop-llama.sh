@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Stop a llama server started by start-llama.sh.
 #
-#   Tests/ModelServer/stop-llama.sh PORT
+#   IntegrationTests/model-server/stop-llama.sh PORT
 #
 # Reads $CACHE/run/llama-PORT.pid, checks that the PID is still a llama_cpp.server process
 # (a PID can be reused), sends SIGTERM, waits up to 10 s, then SIGKILL. Exits 0 when the

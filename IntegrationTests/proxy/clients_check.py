@@ -1,6 +1,6 @@
 """The real `ollama` and `openai` Python packages (and EdgeCoder's IDE router's exact calls)
 against `edgecoder-worker proxy`. Prints TAP-like lines ("ok - ...", "not ok - ...") for
-Tests/Suites/lib/tap.sh's run_tap.
+IntegrationTests/lib/tap.sh's run_tap.
 
   clients_check.py URL --record FILE   the proxy runs with --test-upstream-script (the
                                        stand-in for the Bluetooth link): exact texts, the
@@ -8,7 +8,7 @@ Tests/Suites/lib/tap.sh's run_tap.
   clients_check.py URL                 the proxy in front of a real worker (the BlueZ VM):
                                        non-empty texts; the worker's side is checked there
 
-Used by Tests/Suites/proxy-clients.sh and Tests/BlueZ/proxy-phase.sh.
+Used by IntegrationTests/suites/proxy-clients.sh and IntegrationTests/bluez/proxy-phase.sh.
 """
 import argparse
 import http.client

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs the real clients the proxy is tested with (the `ollama` and `openai` packages
-# from PyPI, pinned in Tests/Proxy/requirements.txt) into .cache/proxy-clients/venv, once
+# from PyPI, pinned in IntegrationTests/proxy/requirements.txt) into .cache/proxy-clients/venv, once
 # per requirements file; prints that venv's python on stdout. Used by
-# Tests/Suites/proxy-clients.sh and, for the BlueZ VM's proxy phase, by
-# Tests/Suites/bluetooth.sh (the guest has no PyPI; it sees the repository's .cache).
+# IntegrationTests/suites/proxy-clients.sh and, for the BlueZ VM's proxy phase, by
+# IntegrationTests/suites/bluetooth.sh (the guest has no PyPI; it sees the repository's .cache).
 # Exit: 0 ready, 77 PyPI cannot be reached, 1 anything else (the log on stderr).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -13,7 +13,7 @@ mkdir -p "$cache"
 exec 9>"$cache/.lock"
 flock -w 900 9 || { echo "another prepare-clients.sh holds $cache/.lock" >&2; exit 1; }
 log="$cache/prepare.log"
-stamp="$(sha256sum Tests/Proxy/requirements.txt | cut -c1-16)"
+stamp="$(sha256sum IntegrationTests/proxy/requirements.txt | cut -c1-16)"
 if [[ "$(cat "$venv/.stamp" 2>/dev/null)" == "$stamp" ]]; then
   echo "$PWD/$venv/bin/python"
   exit 0
@@ -29,7 +29,7 @@ if ! /usr/bin/python3 -m venv "$venv" >>"$log" 2>&1; then
   rm -rf "$venv"
   /usr/bin/python3 -m venv "$venv" >>"$log" 2>&1 || { cat "$log" >&2; echo "python3 -m venv failed (install python3-venv)" >&2; exit 1; }
 fi
-if timeout 600 "$venv/bin/pip" install -q --disable-pip-version-check -r Tests/Proxy/requirements.txt >>"$log" 2>&1; then
+if timeout 600 "$venv/bin/pip" install -q --disable-pip-version-check -r IntegrationTests/proxy/requirements.txt >>"$log" 2>&1; then
   echo "$stamp" >"$venv/.stamp"
   echo "$PWD/$venv/bin/python"
   exit 0

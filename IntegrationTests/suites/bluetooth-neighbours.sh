@@ -13,4 +13,4 @@
 # Environment: as bluetooth.sh.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-EDGECODER_BT_PHASES="neighbours bystanders security" EDGECODER_BT_BYSTANDER_LEVELS="open enc" exec bash Tests/Suites/bluetooth.sh
+EDGECODER_BT_PHASES="neighbours bystanders security" EDGECODER_BT_BYSTANDER_LEVELS="open enc" exec bash IntegrationTests/suites/bluetooth.sh

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Bluetooth Local mode (protocol-bluetooth §1) end to end: the daemon in a throw-away VM with BlueZ
-# (Tests/BlueZ/vm, Debian's kernel under qemu, btvirt controllers hci0..hci3, bluetoothd
-# 5.66), a real llama.cpp server on this host (Tests/ModelServer) reached from the guest
-# through run-in-vm.sh --host-port, and bleak centrals (Tests/BlueZ/worker_central.py)
-# on hci1/hci2. The guest side is Tests/BlueZ/worker-guest.sh.
+# (IntegrationTests/bluez/vm, Debian's kernel under qemu, btvirt controllers hci0..hci3, bluetoothd
+# 5.66), a real llama.cpp server on this host (IntegrationTests/model-server) reached from the guest
+# through run-in-vm.sh --host-port, and bleak centrals (IntegrationTests/bluez/worker_central.py)
+# on hci1/hci2. The guest side is IntegrationTests/bluez/worker-guest.sh.
 #
-#   Tests/Suites/bluetooth.sh            (EDGECODER_WORKER_BIN: the binary; not built here)
+#   IntegrationTests/suites/bluetooth.sh            (EDGECODER_WORKER_BIN: the binary; not built here)
 #
 # Environment: EDGECODER_WORKER_BIN (default .build/debug/edgecoder-worker),
 # EDGECODER_BT_PHASES (subset of "main clients neighbours bystanders badflood idle leave-mid security restart smallmtu off
 # adapter stream proxy pacing", or "bench"; pacing takes EDGECODER_BT_PACING_{SET,MTUS,CHANNELS,REPS,WAIT}: see
-# Tests/BlueZ/worker-guest.sh), EDGECODER_BT_FLOOD_SECS (badflood floods this long, coming
+# IntegrationTests/bluez/worker-guest.sh), EDGECODER_BT_FLOOD_SECS (badflood floods this long, coming
 # back after each cut-off: the bench's one-minute flood), EDGECODER_BT_BYSTANDER_CONNECTS (the
 # bystanders phase's connects in a row per security level, default 50),
 # EDGECODER_BT_BYSTANDER_LEVELS (the bystanders phase's levels, default "open enc"),
@@ -33,7 +33,7 @@
 # bytes/s", and last "# N passed, N failed"; exits 0 only if everything passed.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-source Tests/Suites/lib/tap.sh
+source IntegrationTests/lib/tap.sh
 REPO="$PWD"
 bin="${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}"
 
@@ -58,19 +58,19 @@ bin="$(realpath "$bin")"
 [[ "$(id -u)" == 0 ]] || tap_skip "bluetooth: needs root (the VM's packages and the daemon run as root)"
 
 # ------------------------------------------------------------------ prepare
-if Tests/BlueZ/vm/prepare.sh >/tmp/bluetooth-suite-prepare.$$ 2>&1; then
+if IntegrationTests/bluez/vm/prepare.sh >/tmp/bluetooth-suite-prepare.$$ 2>&1; then
   ok "BlueZ VM prepared"
 else
   tail -n 20 /tmp/bluetooth-suite-prepare.$$ | sed 's/^/# /'
-  not_ok "Tests/BlueZ/vm/prepare.sh failed"
+  not_ok "IntegrationTests/bluez/vm/prepare.sh failed"
   rm -f /tmp/bluetooth-suite-prepare.$$
   finish
 fi
-if ms_env="$(Tests/ModelServer/prepare.sh 2>>/tmp/bluetooth-suite-prepare.$$)"; then
+if ms_env="$(IntegrationTests/model-server/prepare.sh 2>>/tmp/bluetooth-suite-prepare.$$)"; then
   ok "model server prepared"
 else
   tail -n 20 /tmp/bluetooth-suite-prepare.$$ | sed 's/^/# /'
-  not_ok "Tests/ModelServer/prepare.sh failed"
+  not_ok "IntegrationTests/model-server/prepare.sh failed"
   rm -f /tmp/bluetooth-suite-prepare.$$
   finish
 fi
@@ -81,7 +81,7 @@ eval "$(grep '^EDGECODER_' <<<"$ms_env")"
 # it runs the venv prepared here (under .cache, which it sees).
 proxy_py=""
 if [[ " ${EDGECODER_BT_PHASES:-proxy} " == *" proxy "* ]]; then
-  proxy_py="$(Tests/Proxy/prepare-clients.sh 2>/dev/null)" || proxy_py=""
+  proxy_py="$(IntegrationTests/proxy/prepare-clients.sh 2>/dev/null)" || proxy_py=""
 fi
 
 mkdir -p .cache/bluez-vm/runs
@@ -106,7 +106,7 @@ port=""
 # llama-bound steps of the first phases took 2-3 times as long. EDGECODER_BT_LLAMA_NICE
 # (default 19) sets it; `make test` gives 0.
 llama_start() {
-  EDGECODER_LLAMA_NICE="${EDGECODER_BT_LLAMA_NICE:-19}" Tests/ModelServer/start-llama.sh "$port" >/dev/null 2>>"$results/llama-start.log"
+  EDGECODER_LLAMA_NICE="${EDGECODER_BT_LLAMA_NICE:-19}" IntegrationTests/model-server/start-llama.sh "$port" >/dev/null 2>>"$results/llama-start.log"
 }
 for _ in 1 2 3; do
   port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')"
@@ -132,7 +132,7 @@ serve_host_requests() {
       what="$(cat "$f")"
       echo "# host request: $what" >>"$results/host-requests.log"
       case "$what" in
-        llama-stop) Tests/ModelServer/stop-llama.sh "$port" >>"$results/host-requests.log" 2>&1; rc=$? ;;
+        llama-stop) IntegrationTests/model-server/stop-llama.sh "$port" >>"$results/host-requests.log" 2>&1; rc=$? ;;
         llama-start) llama_start; rc=$? ;;
         *) rc=2 ;;
       esac
@@ -146,18 +146,18 @@ serve_host_requests &
 server_pid=$!
 cleanup() {
   kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
-  Tests/ModelServer/stop-llama.sh "$port" >/dev/null 2>&1
+  IntegrationTests/model-server/stop-llama.sh "$port" >/dev/null 2>&1
   [[ -f "$llama_log" ]] && cp "$llama_log" "$results/llama.log" 2>/dev/null
 }
 trap 'cleanup; exit 130' INT TERM
 
 # ------------------------------------------------------------------ the VM
-# Without EDGECODER_BT_PHASES, every phase but those Tests/Suites/bluetooth-neighbours.sh and
+# Without EDGECODER_BT_PHASES, every phase but those IntegrationTests/suites/bluetooth-neighbours.sh and
 # bluetooth-classic.sh run, each in a VM of its own (EDGECODER_BT_SKIP_PHASES).
 skip_phases=""
 [[ -z "${EDGECODER_BT_PHASES:-}" ]] && skip_phases="${EDGECODER_BT_SKIP_PHASES-neighbours bystanders security classic}"
 boot_vm() {
-  BLUEZ_VM_MEM="${BLUEZ_VM_MEM:-1536}" Tests/BlueZ/vm/run-in-vm.sh \
+  BLUEZ_VM_MEM="${BLUEZ_VM_MEM:-1536}" IntegrationTests/bluez/vm/run-in-vm.sh \
     --controllers 4 --host-port "$port" --timeout "${EDGECODER_BT_TIMEOUT:-1800}" --results "$results" "${share_bin[@]}" \
     --env "BLUEZ_VM_BTVIRT_MODE=${EDGECODER_BT_BTVIRT_MODE:-le}" --env "WORKER_BIN=$bin" --env "LLAMA_PORT=$port" --env "BT_PHASES=${EDGECODER_BT_PHASES:-}" --env "BT_SKIP_PHASES=$skip_phases" --env "BT_PROXY_BENCH=${EDGECODER_BT_PROXY_BENCH:-0}" --env "BT_PACED_TPS=${EDGECODER_BT_PACED_TPS:-30}" \
     --env "WORKER_RESPONSE_TIMEOUT_CAP=${EDGECODER_BT_RESPONSE_CAP:-}" \
@@ -167,7 +167,7 @@ boot_vm() {
     --env "BT_BYSTANDER_CONNECTS=${EDGECODER_BT_BYSTANDER_CONNECTS:-50}" --env "BT_BYSTANDER_LEVELS=${EDGECODER_BT_BYSTANDER_LEVELS:-open enc}" \
     --env "BT_STAMP_LOGS=${EDGECODER_BT_STAMP_LOGS:-0}" --env "BT_PIECE_REPS=${EDGECODER_BT_PIECE_REPS:-1}" \
     --env "PROXY_CLIENTS_PY=$proxy_py" \
-    Tests/BlueZ/worker-guest.sh
+    IntegrationTests/bluez/worker-guest.sh
 }
 boot_vm
 rc=$?

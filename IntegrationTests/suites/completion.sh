@@ -3,16 +3,16 @@
 # DESTDIR (PREFIX /usr/local) with the binary under test, then the installed files loaded
 # the way each shell loads them — bash by `source`, zsh from $fpath by
 # `autoload -U compinit; compinit` in an interactive zsh on a pseudo-terminal
-# (Tests/Completion/zsh_complete.zsh), fish from $fish_complete_path by `complete -C`.
+# (IntegrationTests/completion/zsh_complete.zsh), fish from $fish_complete_path by `complete -C`.
 # Each must offer every command name, complete `st` to `status`, the modes after `mode`,
 # a command's options and file names after --config; an empty completion directory must
 # offer none of it (so the checks see the completion, not the shell's defaults).
 # zsh and fish come from `make deps`; without them their checks are skipped (a comment).
 #
-#   EDGECODER_WORKER_BIN=.build/debug/edgecoder-worker bash Tests/Suites/completion.sh
+#   EDGECODER_WORKER_BIN=.build/debug/edgecoder-worker bash IntegrationTests/suites/completion.sh
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-source Tests/Suites/lib/tap.sh
+source IntegrationTests/lib/tap.sh
 bin="$(realpath "${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}")"
 work="$(mktemp -d /tmp/completion-suite.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
@@ -57,7 +57,7 @@ check "bash completes 'st' to status" test "$(bash_complete st)" = status
 check "bash completes 'mode b' to bluetooth" test "$(bash_complete mode b)" = bluetooth
 
 # --- zsh ------------------------------------------------------------------------------------
-zsh_complete() { timeout 20 zsh "$OLDPWD/Tests/Completion/zsh_complete.zsh" "$@"; }
+zsh_complete() { timeout 20 zsh "$OLDPWD/IntegrationTests/completion/zsh_complete.zsh" "$@"; }
 if command -v zsh >/dev/null; then
   zsh_complete "$zsh_dir" 'edgecoder-worker ' >"$work/zsh-first" 2>&1
   check "zsh (compinit from \$fpath) lists every command name" offers_all "$work/zsh-first"

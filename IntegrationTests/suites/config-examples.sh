@@ -2,7 +2,7 @@
 # Every example config in Config/ must pass `config check`, and a broken copy must not.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-source Tests/Suites/lib/tap.sh
+source IntegrationTests/lib/tap.sh
 bin=${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}
 for f in Config/*.json Config/hosts/*.json; do
   if out=$("$bin" config check --config "$f" 2>&1); then ok "$f is valid"; else not_ok "$f: $out"; fi

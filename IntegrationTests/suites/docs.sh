@@ -6,11 +6,11 @@
 # prints today (regenerate it with that command when a key changes).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-source Tests/Suites/lib/tap.sh
+source IntegrationTests/lib/tap.sh
 bin=${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}
 git rev-parse --git-dir >/dev/null 2>&1 || tap_skip "not a git checkout (the check reads git ls-files)"
 command -v python3 >/dev/null || tap_skip "python3 is not installed"
-run_tap "Tests/Docs/check_docs.py" python3 Tests/Docs/check_docs.py
+run_tap "IntegrationTests/docs/check_docs.py" python3 IntegrationTests/docs/check_docs.py
 
 # The configuration reference is generated from the code's key table (ConfigKeys.swift).
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT

@@ -8,7 +8,7 @@
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 bin=$(realpath "${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}")
-source Tests/Suites/lib/tap.sh
+source IntegrationTests/lib/tap.sh
 
 [ "$(id -u)" = 0 ] || tap_skip "needs root for a private mount namespace (unshare -m)"
 unshare -m --propagation private true 2>/dev/null || tap_skip "unshare -m is not permitted here"

@@ -5,7 +5,7 @@
 # pyflakes. `make format` rewrites the Swift sources; `make lint` runs this suite.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-source Tests/Suites/lib/tap.sh
+source IntegrationTests/lib/tap.sh
 git rev-parse --git-dir >/dev/null 2>&1 || tap_skip "not a git checkout (the check reads git ls-files)"
 
 lint_one() { # NAME TOOL-OUTPUT-FILE: ok when the tool printed nothing and exited 0

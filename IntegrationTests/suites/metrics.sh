@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # `edgecoder-worker metrics` against the real daemon (debug binary, temp directories, no
 # root): the text parsed by prometheus_client's own parser from PyPI (pinned in
-# Tests/Metrics/requirements.txt, installed into .cache/metrics/venv), every family with
+# IntegrationTests/metrics/requirements.txt, installed into .cache/metrics/venv), every family with
 # its type, counters that move (heartbeats to the development coordinator after `mode
 # on`, a subtask answered through the Ollama test fixture, the mode gauge after each
 # change), `--write` atomic for node_exporter, and exit 69 with the previous file kept
 # when no daemon answers. Hostile label values (quotes, backslashes, newlines) go through
 # `internal metrics-from-status`, the same renderer without a daemon, and must read back.
 #
-#   EDGECODER_WORKER_BIN=.build/debug/edgecoder-worker bash Tests/Suites/metrics.sh
+#   EDGECODER_WORKER_BIN=.build/debug/edgecoder-worker bash IntegrationTests/suites/metrics.sh
 #
 # Exits 77 only when PyPI cannot be reached (the parser cannot be installed).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-source Tests/Suites/lib/tap.sh
+source IntegrationTests/lib/tap.sh
 bin="${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}"
 work="$(mktemp -d /tmp/metrics-suite.XXXXXX)"
 daemon_pid=
@@ -35,7 +35,7 @@ fi
 
 # --- prometheus_client from PyPI, once per requirements file -----------------------------
 venv=.cache/metrics/venv
-stamp="$(sha256sum Tests/Metrics/requirements.txt | cut -c1-16)"
+stamp="$(sha256sum IntegrationTests/metrics/requirements.txt | cut -c1-16)"
 mkdir -p .cache/metrics
 exec 9>.cache/metrics/.lock
 flock -w 600 9 || { not_ok "another run holds .cache/metrics/.lock"; tap_done; exit $?; }
@@ -44,7 +44,7 @@ if [[ "$(cat "$venv/.stamp" 2>/dev/null)" != "$stamp" ]]; then
   if ! /usr/bin/python3 -m venv "$venv" >"$work/venv.log" 2>&1; then
     sed 's/^/# /' "$work/venv.log"; not_ok "python3 -m venv (install python3-venv)"; tap_done; exit $?
   fi
-  if ! timeout 300 "$venv/bin/pip" install -q --disable-pip-version-check -r Tests/Metrics/requirements.txt >"$work/pip.log" 2>&1; then
+  if ! timeout 300 "$venv/bin/pip" install -q --disable-pip-version-check -r IntegrationTests/metrics/requirements.txt >"$work/pip.log" 2>&1; then
     sed 's/^/# /' "$work/pip.log" | tail -n 5
     tap_skip "metrics: PyPI cannot be reached, so prometheus_client cannot be installed"
   fi
@@ -54,8 +54,8 @@ exec 9>&-
 py="$venv/bin/python"
 ok "prometheus_client $("$py" -c 'import importlib.metadata as m; print(m.version("prometheus_client"))') from PyPI"
 
-parse() { "$py" Tests/Metrics/parse_metrics.py "$@"; }
-# q FILE EXPR: EXPR holds for the parsed FILE (see Tests/Metrics/parse_metrics.py).
+parse() { "$py" IntegrationTests/metrics/parse_metrics.py "$@"; }
+# q FILE EXPR: EXPR holds for the parsed FILE (see IntegrationTests/metrics/parse_metrics.py).
 q() { parse "$1" "$2" 2>&1 | head -n 3 >&2; return "${PIPESTATUS[0]}"; }
 metrics() { "$bin" metrics --runtime-dir "$work/run" "$@"; }
 
@@ -88,12 +88,12 @@ check "no daemon: metrics --write exits 69 (got $rc)" test "$rc" = 69
 check "no daemon: the previous file is kept as it was" grep -qx "# the previous scrape" "$work/textfile/edgecoder-worker.prom"
 
 # --- the development coordinator, the Ollama fixture and the daemon --------------------------
-python3 Tests/ModelServer/ollama_fixture.py --port 0 --model tiny --quiet >"$work/fixture.out" 2>"$work/fixture.err" &
+python3 IntegrationTests/model-server/ollama_fixture.py --port 0 --model tiny --quiet >"$work/fixture.out" 2>"$work/fixture.err" &
 fixture_pid=$!
 for _ in $(seq 100); do grep -q 'listening on ' "$work/fixture.out" 2>/dev/null && break; sleep 0.05; done
 model_url="$(sed -n 's/.*listening on //p' "$work/fixture.out" | head -n1)"
 check "the Ollama test fixture listens ($model_url)" test -n "$model_url"
-python3 Tests/DevCoordinator/dev_coordinator.py --port 0 >"$work/coordinator.out" 2>"$work/coordinator.err" &
+python3 IntegrationTests/coordinator/dev_coordinator.py --port 0 >"$work/coordinator.out" 2>"$work/coordinator.err" &
 coordinator_pid=$!
 for _ in $(seq 100); do grep -q '^listening on ' "$work/coordinator.out" 2>/dev/null && break; sleep 0.05; done
 url="$(sed -n 's/^listening on //p' "$work/coordinator.out" | head -n1)"
@@ -193,7 +193,7 @@ metrics --write "$work/no-such-dir/a/b.prom" 2>"$work/write.err"; rc=$?
 check "an unwritable path exits 1 (got $rc) and says why" bash -c "test $rc = 1 && grep -q 'cannot write' '$work/write.err'"
 
 # --- mode off again: the gauge follows, the counters never go back ---------------------------
-before="$("$py" Tests/Metrics/parse_metrics.py "$work/done.prom" "print(v('edgecoder_worker_heartbeats_sent_total')) or True" 2>/dev/null)"
+before="$("$py" IntegrationTests/metrics/parse_metrics.py "$work/done.prom" "print(v('edgecoder_worker_heartbeats_sent_total')) or True" 2>/dev/null)"
 "$bin" mode off --runtime-dir "$work/run" >/dev/null 2>&1
 metrics >"$work/off2.prom"
 check "mode off again: mode{mode=\"off\"} is 1" q "$work/off2.prom" "v('edgecoder_worker_mode', mode='off') == 1"

@@ -4,7 +4,7 @@
 # suite takes them away with `ip`, as an outage would. Needs root (ip netns).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-source Tests/Suites/lib/tap.sh
+source IntegrationTests/lib/tap.sh
 bin=$(realpath "${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}")
 [ "$(id -u)" = 0 ] || tap_skip "network-path: needs root for ip netns"
 # Root without network namespaces (a container without CAP_SYS_ADMIN) cannot run it either.

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # The proxy (docs/reference/proxy-api.md) against the real clients people point at "a local Ollama": the
-# `ollama` and `openai` packages from PyPI (pinned in Tests/Proxy/requirements.txt,
+# `ollama` and `openai` packages from PyPI (pinned in IntegrationTests/proxy/requirements.txt,
 # installed by this suite into .cache/proxy-clients/venv) and EdgeCoder's IDE router's
 # exact calls, through real TCP to the real binary. The Bluetooth link is replaced by
 # the test-only stand-in (`proxy --test-upstream-script`, Sources/Proxy/StandInUpstream.swift):
 # this machine has no Bluetooth; the same clients against a real worker run in the BlueZ
-# VM (Tests/BlueZ/proxy-phase.sh). Checks: Tests/Proxy/clients_check.py.
+# VM (IntegrationTests/bluez/proxy-phase.sh). Checks: IntegrationTests/proxy/clients_check.py.
 #
-#   EDGECODER_WORKER_BIN=.build/debug/edgecoder-worker bash Tests/Suites/proxy-clients.sh
+#   EDGECODER_WORKER_BIN=.build/debug/edgecoder-worker bash IntegrationTests/suites/proxy-clients.sh
 #
 # Exits 77 only when PyPI cannot be reached (the clients cannot be installed).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-source Tests/Suites/lib/tap.sh
+source IntegrationTests/lib/tap.sh
 bin="${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}"
 work="$(mktemp -d /tmp/proxy-clients.XXXXXX)"
 proxy_pid=
@@ -28,11 +28,11 @@ if [[ ! -x "$bin" ]]; then
 fi
 
 # --- the clients, from PyPI ------------------------------------------------------------
-py="$(Tests/Proxy/prepare-clients.sh 2>"$work/prepare.log")"
+py="$(IntegrationTests/proxy/prepare-clients.sh 2>"$work/prepare.log")"
 case $? in
   0) ;;
   77) sed 's/^/# /' "$work/prepare.log"; tap_skip "proxy-clients: PyPI cannot be reached, so the real ollama and openai packages cannot be installed" ;;
-  *) sed 's/^/# /' "$work/prepare.log"; not_ok "Tests/Proxy/prepare-clients.sh (pip install -r Tests/Proxy/requirements.txt)"; tap_done; exit $? ;;
+  *) sed 's/^/# /' "$work/prepare.log"; not_ok "IntegrationTests/proxy/prepare-clients.sh (pip install -r IntegrationTests/proxy/requirements.txt)"; tap_done; exit $? ;;
 esac
 ok "the ollama and openai packages from PyPI ($("$py" -c 'import importlib.metadata as m; print("ollama", m.version("ollama"), "openai", m.version("openai"))'))"
 
@@ -58,7 +58,7 @@ fi
 ok "the proxy listens on 127.0.0.1:$port (stand-in upstream)"
 check "… and on [::1]:$port" grep -q "http://\[::1\]:$port" "$work/proxy.log"
 
-run_tap "clients_check.py" "$py" Tests/Proxy/clients_check.py "http://127.0.0.1:$port" --record "$work/record.ndjson"
+run_tap "clients_check.py" "$py" IntegrationTests/proxy/clients_check.py "http://127.0.0.1:$port" --record "$work/record.ndjson"
 
 # --- a few things only curl shows -------------------------------------------------------
 code() { curl -s -o /dev/null -w '%{http_code}' "$@"; }

@@ -4,7 +4,7 @@
 # its own), the image podman has (sandbox.sh builds it) loaded into it, then every check of
 # sandbox.sh again with EDGECODER_SANDBOX_ENGINE=/usr/bin/docker.
 #
-#   EDGECODER_WORKER_BIN=.build/debug/edgecoder-worker bash Tests/Suites/sandbox-docker.sh
+#   EDGECODER_WORKER_BIN=.build/debug/edgecoder-worker bash IntegrationTests/suites/sandbox-docker.sh
 #
 # The store is fuse-overlayfs where /dev/fuse is there (this machine is itself a container,
 # where overlay2 cannot stack), vfs elsewhere (every run then copies the whole image: about
@@ -12,7 +12,7 @@
 # or when this host does not let a dockerd run.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-source Tests/Suites/lib/tap.sh
+source IntegrationTests/lib/tap.sh
 bin="${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}"
 image="${EDGECODER_SANDBOX_IMAGE:-localhost/edgecoder-sandbox:1}"
 docker=/usr/bin/docker
@@ -57,7 +57,7 @@ fi
 ok "dockerd $("$docker" version --format '{{.Server.Version}}') answers on its socket (store $driver, cgroup driver $("$docker" info --format '{{.CgroupDriver}}'))"
 
 # --- the image, from podman's store ----------------------------------------------------------
-source Tests/Suites/lib/sandbox-image.sh
+source IntegrationTests/lib/sandbox-image.sh
 read -ra podman_args <<<"$(sandbox_runtime_args podman)"
 sandbox_image_ensure "$bin" podman "$image" "$work/build.log" "${podman_args[@]}"
 case $? in
@@ -73,6 +73,6 @@ else
 fi
 
 # --- every check of the sandbox suite, with docker ------------------------------------------
-run_tap "sandbox.sh with docker" env EDGECODER_SANDBOX_ENGINE="$docker" EDGECODER_SANDBOX_IMAGE="$image" bash Tests/Suites/sandbox.sh
+run_tap "sandbox.sh with docker" env EDGECODER_SANDBOX_ENGINE="$docker" EDGECODER_SANDBOX_IMAGE="$image" bash IntegrationTests/suites/sandbox.sh
 check "no container is left in dockerd" test -z "$("$docker" ps -aq)"
 tap_done; exit $?

@@ -4,7 +4,7 @@
 # the limits. The image is built once into the engine's local store (`sandbox build`,
 # about 70 s here) and kept; a run skips the build when the tag exists.
 #
-#   EDGECODER_WORKER_BIN=.build/debug/edgecoder-worker bash Tests/Suites/sandbox.sh
+#   EDGECODER_WORKER_BIN=.build/debug/edgecoder-worker bash IntegrationTests/suites/sandbox.sh
 #
 # EDGECODER_SANDBOX_ENGINE (default podman) and EDGECODER_SANDBOX_IMAGE (default
 # localhost/edgecoder-sandbox:1) choose what runs. On a host whose cgroups are not the
@@ -12,7 +12,7 @@
 # `--runtime runc` there. Exits 77 when the engine is not installed and cannot be (not root).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-source Tests/Suites/lib/tap.sh
+source IntegrationTests/lib/tap.sh
 bin="${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}"
 engine="${EDGECODER_SANDBOX_ENGINE:-podman}"
 image="${EDGECODER_SANDBOX_IMAGE:-localhost/edgecoder-sandbox:1}"
@@ -32,7 +32,7 @@ fi
 if ! command -v "$engine" >/dev/null; then
   tap_skip "sandbox: $engine is not installed (make deps as root installs podman, runc, uidmap, mmdebstrap)"
 fi
-source Tests/Suites/lib/sandbox-image.sh
+source IntegrationTests/lib/sandbox-image.sh
 read -ra engine_args <<<"$(sandbox_runtime_args "$engine")"
 ((${#engine_args[@]})) && echo "# cgroups are not the unified v2 hierarchy here: crun cannot run, so --runtime runc"
 sandbox() { "$bin" sandbox "$1" --engine "$engine" "${engine_args[@]}" "${@:2}"; }
@@ -252,6 +252,6 @@ check "no container is left at the end ($engine ps -a)" test -z "$(containers)"
 # --engine-arg=--runtime=runc → ["--runtime=runc"] for execution.engineArguments.
 engine_json=$(python3 -c 'import json, sys; print(json.dumps([a.split("=", 1)[1] for a in sys.argv[1:]]))' "${engine_args[@]}")
 run_tap "the coordinator suite's code scenario" env ECW_SANDBOX_ENGINE="$engine" ECW_SANDBOX_ENGINE_ARGS="$engine_json" ECW_SANDBOX_IMAGE="$image" \
-  python3 Tests/Coordinator/coordinator_suite.py "$bin" --only code --jobs 1
+  python3 IntegrationTests/coordinator/coordinator_suite.py "$bin" --only code --jobs 1
 check "no container is left after the code scenario ($engine ps -a)" test -z "$(containers)"
 tap_done; exit $?

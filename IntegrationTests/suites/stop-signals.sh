@@ -14,7 +14,7 @@ bound_ms=${STOP_BOUND_MS:-4500}
 runs_make=${STOP_RUNS_MAKE:-16}
 runs_double=${STOP_RUNS_DOUBLE:-30}
 
-source Tests/Suites/lib/tap.sh
+source IntegrationTests/lib/tap.sh
 
 work=$(mktemp -d /tmp/ecw-stop-XXXXXX)
 groups=""   # process groups started here, killed by id if a run left one behind

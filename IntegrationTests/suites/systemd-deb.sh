@@ -2,10 +2,10 @@
 # The Debian package (`make deb`) under a real systemd as PID 1: one boot of the BlueZ test
 # VM with run-in-vm.sh --systemd (the host's / read-only under a tmpfs overlay, so dpkg,
 # sysusers and systemd write nothing to the host), btvirt controllers hci0/hci1, systemd's
-# own dbus and bluetooth services. The guest side, Tests/Systemd/deb-guest.sh, installs the
+# own dbus and bluetooth services. The guest side, IntegrationTests/systemd/deb-guest.sh, installs the
 # .deb with dpkg -i and checks with systemctl and journalctl: enabled and READY in mode
-# off; mode on against the dev coordinator (Tests/DevCoordinator) on this host with a real
-# llama.cpp server (Tests/ModelServer), both reached through run-in-vm.sh --host-port;
+# off; mode on against the dev coordinator (IntegrationTests/coordinator) on this host with a real
+# llama.cpp server (IntegrationTests/model-server), both reached through run-in-vm.sh --host-port;
 # systemctl reload with a good and a bad config (journal fields EDGECODER_EVENT=…); the
 # watchdog (SIGSTOP); a SIGKILL with a result in the outbox; `systemctl stop` during a
 # subtask on a slow model server (ollama_fixture.py --delay-ms, a third --host-port);
@@ -15,7 +15,7 @@
 # on hci1; an upgrade (dpkg -i over itself); dpkg --purge. A VM whose own set-up fails
 # (rc 125, before any check) is booted once more, the reason printed.
 #
-#   Tests/Suites/systemd-deb.sh
+#   IntegrationTests/suites/systemd-deb.sh
 #
 # Environment: EDGECODER_DEB (a .deb to test; default: `make deb` builds
 # .build/deb/edgecoder-worker_*.deb, a release build the first time), EDGECODER_SD_KEEP=1
@@ -27,7 +27,7 @@
 # console.log, setup.log, journal-edgecoder-worker.log, security.txt, dpkg-*.log.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-source Tests/Suites/lib/tap.sh
+source IntegrationTests/lib/tap.sh
 REPO="$PWD"
 START=$SECONDS
 
@@ -86,13 +86,13 @@ if ! dpkg-query -W -f='${Status}' network-manager 2>/dev/null | grep -q 'ok inst
   dpkg-query -W -f='${Status}' network-manager 2>/dev/null | grep -q 'ok installed' ||
     { tail -n 20 "$prep" | sed 's/^/# /'; rm -f "$prep"; not_ok "apt-get install network-manager"; finish; }
 fi
-if ! Tests/BlueZ/vm/prepare.sh >"$prep" 2>&1; then
+if ! IntegrationTests/bluez/vm/prepare.sh >"$prep" 2>&1; then
   tail -n 20 "$prep" | sed 's/^/# /'; rm -f "$prep"
-  not_ok "Tests/BlueZ/vm/prepare.sh"; finish
+  not_ok "IntegrationTests/bluez/vm/prepare.sh"; finish
 fi
-if ! ms_env="$(Tests/ModelServer/prepare.sh 2>>"$prep")"; then
+if ! ms_env="$(IntegrationTests/model-server/prepare.sh 2>>"$prep")"; then
   tail -n 20 "$prep" | sed 's/^/# /'; rm -f "$prep"
-  not_ok "Tests/ModelServer/prepare.sh"; finish
+  not_ok "IntegrationTests/model-server/prepare.sh"; finish
 fi
 rm -f "$prep"
 eval "$(grep '^EDGECODER_' <<<"$ms_env")"
@@ -109,14 +109,14 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 llama_port=""
 for _ in 1 2 3; do
   llama_port="$(free_port)"
-  Tests/ModelServer/start-llama.sh "$llama_port" >/dev/null 2>>"$results/llama-start.log" && break
+  IntegrationTests/model-server/start-llama.sh "$llama_port" >/dev/null 2>>"$results/llama-start.log" && break
   llama_port=""
 done
 [[ -n "$llama_port" ]] || { tail -n 20 "$results/llama-start.log" | sed 's/^/# /'; not_ok "llama.cpp server started"; finish; }
 # A model server that is slow on purpose (Ollama's API, every generation 6 s late): the
 # subtask that a `systemctl stop` must wait for beyond TimeoutStopSec.
 # (Not a second coproc: bash keeps one at a time.)
-python3 Tests/ModelServer/ollama_fixture.py --port 0 --model tiny --loaded --delay-ms 6000 \
+python3 IntegrationTests/model-server/ollama_fixture.py --port 0 --model tiny --loaded --delay-ms 6000 \
   --fault-path /api/generate --quiet >"$results/slow-model.out" 2>>"$results/slow-model.log" &
 slow_pid=$!
 slow_port=""
@@ -129,14 +129,14 @@ done
 # registration without that token: the daemon can only have it from its credential
 # (LoadCredential=), where enroll stores it.
 enroll_token="tok-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
-coproc COORD { exec python3 Tests/DevCoordinator/dev_coordinator.py --port 0 --registration-token "$enroll_token" 2>>"$results/coordinator.log"; }
+coproc COORD { exec python3 IntegrationTests/coordinator/dev_coordinator.py --port 0 --registration-token "$enroll_token" 2>>"$results/coordinator.log"; }
 coord_pid=$COORD_PID
 read -r -t 30 line <&"${COORD[0]}"
 coord_port="${line##*:}"
 cleanup() {
   kill "$coord_pid" 2>/dev/null && wait "$coord_pid" 2>/dev/null
   kill "$slow_pid" 2>/dev/null && wait "$slow_pid" 2>/dev/null
-  Tests/ModelServer/stop-llama.sh "$llama_port" >/dev/null 2>&1
+  IntegrationTests/model-server/stop-llama.sh "$llama_port" >/dev/null 2>&1
 }
 trap 'cleanup; exit 130' INT TERM
 [[ "$coord_port" =~ ^[0-9]+$ ]] || { cleanup; not_ok "dev coordinator started (said: ${line:-nothing})"; finish; }
@@ -148,7 +148,7 @@ ok "dev coordinator on 127.0.0.1:$coord_port, llama.cpp on 127.0.0.1:$llama_port
 # the sandbox suite uses, built here once if missing and saved from this host's store as an
 # archive that the guest loads through the engine's socket (a build in the guest would take
 # far longer under TCG).
-source Tests/Suites/lib/sandbox-image.sh
+source IntegrationTests/lib/sandbox-image.sh
 sandbox_archive=""
 if command -v podman >/dev/null; then
   sandbox_image=localhost/edgecoder-sandbox:1
@@ -193,12 +193,12 @@ boot_vm() {
   # guest took 560-870 s (870 with builds running beside make test), so 1500.
   # 2 GiB: the guest's engine keeps its image and each container's copy of it in memory
   # (the overlay root's upper layer is a tmpfs; podman's vfs store there).
-  BLUEZ_VM_MEM=${BLUEZ_VM_MEM:-2048} Tests/BlueZ/vm/run-in-vm.sh --systemd --controllers 2 \
+  BLUEZ_VM_MEM=${BLUEZ_VM_MEM:-2048} IntegrationTests/bluez/vm/run-in-vm.sh --systemd --controllers 2 \
     --host-port "$coord_port" --host-port "$llama_port" --host-port "$slow_port" --timeout "${EDGECODER_SD_TIMEOUT:-1500}" \
     --results "$results" "${share_deb[@]}" \
     --env "DEB=$deb" --env "COORD_PORT=$coord_port" --env "LLAMA_PORT=$llama_port" --env "SLOW_PORT=$slow_port" --env "ENROLL_TOKEN=$enroll_token" \
     --env "SANDBOX_ARCHIVE=$sandbox_archive" --env "SANDBOX_IMAGE=${guest_image:-}" \
-    Tests/Systemd/deb-guest.sh
+    IntegrationTests/systemd/deb-guest.sh
 }
 boot_vm
 rc=$?

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Tests/Suites/systemd-unit.sh: checks the systemd integration files (service §1).
+# IntegrationTests/suites/systemd-unit.sh: checks the systemd integration files (service §1).
 #
 # Usage (from the repository root):
-#   Tests/Suites/systemd-unit.sh [UNIT_FILE [SYSUSERS_FILE [TMPFILES_FILE]]]
+#   IntegrationTests/suites/systemd-unit.sh [UNIT_FILE [SYSUSERS_FILE [TMPFILES_FILE]]]
 # Defaults: systemd/edgecoder-worker.service, systemd/sysusers.d/edgecoder-worker.conf,
 #           systemd/tmpfiles.d/edgecoder-worker.conf
 # Pass a deliberately broken copy to see that the suite catches it.
@@ -16,7 +16,7 @@ SYSUSERS=${2:-systemd/sysusers.d/edgecoder-worker.conf}
 TMPFILES=${3:-systemd/tmpfiles.d/edgecoder-worker.conf}
 MAX_EXPOSURE=2.0
 
-source "$(dirname "${BASH_SOURCE[0]}")/lib/tap.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/tap.sh"
 
 TMP=$(mktemp -d) || { not_ok "mktemp failed"; tap_done; exit 1; }
 trap 'rm -rf "$TMP"' EXIT

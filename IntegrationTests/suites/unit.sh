@@ -8,7 +8,7 @@
 # failing test with its issue lines.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
-source Tests/Suites/lib/tap.sh
+source IntegrationTests/lib/tap.sh
 log=.build/unit-tests.log
 mkdir -p .build
 "${SWIFT:-swift}" test --skip-build --no-parallel >"$log" 2>&1

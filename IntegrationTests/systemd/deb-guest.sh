@@ -1,6 +1,6 @@
 #!/bin/bash
 # The Debian package under a real systemd as PID 1, INSIDE the BlueZ test VM (started by
-# Tests/Suites/systemd-deb.sh through run-in-vm.sh --systemd --host-port COORD
+# IntegrationTests/suites/systemd-deb.sh through run-in-vm.sh --systemd --host-port COORD
 # --host-port LLAMA). Everything goes through systemctl, journalctl and dpkg; the daemon
 # runs as the package installs it: user edgecoder-worker, the unit's whole sandbox.
 #
@@ -42,7 +42,7 @@ restart_unit() { systemctl reset-failed $UNIT 2>/dev/null; systemctl restart $UN
 active_with_new_pid() { [[ "$(prop ActiveState)" == active && "$(prop MainPID)" != "$1" && "$(prop MainPID)" != 0 ]]; }
 delivered() { [[ "$(dev "$COORD/_dev/results" | jq -r --arg id "$1" '.counts[$id] // 0')" -ge 1 ]]; }
 outbox_has_entry() { compgen -G "$STATE/outbox-*" >/dev/null; }
-central() { run_tap "worker_central.py $*" "$BLUEZ_VM_PYTHON" -u "$REPO_ROOT/Tests/BlueZ/worker_central.py" "$@"; }
+central() { run_tap "worker_central.py $*" "$BLUEZ_VM_PYTHON" -u "$REPO_ROOT/IntegrationTests/bluez/worker_central.py" "$@"; }
 phase() { echo "# ===== $1 ($(cut -d' ' -f1 /proc/uptime)s)"; }
 figure() { echo "# $1: $2"; echo "$1: $2" >>"$VM_RESULTS/figures.txt"; }
 
@@ -81,12 +81,12 @@ check "man edgecoder-worker finds the page" bash -c 'man -w edgecoder-worker | g
 check "the man page names every command" bash -c 'p=$(man -P cat edgecoder-worker 2>/dev/null); for c in run mode status tasks events policy telemetry doctor config proxy version; do grep -q "^   $c\$" <<<"$p" || exit 1; done'
 check "bash completion completes the modes" bash -c 'source /usr/share/bash-completion/completions/edgecoder-worker; COMP_WORDS=(edgecoder-worker mode b); COMP_CWORD=2; _edgecoder_worker; [[ "${COMPREPLY[*]}" == bluetooth ]]'
 check "the package installs the zsh and fish completions" test -s /usr/share/zsh/vendor-completions/_edgecoder-worker -a -s /usr/share/fish/vendor_completions.d/edgecoder-worker.fish
-# Where the shells are installed, they find the files themselves (Tests/Suites/completion.sh drives zsh on a terminal).
+# Where the shells are installed, they find the files themselves (IntegrationTests/suites/completion.sh drives zsh on a terminal).
 if command -v fish >/dev/null; then
   check "fish completes 'st' to status from its vendor directory" bash -c '[[ "$(fish -c "complete -C \"edgecoder-worker st\"" | cut -f1)" == status ]]'
 fi
 # zsh: the file's folder is on zsh's default $fpath and the file declares itself to compinit
-# (#compdef); compinit itself reading it is Tests/Suites/completion.sh's (here it took 20 s
+# (#compdef); compinit itself reading it is IntegrationTests/suites/completion.sh's (here it took 20 s
 # of a TCG guest alone, a minute beside the other VM).
 if command -v zsh >/dev/null; then
   check "zsh's default \$fpath holds the completion, which declares itself to compinit (#compdef edgecoder-worker)" \
@@ -232,7 +232,7 @@ check "sandbox-engine-prepare gave the engine's user subordinate ids" grep -q '^
 figure "systemd-analyze security edgecoder-sandbox.service" \
   "$(systemd-analyze security --no-pager edgecoder-sandbox.service 2>&1 | sed -n 's/.*Overall exposure level for .*: //p' | sed 's/\x1b\[[0-9;]*m//g')"
 # The coder stand-in (its programs are scripted by the subtask's text) runs in the guest.
-python3 "$REPO_ROOT/Tests/ModelServer/coder_model.py" --port 0 --log "$VM_RESULTS/coder-prompts.log" >"$VM_RESULTS/coder.out" 2>&1 &
+python3 "$REPO_ROOT/IntegrationTests/model-server/coder_model.py" --port 0 --log "$VM_RESULTS/coder-prompts.log" >"$VM_RESULTS/coder.out" 2>&1 &
 coder_pid=$!
 wait_for 30 "the coder stand-in listens" grep -q listening "$VM_RESULTS/coder.out"
 CODER="$(sed -n 's/^coder-model listening on //p' "$VM_RESULTS/coder.out")"
@@ -284,7 +284,7 @@ check "journalctl -u $UNIT EDGECODER_EVENT=mode-change finds the change to on (s
 phase "own load: a model server in its own unit as its own user, hidden by ProtectProc=invisible"
 useradd -r -M -d /nonexistent -s /usr/sbin/nologin ollama 2>/dev/null
 systemd-run --quiet --unit=ollama.service -p User=ollama -p Group=ollama \
-  sh -c "python3 '$REPO_ROOT/Tests/ModelServer/ollama_fixture.py' --port 11434 --model tiny --loaded --upstream '$LLAMA/v1/completions' --quiet & while :; do :; done"
+  sh -c "python3 '$REPO_ROOT/IntegrationTests/model-server/ollama_fixture.py' --port 11434 --model tiny --loaded --upstream '$LLAMA/v1/completions' --quiet & while :; do :; done"
 cp /etc/edgecoder-worker/config.json /tmp/config.before-own-load
 jq '.backend = {"kind": "ollama", "url": "http://127.0.0.1:11434", "model": "tiny", "timeoutMs": 120000}' \
   /tmp/config.before-own-load | cat >/etc/edgecoder-worker/config.json

@@ -4,7 +4,7 @@
 #
 # Environment a guest script gets (set by guest-init.sh):
 #   VM_RESULTS        writable folder shared with the host (same path on both sides)
-#   BLUEZ_VM_DIR      this folder (Tests/BlueZ/vm)      REPO_ROOT   the repository
+#   BLUEZ_VM_DIR      this folder (IntegrationTests/bluez/vm)      REPO_ROOT   the repository
 #   BLUEZ_VM_CACHE    REPO/.cache/bluez-vm              BLUEZ_VM_KDIR, BLUEZ_VM_KVER
 #   BLUEZ_VM_PYTHON   venv python with bleak (+ system dbus/gi)
 #   HCI0_ADDR=00:AA:01:00:00:00  HCI1_ADDR=00:AA:01:01:00:01  (btvirt -L -l2)
@@ -14,7 +14,7 @@
 #     to hci0 while hci1 is connected makes a second handle 42 on hci0 and the guest kernel
 #     panics (duplicate sysfs "hci0:42", then a list_del BUG). Pad the second central
 #     first: e.g. hci2 connects to hci3 (advertising), then its next handle, 43, is free on
-#     hci0 too (see Tests/BlueZ/worker_central.py pad_connection).
+#     hci0 too (see IntegrationTests/bluez/worker_central.py pad_connection).
 #   BLUEZ_VM_CONTROLLERS  number of controllers (run-in-vm.sh --controllers; default 2)
 #   BLUEZ_VM_HOST_ADDR    with run-in-vm.sh --host-port PORT: the address at which the
 #                         guest reaches the host's 127.0.0.1:PORT (else empty);
@@ -42,7 +42,7 @@
 #   load_bt_modules / start_btvirt [ARGS] / start_dbus / setup_host_network
 #                               (done by guest-init.sh already)
 #   ok DESC / not_ok DESC / check DESC CMD... / run_tap DESC CMD... / tap_done
-#                               result lines and counts from Tests/Suites/lib/tap.sh (end
+#                               result lines and counts from IntegrationTests/lib/tap.sh (end
 #                               a guest script with `tap_done; exit $?`)
 #
 # Python centrals: bvm_bleak.py in this folder (find/connect with bleak from hci1, with
@@ -236,5 +236,5 @@ bluez_example() { # NAME [ADAPTER=hci0]: copy BlueZ's example NAME (bluez-test-s
 
 # ------------------------------------------------------------- result lines
 # ok, not_ok, check, run_tap, tap_done: the suites' shared helper.
-# shellcheck source=../../Suites/lib/tap.sh
-source "$(dirname "${BASH_SOURCE[0]}")/../../Suites/lib/tap.sh"
+# shellcheck source=../../lib/tap.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../lib/tap.sh"

@@ -3,7 +3,7 @@
 # the host's loopback, fetched from the guest with curl through $BLUEZ_VM_HOST_ADDR (also
 # several connections, and a 1 MiB body); restrict=on keeps everything else out of
 # reach; --controllers 3 gives hci0..hci2.
-#   Tests/BlueZ/vm/host-port-smoke.sh [run-in-vm.sh options]
+#   IntegrationTests/bluez/vm/host-port-smoke.sh [run-in-vm.sh options]
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 "$HERE/prepare.sh"

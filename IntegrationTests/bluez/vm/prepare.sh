@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepare the BlueZ test VM (idempotent, cached).
 #
-#   Tests/BlueZ/vm/prepare.sh [--force]
+#   IntegrationTests/bluez/vm/prepare.sh [--force]
 #
 # 1. Debian packages: qemu, busybox-static, kmod, bluez (+ test tools/scripts),
 #    python3-dbus/gi/venv, dbus, cpio (apt-get install when root, else says what to install).

@@ -3,7 +3,7 @@
 # (TCG), the host's / as a read-only root, two linked virtual LE controllers (btvirt -L -l2:
 # hci0 00:AA:01:00:00:00, hci1 00:AA:01:01:00:01), the system D-Bus and bluetoothd.
 #
-#   Tests/BlueZ/vm/run-in-vm.sh [OPTIONS] SCRIPT [ARGS...]
+#   IntegrationTests/bluez/vm/run-in-vm.sh [OPTIONS] SCRIPT [ARGS...]
 #
 # SCRIPT runs in the guest as `bash SCRIPT ARGS...` (cwd: the caller's cwd), at the same
 # path as on the host. The guest sees the host's / read-only, except /tmp, /run, /dev,

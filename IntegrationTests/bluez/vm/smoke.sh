@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Host-side smoke test of the BlueZ test VM: prepare.sh, then run-in-vm.sh smoke-guest.sh.
-#   Tests/BlueZ/vm/smoke.sh [run-in-vm.sh options]
+#   IntegrationTests/bluez/vm/smoke.sh [run-in-vm.sh options]
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 "$HERE/prepare.sh"
