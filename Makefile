@@ -86,31 +86,19 @@ test-prepare:
 	IntegrationTests/model-server/prepare.sh >/dev/null
 	IntegrationTests/proxy/prepare-clients.sh >/dev/null || [ $$? -eq 77 ]
 
-# The suites in lanes (IntegrationTests/lib/run-suites.sh): the BlueZ VM suite, then a BlueZ VM
-# for the neighbours, the bystander loops and the security phases, in one lane; the systemd VM suite (its `make deb` release build
-# first) in a second; the Swift tests (unit.sh), the coordinator suite, fuzzing, the sandbox
-# and the quick suites in a third. Never more than two VMs at once: with three, a TCG guest
-# has hung while booting (soft lockups) on 2 cores. The lanes after the first run at nice
-# 10; then own-load alone (it measures the host's CPU). Same result lines and summary as
+# The suites in lanes, side by side (IntegrationTests/run lanes: which suite in which lane,
+# and why; IntegrationTests/lib/run-suites.sh runs them). Same result lines and summary as
 # `suites`, and each suite's CPU time, and how busy the host was while the lanes ran.
-LANE_VM    := IntegrationTests/suites/bluetooth.sh IntegrationTests/suites/bluetooth-neighbours.sh
-LANE_VM2   := IntegrationTests/suites/systemd-deb.sh IntegrationTests/suites/bluetooth-classic.sh
-LANE_ALONE := IntegrationTests/suites/own-load.sh
-LANE_REST  := IntegrationTests/suites/unit.sh IntegrationTests/suites/coordinator.sh IntegrationTests/suites/fuzz.sh IntegrationTests/suites/sandbox.sh \
-	$(filter-out $(LANE_VM) $(LANE_VM2) $(LANE_ALONE) IntegrationTests/suites/unit.sh IntegrationTests/suites/coordinator.sh IntegrationTests/suites/fuzz.sh IntegrationTests/suites/sandbox.sh,$(sort $(wildcard IntegrationTests/suites/*.sh)))
 lanes:
-	@EDGECODER_BT_LLAMA_NICE=0 bash IntegrationTests/lib/run-suites.sh $(CURDIR)/$(BIN) --lane "$(LANE_VM)" --lane "$(LANE_VM2)" --lane "$(LANE_REST)" --alone "$(LANE_ALONE)"
+	@bash IntegrationTests/run lanes $(CURDIR)/$(BIN)
 
 # The fast loop (about 3 min): every unit and integration test, and the suites that need
-# no VM, model server or network namespace (lint, docs, config examples, the dev coordinator,
-# metrics against a real daemon: about 6 s once prometheus_client is in .cache; the
-# shell completions in real bash, zsh and fish: about 3 s).
-CHECK_SUITES := IntegrationTests/suites/lint.sh IntegrationTests/suites/docs.sh IntegrationTests/suites/config-examples.sh IntegrationTests/suites/dev-coordinator.sh IntegrationTests/suites/metrics.sh \
-                IntegrationTests/suites/completion.sh
+# no VM, model server or network namespace (IntegrationTests/run check: lint, docs, config
+# examples, the dev coordinator, metrics against a real daemon, the shell completions).
 check: deps
 	$(SWIFT) build --build-tests
 	@$(MAKE) --no-print-directory unit
-	@$(MAKE) --no-print-directory suites SUITES="$(CHECK_SUITES)"
+	@bash IntegrationTests/run check $(CURDIR)/$(BIN)
 
 # The Swift sources as swift-format prints them (.swift-format: 150 columns, 4 spaces; the
 # toolchain's `swift format`). `make lint` checks that, and the shell and Python scripts
@@ -127,27 +115,12 @@ lint: deps
 unit:
 	$(SWIFT) test --skip-build --no-parallel
 
-# A suite is a shell script that exits 0 when every check passed, 77 when it cannot run
-# here (not root, a kernel feature missing: counted skipped, never passed, as automake
-# counts 77), anything else when something failed. Helpers: IntegrationTests/lib/tap.sh.
-# SUITES picks some: make suites SUITES="IntegrationTests/suites/config-examples.sh".
-SUITES ?= $(sort $(wildcard IntegrationTests/suites/*.sh))
+# The suites one after another (IntegrationTests/run suites; a suite exits 0, 77 for
+# skipped or anything else for failed: see that script). SUITES picks some:
+# make suites SUITES="IntegrationTests/suites/config-examples.sh".
+SUITES ?=
 suites:
-	@passed=0; failed=0; skipped=0; failures=""; skips=""; \
-	for suite in $(SUITES); do \
-	  echo "=== suite $$suite"; start=$$(date +%s); \
-	  EDGECODER_WORKER_BIN=$(CURDIR)/$(BIN) bash $$suite; rc=$$?; \
-	  took=$$(( $$(date +%s) - start )); \
-	  case $$rc in \
-	    0) passed=$$((passed+1)); echo "=== passed $$suite ($${took}s)" ;; \
-	    77) skipped=$$((skipped+1)); skips="$$skips $$suite"; echo "=== skipped $$suite ($${took}s)" ;; \
-	    *) failed=$$((failed+1)); failures="$$failures $$suite"; echo "=== FAILED $$suite (exit $$rc, $${took}s)" ;; \
-	  esac; \
-	done; \
-	[ -z "$$skips" ] || echo "skipped suites:$$skips"; \
-	[ -z "$$failures" ] || echo "failed suites:$$failures"; \
-	echo "$$passed passed, $$failed failed, $$skipped skipped"; \
-	[ $$failed -eq 0 ]
+	@bash IntegrationTests/run suites $(CURDIR)/$(BIN) $(SUITES)
 
 # Figures, not assertions: start-up latency and idle cost against baselines run in the same command.
 bench: release

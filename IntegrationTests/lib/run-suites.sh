@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the shell suites in lanes: the suites of one lane one after another, the lanes side by
 # side, then the "alone" suites one at a time with nothing else running. Used by `make test`
-# (the Makefile's `lanes` target); `make suites` runs them one after another instead.
+# (IntegrationTests/run lanes, which names the lanes); `make suites` runs them one by one.
 #
 #   run-suites.sh BINARY --lane "A.sh B.sh" --lane "C.sh …" [--nice-lane N] --alone "D.sh …"
 #
