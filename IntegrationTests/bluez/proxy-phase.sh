@@ -76,7 +76,7 @@ sed -e 's/"adapter": "hci0"/"adapter": "hci3"/' -e "s/\"agentId\": \"$WORKER_AGE
   </dev/null >>"$VM_RESULTS/other-worker.log" 2>&1 &
 OTHER_PID=$!
 other_cli() { "$WORKER_BIN" "$@" --runtime-dir "$OTHER_DIR/run"; }
-other_advertising() { [[ "$(other_cli status --json 2>/dev/null | jq -r '.bluetooth.advertising')" == true ]]; }
+other_advertising() { [[ "$(status_jq -r '.bluetooth.advertising' other_cli)" == true ]]; }
 if wait_for 60 "the second worker's control socket" other_cli status && other_cli mode bluetooth >/dev/null 2>&1 &&
    wait_for 120 "the second worker to advertise" other_advertising; then
   ok "a second worker advertises the service on hci3 ($HCI3_ADDR)"

@@ -36,17 +36,8 @@ mkdir -p "$W" "$STATE" "$WORKER_RUNDIR"
 DAEMON_PID=
 
 cli() { "$WORKER_BIN" "$@" --runtime-dir "$WORKER_RUNDIR"; }
-btj() { # btj JQ-FILTER: the filter applied to `status --json` (empty when it fails)
-  cli status --json 2>/dev/null | jq -c "$1" 2>/dev/null
-}
-wait_for() { # wait_for SECS DESC CMD...
-  local secs=$1 desc=$2; shift 2
-  local end=$((SECONDS + secs))
-  until "$@" >/dev/null 2>&1; do
-    if ((SECONDS >= end)); then bvm_log "timed out after ${secs}s: $desc"; return 1; fi
-    sleep 0.5
-  done
-}
+btj() { status_jq -c "$1" cli; } # btj JQ-FILTER: the filter applied to `status --json` (empty when it fails)
+# wait_for SECS DESC CMD...: guest-lib.sh's (IntegrationTests/lib/wait.sh)
 is_advertising() { [[ "$(btj '.bluetooth.advertising')" == true ]]; }
 bt_summary() { btj '.bluetooth | del(.clients) ' | cut -c1-400; }
 

@@ -34,18 +34,12 @@
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 source IntegrationTests/lib/tap.sh
+source IntegrationTests/lib/vm-results.sh
 REPO="$PWD"
 bin="${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}"
 
 finish() { # counts the guest's result lines with this script's, prints the summary; exits
-  if [[ -n "${results:-}" ]]; then
-    tap_count "$results/output.log"
-    if ((TAP_FAILED == 0)) && [[ "${EDGECODER_BT_KEEP:-0}" != 1 ]]; then
-      rm -rf "$results"
-    else
-      echo "# results: $results"
-    fi
-  fi
+  vm_results_count "${EDGECODER_BT_KEEP:-0}"
   tap_done
   exit $?
 }
@@ -182,11 +176,6 @@ if ((rc == 125)) && [[ ! -s "$results/output.log" ]]; then
 fi
 trap - INT TERM
 cleanup
-case $rc in
-  0) ok "the guest suite exited 0" ;;
-  124) not_ok "the VM timed out (see $results/console.log)" ;;
-  125) not_ok "the VM failed before the guest suite ended (see $results/setup.log, console.log)" ;;
-  *) not_ok "the guest suite exited $rc" ;;
-esac
+vm_verdict "$rc"
 [[ -s "$results/throughput.txt" ]] && awk '{print "# throughput (MTU " $4 "): " $1 " bytes/s"}' "$results/throughput.txt"
 finish

@@ -28,18 +28,12 @@
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 source IntegrationTests/lib/tap.sh
+source IntegrationTests/lib/vm-results.sh
 REPO="$PWD"
 START=$SECONDS
 
 finish() {
-  if [[ -n "${results:-}" ]]; then
-    tap_count "$results/output.log"
-    if ((TAP_FAILED == 0)) && [[ "${EDGECODER_SD_KEEP:-0}" != 1 ]]; then
-      rm -rf "$results"
-    else
-      echo "# results: $results"
-    fi
-  fi
+  vm_results_count "${EDGECODER_SD_KEEP:-0}"
   echo "# suite took $((SECONDS - START))s"
   tap_done
   exit $?
@@ -215,10 +209,5 @@ if ((rc == 125)); then
 fi
 trap - INT TERM
 cleanup
-case $rc in
-  0) ok "the guest suite exited 0" ;;
-  124) not_ok "the VM timed out (see $results/console.log)" ;;
-  125) not_ok "the VM failed before the guest suite ended (see $results/setup.log, console.log)" ;;
-  *) not_ok "the guest suite exited $rc" ;;
-esac
+vm_verdict "$rc"
 finish

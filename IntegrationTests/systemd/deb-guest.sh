@@ -25,15 +25,8 @@ export WORKER_BIN=/usr/bin/edgecoder-worker WORKER_RUNDIR=/run/edgecoder-worker
 export WORKER_AGENT_ID=vmworker-0123456789abcdef
 
 prop() { systemctl show -P "$1" "$UNIT"; }
-wait_for() { # SECS DESC CMD...
-  local secs=$1 desc=$2; shift 2
-  local end=$((SECONDS + secs))
-  until "$@" >/dev/null 2>&1; do
-    if ((SECONDS >= end)); then bvm_log "timed out after ${secs}s: $desc"; return 1; fi
-    sleep 0.5
-  done
-}
-stj() { edgecoder-worker status --json 2>/dev/null | jq -c "$1" 2>/dev/null; }
+# wait_for SECS DESC CMD...: guest-lib.sh's (IntegrationTests/lib/wait.sh)
+stj() { status_jq -c "$1" edgecoder-worker; }
 dev() { curl -sf --max-time 20 "$@"; }   # the dev coordinator's /_dev API
 restarts_above() { (($(prop NRestarts) > $1)); }
 # The unit allows 5 starts in 5 minutes (StartLimitBurst=): this suite restarts it far more
@@ -358,7 +351,7 @@ mkdir -p /etc/systemd/system/$UNIT.d
 printf '[Service]\nTimeoutStopSec=3s\n' >/etc/systemd/system/$UNIT.d/50-test-stop.conf
 systemctl daemon-reload && systemctl restart $UNIT
 wait_for 60 "registered" bash -c '[[ "$(edgecoder-worker status --json | jq .coordinator.registered)" == true ]]'
-running_is() { [[ "$(edgecoder-worker status --json 2>/dev/null | jq -r .coordinator.running)" == "$1" ]]; }
+running_is() { [[ "$(status_jq -r .coordinator.running edgecoder-worker)" == "$1" ]]; }
 id="$(dev -X POST -H 'content-type: application/json' -d '{"input": "def slow(a, b):", "timeoutMs": 120000}' "$COORD/_dev/subtasks" | jq -r '.ids[0]')"
 if wait_for 30 "the subtask running" running_is "$id"; then
   t0=$(date +%s%N)
@@ -432,7 +425,7 @@ fi
 
 # ------------------------------------------------------------------ metered
 phase "NetworkManager: a metered primary connection"
-stjr() { edgecoder-worker status --json 2>/dev/null | jq -r "$1" 2>/dev/null; }
+stjr() { status_jq -r "$1" edgecoder-worker; }
 pulls() { dev "$COORD/_dev/state" | jq .pulls; }
 pulls_grow() { local p0; p0="$(pulls)"; sleep "$1"; (($(pulls) > p0)); }
 no_pulls_for() { ! pulls_grow "$1"; }

@@ -44,6 +44,8 @@
 #   ok DESC / not_ok DESC / check DESC CMD... / run_tap DESC CMD... / tap_done
 #                               result lines and counts from IntegrationTests/lib/tap.sh (end
 #                               a guest script with `tap_done; exit $?`)
+#   wait_for SECS DESC CMD...   poll CMD every 0.5 s (IntegrationTests/lib/wait.sh)
+#   status_jq OPT FILTER CLI... jq on `CLI status --json` (IntegrationTests/lib/status.sh)
 #
 # Python centrals: bvm_bleak.py in this folder (find/connect with bleak from hci1, with
 # workarounds for btvirt and BlueZ races; read its docstring).
@@ -60,13 +62,8 @@ mkdir -p "$BLUEZ_VM_RUN" 2>/dev/null
 
 bvm_log() { printf '[%s] %s\n' "$(cut -d' ' -f1 /proc/uptime)" "$*" >&2; }
 
-_bvm_wait() { # _bvm_wait SECS DESC CMD... : poll CMD every 0.1 s
-  local secs=$1 desc=$2; shift 2
-  local end=$((SECONDS + secs))
-  until "$@" >/dev/null 2>&1; do
-    if ((SECONDS >= end)); then bvm_log "timed out after ${secs}s waiting for $desc"; return 1; fi
-    sleep 0.1
-  done
+_bvm_wait() { # _bvm_wait SECS DESC CMD... : poll CMD every 0.1 s (wait.sh's loop)
+  poll_until "$1" 0.1 "timed out after ${1}s waiting for $2" "${@:3}"
 }
 
 load_bt_modules() {
@@ -234,7 +231,12 @@ bluez_example() { # NAME [ADAPTER=hci0]: copy BlueZ's example NAME (bluez-test-s
   echo "$dst"
 }
 
-# ------------------------------------------------------------- result lines
-# ok, not_ok, check, run_tap, tap_done: the suites' shared helper.
+# ------------------------------------------------------------- the suites' library
+# ok, not_ok, check, run_tap, tap_done (tap.sh); wait_for, poll_until (wait.sh); status_jq
+# (status.sh).
 # shellcheck source=../../lib/tap.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../../lib/tap.sh"
+# shellcheck source=../../lib/wait.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../lib/wait.sh"
+# shellcheck source=../../lib/status.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../lib/status.sh"
