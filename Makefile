@@ -67,7 +67,7 @@ run: build
 	@echo "control socket: .run/run/control.sock — try: $(BIN) status --runtime-dir .run/run"
 	exec $(BIN) run --config Config/edgecoder-worker.json --state-dir .run/state --runtime-dir .run/run
 
-# Everything: swift test (a failure stops here), then every suite in Tests/Suites, ending
+# Everything: swift test (a failure stops here), then every suite in IntegrationTests/suites, ending
 # with one line "N passed, N failed, N skipped" for those suites.
 test: deps
 	@$(MAKE) --no-print-directory -j2 test-build test-prepare
@@ -75,51 +75,39 @@ test: deps
 
 # The build and the preparation side by side: one compiles, the other mostly downloads and
 # checks caches (llama.cpp compiles the first time only). The unit tests run in the lanes
-# (Tests/Suites/unit.sh, first in the third).
+# (IntegrationTests/suites/unit.sh, first in the third).
 test-build:
 	$(SWIFT) build --build-tests
 
 # What the suites share, prepared once before they start side by side: the BlueZ VM (kernel,
 # initramfs, bleak), llama.cpp (compiled the first time) and the proxy's real clients.
 test-prepare:
-	Tests/BlueZ/vm/prepare.sh
-	Tests/ModelServer/prepare.sh >/dev/null
-	Tests/Proxy/prepare-clients.sh >/dev/null || [ $$? -eq 77 ]
+	IntegrationTests/bluez/vm/prepare.sh
+	IntegrationTests/model-server/prepare.sh >/dev/null
+	IntegrationTests/proxy/prepare-clients.sh >/dev/null || [ $$? -eq 77 ]
 
-# The suites in lanes (Tests/Suites/lib/run-suites.sh): the BlueZ VM suite, then a BlueZ VM
-# for the neighbours, the bystander loops and the security phases, in one lane; the systemd VM suite (its `make deb` release build
-# first) in a second; the Swift tests (unit.sh), the coordinator suite, fuzzing, the sandbox
-# and the quick suites in a third. Never more than two VMs at once: with three, a TCG guest
-# has hung while booting (soft lockups) on 2 cores. The lanes after the first run at nice
-# 10; then own-load alone (it measures the host's CPU). Same result lines and summary as
+# The suites in lanes, side by side (IntegrationTests/run lanes: which suite in which lane,
+# and why; IntegrationTests/lib/run-suites.sh runs them). Same result lines and summary as
 # `suites`, and each suite's CPU time, and how busy the host was while the lanes ran.
-LANE_VM    := Tests/Suites/bluetooth.sh Tests/Suites/bluetooth-neighbours.sh
-LANE_VM2   := Tests/Suites/systemd-deb.sh Tests/Suites/bluetooth-classic.sh
-LANE_ALONE := Tests/Suites/own-load.sh
-LANE_REST  := Tests/Suites/unit.sh Tests/Suites/coordinator.sh Tests/Suites/fuzz.sh Tests/Suites/sandbox.sh \
-	$(filter-out $(LANE_VM) $(LANE_VM2) $(LANE_ALONE) Tests/Suites/unit.sh Tests/Suites/coordinator.sh Tests/Suites/fuzz.sh Tests/Suites/sandbox.sh,$(sort $(wildcard Tests/Suites/*.sh)))
 lanes:
-	@EDGECODER_BT_LLAMA_NICE=0 bash Tests/Suites/lib/run-suites.sh $(CURDIR)/$(BIN) --lane "$(LANE_VM)" --lane "$(LANE_VM2)" --lane "$(LANE_REST)" --alone "$(LANE_ALONE)"
+	@bash IntegrationTests/run lanes $(CURDIR)/$(BIN)
 
 # The fast loop (about 3 min): every unit and integration test, and the suites that need
-# no VM, model server or network namespace (lint, docs, config examples, the dev coordinator,
-# metrics against a real daemon: about 6 s once prometheus_client is in .cache; the
-# shell completions in real bash, zsh and fish: about 3 s).
-CHECK_SUITES := Tests/Suites/lint.sh Tests/Suites/docs.sh Tests/Suites/config-examples.sh Tests/Suites/dev-coordinator.sh Tests/Suites/metrics.sh \
-                Tests/Suites/completion.sh
+# no VM, model server or network namespace (IntegrationTests/run check: lint, docs, config
+# examples, the dev coordinator, metrics against a real daemon, the shell completions).
 check: deps
 	$(SWIFT) build --build-tests
 	@$(MAKE) --no-print-directory unit
-	@$(MAKE) --no-print-directory suites SUITES="$(CHECK_SUITES)"
+	@bash IntegrationTests/run check $(CURDIR)/$(BIN)
 
 # The Swift sources as swift-format prints them (.swift-format: 150 columns, 4 spaces; the
 # toolchain's `swift format`). `make lint` checks that, and the shell and Python scripts
-# (Tests/Suites/lint.sh, also a suite of `make test` and `make check`).
+# (IntegrationTests/suites/lint.sh, also a suite of `make test` and `make check`).
 format:
 	$(SWIFT) format format --in-place --parallel $$(git ls-files '*.swift')
 
 lint: deps
-	@bash Tests/Suites/lint.sh
+	@bash IntegrationTests/suites/lint.sh
 
 # One test at a time: many tests drive real servers, child processes and sockets with
 # time bounds, and on 2 cores a parallel run starves them (seen: 9 of 564 failing in
@@ -127,52 +115,37 @@ lint: deps
 unit:
 	$(SWIFT) test --skip-build --no-parallel
 
-# A suite is a shell script that exits 0 when every check passed, 77 when it cannot run
-# here (not root, a kernel feature missing: counted skipped, never passed, as automake
-# counts 77), anything else when something failed. Helpers: Tests/Suites/lib/tap.sh.
-# SUITES picks some: make suites SUITES="Tests/Suites/config-examples.sh".
-SUITES ?= $(sort $(wildcard Tests/Suites/*.sh))
+# The suites one after another (IntegrationTests/run suites; a suite exits 0, 77 for
+# skipped or anything else for failed: see that script). SUITES picks some:
+# make suites SUITES="IntegrationTests/suites/config-examples.sh".
+SUITES ?=
 suites:
-	@passed=0; failed=0; skipped=0; failures=""; skips=""; \
-	for suite in $(SUITES); do \
-	  echo "=== suite $$suite"; start=$$(date +%s); \
-	  EDGECODER_WORKER_BIN=$(CURDIR)/$(BIN) bash $$suite; rc=$$?; \
-	  took=$$(( $$(date +%s) - start )); \
-	  case $$rc in \
-	    0) passed=$$((passed+1)); echo "=== passed $$suite ($${took}s)" ;; \
-	    77) skipped=$$((skipped+1)); skips="$$skips $$suite"; echo "=== skipped $$suite ($${took}s)" ;; \
-	    *) failed=$$((failed+1)); failures="$$failures $$suite"; echo "=== FAILED $$suite (exit $$rc, $${took}s)" ;; \
-	  esac; \
-	done; \
-	[ -z "$$skips" ] || echo "skipped suites:$$skips"; \
-	[ -z "$$failures" ] || echo "failed suites:$$failures"; \
-	echo "$$passed passed, $$failed failed, $$skipped skipped"; \
-	[ $$failed -eq 0 ]
+	@bash IntegrationTests/run suites $(CURDIR)/$(BIN) $(SUITES)
 
 # Figures, not assertions: start-up latency and idle cost against baselines run in the same command.
 bench: release
-	python3 Tests/Bench/daemon_bench.py $(RELEASE_BIN)
-	python3 Tests/Bench/path_bench.py $(RELEASE_BIN)
-	python3 Tests/Bench/coordinator_bench.py $(RELEASE_BIN)
-	python3 Tests/Bench/full_disk_bench.py $(RELEASE_BIN)
-	python3 Tests/Bench/control_bench.py $(RELEASE_BIN)
+	python3 Benchmarks/daemon_bench.py $(RELEASE_BIN)
+	python3 Benchmarks/path_bench.py $(RELEASE_BIN)
+	python3 Benchmarks/coordinator_bench.py $(RELEASE_BIN)
+	python3 Benchmarks/full_disk_bench.py $(RELEASE_BIN)
+	python3 Benchmarks/control_bench.py $(RELEASE_BIN)
 	.build/release/worker-bench
-	bash Tests/Bench/stream_bench.sh
-	bash Tests/Bench/bluetooth_bench.sh $(RELEASE_BIN)
-	bash Tests/Bench/sandbox_bench.sh $(RELEASE_BIN)
+	bash Benchmarks/stream_bench.sh
+	bash Benchmarks/bluetooth_bench.sh $(RELEASE_BIN)
+	bash Benchmarks/sandbox_bench.sh $(RELEASE_BIN)
 
-# libFuzzer targets (Tests/Fuzz), each run for FUZZ_SECONDS from its seed corpus; what they
-# find stays in .build/fuzz/run, a crash is kept in Tests/Fuzz/<target>/regressions/.
+# libFuzzer targets (Fuzz), each run for FUZZ_SECONDS from its seed corpus; what they
+# find stays in .build/fuzz/run, a crash is kept in Fuzz/<target>/regressions/.
 FUZZ_SECONDS ?= 60
 fuzz:
-	bash Tests/Fuzz/run.sh $(FUZZ_SECONDS)
+	bash Fuzz/run.sh $(FUZZ_SECONDS)
 
 # A whole coordinator round trip on loopback: dev coordinator, worker, llama.cpp.
 demo: build
-	bash Tests/Coordinator/demo.sh
+	bash IntegrationTests/coordinator/demo.sh
 
 # The generated page of docs/: the configuration reference, printed from the config's key
-# table (Sources/WorkerCore/Config/ConfigKeys.swift); Tests/Suites/docs.sh fails when it is stale.
+# table (Sources/WorkerCore/Config/ConfigKeys.swift); IntegrationTests/suites/docs.sh fails when it is stale.
 docs: build
 	$(BIN) internal config-reference > docs/reference/configuration.md
 

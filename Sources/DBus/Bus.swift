@@ -402,7 +402,7 @@ public final class BusMessage {
     /// and sd-bus's writer and dbus-daemon pass a 255-byte one, but sd-bus's reader refuses
     /// it (EBADMSG, in the variant and signature readers: "l == UINT8_MAX"), so a message
     /// carrying one could be sent by us and read by no sd-bus peer, this worker included.
-    /// Found by the dbus fuzz target (Tests/Fuzz/dbus/regressions/crash-4c4e…).
+    /// Found by the dbus fuzz target (Fuzz/dbus/regressions/crash-4c4e…).
     public static let maxReadableSignature = 254
 
     private static func code(_ character: Character) -> CChar { CChar(bitPattern: character.asciiValue!) }

@@ -1,7 +1,7 @@
 // The zsh and fish completions, generated like the bash one (Manual.bashCompletion) from
 // the command table, so that all three offer the same commands, options and first words as
 // the binary they ship with. `make install` and `make deb` install them beside the bash
-// file; Tests/Suites/completion.sh loads them into real zsh and fish.
+// file; IntegrationTests/suites/completion.sh loads them into real zsh and fish.
 
 /// What an option's value is, read from its placeholder in the usage text.
 enum OptionValueKind: Equatable {

@@ -8,7 +8,7 @@ import WorkerCore
 /// A stand-in for bluetoothd on a private bus, for what real BlueZ never does: calls
 /// with the wrong argument types, calls from a process that is not bluetoothd, and an
 /// org.bluez that leaves and comes back on demand. (Everything BlueZ really does is
-/// tested against real BlueZ in the VM suite, Tests/Suites/bluetooth.sh.)
+/// tested against real BlueZ in the VM suite, IntegrationTests/suites/bluetooth.sh.)
 final class FakeBluez: @unchecked Sendable {
     /// Everything the fake saw, guarded by the lock (the fake's loop runs on its own task).
     struct Log {

@@ -100,8 +100,8 @@ import WorkerCore
         let process = Process()
         let url: String
         init(_ arguments: [String]) throws {
-            let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../DevCoordinator/dev_coordinator.py")
-                .standardized.path
+            let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+                .appendingPathComponent("../../IntegrationTests/coordinator/dev_coordinator.py").standardized.path
             process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
             process.arguments = [script, "--port", "0"] + arguments
             let out = Pipe()

@@ -129,7 +129,7 @@ import WorkerCore
 
 /// The journal sink is chosen when JOURNAL_STREAM names stderr (service §2). No journald
 /// runs on this host, so this checks the choice and the fallback; the VM suite under a
-/// real systemd checks `journalctl EDGECODER_EVENT=…`, and Tests/Suites/journal.sh
+/// real systemd checks `journalctl EDGECODER_EVENT=…`, and IntegrationTests/suites/journal.sh
 /// reads the records with a stand-in journald socket.
 @Suite(.serialized) struct JournalSinkChoice {
     @Test func withJournalStreamNamingStderrRecordsGoThroughSdJournalSendv() throws {

@@ -6,7 +6,7 @@ import WorkerCore
 
 /// The session's conduct towards the coordinator's behaviour monitor, in-process with a
 /// scripted coordinator and model server and a manual clock. The same behaviours run
-/// against the dev coordinator, which enforces the monitor, in Tests/Suites/coordinator.sh.
+/// against the dev coordinator, which enforces the monitor, in IntegrationTests/suites/coordinator.sh.
 @Suite struct CoordinatorConductInProcess {
     static func subtask(_ id: String, timeoutMs: Int = 30_000) -> String {
         #"{"subtask":{"id":"\#(id)","taskId":"t-\#(id)","kind":"single_step","input":"say hi","timeoutMs":\#(timeoutMs)}}"#

@@ -12,7 +12,7 @@ import WorkerCore
 
 /// One coordinator session in-process: the real loop, a scripted coordinator and model
 /// server, a manual clock. The same cases run against the dev coordinator in
-/// Tests/Suites/coordinator.sh; here they take milliseconds and pin exact delays.
+/// IntegrationTests/suites/coordinator.sh; here they take milliseconds and pin exact delays.
 final class CoordinatorBed: Sendable {
     static let subtask = #"{"id":"s1","taskId":"t1","kind":"single_step","input":"say hi","timeoutMs":30000}"#
     static let heartbeatMs: Int64 = 15_000

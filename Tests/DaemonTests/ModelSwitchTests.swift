@@ -7,7 +7,7 @@ import WorkerCore
 @testable import Daemon
 
 /// The coordinator's model switch in-process (protocol-coordinator §7): a scripted coordinator and Ollama
-/// server, the manual clock. Tests/Suites/coordinator.sh runs it against the dev
+/// server, the manual clock. IntegrationTests/suites/coordinator.sh runs it against the dev
 /// coordinator and the Ollama fixture.
 @Suite struct ModelSwitchInProcess {
     static let request =

@@ -7,14 +7,14 @@ import Glibc
 #endif
 import WorkerCore
 
-// The servers the backend tests talk to: a REAL llama.cpp server (Tests/ModelServer)
+// The servers the backend tests talk to: a REAL llama.cpp server (IntegrationTests/model-server)
 // started once per test process, the Ollama fixture forwarding to it, and short-lived
 // fixtures with failure switches. Every process started here is stopped by PID when the
 // test process exits, and by a watchdog if the test process dies without exiting.
 
 /// The repository root, three levels above this file.
 let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
-let modelServerDirectory = repositoryRoot + "/Tests/ModelServer"
+let modelServerDirectory = repositoryRoot + "/IntegrationTests/model-server"
 
 struct BedError: Error, CustomStringConvertible {
     var description: String
@@ -343,7 +343,7 @@ actor ModelServerBed {
             let prepared = try await runCommand([modelServerDirectory + "/prepare.sh"], timeoutSeconds: 3_600)
             if prepared.status != 0 {
                 return .cannotBuild(
-                    "Tests/ModelServer/prepare.sh could not build the llama.cpp environment (status \(prepared.status)), so the real-server tests are skipped: \(prepared.stderr.suffix(1_500))"
+                    "IntegrationTests/model-server/prepare.sh could not build the llama.cpp environment (status \(prepared.status)), so the real-server tests are skipped: \(prepared.stderr.suffix(1_500))"
                 )
             }
             let port = try freePort()

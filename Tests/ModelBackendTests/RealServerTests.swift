@@ -3,7 +3,7 @@ import WorkerCore
 @testable import ModelBackend
 
 // Against REAL servers on loopback: llama.cpp's OpenAI-compatible server with the tiny
-// model of Tests/ModelServer, and the Ollama API fixture forwarding to it. The tiny model
+// model of IntegrationTests/model-server, and the Ollama API fixture forwarding to it. The tiny model
 // never emits its end token, so an answer always runs to maxTokens (finish "length").
 
 private func request(_ prompt: String = "Write a function", maxTokens: Int = 16, timeoutMs: Int64 = 30_000) -> ModelRequest {

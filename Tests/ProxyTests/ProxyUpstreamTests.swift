@@ -56,7 +56,7 @@ actor ScriptedUpstream: ProxyUpstream {
 
 /// The proxy's HTTP side over real TCP against an upstream in the test's hand: every
 /// success path (and each kind of failure the link reports) in-process, in milliseconds.
-/// The real link to a worker is tested in the BlueZ VM (Tests/BlueZ/proxy-phase.sh).
+/// The real link to a worker is tested in the BlueZ VM (IntegrationTests/bluez/proxy-phase.sh).
 @Suite struct ProxyUpstreamTests {
     let helper = HTTPTestClient()
 

@@ -9,7 +9,7 @@ import WorkerCore
 /// `ContainerSandbox` against a stand-in engine (a shell script that logs its command lines
 /// and acts as podman would): the program on stdin, the engine's environment, the cleanup
 /// at the time limit naming the run's own container, capped output, the endings, and
-/// `check`. Tests/Suites/sandbox.sh runs the real engine.
+/// `check`. IntegrationTests/suites/sandbox.sh runs the real engine.
 @Suite(.serialized) struct ContainerSandboxTests {
     /// A directory with the stand-in engine `fake-podman`; `behave` picks what its `run` does.
     final class FakeEngine {

@@ -4,7 +4,7 @@ import Testing
 import WorkerCore
 
 /// The engine's command lines and what its exit means: every isolation flag a run depends
-/// on, and every ending, without an engine. Tests/Suites/sandbox.sh runs the real one.
+/// on, and every ending, without an engine. IntegrationTests/suites/sandbox.sh runs the real one.
 @Suite struct SandboxPlanTests {
     typealias Settings = ContainerSandbox.Settings
 

@@ -29,7 +29,7 @@ import Testing
     }
 
     @Test func theVMSuitesTailWithSpacesAfterColonsIsAnsweredWithItsId() {
-        // What Tests/BlueZ/worker_central.py's bad-input phase sends (Python's json.dumps).
+        // What IntegrationTests/bluez/worker_central.py's bad-input phase sends (Python's json.dumps).
         let text = #"{"prompt": ""# + String(repeating: "a", count: 1_073) + #"", "maxTokens": 8, "id": "mac-proxy-1"}"#
         #expect(text.utf8.count == 1_124)
         var assembler = RequestAssembler()

@@ -101,7 +101,7 @@ func hexBytes(_ hex: String) -> [UInt8] {
         #expect(Rtnetlink.parse(attribute).error?.message.contains("does not fit") == true)
     }
 
-    /// Found by the rtnetlink fuzz target (Tests/Fuzz/rtnetlink/regressions): negating
+    /// Found by the rtnetlink fuzz target (Fuzz/rtnetlink/regressions): negating
     /// an errno field of INT32_MIN trapped.
     @Test func anErrorMessageWithTheMostNegativeErrnoDoesNotTrap() {
         let datagram: [UInt8] = [20, 0, 0, 0, 2, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 0x00, 0x00, 0x00, 0x80]

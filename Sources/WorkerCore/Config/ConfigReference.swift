@@ -1,6 +1,6 @@
 /// `docs/reference/configuration.md`, printed by `edgecoder-worker internal config-reference`
 /// from `ConfigKey.all`: the page is generated, never edited by hand, and
-/// `Tests/Suites/docs.sh` fails when the committed page differs from this output.
+/// `IntegrationTests/suites/docs.sh` fails when the committed page differs from this output.
 public enum ConfigReference {
     public static func markdown(_ keys: [ConfigKey] = ConfigKey.all) -> String {
         var out = [

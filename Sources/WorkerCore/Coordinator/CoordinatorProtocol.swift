@@ -1,6 +1,6 @@
 /// The EdgeCoder coordinator protocol of docs/reference/protocol-coordinator.md: request bodies and the classification
 /// of answers, pure. Checked against the coordinator's zod schemas (see
-/// Tests/DevCoordinator/WIRE.md): optional fields are omitted, never null; unknown answer
+/// IntegrationTests/coordinator/WIRE.md): optional fields are omitted, never null; unknown answer
 /// keys are ignored; every answer is hostile input until it parses.
 public enum CoordinatorWire {
     public static let clientType = "edgecoder-linux-worker"

@@ -2,7 +2,7 @@
 /// answer's `orchestration` asks, whether this worker may do it, Ollama's `/api/pull`
 /// progress lines, how often progress is forwarded, and the bodies of the two calls
 /// (`/orchestration/agents/:agentId/status` and `/ack`). Checked against EdgeCoder's
-/// coordinator (Tests/DevCoordinator/WIRE.md): `phase` ≤ 64 and `message` ≤ 512 UTF-16
+/// coordinator (IntegrationTests/coordinator/WIRE.md): `phase` ≤ 64 and `message` ≤ 512 UTF-16
 /// code units, `progressPct` 0–100, `error` a string, never null.
 public struct ModelSwitchRequest: Sendable, Equatable {
     /// EdgeCoder's `rolloutId`; absent from older coordinators.

@@ -1,8 +1,0 @@
-#!/usr/bin/env bash
-# The own-load accounting end to end (Tests/Coordinator/coordinator_suite.py, scenario
-# own-load): the worker's own model server busy is no reason to hold work, an unrelated CPU
-# burner is. It reads the host's CPU, so it must run with nothing else busy: `make test`
-# runs it after the other suites (Tests/Suites/lib/run-suites.sh, its "alone" list).
-set -u
-cd "$(dirname "$0")/../.." || exit 1
-exec python3 Tests/Coordinator/coordinator_suite.py "${EDGECODER_WORKER_BIN:-.build/debug/edgecoder-worker}" --only own-load
