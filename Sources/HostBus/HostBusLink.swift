@@ -7,7 +7,7 @@ import Posix
 import WorkerCore
 
 /// What the host's services said, decoded from the bus (service §2).
-enum HostBusEvent: Sendable {
+public enum HostBusEvent: Sendable {
     case connected
     case busUnavailable(String)
     case presence(HostBusLink.Peer, HostServices.Presence)
@@ -20,18 +20,18 @@ enum HostBusEvent: Sendable {
 
 /// The system bus connection and what is read over it: logind's delay inhibitor and
 /// PrepareForSleep, NetworkManager's Metered, power-profiles-daemon's ActiveProfile. An
-/// actor owns the `Bus`; handlers run inside `process()` on it and only decode into
+/// actor owns the `Bus`; handlers run inside `dispatchReady()` on it and only decode into
 /// `HostBusEvent`s, which the service handles (awaiting the daemon) outside the bus.
-actor HostBusLink {
+public actor HostBusLink {
     /// The services looked for, by bus name.
-    enum Peer: String, Sendable, CaseIterable {
+    public enum Peer: String, Sendable, CaseIterable {
         case logind = "org.freedesktop.login1"
         case networkManager = "org.freedesktop.NetworkManager"
         case powerProfiles = "net.hadess.PowerProfiles"
         /// power-profiles-daemon's name from 0.20 (the old one stays as an alias).
         case upowerProfiles = "org.freedesktop.UPower.PowerProfiles"
 
-        var path: String {
+        public var path: String {
             switch self {
             case .logind: return "/org/freedesktop/login1"
             case .networkManager: return "/org/freedesktop/NetworkManager"
@@ -54,7 +54,7 @@ actor HostBusLink {
     /// The unique names of the services as last seen: a signal counts only from its owner.
     private var owners: [Peer: String] = [:]
 
-    init(address: String?, logger: Logger, events: AsyncStream<HostBusEvent>.Continuation) {
+    public init(address: String?, logger: Logger, events: AsyncStream<HostBusEvent>.Continuation) {
         self.address = address
         self.logger = logger
         self.events = events
@@ -64,7 +64,7 @@ actor HostBusLink {
 
     /// Connects (again after a loss), subscribes, asks, and drives the connection from
     /// the reactor until the task is cancelled.
-    func loop() async {
+    public func loop() async {
         while !Task.isCancelled {
             if bus == nil {
                 do {
@@ -190,7 +190,7 @@ actor HostBusLink {
 
     /// Asks logind for a delay inhibitor: suspend waits (up to logind's
     /// InhibitDelayMaxSec, 5 s by default) until we close the fd it hands us.
-    func takeInhibitor() {
+    public func takeInhibitor() {
         guard inhibitorFD < 0, let bus else { return }
         let events = self.events
         do {
@@ -237,124 +237,9 @@ actor HostBusLink {
     }
 
     /// Closes the inhibitor's fd: logind may suspend now.
-    func releaseInhibitor() {
+    public func releaseInhibitor() {
         guard inhibitorFD >= 0 else { return }
         close(inhibitorFD)
         inhibitorFD = -1
-    }
-}
-
-/// Follows logind, NetworkManager and power-profiles-daemon on the system bus and hands
-/// the daemon what they say: suspend (stop taking work, checkpoint, heartbeat, then let
-/// the host sleep; after resume read power and the path again and heartbeat at once), a
-/// metered connection, the power profile. None of them is required.
-public struct HostBusService: Service {
-    public let name = "host-bus"
-    let daemon: WorkerDaemon
-    let logger: Logger
-    /// nil: the system bus ($DBUS_SYSTEM_BUS_ADDRESS, else /run/dbus/system_bus_socket).
-    let address: String?
-    /// How long the heartbeat before a suspend may take (logind waits 5 s by default).
-    let heartbeatTimeoutMs: Int64
-
-    public init(daemon: WorkerDaemon, logger: Logger, address: String? = nil, heartbeatTimeoutMs: Int64 = 3_000) {
-        self.daemon = daemon
-        self.logger = logger
-        self.address = address
-        self.heartbeatTimeoutMs = heartbeatTimeoutMs
-    }
-
-    public func run(shutdown: GracefulShutdown) async throws {
-        _ = try await shutdown.cancelling { await monitor() }
-    }
-
-    func monitor() async {
-        let (events, continuation) = AsyncStream<HostBusEvent>.makeStream()
-        let link = HostBusLink(address: address, logger: logger, events: continuation)
-        await withDiscardingTaskGroup { group in
-            group.addTask { await link.loop() }
-            var host = HostServices()
-            var reportedBusProblem: String?
-            for await event in events {
-                switch event {
-                case .connected:
-                    host.busConnected = true
-                    host.busProblem = nil
-                    reportedBusProblem = nil
-                case .busUnavailable(let why):
-                    host = HostServices()
-                    host.busProblem = why
-                    let absent = HostServices.Presence.absent("no system bus: \(why)")
-                    (host.logind, host.networkManager, host.powerProfiles) = (absent, absent, absent)
-                    host.inhibitor = "not taken: no system bus"
-                    if reportedBusProblem == nil {
-                        logger.info("no system bus (\(why)): suspend, metered networks and power profiles are not followed")
-                    }
-                    reportedBusProblem = why
-                case .presence(let peer, let presence):
-                    switch peer {
-                    case .logind:
-                        host.logind = presence
-                        if case .absent = presence { host.inhibitor = "not taken: logind is absent" }
-                    case .networkManager: host.networkManager = presence
-                    case .powerProfiles, .upowerProfiles:
-                        // Either name will do: the newer one is an alias of the older.
-                        if presence == .present || host.powerProfiles != .present { host.powerProfiles = presence }
-                    }
-                case .inhibitor(.success):
-                    host.inhibitor = "held"
-                    logger.info("logind delay inhibitor taken: a suspend waits for the checkpoint")
-                case .inhibitor(.failure(let error)):
-                    host.inhibitor = "failed: \(error.name): \(error.message)"
-                    logger.warning("logind refused a delay inhibitor (\(error.name): \(error.message)): a suspend will not wait for the checkpoint")
-                case .metered(let raw):
-                    if raw != host.meteredRaw {
-                        let text = raw.map(HostServices.meteredName) ?? "unknown"
-                        logger.notice("NetworkManager: the primary connection's metered state is \(text)", [("event", "metered"), ("metered", text)])
-                    }
-                    host.meteredRaw = raw
-                case .activeProfile(let profile):
-                    if profile != host.activeProfile { logger.info("power-profiles-daemon: active profile \(profile ?? "unknown")") }
-                    host.activeProfile = profile
-                case .prepareForSleep(let starting):
-                    let (phase, steps) = HostServices.prepareForSleep(starting, phase: host.sleep)
-                    host.sleep = phase
-                    if !steps.isEmpty {
-                        logger.notice(
-                            starting
-                                ? "the host is suspending: no new work, checkpoint, heartbeat"
-                                : "the host resumed: reading power and the network path again, heartbeat",
-                            [("event", starting ? "host-suspend" : "host-resume")])
-                    }
-                    if !starting { host.lastResumeMs = wallClockMilliseconds() }
-                    await daemon.updateHost(host)
-                    for step in steps { await perform(step, link: link, host: &host) }
-                }
-                await daemon.updateHost(host)
-            }
-        }
-    }
-
-    private func perform(_ step: HostServices.SleepStep, link: HostBusLink, host: inout HostServices) async {
-        switch step {
-        case .holdNewWork, .resumeWork:
-            break  // the phase in `host` is the hold; updateHost applied it
-        case .checkpoint:
-            await daemon.checkpoint()
-        case .heartbeat:
-            let sent = await daemon.heartbeatNow(timeoutMs: heartbeatTimeoutMs)
-            logger.info(sent ? "heartbeat sent" : "no heartbeat: mode on's coordinator session is not running")
-        case .releaseInhibitor:
-            await link.releaseInhibitor()
-            host.sleep = .suspending
-            host.inhibitor = "released for this suspend"
-        case .takeInhibitor:
-            host.inhibitor = "asked again"
-            await link.takeInhibitor()
-        case .rereadPower:
-            daemon.signals.powerRereadRequested.set(true)
-        case .rereadPath:
-            daemon.signals.pathRereadRequested.set(true)
-        }
     }
 }
