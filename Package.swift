@@ -42,6 +42,9 @@ let package = Package(
         // D-Bus over libsystemd's sd-bus: the connection, its messages and typed values, and the
         // one round that drives a connection from the reactor.
         .target(name: "DBus", dependencies: ["CSystemd", "Posix"]),
+        // The host's services on the system bus: logind (suspend, the delay inhibitor),
+        // NetworkManager's Metered, power-profiles-daemon's profile.
+        .target(name: "HostBus", dependencies: ["DBus", "Posix", "Logging", "WorkerCore"]),
         // The GATT peripheral of mode bluetooth over BlueZ's D-Bus API (sd-bus), and the
         // kernel's adapter view through libbluetooth.
         .target(name: "BlueZ", dependencies: ["DBus", "Posix", "WorkerCore", "Logging", "CBluetooth", "CWorkerShims"]),
@@ -49,7 +52,7 @@ let package = Package(
         .target(
             name: "Daemon",
             dependencies: [
-                "WorkerCore", "Logging", "Posix", "StateStore", "Systemd", "Telemetry", "HTTP", "ModelBackend", "BlueZ", "DBus", "Sandbox",
+                "WorkerCore", "Logging", "Posix", "StateStore", "Systemd", "Telemetry", "HTTP", "ModelBackend", "BlueZ", "DBus", "HostBus", "Sandbox",
             ]),
         // The HTTP side of `edgecoder-worker proxy`, over any upstream (the BlueZ central).
         .target(name: "Proxy", dependencies: ["WorkerCore", "Logging", "Posix"]),

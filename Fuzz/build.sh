@@ -25,6 +25,7 @@ modules_of() {
         uevent) echo "Telemetry Posix Logging WorkerCore" ;;
         modelwire) echo "ModelBackend HTTP Posix Logging WorkerCore" ;;
         dbus) echo "BlueZ DBus Posix Logging WorkerCore" ;;
+        http) echo "Proxy Posix Logging WorkerCore" ;;
         *) echo "WorkerCore" ;;
     esac
 }
@@ -37,6 +38,7 @@ deps_of() {
         HTTP) echo "Posix Logging" ;;
         ModelBackend) echo "HTTP WorkerCore Posix" ;;
         BlueZ) echo "DBus Posix WorkerCore Logging" ;;
+        Proxy) echo "WorkerCore Logging Posix" ;;
     esac
 }
 
@@ -81,7 +83,7 @@ link_target() {
     local libs=()
     for m in $(modules_of "$target"); do libs+=("-l$m"); done
     case $target in
-        uevent) libs+=(-lCWorkerShims) ;;
+        uevent | http) libs+=(-lCWorkerShims) ;;
         modelwire) libs+=(-lCCurlShims -lCWorkerShims -ldl) ;;
         dbus) libs+=(-lCWorkerShims -lsystemd -lbluetooth) ;;
     esac
@@ -114,5 +116,5 @@ lane_pid=""
 if has WorkerCore; then build_module WorkerCore & lane_pid=$!; fi
 if has Logging; then build_module Logging; fi
 if [ -n "$lane_pid" ]; then wait "$lane_pid"; fi
-for m in Posix DBus HTTP Telemetry ModelBackend BlueZ; do if has $m; then build_module $m; fi; done
+for m in Posix DBus HTTP Telemetry ModelBackend BlueZ Proxy; do if has $m; then build_module $m; fi; done
 for t in "${targets[@]}"; do link_target "$t"; done

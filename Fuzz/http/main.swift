@@ -1,6 +1,7 @@
 // libFuzzer target: the proxy's HTTP request reader (HTTPRequestReader), fed the input
 // in reads of fuzz-chosen sizes with small limits. Invariants: a complete request has
 // exactly its Content-Length of body within the limit; a refusal carries a 4xx/5xx.
+import Proxy
 import WorkerCore
 
 @_cdecl("LLVMFuzzerTestOneInput")

@@ -1,6 +1,6 @@
 // The Ollama side of the coordinator's model switch (protocol-coordinator §7): pull a model through
 // `POST /api/pull` with its NDJSON progress, and ask whether a model is already there.
-// The wire rules (progress lines, the sum over layers) are in WorkerCore's ModelSwitch.
+// The wire rules (progress lines, the sum over layers) are in ModelPullWire.swift.
 
 import HTTP
 import Posix

@@ -112,7 +112,7 @@ public struct ProxyServer: Sendable {
 
     // MARK: Connections
 
-    enum Read: Sendable { case request(HTTPRequest), refused(HTTPRefusal), closed }
+    enum Read: Sendable { case request(HTTPServerRequest), refused(HTTPRefusal), closed }
 
     func serve(_ connection: UnixConnection) async {
         var reader = HTTPRequestReader()
@@ -221,7 +221,7 @@ public struct ProxyServer: Sendable {
 
     /// Answers one request. Returns whether the connection can carry another, and any
     /// bytes of the next request read meanwhile.
-    func respond(to request: HTTPRequest, on connection: UnixConnection, keepAlive: Bool) async -> (usable: Bool, early: [UInt8]) {
+    func respond(to request: HTTPServerRequest, on connection: UnixConnection, keepAlive: Bool) async -> (usable: Bool, early: [UInt8]) {
         let cors: [(String, String)]
         switch guardian.check(host: request.header("Host"), origin: request.header("Origin")) {
         case .forbidden(let why):
@@ -334,7 +334,7 @@ public struct ProxyServer: Sendable {
     }
 
     func generation(
-        _ parsed: Result<ProxyCall, HTTPRefusal>, _ dialect: ProxyDialect, _ request: HTTPRequest, _ connection: UnixConnection,
+        _ parsed: Result<ProxyCall, HTTPRefusal>, _ dialect: ProxyDialect, _ request: HTTPServerRequest, _ connection: UnixConnection,
         keepAlive: Bool, cors: [(String, String)]
     ) async -> (usable: Bool, early: [UInt8]) {
         let call: ProxyCall

@@ -1,5 +1,5 @@
 import Testing
-import WorkerCore
+import Proxy
 
 @Suite struct ConnectionAdmissionTests {
     let limits = ConnectionAdmission.Limits(total: 4, perAddress: 2, minimumStillNs: 1_000)

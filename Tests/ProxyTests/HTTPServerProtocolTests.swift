@@ -1,5 +1,6 @@
 import Testing
-@testable import WorkerCore
+@testable import Proxy
+import WorkerCore
 
 @Suite struct HTTPRequestReading {
     func read(_ text: String, chunk: Int = 1_000_000, maxBody: Int = 1_048_576) -> HTTPRequestReader.Progress {

@@ -1,9 +1,11 @@
+import WorkerCore
+
 /// The small HTTP/1.1 server side the proxy needs, pure: bytes in, a request or a clear
 /// refusal out; responses serialized (whole, or chunked for streams). Keep-alive with
 /// requests one after another on a connection; `Content-Length` bodies only, every size
 /// bounded.
 
-public struct HTTPRequest: Sendable, Equatable {
+public struct HTTPServerRequest: Sendable, Equatable {
     public var method: String
     /// The path without the query string.
     public var path: String
@@ -34,7 +36,7 @@ public struct HTTPRequest: Sendable, Equatable {
         return headers.first { $0.name.lowercased() == lower }?.value
     }
 
-    public static func == (a: HTTPRequest, b: HTTPRequest) -> Bool {
+    public static func == (a: HTTPServerRequest, b: HTTPServerRequest) -> Bool {
         a.method == b.method && a.path == b.path && a.body == b.body && a.version == b.version
             && a.headers.map(\.name) == b.headers.map(\.name) && a.headers.map(\.value) == b.headers.map(\.value)
     }
@@ -58,7 +60,7 @@ public struct HTTPRefusal: Error, Sendable, Equatable {
 public struct HTTPRequestReader: Sendable {
     public enum Progress: Sendable, Equatable {
         case needMore
-        case complete(HTTPRequest)
+        case complete(HTTPServerRequest)
         case refused(HTTPRefusal)
     }
 
@@ -100,7 +102,7 @@ public struct HTTPRequestReader: Sendable {
         let have = buffer.count - head.bodyStart
         if have < head.length { return .needMore }
         let end = head.bodyStart + head.length
-        let request = HTTPRequest(
+        let request = HTTPServerRequest(
             method: head.method, path: head.path, headers: head.headers, body: Array(buffer[head.bodyStart..<end]), version: head.version)
         buffer.removeFirst(end)
         self.head = nil
