@@ -27,8 +27,10 @@ let package = Package(
         .target(name: "WorkerCore"),
         // A logger shaped like swift-log, with a journald stderr handler.
         .target(name: "Logging"),
+        // Structured-concurrency helpers: race two operations, a boolean tasks wait on.
+        .target(name: "Tasks"),
         // System calls wrapped once; the reactor thread; sockets; signals.
-        .target(name: "Posix", dependencies: ["CWorkerShims", "Logging", "WorkerCore"]),
+        .target(name: "Posix", dependencies: ["CWorkerShims", "Logging", "WorkerCore", "Tasks"]),
         // The state directory: atomic files, corrupt-file quarantine.
         .target(name: "StateStore", dependencies: ["WorkerCore", "Posix"]),
         // Power telemetry read from sysfs/procfs, and the kernel's power-supply uevents.
@@ -47,22 +49,23 @@ let package = Package(
         .target(name: "HostBus", dependencies: ["DBus", "Posix", "Logging", "WorkerCore"]),
         // The GATT peripheral of mode bluetooth over BlueZ's D-Bus API (sd-bus), and the
         // kernel's adapter view through libbluetooth.
-        .target(name: "BlueZ", dependencies: ["DBus", "Posix", "WorkerCore", "Logging", "CBluetooth", "CWorkerShims"]),
+        .target(name: "BlueZ", dependencies: ["DBus", "Posix", "Tasks", "WorkerCore", "Logging", "CBluetooth", "CWorkerShims"]),
         // The daemon's wiring: services, control socket, the worker actor.
         .target(
             name: "Daemon",
             dependencies: [
-                "WorkerCore", "Logging", "Posix", "StateStore", "Systemd", "Telemetry", "HTTP", "ModelBackend", "BlueZ", "DBus", "HostBus", "Sandbox",
+                "WorkerCore", "Logging", "Posix", "Tasks", "StateStore", "Systemd", "Telemetry", "HTTP", "ModelBackend", "BlueZ", "DBus", "HostBus",
+                "Sandbox",
             ]),
         // The HTTP side of `edgecoder-worker proxy`, over any upstream (the BlueZ central).
-        .target(name: "Proxy", dependencies: ["WorkerCore", "Logging", "Posix"]),
+        .target(name: "Proxy", dependencies: ["WorkerCore", "Logging", "Posix", "Tasks"]),
         // Programs of code subtasks run in a container (podman or docker), and the image they run in.
         .target(name: "Sandbox", dependencies: ["WorkerCore", "Posix", "Logging"]),
         // The operator's command line.
         .target(
             name: "WorkerCLI",
             dependencies: [
-                "WorkerCore", "Daemon", "Sandbox", "Posix", "Logging", "HTTP", "BlueZ", "Telemetry", "Proxy", "ModelBackend", "StateStore",
+                "WorkerCore", "Daemon", "Sandbox", "Posix", "Tasks", "Logging", "HTTP", "BlueZ", "Telemetry", "Proxy", "ModelBackend", "StateStore",
             ]),
         .executableTarget(name: "edgecoder-worker", dependencies: ["WorkerCLI"]),
         // Micro-benchmarks for `make bench` (not installed).
@@ -81,14 +84,16 @@ let package = Package(
         .testTarget(
             name: "DaemonTests",
             dependencies: [
-                "Daemon", "WorkerCore", "StateStore", "Logging", "BlueZ", "Posix", "ModelBackend", "HTTP", "Systemd", "Sandbox", "TestSupport",
+                "Daemon", "WorkerCore", "StateStore", "Logging", "BlueZ", "Posix", "Tasks", "ModelBackend", "HTTP", "Systemd", "Sandbox",
+                "TestSupport",
             ]),
         // The real `edgecoder-worker` binary run as a process.
         .testTarget(name: "DaemonProcessTests", dependencies: ["WorkerCore", "TestSupport"]),
         .testTarget(name: "ProxyTests", dependencies: ["Proxy", "BlueZ", "Posix", "Logging", "WorkerCore", "TestSupport"]),
         .testTarget(name: "BusTests", dependencies: ["DBus", "BlueZ", "Posix", "WorkerCore", "TestSupport"]),
         .testTarget(name: "LoggingTests", dependencies: ["Logging", "Systemd"]),
-        .testTarget(name: "PosixTests", dependencies: ["Posix", "Logging", "CWorkerShims", "TestSupport"]),
+        .testTarget(name: "TasksTests", dependencies: ["Tasks", "TestSupport"]),
+        .testTarget(name: "PosixTests", dependencies: ["Posix", "Logging", "CWorkerShims", "TestSupport", "Tasks"]),
         .testTarget(name: "SandboxTests", dependencies: ["Sandbox", "WorkerCore", "Posix"]),
         .testTarget(name: "WorkerCLITests", dependencies: ["WorkerCLI", "Logging", "Sandbox", "WorkerCore"]),
     ],

@@ -22,23 +22,23 @@ ALL_TARGETS=(json jsoncost config bluetooth rtnetlink uevent http coordinator mo
 # The modules each target links, dependents before dependencies (static link order).
 modules_of() {
     case $1 in
-        uevent) echo "Telemetry Posix Logging WorkerCore" ;;
-        modelwire) echo "ModelBackend HTTP Posix Logging WorkerCore" ;;
-        dbus) echo "BlueZ DBus Posix Logging WorkerCore" ;;
-        http) echo "Proxy Posix Logging WorkerCore" ;;
+        uevent) echo "Telemetry Posix Tasks Logging WorkerCore" ;;
+        modelwire) echo "ModelBackend HTTP Posix Tasks Logging WorkerCore" ;;
+        dbus) echo "BlueZ DBus Posix Tasks Logging WorkerCore" ;;
+        http) echo "Proxy Posix Tasks Logging WorkerCore" ;;
         *) echo "WorkerCore" ;;
     esac
 }
 deps_of() {
     case $1 in
-        WorkerCore|Logging) echo "" ;;
+        WorkerCore|Logging|Tasks) echo "" ;;
         DBus) echo "Posix" ;;
-        Posix) echo "Logging WorkerCore" ;;
+        Posix) echo "Logging WorkerCore Tasks" ;;
         Telemetry) echo "WorkerCore Posix" ;;
         HTTP) echo "Posix Logging" ;;
         ModelBackend) echo "HTTP WorkerCore Posix" ;;
-        BlueZ) echo "DBus Posix WorkerCore Logging" ;;
-        Proxy) echo "WorkerCore Logging Posix" ;;
+        BlueZ) echo "DBus Posix Tasks WorkerCore Logging" ;;
+        Proxy) echo "WorkerCore Logging Posix Tasks" ;;
     esac
 }
 
@@ -114,7 +114,7 @@ c_shim CCurlShims
 # modules that need nothing of it; then the rest in order (Posix imports WorkerCore, DBus Posix).
 lane_pid=""
 if has WorkerCore; then build_module WorkerCore & lane_pid=$!; fi
-if has Logging; then build_module Logging; fi
+for m in Logging Tasks; do if has "$m"; then build_module "$m"; fi; done
 if [ -n "$lane_pid" ]; then wait "$lane_pid"; fi
 for m in Posix DBus HTTP Telemetry ModelBackend BlueZ Proxy; do if has $m; then build_module $m; fi; done
 for t in "${targets[@]}"; do link_target "$t"; done

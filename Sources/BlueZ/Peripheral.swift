@@ -5,6 +5,7 @@ import Logging
 import Posix
 import DBus
 import Synchronization
+import Tasks
 import WorkerCore
 
 /// What the peripheral needs from the daemon: running a request (power policy, model,

@@ -2,6 +2,7 @@ import BlueZ
 import Logging
 import ModelBackend
 import Posix
+import Tasks
 import WorkerCore
 
 /// Mode `bluetooth`'s runtime (protocol-bluetooth §1): while it should run, a GATT peripheral session;
@@ -9,12 +10,12 @@ import WorkerCore
 /// application and advertisement back from bluetoothd and closes the bus.
 public struct BluetoothService: Service {
     public let name = "bluetooth"
-    let daemon: WorkerDaemon
+    let daemon: WorkerState
     let backend: ModelBackend
     let config: WorkerConfig
     let logger: Logger
 
-    public init(daemon: WorkerDaemon, backend: ModelBackend, config: WorkerConfig, logger: Logger) {
+    public init(daemon: WorkerState, backend: ModelBackend, config: WorkerConfig, logger: Logger) {
         self.daemon = daemon
         self.backend = backend
         self.config = config
@@ -65,7 +66,7 @@ public struct BluetoothService: Service {
 
 /// The daemon's side of the peripheral: the power policy, the model, the task history.
 struct PeripheralBridge: PeripheralHost {
-    let daemon: WorkerDaemon
+    let daemon: WorkerState
     let backend: ModelBackend
     let timeoutMs: Int64
     var logger = Logger(label: "bluetooth", level: .error)

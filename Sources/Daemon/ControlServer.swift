@@ -1,6 +1,7 @@
 import Logging
 import Posix
 import Synchronization
+import Tasks
 import WorkerCore
 
 /// The control socket: newline-delimited JSON requests from `edgecoder-worker`
@@ -12,7 +13,7 @@ import WorkerCore
 public struct ControlServer: Service {
     public let name = "control"
     let listener: UnixListener
-    let daemon: WorkerDaemon
+    let daemon: WorkerState
     let logger: Logger
     let daemonUID: UInt32
     let readGroupGID: UInt32?
@@ -25,7 +26,7 @@ public struct ControlServer: Service {
     public static let defaultIdleTimeoutMs: Int64 = 5_000
 
     public init(
-        listener: UnixListener, daemon: WorkerDaemon, logger: Logger, daemonUID: UInt32, readGroupName: String, readGroupGID: UInt32?,
+        listener: UnixListener, daemon: WorkerState, logger: Logger, daemonUID: UInt32, readGroupName: String, readGroupGID: UInt32?,
         quota: ControlQuota = ControlQuota(), idleTimeoutMs: Int64 = ControlServer.defaultIdleTimeoutMs,
         reload: (@Sendable () async -> Void)? = nil
     ) {

@@ -2,6 +2,7 @@ import HTTP
 import Logging
 import Posix
 import StateStore
+import Tasks
 import WorkerCore
 
 /// The coordinator's end of one session: HTTP calls with the mesh token, registration
@@ -13,7 +14,7 @@ actor CoordinatorLink {
     let baseURL: String
     let config: WorkerConfig
     let agentID: String
-    let daemon: WorkerDaemon
+    let daemon: WorkerState
     let logger: Logger
     let transport: any HTTPTransport
     let clock: any WorkerClock
@@ -37,7 +38,7 @@ actor CoordinatorLink {
     static let rejectionRetryMs: Int64 = 5 * 60 * 1000
 
     init(
-        config: WorkerConfig, agentID: String, files: WorkerStateFiles, daemon: WorkerDaemon, logger: Logger,
+        config: WorkerConfig, agentID: String, files: WorkerStateFiles, daemon: WorkerState, logger: Logger,
         transport: any HTTPTransport, clock: any WorkerClock
     ) {
         var url = config.coordinator.url ?? ""

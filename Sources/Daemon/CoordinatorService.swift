@@ -4,6 +4,7 @@ import ModelBackend
 import Posix
 import StateStore
 import Systemd
+import Tasks
 import WorkerCore
 
 /// Mode `on`: registers, heartbeats, pulls, runs subtasks on the model backend and
@@ -11,7 +12,7 @@ import WorkerCore
 /// `on` runtime is active; the session ends gracefully when it is not.
 public struct CoordinatorService: Service {
     public let name = "coordinator"
-    let daemon: WorkerDaemon
+    let daemon: WorkerState
     let config: WorkerConfig
     let directory: StateDirectory
     let logger: Logger
@@ -31,7 +32,7 @@ public struct CoordinatorService: Service {
     /// `transport` carries both the coordinator's calls and the model server's; `clock`
     /// paces heartbeats, pulls and backoff and stamps the journal; `notify` reaches systemd.
     public init(
-        daemon: WorkerDaemon, config: WorkerConfig, directory: StateDirectory, logger: Logger,
+        daemon: WorkerState, config: WorkerConfig, directory: StateDirectory, logger: Logger,
         transport: any HTTPTransport = HTTPClient.shared, clock: any WorkerClock = SystemClock(),
         notify: @escaping @Sendable (String) -> Void = { ServiceManager.notify($0) },
         sandbox: (any ProgramSandbox)? = nil, sandboxRecheckMs: Int64 = 60_000

@@ -57,7 +57,7 @@ public enum DaemonMain {
             logger.error("cannot open the state directory: \(error). Create it writable for this user, or pass --state-dir.")
             return 1
         }
-        let daemon = WorkerDaemon(config: config, paths: paths, directory: directory, logger: logger)
+        let daemon = WorkerState(config: config, paths: paths, directory: directory, logger: logger)
         // The first reading before READY, so the charge gate and status are decided from the start.
         var reader = TelemetryReader(
             root: paths.sysfsRoot,
@@ -135,7 +135,7 @@ public enum DaemonMain {
     /// One reload, framed for systemd as `RELOADING=1` (with the monotonic time it
     /// began, which systemd 253+ requires and older versions ignore) … `READY=1`: a
     /// `systemctl reload` returns once the daemon has taken or refused the file.
-    static func reload(daemon: WorkerDaemon, paths: DaemonPaths, load: ConfigLoader?, logger: Logger, asked: String = "received SIGHUP") async {
+    static func reload(daemon: WorkerState, paths: DaemonPaths, load: ConfigLoader?, logger: Logger, asked: String = "received SIGHUP") async {
         ServiceManager.notify("RELOADING=1\nMONOTONIC_USEC=\(monotonicNanoseconds() / 1_000)\nSTATUS=reloading \(paths.configPath)")
         logger.notice("\(asked): reloading \(paths.configPath)")
         switch load?() ?? .failure(ConfigReloadFailure(["this daemon was started without a config loader"])) {

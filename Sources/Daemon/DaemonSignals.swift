@@ -1,4 +1,5 @@
 import Posix
+import Tasks
 import WorkerCore
 
 /// The daemon's wake-ups: each flag is set by one part and waited on by another without

@@ -10,14 +10,14 @@ import WorkerCore
 /// metered connection, the power profile. None of them is required.
 public struct HostBusService: Service {
     public let name = "host-bus"
-    let daemon: WorkerDaemon
+    let daemon: WorkerState
     let logger: Logger
     /// nil: the system bus ($DBUS_SYSTEM_BUS_ADDRESS, else /run/dbus/system_bus_socket).
     let address: String?
     /// How long the heartbeat before a suspend may take (logind waits 5 s by default).
     let heartbeatTimeoutMs: Int64
 
-    public init(daemon: WorkerDaemon, logger: Logger, address: String? = nil, heartbeatTimeoutMs: Int64 = 3_000) {
+    public init(daemon: WorkerState, logger: Logger, address: String? = nil, heartbeatTimeoutMs: Int64 = 3_000) {
         self.daemon = daemon
         self.logger = logger
         self.address = address

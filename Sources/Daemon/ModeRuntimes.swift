@@ -3,18 +3,19 @@ import ModelBackend
 import Posix
 import Sandbox
 import StateStore
+import Tasks
 import WorkerCore
 
 /// What a mode's runtime is built from: the daemon's parts, as DaemonMain has them.
 public struct ModeRuntimeContext: Sendable {
-    public let daemon: WorkerDaemon
+    public let daemon: WorkerState
     public let config: WorkerConfig
     public let directory: StateDirectory
     /// The backend the readiness probe uses too.
     public let backend: ModelBackend
     public let logger: Logger
 
-    public init(daemon: WorkerDaemon, config: WorkerConfig, directory: StateDirectory, backend: ModelBackend, logger: Logger) {
+    public init(daemon: WorkerState, config: WorkerConfig, directory: StateDirectory, backend: ModelBackend, logger: Logger) {
         self.daemon = daemon
         self.config = config
         self.directory = directory

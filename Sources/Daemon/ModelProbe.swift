@@ -2,6 +2,7 @@ import Logging
 import ModelBackend
 import Posix
 import Synchronization
+import Tasks
 import WorkerCore
 
 /// Asks the model backend whether it is ready (model-backends §4: `modelState`), at start and every
@@ -10,7 +11,7 @@ import WorkerCore
 /// the load inside its own time; `loading` until the load is done.
 public struct ModelProbeService: Service {
     public let name = "model-probe"
-    let daemon: WorkerDaemon
+    let daemon: WorkerState
     let backend: ModelBackend
     let logger: Logger
     let intervalNanoseconds: UInt64
@@ -18,7 +19,7 @@ public struct ModelProbeService: Service {
     let loadPollNanoseconds: UInt64
 
     public init(
-        daemon: WorkerDaemon, backend: ModelBackend, logger: Logger, intervalNanoseconds: UInt64 = 30_000_000_000,
+        daemon: WorkerState, backend: ModelBackend, logger: Logger, intervalNanoseconds: UInt64 = 30_000_000_000,
         loadPollNanoseconds: UInt64 = 1_000_000_000
     ) {
         self.daemon = daemon

@@ -2,6 +2,7 @@ import HTTP
 import Logging
 import ModelBackend
 import Posix
+import Tasks
 import WorkerCore
 
 /// The coordinator's model switch (protocol-coordinator §7): a heartbeat answer asks for a model; the
@@ -11,7 +12,7 @@ import WorkerCore
 /// with the reason. One switch at a time per session; the heartbeats go on meanwhile.
 struct ModelSwitcher: Sendable {
     let link: CoordinatorLink
-    let daemon: WorkerDaemon
+    let daemon: WorkerState
     let backend: ModelBackend
     let config: WorkerConfig
     let clock: any WorkerClock

@@ -6,7 +6,7 @@ import WorkerCore
 /// polling) and asks the daemon to downgrade or to note a restore (rules 2.3, 2.4).
 public struct PathMonitorService: Service {
     public let name = "path-monitor"
-    let daemon: WorkerDaemon
+    let daemon: WorkerState
     let logger: Logger
     let graceMs: Int64
     let hook: (command: String, timeoutMs: Int64)?
@@ -14,7 +14,7 @@ public struct PathMonitorService: Service {
     // RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_IFADDR | RTMGRP_IPV6_ROUTE
     static let groups: UInt32 = 0x1 | 0x10 | 0x40 | 0x100 | 0x400
 
-    public init(daemon: WorkerDaemon, logger: Logger, graceMs: Int64, hook: (command: String, timeoutMs: Int64)?) {
+    public init(daemon: WorkerState, logger: Logger, graceMs: Int64, hook: (command: String, timeoutMs: Int64)?) {
         self.daemon = daemon
         self.logger = logger
         self.graceMs = graceMs

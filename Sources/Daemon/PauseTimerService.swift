@@ -1,5 +1,6 @@
 import Logging
 import Posix
+import Tasks
 import WorkerCore
 
 /// Ends a pause (`mode off --for`) at its deadline: sleeps until the deadline or until the
@@ -8,10 +9,10 @@ import WorkerCore
 /// jumps or a host that suspended is noticed within `maxSleepMs`.
 public struct PauseTimerService: Service {
     public let name = "pause-timer"
-    let daemon: WorkerDaemon
+    let daemon: WorkerState
     let maxSleepMs: Int64
 
-    public init(daemon: WorkerDaemon, maxSleepMs: Int64 = 30_000) {
+    public init(daemon: WorkerState, maxSleepMs: Int64 = 30_000) {
         self.daemon = daemon
         self.maxSleepMs = maxSleepMs
     }

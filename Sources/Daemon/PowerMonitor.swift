@@ -8,12 +8,12 @@ import WorkerCore
 /// heat without announcing it); in mode off only on uevents and when asked.
 public struct PowerMonitorService: Service {
     public let name = "power-monitor"
-    let daemon: WorkerDaemon
+    let daemon: WorkerState
     let logger: Logger
     let reader: TelemetryReader
     let intervalNanoseconds: UInt64
 
-    public init(daemon: WorkerDaemon, logger: Logger, reader: TelemetryReader, intervalNanoseconds: UInt64 = 5_000_000_000) {
+    public init(daemon: WorkerState, logger: Logger, reader: TelemetryReader, intervalNanoseconds: UInt64 = 5_000_000_000) {
         self.daemon = daemon
         self.logger = logger
         self.reader = reader

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Logging
 import Posix
+import Tasks
 
 /// A long-running part of the daemon (control socket, watchdog, coordinator loop, …).
 /// `run` returns when `shutdown` is triggered (graceful: finish what is in hand) and

@@ -7,10 +7,10 @@ import WorkerCore
 public struct WatchdogService: Service {
     public let name = "watchdog"
     let intervalMicroseconds: UInt64
-    let daemon: WorkerDaemon
+    let daemon: WorkerState
     let notify: @Sendable (String) -> Void
 
-    public init(intervalMicroseconds: UInt64, daemon: WorkerDaemon, notify: @escaping @Sendable (String) -> Void) {
+    public init(intervalMicroseconds: UInt64, daemon: WorkerState, notify: @escaping @Sendable (String) -> Void) {
         self.intervalMicroseconds = intervalMicroseconds
         self.daemon = daemon
         self.notify = notify

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import CWorkerShims
+import Tasks
 
 /// How a child process ended.
 public enum ChildOutcome: Sendable, Equatable, CustomStringConvertible {

@@ -4,6 +4,7 @@ import Glibc
 import Logging
 import Posix
 import Synchronization
+import Tasks
 import WorkerCore
 
 /// The local HTTP API of `edgecoder-worker proxy` (docs/reference/proxy-api.md) on 127.0.0.1 and [::1]: a

@@ -7,6 +7,7 @@ import Logging
 import Posix
 import Proxy
 import StateStore
+import Tasks
 import WorkerCore
 
 // MARK: - proxy

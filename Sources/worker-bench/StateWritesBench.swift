@@ -32,7 +32,7 @@ func removeTree(_ path: String) {
 
 /// A daemon whose event log is already full (1,000 events), as after a while in service:
 /// every write of the log is then as large as it gets.
-func makeBenchDaemon(root: String) throws -> WorkerDaemon {
+func makeBenchDaemon(root: String) throws -> WorkerState {
     let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: root + "/state", runtimeDirectory: root + "/run", sysfsRoot: "/")
     let directory = try StateDirectory(path: paths.stateDirectory)
     var log = EventLog()
@@ -40,13 +40,13 @@ func makeBenchDaemon(root: String) throws -> WorkerDaemon {
         log.append(EventDraft(kind: .hookRan, reason: "fill \(i) exited 0"), timeMs: wallClockMilliseconds())
     }
     try WorkerStateFiles(directory: directory).saveEvents(log)
-    return WorkerDaemon(
+    return WorkerState(
         config: WorkerConfig(), paths: paths, directory: directory,
         logger: Logger(label: "bench", handler: SilentLogHandler()))
 }
 
 /// Records events one after another for `seconds`; returns how many were recorded.
-func recordEvents(_ daemon: WorkerDaemon, seconds: Double, stop: GracefulShutdown? = nil) async -> Int {
+func recordEvents(_ daemon: WorkerState, seconds: Double, stop: GracefulShutdown? = nil) async -> Int {
     let deadline = monotonicNanoseconds() + UInt64(seconds * 1e9)
     var count = 0
     while monotonicNanoseconds() < deadline && !(stop?.isTriggered ?? false) {

@@ -1,4 +1,5 @@
 import Foundation
+import Tasks
 import TestSupport
 import Testing
 import Logging
@@ -15,9 +16,9 @@ import StateStore
 @Suite struct BluetoothBridgeTests {
     let dir = NSTemporaryDirectory() + "ecw-bt-bridge-" + UUID().uuidString
 
-    func bridge(_ transport: ScriptedTransport) throws -> (PeripheralBridge, WorkerDaemon) {
+    func bridge(_ transport: ScriptedTransport) throws -> (PeripheralBridge, WorkerState) {
         let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
-        let daemon = WorkerDaemon(
+        let daemon = WorkerState(
             config: WorkerConfig(), paths: paths, directory: try StateDirectory(path: dir),
             logger: Logger(label: "test", handler: MemoryLogHandler()), clock: TestClock.realTime { 1_000 })
         var config = WorkerConfig.Backend()

@@ -5,6 +5,7 @@ import Posix
 import Sandbox
 import Synchronization
 @testable import StateStore
+import Tasks
 import TestSupport
 import Testing
 import WorkerCore
@@ -22,7 +23,7 @@ final class CoordinatorBed: Sendable {
     let clock: TestClock
     let transport: ScriptedTransport
     let directory: StateDirectory
-    let daemon: WorkerDaemon
+    let daemon: WorkerState
     let service: CoordinatorService
     let stop = GracefulShutdown()
     let ended = StateSignal(false)
@@ -57,7 +58,7 @@ final class CoordinatorBed: Sendable {
         let clock = self.clock
         let stateDirectory = directory
         let writer = fault.map { DurableWriter(directory: stateDirectory, onProblem: { _ in }, beforeEach: nil, fault: $0) }
-        daemon = WorkerDaemon(
+        daemon = WorkerState(
             config: config, paths: paths, directory: directory, logger: logger, clock: TestClock.realTime { clock.wallMs() }, writer: writer)
         let notified = self.notified
         service = CoordinatorService(

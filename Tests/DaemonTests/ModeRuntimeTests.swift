@@ -1,4 +1,5 @@
 import Foundation
+import Tasks
 import TestSupport
 import Testing
 import Logging
@@ -14,16 +15,16 @@ import WorkerCore
 @Suite struct ModeRuntimeWiring {
     let dir = NSTemporaryDirectory() + "ecw-runtimes-" + UUID().uuidString
 
-    func daemon(coordinatorURL: String?) throws -> WorkerDaemon {
+    func daemon(coordinatorURL: String?) throws -> WorkerState {
         var config = WorkerConfig()
         config.coordinator.url = coordinatorURL
         let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
-        return WorkerDaemon(
+        return WorkerState(
             config: config, paths: paths, directory: try StateDirectory(path: dir),
             logger: Logger(label: "test", handler: MemoryLogHandler()), clock: TestClock.realTime { 1_000 })
     }
 
-    func active(_ daemon: WorkerDaemon) -> [Mode] { Mode.allCases.filter { daemon.signals.runtime(for: $0).value } }
+    func active(_ daemon: WorkerState) -> [Mode] { Mode.allCases.filter { daemon.signals.runtime(for: $0).value } }
 
     @Test func everyWorkingModeHasExactlyOneRuntime() {
         for mode in Mode.allCases where mode != .off {
@@ -81,7 +82,7 @@ import WorkerCore
         let directory = try StateDirectory(path: dir)
         let logs = MemoryLogHandler()
         let logger = Logger(label: "test", handler: logs)
-        let daemon = WorkerDaemon(config: config, paths: paths, directory: directory, logger: logger, clock: TestClock.realTime { 1_000 })
+        let daemon = WorkerState(config: config, paths: paths, directory: directory, logger: logger, clock: TestClock.realTime { 1_000 })
         await daemon.request(.operatorSet(mode, by: "test"))
         let context = ModeRuntimeContext(
             daemon: daemon, config: config, directory: directory,

@@ -16,7 +16,7 @@ import StateStore
     @Test func aModelThatIsNotThereIsAnsweredWithTheModelUnavailableCode() async throws {
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
-        let daemon = WorkerDaemon(
+        let daemon = WorkerState(
             config: WorkerConfig(), paths: paths, directory: try StateDirectory(path: dir),
             logger: Logger(label: "test", handler: MemoryLogHandler()), clock: TestClock.realTime { 1_000 })
         // Port 9 (discard) on loopback: nothing listens, so the connection is refused.

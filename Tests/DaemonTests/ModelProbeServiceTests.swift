@@ -15,9 +15,9 @@ import Synchronization
 @Suite struct ModelProbeServiceRules {
     let dir = NSTemporaryDirectory() + "ecw-model-probe-" + UUID().uuidString
 
-    func daemon(_ config: WorkerConfig) throws -> WorkerDaemon {
+    func daemon(_ config: WorkerConfig) throws -> WorkerState {
         let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
-        return WorkerDaemon(
+        return WorkerState(
             config: config, paths: paths, directory: try StateDirectory(path: dir),
             logger: Logger(label: "test", handler: MemoryLogHandler()), clock: TestClock.realTime { 1_000 })
     }

@@ -113,12 +113,6 @@ struct EndingService: Service {
     }
 }
 
-final class HitCounter: Sendable {
-    private let value = Mutex(0)
-    func increment() { value.withLock { $0 += 1 } }
-    var count: Int { value.withLock { $0 } }
-}
-
 struct GroupRun {
     let signals = ScriptedSignals()
     let journal = ServiceLog()

@@ -13,9 +13,9 @@ import WorkerCore
 @Suite struct HoldNewWork {
     let dir = NSTemporaryDirectory() + "ecw-daemon-" + UUID().uuidString
 
-    func daemon(_ config: WorkerConfig = WorkerConfig(), logs: MemoryLogHandler = MemoryLogHandler()) throws -> WorkerDaemon {
+    func daemon(_ config: WorkerConfig = WorkerConfig(), logs: MemoryLogHandler = MemoryLogHandler()) throws -> WorkerState {
         let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
-        return WorkerDaemon(
+        return WorkerState(
             config: config, paths: paths, directory: try StateDirectory(path: dir), logger: Logger(label: "test", handler: logs),
             clock: TestClock.realTime { 1_000 })
     }
@@ -76,9 +76,9 @@ import WorkerCore
 @Suite struct DaemonStateWrites {
     let dir = NSTemporaryDirectory() + "ecw-daemon-writes-" + UUID().uuidString
 
-    func daemon(logs: MemoryLogHandler = MemoryLogHandler()) throws -> WorkerDaemon {
+    func daemon(logs: MemoryLogHandler = MemoryLogHandler()) throws -> WorkerState {
         let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
-        return WorkerDaemon(
+        return WorkerState(
             config: WorkerConfig(), paths: paths, directory: try StateDirectory(path: dir), logger: Logger(label: "test", handler: logs),
             clock: TestClock.realTime { 1_000 })
     }
@@ -166,8 +166,8 @@ import WorkerCore
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let now = Mutex<Int64>(1_000)
         let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
-        func start() throws -> WorkerDaemon {
-            WorkerDaemon(
+        func start() throws -> WorkerState {
+            WorkerState(
                 config: WorkerConfig(), paths: paths, directory: try StateDirectory(path: dir),
                 logger: Logger(label: "test", handler: MemoryLogHandler()), clock: TestClock.realTime { now.withLock { $0 } })
         }
@@ -233,7 +233,7 @@ import WorkerCore
         let paths = DaemonPaths(configPath: "/dev/null", stateDirectory: dir, runtimeDirectory: dir + "/run", sysfsRoot: "/")
         var running = WorkerConfig()
         running.bluetooth.security = .encrypted
-        let daemon = WorkerDaemon(
+        let daemon = WorkerState(
             config: running, paths: paths, directory: try StateDirectory(path: dir),
             logger: Logger(label: "test", handler: MemoryLogHandler()), clock: TestClock.realTime { 1_000 })
         var file = running

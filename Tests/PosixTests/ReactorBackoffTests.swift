@@ -4,6 +4,7 @@ import Glibc
 import Logging
 @testable import Posix
 import Synchronization
+import Tasks
 import Testing
 
 /// A poll(2) that fails with ENOMEM a given number of times, then is the real one; it

@@ -25,8 +25,8 @@ public struct DaemonPaths: Sendable {
 /// change goes through here and is recorded; a mode or policy change is durable before
 /// it is answered, events and task history are written behind (service §1.3 promises no more).
 /// Its state is held in one value per concern, and its methods are split by concern
-/// across the `WorkerDaemon+….swift` files.
-public actor WorkerDaemon {
+/// across the `WorkerState+….swift` files.
+public actor WorkerState {
     /// The config in force: the one read at start, with the live keys of later reloads.
     public internal(set) var config: WorkerConfig
     /// Every write of the state directory (the coordinator's journal included) goes
@@ -72,7 +72,7 @@ public actor WorkerDaemon {
         self.clock = clock
         let now = clock.wallMs()
         var restored = WorkerStateFiles(directory: directory).restore(
-            nowMs: now, configuredAgentID: config.agentId, deriveAgentID: WorkerDaemon.deriveAgentID)
+            nowMs: now, configuredAgentID: config.agentId, deriveAgentID: WorkerState.deriveAgentID)
         // For the suites only: the coordinator's one-hour windows shrunk by this factor, as
         // the dev coordinator's are, so an hour of monitored behaviour fits in a minute.
         if let scale = environment("EDGECODER_WORKER_TEST_MONITOR_SCALE").flatMap({ Int64($0) }), scale > 1 {

@@ -2,7 +2,7 @@ import Logging
 import WorkerCore
 
 /// Code subtasks: whether the container engine can run them, and how they are answered.
-extension WorkerDaemon {
+extension WorkerState {
     public func updateSandbox(_ availability: SandboxAvailability) {
         let before = execution.decision
         reports.sandbox = (availability, clock.wallMs())

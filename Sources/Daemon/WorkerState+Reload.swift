@@ -2,7 +2,7 @@ import Logging
 import WorkerCore
 
 /// Config reloads (SIGHUP, `systemctl reload`): what applies live, what waits for a restart.
-extension WorkerDaemon {
+extension WorkerState {
     /// A reload with a valid file: applies what can change live (the power policy is
     /// decided again at once, the log level, the coordinator's intervals), keeps the
     /// rest as it runs, and records which keys wait for a restart.

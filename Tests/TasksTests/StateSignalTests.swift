@@ -1,6 +1,7 @@
 import Synchronization
 import Testing
-import Posix
+import Tasks
+import TestSupport
 
 @Suite struct StateSignalWaits {
     @Test func aWaitForTheCurrentValueReturnsAtOnce() async {

@@ -3,7 +3,7 @@ import Posix
 import WorkerCore
 
 /// What the Bluetooth peripheral, the path monitor and its hook report, kept for status.
-extension WorkerDaemon {
+extension WorkerState {
     /// The peripheral's latest state, for status.
     public func updateBluetooth(_ status: BluetoothStatus) {
         if status.state != reports.bluetooth.state || status.problem != reports.bluetooth.problem {

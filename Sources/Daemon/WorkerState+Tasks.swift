@@ -2,7 +2,7 @@ import StateStore
 import WorkerCore
 
 /// The task history (`tasks`, `tasks show`) and the whole-text files beside it.
-extension WorkerDaemon {
+extension WorkerState {
     public func upsertTask(_ record: TaskRecord) {
         if let text = record.text {
             writer.submit(TaskText.fileName(source: record.source, id: record.id)) { Array((text.json.serialized + "\n").utf8) }

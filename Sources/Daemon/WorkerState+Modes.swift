@@ -4,7 +4,7 @@ import WorkerCore
 
 /// The selected mode: requests through the one decision function, the pause, and which
 /// mode's runtime should run.
-extension WorkerDaemon {
+extension WorkerState {
     func modeContext() -> ModeContext {
         ModeContext(
             runOnlyWhileCharging: effectivePolicy.policy.runOnlyWhileCharging,
@@ -50,13 +50,13 @@ extension WorkerDaemon {
         case .changed:
             logger.notice(
                 "mode \(previous.mode.rawValue) -> \(modeState.mode.rawValue): \(modeState.reason)",
-                WorkerDaemon.fields(events.last { $0.kind == .downgrade } ?? events.last, mode: modeState.mode))
+                WorkerState.fields(events.last { $0.kind == .downgrade } ?? events.last, mode: modeState.mode))
         case .unchanged:
-            for event in events where event.kind == .networkRestored { logger.notice(event.reason, WorkerDaemon.fields(event, mode: modeState.mode)) }
+            for event in events where event.kind == .networkRestored { logger.notice(event.reason, WorkerState.fields(event, mode: modeState.mode)) }
         case .refused(let message):
             logger.warning(
                 "refused mode \(requestedMode(request)?.rawValue ?? "?"): \(message)",
-                WorkerDaemon.fields(events.last, mode: modeState.mode))
+                WorkerState.fields(events.last, mode: modeState.mode))
         }
         // Every change to the actor's state is made above, before this suspension point;
         // another request may run meanwhile, and its newer mode supersedes this one.

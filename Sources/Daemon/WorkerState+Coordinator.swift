@@ -1,11 +1,12 @@
 import Logging
 import Posix
 import StateStore
+import Tasks
 import WorkerCore
 
 /// Mode on's coordinator: the session's status, heartbeats on demand, the conduct its
 /// behaviour monitor sees, and the counts for `metrics`.
-extension WorkerDaemon {
+extension WorkerState {
     public func updateCoordinator(_ status: CoordinatorStatus?) {
         coordinator.status = status
         updateServiceStatus()

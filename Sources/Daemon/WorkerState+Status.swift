@@ -3,7 +3,7 @@ import Systemd
 import WorkerCore
 
 /// The status view: the snapshot `status` shows and the line systemd's STATUS= carries.
-extension WorkerDaemon {
+extension WorkerState {
     /// Everything `status` shows, as of now.
     func statusSnapshot() -> StatusSnapshot {
         let monotonicNow = clock.monotonicMs()

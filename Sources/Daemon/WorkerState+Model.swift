@@ -3,7 +3,7 @@ import StateStore
 import WorkerCore
 
 /// The model backend: the probe's view of it, and a coordinator's switch of the model.
-extension WorkerDaemon {
+extension WorkerState {
     /// The model every generation and probe uses: the config's, or the one a coordinator
     /// switched to (persisted; the heartbeat's `activeModel`).
     public var activeModel: String { model.active(configured: config.backend.model) }

@@ -1,11 +1,12 @@
 import Logging
 import Posix
 import StateStore
+import Tasks
 import WorkerCore
 
 /// Power: readings and the policy's decision on them, the charge gate, and every hold of
 /// new work (the power policy's, the host's, the state directory's), counted.
-extension WorkerDaemon {
+extension WorkerState {
     var effectivePolicy: (policy: PowerPolicy, sources: [String: PolicySource]) { policyOverrides.apply(to: config) }
 
     /// In mode off nothing reads the host periodically; `status` asks for a read when the

@@ -2,7 +2,7 @@ import StateStore
 import WorkerCore
 
 /// The event log: recorded, written behind, and streamed to `events --follow`.
-extension WorkerDaemon {
+extension WorkerState {
     /// Appends an event, hands the log to the writer and wakes `events --follow` readers.
     @discardableResult
     func record(_ draft: EventDraft, now: Int64? = nil) -> WorkerEvent {
