@@ -43,7 +43,7 @@ let package = Package(
         .target(name: "Systemd", dependencies: ["CSystemd", "Logging"]),
         // D-Bus over libsystemd's sd-bus: the connection, its messages and typed values, and the
         // one round that drives a connection from the reactor.
-        .target(name: "DBus", dependencies: ["CSystemd", "Posix"]),
+        .target(name: "DBus", dependencies: ["CSystemd", "Posix", "Logging"]),
         // The host's services on the system bus: logind (suspend, the delay inhibitor),
         // NetworkManager's Metered, power-profiles-daemon's profile.
         .target(name: "HostBus", dependencies: ["DBus", "Posix", "Logging", "WorkerCore"]),

@@ -32,7 +32,7 @@ modules_of() {
 deps_of() {
     case $1 in
         WorkerCore|Logging|Tasks) echo "" ;;
-        DBus) echo "Posix" ;;
+        DBus) echo "Posix Logging" ;;
         Posix) echo "Logging WorkerCore Tasks" ;;
         Telemetry) echo "WorkerCore Posix" ;;
         HTTP) echo "Posix Logging" ;;
@@ -69,7 +69,7 @@ build_module() {
     local sources
     mapfile -t sources < <(find Sources/"$name" -name "*.swift" | sort)
     # -enable-testing: the D-Bus harness reads BlueZ's internal decoders (@testable).
-    swiftc -parse-as-library -emit-library -static -wmo -module-name "$name" \
+    swiftc -parse-as-library -emit-library -static -wmo -module-name "$name" -package-name edgecoder_worker \
         -emit-module -emit-module-path "$OUT/$name.swiftmodule" -o "$lib.tmp" \
         -sanitize=fuzzer,address "$OPT" -enable-testing -suppress-warnings -swift-version 6 \
         -I "$OUT" "${C_INCLUDES[@]}" "${sources[@]}" 2>&1 | grep -v "Cannot export local symbol" >&2 || true
@@ -93,7 +93,7 @@ link_target() {
     for m in $(modules_of "$target"); do [ "$OUT/lib$m.a" -nt "$bin" ] && stale=1; done
     if [ $stale = 1 ]; then
         echo "fuzz build: target $target" >&2
-        swiftc -parse-as-library -sanitize=fuzzer,address "$OPT" -suppress-warnings -swift-version 6 -module-name "Fuzz_$target" \
+        swiftc -parse-as-library -sanitize=fuzzer,address "$OPT" -suppress-warnings -swift-version 6 -module-name "Fuzz_$target" -package-name edgecoder_worker \
             -I "$OUT" "${C_INCLUDES[@]}" -L "$OUT" Fuzz/"$target"/*.swift Fuzz/Common/*.swift \
             "${libs[@]}" -o "$bin.tmp" 2>&1 | grep -v "Cannot export local symbol" >&2 || true
         [ -f "$bin.tmp" ] || { echo "fuzz build: target $target failed" >&2; exit 1; }

@@ -145,52 +145,6 @@ extension BlueZObjects {
     }
 }
 
-/// An actor that owns a bus connection and drives it from the reactor: one loop that
-/// (re)connects, processes, runs its machine's deadlines and waits for the bus's fd, its
-/// own wake-up or the next deadline in one reactor call. Shared by the peripheral and the
-/// central; neither starts a task of its own.
-protocol BusDriving: Actor {
-    var bus: Bus? { get }
-    nonisolated var wake: WakeEvent { get }
-    var reconnectDelayMs: Int64 { get }
-    var logger: Logger { get }
-    /// Opens the bus and sets `bus` (nil when it cannot, with the reason recorded).
-    func connectBus()
-    func dropBus(reason: String)
-    /// Runs after each round of processing: the machine's clock tick; returns the
-    /// monotonic time (ms) of its next deadline.
-    func processed() async -> Int64?
-}
-
-extension BusDriving {
-    func busLoop() async {
-        while !Task.isCancelled {
-            if bus == nil {
-                connectBus()
-                if bus == nil {
-                    _ = await processed()
-                    try? await Task.sleep(nanoseconds: UInt64(reconnectDelayMs) * 1_000_000)
-                    continue
-                }
-            }
-            guard let bus else { continue }
-            do {
-                try bus.dispatchReady()
-            } catch {
-                logger.warning("the system bus connection failed: \(error); reconnecting")
-                dropBus(reason: "the system bus connection was lost: \(error)")
-                continue
-            }
-            let machineDeadlineMs = await processed()
-            guard self.bus === bus else { continue }
-            await bus.prepareWait(wake: wake, deadlineNs: machineDeadlineMs.map { UInt64(max(0, $0)) * 1_000_000 }).wait()
-        }
-    }
-
-    /// Wakes the loop now (something was queued from outside a bus handler).
-    nonisolated func kickBus() { wake.signal() }
-}
-
 extension Logger {
     /// A line a state machine asked for, at its level.
     func log(_ level: MachineLogLevel, _ message: String) {

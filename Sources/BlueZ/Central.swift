@@ -47,14 +47,14 @@ public struct CentralSettings: Sendable {
 /// owns the bus, as in `GattPeripheral`.
 public actor GattCentral: BusDriving, ProxyUpstream {
     let settings: CentralSettings
-    let logger: Logger
+    package let logger: Logger
     /// The machine's time (monotonic), injected so that a test can drive it.
     let clock: any WorkerClock
     /// The machine's phases as last logged (debug level only).
     private var trace = PhaseTrace()
 
-    var bus: Bus?
-    nonisolated let wake = WakeEvent()
+    package var bus: Bus?
+    package nonisolated let wake = WakeEvent()
     private var slots: [BusSlot] = []
     private var machine: CentralMachine
     /// What a waiting `generate` receives: partial texts, then its result.
@@ -297,14 +297,14 @@ public actor GattCentral: BusDriving, ProxyUpstream {
 
     // MARK: The bus
 
-    var reconnectDelayMs: Int64 { 2_000 }
+    package var reconnectDelayMs: Int64 { 2_000 }
 
-    func processed() async -> Int64? {
+    package func processed() async -> Int64? {
         feed(.tick)
         return machine.nextDeadlineMs
     }
 
-    func connectBus() {
+    package func connectBus() {
         do {
             let bus = try BlueZBus.open(address: settings.busAddress)
             self.bus = bus
@@ -317,7 +317,7 @@ public actor GattCentral: BusDriving, ProxyUpstream {
         }
     }
 
-    func dropBus(reason: String) {
+    package func dropBus(reason: String) {
         slots.forEach { $0.cancel() }
         slots.removeAll()
         bus = nil

@@ -52,14 +52,14 @@ public struct PeripheralSettings: Sendable {
 public actor GattPeripheral: BusDriving {
     let settings: PeripheralSettings
     let host: any PeripheralHost
-    let logger: Logger
+    package let logger: Logger
     /// The machine's time (monotonic), injected so that a test can drive it.
     let clock: any WorkerClock
     /// The machine's phases as last logged (debug level only).
     private var trace = PhaseTrace()
 
-    var bus: Bus?
-    nonisolated let wake = WakeEvent()
+    package var bus: Bus?
+    package nonisolated let wake = WakeEvent()
     private var slots: [BusSlot] = []
     private var machine: PeripheralMachine
     /// A status fetch the machine asked for (true: forced), done in the loop's round.
@@ -292,11 +292,11 @@ public actor GattPeripheral: BusDriving {
 
     // MARK: The bus, driven from the reactor
 
-    var reconnectDelayMs: Int64 { settings.retryMs }
+    package var reconnectDelayMs: Int64 { settings.retryMs }
 
     /// A round's end: the clock tick, the status values and the published state, which
     /// need the daemon (async); returns the machine's next deadline.
-    func processed() async -> Int64? {
+    package func processed() async -> Int64? {
         let started = clock.monotonicMs()
         defer {
             // The bus waits while the daemon answers: a slow answer delays notifications.
@@ -317,7 +317,7 @@ public actor GattPeripheral: BusDriving {
         return machine.nextDeadlineMs
     }
 
-    func connectBus() {
+    package func connectBus() {
         guard !machine.stopping else { return }
         do {
             let bus = try BlueZBus.open(address: settings.busAddress)
@@ -334,7 +334,7 @@ public actor GattPeripheral: BusDriving {
         }
     }
 
-    func dropBus(reason: String) { closeBus(reason: reason) }
+    package func dropBus(reason: String) { closeBus(reason: reason) }
 
     private func closeBus(reason: String?) {
         slots.forEach { $0.cancel() }

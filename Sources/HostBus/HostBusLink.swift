@@ -22,7 +22,7 @@ public enum HostBusEvent: Sendable {
 /// PrepareForSleep, NetworkManager's Metered, power-profiles-daemon's ActiveProfile. An
 /// actor owns the `Bus`; handlers run inside `dispatchReady()` on it and only decode into
 /// `HostBusEvent`s, which the service handles (awaiting the daemon) outside the bus.
-public actor HostBusLink {
+public actor HostBusLink: BusDriving {
     /// The services looked for, by bus name.
     public enum Peer: String, Sendable, CaseIterable {
         case logind = "org.freedesktop.login1"
@@ -42,13 +42,14 @@ public actor HostBusLink {
     }
 
     static let logindManager = "org.freedesktop.login1.Manager"
-    static let reconnectDelayMs: Int64 = 30_000
+    /// How long after a failed connect the bus is tried again.
+    package let reconnectDelayMs: Int64 = 30_000
 
     let address: String?
-    let logger: Logger
+    package let logger: Logger
     let events: AsyncStream<HostBusEvent>.Continuation
-    nonisolated let wake = WakeEvent()
-    private var bus: Bus?
+    package nonisolated let wake = WakeEvent()
+    package private(set) var bus: Bus?
     private var slots: [BusSlot] = []
     private var inhibitorFD: Int32 = -1
     /// The unique names of the services as last seen: a signal counts only from its owner.
@@ -65,29 +66,25 @@ public actor HostBusLink {
     /// Connects (again after a loss), subscribes, asks, and drives the connection from
     /// the reactor until the task is cancelled.
     public func loop() async {
-        while !Task.isCancelled {
-            if bus == nil {
-                do {
-                    try connect()
-                } catch {
-                    events.yield(.busUnavailable("\(error)"))
-                    try? await Task.sleep(nanoseconds: UInt64(HostBusLink.reconnectDelayMs) * 1_000_000)
-                    continue
-                }
-            }
-            guard let bus else { continue }
-            do {
-                try bus.dispatchReady()
-            } catch {
-                logger.warning("the system bus connection failed: \(error); reconnecting")
-                drop()
-                events.yield(.busUnavailable("the connection was lost: \(error)"))
-                continue
-            }
-            await bus.prepareWait(wake: wake, deadlineNs: nil).wait()
-        }
+        await busLoop()
         drop()
     }
+
+    package func connectBus() {
+        do {
+            try connect()
+        } catch {
+            events.yield(.busUnavailable("\(error)"))
+        }
+    }
+
+    package func dropBus(reason: String) {
+        drop()
+        events.yield(.busUnavailable(reason))
+    }
+
+    /// Nothing runs on a clock here: every answer is a bus message.
+    package func processed() async -> Int64? { nil }
 
     private func drop() {
         slots.removeAll()
