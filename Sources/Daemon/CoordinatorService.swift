@@ -628,12 +628,18 @@ public struct CoordinatorService: Service {
                 logger.info(
                     "delivered the result of subtask \(result.subtaskID) (ok: \(result.ok))",
                     [("subtask", result.subtaskID), ("task", result.taskID)])
-                await link.update { if result.ok { $0.subtasksDone += 1 } else { $0.subtasksFailed += 1 } }
                 await daemon.count { $0.subtaskAnswered(ok: result.ok) }
                 await daemon.markTaskPosted(result.subtaskID, ok: result.ok)
-                try await journal.delivered(result.subtaskID)
+                var removal: (any Error)?
+                do { try await journal.delivered(result.subtaskID) } catch { removal = error }
+                // The count and the outbox change in one status update: a reader never sees
+                // a result counted as done while it still waits in the outbox.
+                await link.update {
+                    if result.ok { $0.subtasksDone += 1 } else { $0.subtasksFailed += 1 }
+                    $0.outboxDepth = journal.outboxDepth
+                }
+                if let removal { throw removal }
                 await link.markDelivered(result.subtaskID, removed: true)
-                await link.update { $0.outboxDepth = journal.outboxDepth }
                 return
             case .unauthorized(let reason):
                 await link.forgetRegistration(reason)

@@ -18,8 +18,6 @@ public struct ConfigReloadPlan: Sendable, Equatable {
     /// Live keys that start the Bluetooth session again (its clients are disconnected).
     public static let restartingBluetooth = Set(ConfigKey.all.filter { $0.reload == .restartsBluetooth }.map(\.path))
 
-    public static func isLive(_ key: String) -> Bool { liveKeys.contains(key) }
-
     /// Compares the running config with the file's. Pure: the daemon applies `applied`.
     /// Keys read when mode `on`'s runtime starts are live while it is stopped (so that
     /// `enroll` can point a daemon at a coordinator with a reload), waiting for a restart
