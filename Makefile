@@ -35,7 +35,7 @@ APT_PACKAGES_BARE := docker.io fuse-overlayfs
 # What `make deb` needs on top (the systemd-deb suite runs `make deb` itself).
 DEB_TOOLS    := debhelper dpkg-dev lintian
 
-.PHONY: all build release run test test-build test-prepare lanes check unit suites bench fuzz demo docs install install-files generated deb deps clean format lint
+.PHONY: all build release hot-text run test test-build test-prepare lanes check unit suites bench fuzz demo docs install install-files generated deb deps clean format lint
 
 all: build
 
@@ -133,6 +133,12 @@ bench: release
 	bash Benchmarks/stream_bench.sh
 	bash Benchmarks/bluetooth_bench.sh $(RELEASE_BIN)
 	bash Benchmarks/sandbox_bench.sh $(RELEASE_BIN)
+
+# The release link's order of the code the daemon runs at start and idle in mode on
+# (Benchmarks/hot_text.py, under valgrind): after a change that renames much of that path,
+# then `make release` again.
+hot-text: release
+	python3 Benchmarks/hot_text.py $(RELEASE_BIN)
 
 # libFuzzer targets (Fuzz), each run for FUZZ_SECONDS from its seed corpus; what they
 # find stays in .build/fuzz/run, a crash is kept in Fuzz/<target>/regressions/.
