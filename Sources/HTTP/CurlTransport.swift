@@ -7,75 +7,11 @@ import Logging
 import Posix
 import Synchronization
 
-/// An HTTP request: always a full URL, a method, headers and an optional body.
-public struct HTTPRequest: Sendable {
-    public var method: String
-    public var url: String
-    public var headers: [(String, String)]
-    public var body: [UInt8]?
-    public var connectTimeoutMs: Int64
-    public var totalTimeoutMs: Int64
-    /// Larger response bodies are an error (`responseTooLarge`), never buffered whole.
-    public var maxResponseBytes: Int
-
-    public init(
-        method: String = "GET", url: String, headers: [(String, String)] = [], body: [UInt8]? = nil,
-        connectTimeoutMs: Int64 = 5_000, totalTimeoutMs: Int64 = 30_000, maxResponseBytes: Int = 1_048_576
-    ) {
-        self.method = method
-        self.url = url
-        self.headers = headers
-        self.body = body
-        self.connectTimeoutMs = connectTimeoutMs
-        self.totalTimeoutMs = totalTimeoutMs
-        self.maxResponseBytes = maxResponseBytes
-    }
-}
-
-public struct HTTPResponse: Sendable {
-    public var status: Int
-    public var body: [UInt8]
-    /// From the start of the transfer to its end.
-    public var durationMicroseconds: Int64
-
-    /// `durationMicroseconds` is 0 for a transport with no transfer to time.
-    public init(status: Int, body: [UInt8], durationMicroseconds: Int64 = 0) {
-        self.status = status
-        self.body = body
-        self.durationMicroseconds = durationMicroseconds
-    }
-}
-
-/// Why a request got no HTTP answer. `kind` is what callers match on.
-public struct HTTPError: Error, Sendable, Equatable, CustomStringConvertible {
-    public enum Kind: String, Sendable {
-        case couldNotResolve = "could-not-resolve"
-        case couldNotConnect = "could-not-connect"
-        case timedOut = "timed-out"
-        case tls
-        case responseTooLarge = "response-too-large"
-        case badURL = "bad-url"
-        case transfer
-    }
-    public var kind: Kind
-    public var message: String
-    public var description: String { message }
-
-    /// `message` says what failed for the operator; `kind` is what code matches on.
-    public init(kind: Kind, message: String) {
-        self.kind = kind
-        self.message = message
-    }
-}
-
 /// One thin wrapper over libcurl: every transfer runs on one dedicated thread through
 /// the multi interface, so no Swift-concurrency thread ever blocks on the network. The
 /// only file that touches CURL pointers; each easy handle belongs to that thread.
-public final class HTTPClient: Sendable {
-    /// The process-wide client; its transfer thread starts with the first request.
-    public static let shared = HTTPClient()
-
-    public static let userAgent = "edgecoder-worker"
+/// `HTTPClient` sends it `https://` and proxied requests only (`HTTPRoute`).
+public final class CurlTransport: HTTPTransport {
 
     /// Who waits for a transfer: a caller of `perform` for the whole answer, or a caller
     /// of `stream` for the status, then the chunks.
@@ -123,7 +59,7 @@ public final class HTTPClient: Sendable {
     static let idlePollMs: Int32 = 300_000
     private let logger: Logger
 
-    init(multiPoll: @escaping MultiPoll = HTTPClient.curlMultiPoll, logger: Logger = Logger(label: "http")) {
+    init(multiPoll: @escaping MultiPoll = CurlTransport.curlMultiPoll, logger: Logger = Logger(label: "http")) {
         self.multiPoll = multiPoll
         self.logger = logger
     }
@@ -140,7 +76,7 @@ public final class HTTPClient: Sendable {
             guard let multi = ecw_curl_multi_init() else { throw HTTPError(kind: .transfer, message: "curl_multi_init failed") }
             let context = LoopContext(client: self, multi: multi)
             do {
-                try startDetachedThread(named: "ecw-http") { context.client.loop(multi: context.multi) }
+                try startDetachedThread(named: "ecw-curl") { context.client.loop(multi: context.multi) }
             } catch {
                 throw HTTPError(kind: .transfer, message: "\(error)")
             }
@@ -156,9 +92,9 @@ public final class HTTPClient: Sendable {
 
     /// Handed to the transfer thread once at its start; this side never reads it after.
     private final class LoopContext: @unchecked Sendable {
-        let client: HTTPClient
+        let client: CurlTransport
         let multi: UnsafeMutableRawPointer
-        init(client: HTTPClient, multi: UnsafeMutableRawPointer) {
+        init(client: CurlTransport, multi: UnsafeMutableRawPointer) {
             self.client = client
             self.multi = multi
         }
@@ -273,8 +209,8 @@ public final class HTTPClient: Sendable {
     /// when a stream's reader goes away.
     private final class TransferContext {
         let transfer: Transfer
-        let client: HTTPClient
-        init(transfer: Transfer, client: HTTPClient) {
+        let client: CurlTransport
+        init(transfer: Transfer, client: CurlTransport) {
             self.transfer = transfer
             self.client = client
         }
@@ -319,7 +255,7 @@ public final class HTTPClient: Sendable {
             }
             // Idle, the thread sleeps until curl_multi_wakeup (a submission, a cancel) or
             // libcurl's own next timer: a daemon between heartbeats wakes for nothing else.
-            if let failure = multiPoll(multi, transfers.isEmpty ? HTTPClient.idlePollMs : 1_000) {
+            if let failure = multiPoll(multi, transfers.isEmpty ? CurlTransport.idlePollMs : 1_000) {
                 // A failing wait returns at once: pause instead of spinning, and say so once.
                 // Transfers keep their own timeouts, checked by the next curl_multi_perform.
                 let (pause, isFirst) = backoff.failed()

@@ -303,7 +303,7 @@ private final class FailingMultiPoll: Sendable {
             state.failuresLeft -= 1
             return true
         }
-        return fail ? "mocked failure" : HTTPClient.curlMultiPoll(multi, timeoutMs)
+        return fail ? "mocked failure" : CurlTransport.curlMultiPoll(multi, timeoutMs)
     }
 }
 
@@ -312,7 +312,7 @@ private final class FailingMultiPoll: Sendable {
         let server = try LoopbackServer()
         let failing = FailingMultiPoll(failures: 3)
         let log = MemoryLogHandler()
-        let client = HTTPClient(multiPoll: { failing.poll($0, $1) }, logger: Logger(label: "http", handler: log))
+        let client = CurlTransport(multiPoll: { failing.poll($0, $1) }, logger: Logger(label: "http", handler: log))
         let response = try await client.perform(HTTPRequest(url: server.base + "/status/503"))
         #expect(response.status == 503)
         // The transfer may end before the failures do; let them run out, then wake the
