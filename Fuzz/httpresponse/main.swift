@@ -73,7 +73,8 @@ public func fuzz(_ data: UnsafePointer<UInt8>?, _ size: Int) -> Int32 {
     }
     let inPieces = read(pieces, maxBody: maxBody, isHead: isHead)
     let whole = read([wire[...]], maxBody: maxBody, isHead: isHead)
-    check(inPieces.failure == whole.failure, "the split changed the failure: \(String(describing: inPieces.failure)) / \(String(describing: whole.failure))")
+    let failures = "\(String(describing: inPieces.failure)) / \(String(describing: whole.failure))"
+    check(inPieces.failure == whole.failure, "the split changed the failure: \(failures)")
     if whole.failure == nil {
         check(inPieces == whole, "the split changed the answer")
     } else {
