@@ -17,13 +17,14 @@ OUT=${FUZZ_BUILD:-$ROOT/.build/fuzz}
 OPT=${FUZZ_OPT:--O}
 mkdir -p "$OUT/include"
 
-ALL_TARGETS=(json jsoncost config bluetooth rtnetlink uevent http coordinator modelwire dbus pairing)
+ALL_TARGETS=(json jsoncost config bluetooth rtnetlink uevent http httpresponse coordinator modelwire dbus pairing)
 
 # The modules each target links, dependents before dependencies (static link order).
 modules_of() {
     case $1 in
         uevent) echo "Telemetry Posix Tasks Logging WorkerCore" ;;
         modelwire) echo "ModelBackend HTTP Posix Tasks Logging WorkerCore" ;;
+        httpresponse) echo "HTTP Posix Tasks Logging WorkerCore" ;;
         dbus) echo "BlueZ DBus Posix Tasks Logging WorkerCore" ;;
         http) echo "Proxy Posix Tasks Logging WorkerCore" ;;
         *) echo "WorkerCore" ;;
@@ -84,7 +85,7 @@ link_target() {
     for m in $(modules_of "$target"); do libs+=("-l$m"); done
     case $target in
         uevent | http) libs+=(-lCWorkerShims) ;;
-        modelwire) libs+=(-lCCurlShims -lCWorkerShims -ldl) ;;
+        modelwire | httpresponse) libs+=(-lCCurlShims -lCWorkerShims -ldl) ;;
         dbus) libs+=(-lCWorkerShims -lsystemd -lbluetooth) ;;
     esac
     local stale=0

@@ -1,5 +1,5 @@
-/// Whatever carries a request to a server and brings back its answer: `HTTPClient` over
-/// libcurl in production, a scripted stand-in in tests (so the loops that talk HTTP run
+/// Whatever carries a request to a server and brings back its answer: `HTTPClient` (the
+/// worker's own HTTP/1.1 client or libcurl) in production, a scripted stand-in in tests (so the loops that talk HTTP run
 /// in-process, in milliseconds).
 public protocol HTTPTransport: Sendable {
     /// Sends `request`; returns the status and body, throws `HTTPError` when no HTTP
@@ -48,5 +48,3 @@ extension HTTPTransport {
         return HTTPStreamResponse(status: response.status, body: body)
     }
 }
-
-extension HTTPClient: HTTPTransport {}

@@ -47,6 +47,48 @@ import WorkerCore
         _ = try daemon.stop()
     }
 
+    @Test func aDaemonInOnTalkingPlainHTTPNeverLoadsLibcurlButAProxyInItsEnvironmentDoes() throws {
+        // Plain http:// goes through the worker's own client; libcurl (and TLS) only for
+        // https:// or a proxy named in the environment, which libcurl alone speaks.
+        let coordinator = try EnrollEndToEnd.DevCoordinator(["--no-mesh-token"])
+        let config = """
+            {"coordinator": {"url": "\(coordinator.url)", "heartbeatIntervalMs": 1000, "pullIntervalMs": 500},
+             "backend": {"url": "http://127.0.0.1:9"}}
+            """
+        for proxy in [nil, "http://127.0.0.1:9"] {
+            let daemon = try DaemonHarness(config: config)
+            var environment = ["http_proxy": "", "all_proxy": "", "ALL_PROXY": ""]
+            if let proxy { environment["http_proxy"] = proxy }
+            try daemon.start(extraEnvironment: environment)
+            #expect(try daemon.cli(["mode", "on"]).status == 0)
+            let pid = daemon.process!.processIdentifier
+            func maps() throws -> String {
+                let handle = try #require(FileHandle(forReadingAtPath: "/proc/\(pid)/maps"))
+                return String(decoding: try handle.readToEnd() ?? Data(), as: UTF8.self)
+            }
+            if proxy == nil {
+                // Registered, so requests went both ways; then a few heartbeats and pulls.
+                var registered = false
+                for _ in 0..<100 where !registered {
+                    usleep(100_000)
+                    registered = (try? JSON.parse(Array(daemon.cli(["status", "--json"]).stdout.utf8)))?["coordinator"]?["registered"] == true
+                }
+                #expect(registered, "\(daemon.stderr)")
+                usleep(1_500_000)
+                #expect(!(try maps()).contains("libcurl"), "libcurl is mapped in mode on over plain http")
+            } else {
+                // Through the (absent) proxy: libcurl is loaded for the first request.
+                var loaded = false
+                for _ in 0..<100 where !loaded {
+                    usleep(100_000)
+                    loaded = try maps().contains("libcurl")
+                }
+                #expect(loaded, "http_proxy set, yet libcurl was never loaded")
+            }
+            _ = try daemon.stop()
+        }
+    }
+
     @Test func sigintStopsCleanlyToo() throws {
         let daemon = try DaemonHarness()
         try daemon.start()

@@ -100,13 +100,32 @@ final class LoopbackServer {
     var base: String { "http://127.0.0.1:\(port)" }
 }
 
+/// Each transport the worker has, against the same real servers: the worker's own
+/// HTTP/1.1 client (what `HTTPClient.shared` uses for http://) and libcurl (https://,
+/// proxies), which must behave alike.
+enum TransportUnderTest: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    case plain, libcurl
+
+    static let plainTransport = PlainHTTPTransport()
+    static let curlTransport = CurlTransport()
+
+    var transport: any HTTPTransport {
+        switch self {
+        case .plain: Self.plainTransport
+        case .libcurl: Self.curlTransport
+        }
+    }
+
+    var testDescription: String { rawValue }
+}
+
 @Suite(.serialized) struct HTTPClientAgainstALoopbackServer {
     let server: LoopbackServer
     init() throws { server = try LoopbackServer() }
 
-    @Test func postsABodyWithHeadersAndReadsTheAnswer() async throws {
+    @Test(arguments: TransportUnderTest.allCases) func postsABodyWithHeadersAndReadsTheAnswer(via: TransportUnderTest) async throws {
         let body = Array(#"{"agentId":"a"}"#.utf8)
-        let response = try await HTTPClient.shared.perform(
+        let response = try await via.transport.perform(
             HTTPRequest(
                 method: "POST", url: server.base + "/register",
                 headers: [("content-type", "application/json"), ("x-mesh-token", "tok")], body: body))
@@ -118,26 +137,26 @@ final class LoopbackServer {
         #expect((echo?["agent"] as? String)?.hasPrefix("edgecoder-worker") == true)
     }
 
-    @Test func returnsErrorStatusesAsAnswers() async throws {
-        let response = try await HTTPClient.shared.perform(HTTPRequest(url: server.base + "/status/503"))
+    @Test(arguments: TransportUnderTest.allCases) func returnsErrorStatusesAsAnswers(via: TransportUnderTest) async throws {
+        let response = try await via.transport.perform(HTTPRequest(url: server.base + "/status/503"))
         #expect(response.status == 503)
     }
 
-    @Test func capsTheResponseBody() async throws {
+    @Test(arguments: TransportUnderTest.allCases) func capsTheResponseBody(via: TransportUnderTest) async throws {
         do {
-            _ = try await HTTPClient.shared.perform(HTTPRequest(url: server.base + "/big", maxResponseBytes: 1_048_576))
+            _ = try await via.transport.perform(HTTPRequest(url: server.base + "/big", maxResponseBytes: 1_048_576))
             Issue.record("a 3 MB answer passed a 1 MiB cap")
         } catch let error as HTTPError {
             #expect(error.kind == .responseTooLarge)
         }
-        let big = try await HTTPClient.shared.perform(HTTPRequest(url: server.base + "/big", maxResponseBytes: 4_000_000))
+        let big = try await via.transport.perform(HTTPRequest(url: server.base + "/big", maxResponseBytes: 4_000_000))
         #expect(big.body.count == 3_000_000)
     }
 
-    @Test func theTotalTimeoutHolds() async throws {
+    @Test(arguments: TransportUnderTest.allCases) func theTotalTimeoutHolds(via: TransportUnderTest) async throws {
         let started = Date()
         do {
-            _ = try await HTTPClient.shared.perform(HTTPRequest(url: server.base + "/slow", totalTimeoutMs: 300))
+            _ = try await via.transport.perform(HTTPRequest(url: server.base + "/slow", totalTimeoutMs: 300))
             Issue.record("a 10 s answer beat a 300 ms timeout")
         } catch let error as HTTPError {
             #expect(error.kind == .timedOut)
@@ -145,9 +164,9 @@ final class LoopbackServer {
         #expect(Date().timeIntervalSince(started) < 8, "the timeout, not the 10 s answer, ended it")
     }
 
-    @Test func cancellationEndsATransferAtOnce() async throws {
+    @Test(arguments: TransportUnderTest.allCases) func cancellationEndsATransferAtOnce(via: TransportUnderTest) async throws {
         let url = server.base + "/slow"
-        let task = Task { try await HTTPClient.shared.perform(HTTPRequest(url: url, totalTimeoutMs: 10_000)) }
+        let task = Task { try await via.transport.perform(HTTPRequest(url: url, totalTimeoutMs: 10_000)) }
         try await Task.sleep(nanoseconds: 200_000_000)
         let started = Date()
         task.cancel()
@@ -160,9 +179,9 @@ final class LoopbackServer {
         #expect(Date().timeIntervalSince(started) < 8, "cancellation, not the 10 s answer, ended it")
     }
 
-    @Test func aStreamDeliversEachChunkAsItArrives() async throws {
+    @Test(arguments: TransportUnderTest.allCases) func aStreamDeliversEachChunkAsItArrives(via: TransportUnderTest) async throws {
         let start = Date()
-        let response = try await HTTPClient.shared.stream(HTTPRequest(url: server.base + "/drip/5"))
+        let response = try await via.transport.stream(HTTPRequest(url: server.base + "/drip/5"))
         #expect(response.status == 200)
         var chunks: [(String, TimeInterval)] = []
         for try await chunk in response.body { chunks.append((String(decoding: chunk, as: UTF8.self), Date().timeIntervalSince(start))) }
@@ -172,28 +191,30 @@ final class LoopbackServer {
         #expect(last >= 0.55 && first < last - 0.4, "first at \(first) s, last at \(last) s")
     }
 
-    @Test func endingAStreamEarlyAbortsTheTransferSoTheServerSeesTheClientLeave() async throws {
-        let before = try await HTTPClient.shared.perform(HTTPRequest(url: server.base + "/aborted")).body
+    @Test(arguments: TransportUnderTest.allCases) func endingAStreamEarlyAbortsTheTransferSoTheServerSeesTheClientLeave(via: TransportUnderTest)
+        async throws
+    {
+        let before = try await via.transport.perform(HTTPRequest(url: server.base + "/aborted")).body
         var seen = 0
-        for try await _ in try await HTTPClient.shared.stream(HTTPRequest(url: server.base + "/drip/100")).body {
+        for try await _ in try await via.transport.stream(HTTPRequest(url: server.base + "/drip/100")).body {
             seen += 1
             if seen == 2 { break }
         }
         var aborted = before
         for _ in 0..<40 where aborted == before {
             try await Task.sleep(nanoseconds: 100_000_000)
-            aborted = try await HTTPClient.shared.perform(HTTPRequest(url: server.base + "/aborted")).body
+            aborted = try await via.transport.perform(HTTPRequest(url: server.base + "/aborted")).body
         }
         #expect(
             Int(String(decoding: aborted, as: UTF8.self)) == Int(String(decoding: before, as: UTF8.self))! + 1,
             "the server's next write failed: the connection was closed")
     }
 
-    @Test func cancellingTheReadingTaskEndsTheStream() async throws {
+    @Test(arguments: TransportUnderTest.allCases) func cancellingTheReadingTaskEndsTheStream(via: TransportUnderTest) async throws {
         let url = server.base + "/drip/100"
         let task = Task { () -> Int in
             var count = 0
-            for try await _ in try await HTTPClient.shared.stream(HTTPRequest(url: url)).body { count += 1 }
+            for try await _ in try await via.transport.stream(HTTPRequest(url: url)).body { count += 1 }
             return count
         }
         try await Task.sleep(nanoseconds: 400_000_000)
@@ -204,14 +225,14 @@ final class LoopbackServer {
         #expect(Date().timeIntervalSince(started) < 3, "cancellation, not the 15 s stream, ended it")
     }
 
-    @Test func aStreamedErrorStatusAndItsBodyArrive() async throws {
-        let response = try await HTTPClient.shared.stream(HTTPRequest(url: server.base + "/status/503"))
+    @Test(arguments: TransportUnderTest.allCases) func aStreamedErrorStatusAndItsBodyArrive(via: TransportUnderTest) async throws {
+        let response = try await via.transport.stream(HTTPRequest(url: server.base + "/status/503"))
         #expect(response.status == 503)
         #expect(try await response.collect(limit: 1_000) == Array(#"{"error":"busy"}"#.utf8))
     }
 
-    @Test func aStreamIsCappedLikeAWholeAnswer() async throws {
-        let response = try await HTTPClient.shared.stream(HTTPRequest(url: server.base + "/big", maxResponseBytes: 1_048_576))
+    @Test(arguments: TransportUnderTest.allCases) func aStreamIsCappedLikeAWholeAnswer(via: TransportUnderTest) async throws {
+        let response = try await via.transport.stream(HTTPRequest(url: server.base + "/big", maxResponseBytes: 1_048_576))
         do {
             for try await _ in response.body {}
             Issue.record("a 3 MB stream passed a 1 MiB cap")
@@ -220,12 +241,12 @@ final class LoopbackServer {
         }
     }
 
-    @Test func manyTransfersRunConcurrently() async throws {
+    @Test(arguments: TransportUnderTest.allCases) func manyTransfersRunConcurrently(via: TransportUnderTest) async throws {
         let base = server.base
         let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
             for i in 0..<20 {
                 group.addTask {
-                    try await HTTPClient.shared.perform(HTTPRequest(method: "POST", url: base + "/n\(i)", body: Array("\(i)".utf8))).status
+                    try await via.transport.perform(HTTPRequest(method: "POST", url: base + "/n\(i)", body: Array("\(i)".utf8))).status
                 }
             }
             return try await group.reduce(into: [Int]()) { $0.append($1) }
@@ -303,7 +324,7 @@ private final class FailingMultiPoll: Sendable {
             state.failuresLeft -= 1
             return true
         }
-        return fail ? "mocked failure" : HTTPClient.curlMultiPoll(multi, timeoutMs)
+        return fail ? "mocked failure" : CurlTransport.curlMultiPoll(multi, timeoutMs)
     }
 }
 
@@ -312,7 +333,7 @@ private final class FailingMultiPoll: Sendable {
         let server = try LoopbackServer()
         let failing = FailingMultiPoll(failures: 3)
         let log = MemoryLogHandler()
-        let client = HTTPClient(multiPoll: { failing.poll($0, $1) }, logger: Logger(label: "http", handler: log))
+        let client = CurlTransport(multiPoll: { failing.poll($0, $1) }, logger: Logger(label: "http", handler: log))
         let response = try await client.perform(HTTPRequest(url: server.base + "/status/503"))
         #expect(response.status == 503)
         // The transfer may end before the failures do; let them run out, then wake the
