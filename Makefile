@@ -135,10 +135,12 @@ bench: release
 	bash Benchmarks/sandbox_bench.sh $(RELEASE_BIN)
 
 # The release link's order of the code the daemon runs at start and idle in mode on
-# (Benchmarks/hot_text.py, under valgrind): after a change that renames much of that path,
-# then `make release` again.
+# (Benchmarks/hot_text.py, under valgrind), after a change that renames much of that path;
+# then the release binary is linked again (SwiftPM does not know the file is an input).
 hot-text: release
 	python3 Benchmarks/hot_text.py $(RELEASE_BIN)
+	rm -f $$(readlink -f $(RELEASE_BIN))
+	$(SWIFT) build -c release --static-swift-stdlib
 
 # libFuzzer targets (Fuzz), each run for FUZZ_SECONDS from its seed corpus; what they
 # find stays in .build/fuzz/run, a crash is kept in Fuzz/<target>/regressions/.
