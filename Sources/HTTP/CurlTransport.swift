@@ -13,23 +13,9 @@ import Synchronization
 /// `HTTPClient` sends it `https://` and proxied requests only (`HTTPRoute`).
 public final class CurlTransport: HTTPTransport {
 
-    /// Who waits for a transfer: a caller of `perform` for the whole answer, or a caller
-    /// of `stream` for the status, then the chunks.
-    private enum Receiver {
-        case whole(CheckedContinuation<HTTPResponse, any Error>)
-        case stream(CheckedContinuation<HTTPStreamResponse, any Error>)
-
-        func fail(_ error: any Error) {
-            switch self {
-            case .whole(let continuation): continuation.resume(throwing: error)
-            case .stream(let continuation): continuation.resume(throwing: error)
-            }
-        }
-    }
-
     private struct Pending {
         var request: HTTPRequest
-        var receiver: Receiver
+        var receiver: HTTPWaiter
     }
 
     private struct State {
@@ -116,7 +102,7 @@ public final class CurlTransport: HTTPTransport {
 
     /// Hands `request` to the transfer thread and waits for what `receiver` waits for;
     /// cancelling the task aborts the transfer.
-    private func transfer<Answer>(_ request: HTTPRequest, _ receiver: (CheckedContinuation<Answer, any Error>) -> Receiver) async throws -> Answer {
+    private func transfer<Answer>(_ request: HTTPRequest, _ receiver: (CheckedContinuation<Answer, any Error>) -> HTTPWaiter) async throws -> Answer {
         let multi = try started()
         let id = newID()
         return try await withTaskCancellationHandler {
@@ -155,7 +141,7 @@ public final class CurlTransport: HTTPTransport {
         let id: UInt64
         let easy: UnsafeMutableRawPointer
         /// Nil once a stream's status went out (then `chunks` carries the rest).
-        var receiver: Receiver?
+        var receiver: HTTPWaiter?
         let maxBytes: Int
         var body: [UInt8] = []
         var received = 0
@@ -177,7 +163,7 @@ public final class CurlTransport: HTTPTransport {
         }()
         let started = monotonicNanoseconds()
 
-        init(id: UInt64, easy: UnsafeMutableRawPointer, receiver: Receiver, maxBytes: Int) {
+        init(id: UInt64, easy: UnsafeMutableRawPointer, receiver: HTTPWaiter, maxBytes: Int) {
             self.id = id
             self.easy = easy
             self.receiver = receiver

@@ -48,3 +48,17 @@ extension HTTPTransport {
         return HTTPStreamResponse(status: response.status, body: body)
     }
 }
+
+/// Who waits for a transfer, in either transport: a caller of `perform` for the whole
+/// answer, or a caller of `stream` for the status, then the chunks.
+enum HTTPWaiter: Sendable {
+    case whole(CheckedContinuation<HTTPResponse, any Error>)
+    case stream(CheckedContinuation<HTTPStreamResponse, any Error>)
+
+    func fail(_ error: any Error) {
+        switch self {
+        case .whole(let continuation): continuation.resume(throwing: error)
+        case .stream(let continuation): continuation.resume(throwing: error)
+        }
+    }
+}

@@ -27,7 +27,7 @@ public final class PlainHTTPTransport: HTTPTransport {
     }
 
     private func exchange<Answer>(
-        _ request: HTTPRequest, streaming: Bool, _ waiter: (CheckedContinuation<Answer, any Error>) -> PlainExchange.Waiter
+        _ request: HTTPRequest, streaming: Bool, _ waiter: (CheckedContinuation<Answer, any Error>) -> HTTPWaiter
     ) async throws -> Answer {
         let started = monotonicNanoseconds()
         let url = try PlainHTTPURL(request.url)
@@ -54,20 +54,8 @@ public final class PlainHTTPTransport: HTTPTransport {
 /// body stream once opened, and the eventfd that wakes the thread's poll when the
 /// request is aborted (or its name resolved).
 final class PlainExchange: Sendable {
-    enum Waiter: Sendable {
-        case whole(CheckedContinuation<HTTPResponse, any Error>)
-        case stream(CheckedContinuation<HTTPStreamResponse, any Error>)
-
-        func fail(_ error: any Error) {
-            switch self {
-            case .whole(let continuation): continuation.resume(throwing: error)
-            case .stream(let continuation): continuation.resume(throwing: error)
-            }
-        }
-    }
-
     private struct State {
-        var waiter: Waiter?
+        var waiter: HTTPWaiter?
         var body: AsyncThrowingStream<[UInt8], any Error>.Continuation?
         var isAborted = false
     }
@@ -86,7 +74,7 @@ final class PlainExchange: Sendable {
 
     /// Installs who waits; false when the request was aborted before (the waiter is then
     /// resumed with CancellationError here and no thread starts).
-    func begin(_ waiter: Waiter) -> Bool {
+    func begin(_ waiter: HTTPWaiter) -> Bool {
         let aborted = state.withLock { state -> Bool in
             if !state.isAborted { state.waiter = waiter }
             return state.isAborted
@@ -98,16 +86,8 @@ final class PlainExchange: Sendable {
     /// Ends the request now: whoever waits gets `error`, the thread wakes, closes the
     /// connection and ends. From any thread or task.
     func abort(_ error: any Error) {
-        let (waiter, body) = state.withLock { state in
-            state.isAborted = true
-            defer {
-                state.waiter = nil
-                state.body = nil
-            }
-            return (state.waiter, state.body)
-        }
-        waiter?.fail(error)
-        body?.finish(throwing: error)
+        state.withLock { $0.isAborted = true }
+        fail(error)
         wake.signal()
     }
 
@@ -115,7 +95,7 @@ final class PlainExchange: Sendable {
     /// when the request was aborted.
     func openStream(status: Int) -> Bool {
         let (body, chunks) = AsyncThrowingStream<[UInt8], any Error>.makeStream()
-        let waiter = state.withLock { state -> Waiter? in
+        let waiter = state.withLock { state -> HTTPWaiter? in
             guard !state.isAborted, case .stream? = state.waiter else { return nil }
             defer { state.waiter = nil }
             state.body = chunks
