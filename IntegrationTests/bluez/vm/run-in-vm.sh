@@ -209,7 +209,9 @@ if ((SYSTEMD)); then
   # unit of multi-user.target (Type=simple, so the boot does not wait for it), and masks
   # for what the host's / enables but a test VM must not run (a database, timers, gettys
   # on the console the results are read from, NetworkManager: it would take eth0, which
-  # --host-port sets up by hand; a test starts it itself with the unit unmasked).
+  # --host-port sets up by hand; a test starts it itself with the unit unmasked; docker and
+  # containerd, which the sandbox-docker suite installs on the host: the guest's systemd
+  # tried to start dockerd three times during the boot under TCG, and no guest uses it).
   sd="$RESULTS/systemd-system"
   mkdir -p "$sd/multi-user.target.wants"
   printf '%s\n' "[Unit]" "Description=BlueZ test VM: the guest script ($(basename "$SCRIPT"))" \
@@ -225,7 +227,7 @@ if ((SYSTEMD)); then
               getty@tty1.service serial-getty@ttyS0.service apt-daily.timer apt-daily-upgrade.timer \
               dpkg-db-backup.timer e2scrub_all.timer fstrim.timer man-db.timer \
               NetworkManager.service NetworkManager-wait-online.service NetworkManager-dispatcher.service \
-              wpa_supplicant.service ModemManager.service; do
+              wpa_supplicant.service ModemManager.service docker.service docker.socket containerd.service; do
     ln -s /dev/null "$sd/$unit"
   done
 fi
