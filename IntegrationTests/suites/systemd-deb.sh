@@ -19,7 +19,7 @@
 #
 # Environment: EDGECODER_DEB (a .deb to test; default: `make deb` builds
 # .build/deb/edgecoder-worker_*.deb, a release build the first time), EDGECODER_SD_KEEP=1
-# (keep the results folder after a pass), EDGECODER_SD_TIMEOUT (VM seconds, default 1500),
+# (keep the results folder after a pass), EDGECODER_SD_TIMEOUT (VM seconds, default 2400),
 # BLUEZ_VM_* (run-in-vm.sh). Needs root (apt-get, the VM): else skipped (exit 77).
 # Prints "# name: value" figures: package and installed size, dpkg -i time, start to
 # READY, systemd-analyze security of the running unit.
@@ -184,11 +184,11 @@ fi
 # ------------------------------------------------------------------ the VM
 boot_vm() {
   # The timeout is for a hung guest, not a figure: under TCG beside the other lanes the
-  # guest took 560-870 s (870 with builds running beside make test), so 1500.
+  # guest took 560-870 s (870 with builds running beside make test; 1 500 on a slow night), so 2400.
   # 2 GiB: the guest's engine keeps its image and each container's copy of it in memory
   # (the overlay root's upper layer is a tmpfs; podman's vfs store there).
   BLUEZ_VM_MEM=${BLUEZ_VM_MEM:-2048} IntegrationTests/bluez/vm/run-in-vm.sh --systemd --controllers 2 \
-    --host-port "$coord_port" --host-port "$llama_port" --host-port "$slow_port" --timeout "${EDGECODER_SD_TIMEOUT:-1500}" \
+    --host-port "$coord_port" --host-port "$llama_port" --host-port "$slow_port" --timeout "${EDGECODER_SD_TIMEOUT:-2400}" \
     --results "$results" "${share_deb[@]}" \
     --env "DEB=$deb" --env "COORD_PORT=$coord_port" --env "LLAMA_PORT=$llama_port" --env "SLOW_PORT=$slow_port" --env "ENROLL_TOKEN=$enroll_token" \
     --env "SANDBOX_ARCHIVE=$sandbox_archive" --env "SANDBOX_IMAGE=${guest_image:-}" \
