@@ -7,24 +7,13 @@
   * idle resident memory and CPU over BENCH_IDLE_SECONDS (default 60) in mode `on`, with
     heartbeats every 15 s, against mode `off` in the same run.
 Figures, not assertions."""
-import json, os, shutil, signal, statistics, subprocess, sys, tempfile, time, urllib.request
+import json, os, shutil, signal, statistics, subprocess, sys, tempfile, time
+from bench_http import http, start
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 binary = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/release/edgecoder-worker")
 count = int(os.environ.get("BENCH_SUBTASKS", "200"))
 idle_seconds = float(os.environ.get("BENCH_IDLE_SECONDS", "60"))
-
-
-def http(method, url, body=None, headers=None):
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json", **(headers or {})})
-    with urllib.request.urlopen(request, timeout=30) as answer:
-        return json.loads(answer.read() or b"null")
-
-
-def start(args):
-    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    return process, process.stdout.readline().strip().split(" ")[-1]
 
 
 work = tempfile.mkdtemp(prefix="ecw-cbench-")

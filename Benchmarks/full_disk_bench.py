@@ -6,7 +6,8 @@ The state directory is a 128 KiB tmpfs in a mount namespace of the daemon's own 
 root, unshare and nsenter); it is filled once the worker is registered, with subtasks
 queued at the coordinator so that every pull would get work. BENCH_FULL_SECONDS (default
 30) is the measuring window. Figures, not assertions."""
-import json, os, shutil, signal, subprocess, sys, tempfile, time, urllib.request
+import json, os, shutil, signal, subprocess, sys, tempfile, time
+from bench_http import http
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 binary = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/release/edgecoder-worker")
@@ -15,13 +16,6 @@ seconds = float(os.environ.get("BENCH_FULL_SECONDS", "30"))
 if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("nsenter"):
     print("== pulls per second with a full state directory: skipped (needs root, unshare and nsenter)")
     sys.exit(0)
-
-
-def http(method, url, body=None):
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as answer:
-        return json.loads(answer.read() or b"null")
 
 
 work = tempfile.mkdtemp(prefix="ecw-fullbench-")

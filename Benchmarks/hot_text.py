@@ -21,23 +21,12 @@ symbol name, sorted so that a new profile diffs well; lld places them first
 placed: the file goes stale slowly, never wrong. The Swift runtime's own functions that
 share a section with others (its local ones) stay where they are.
 """
-import json, os, re, shutil, signal, subprocess, sys, tempfile, time, urllib.request
+import json, os, re, shutil, signal, subprocess, sys, tempfile, time
+from bench_http import http, start
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 binary = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, ".build/release/edgecoder-worker"))
 out = sys.argv[2] if len(sys.argv) > 2 else os.path.join(ROOT, "Sources/edgecoder-worker/hot-text.order")
-
-
-def http(method, url, body=None):
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as answer:
-        return json.loads(answer.read() or b"null")
-
-
-def start(args):
-    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    return process, process.stdout.readline().strip().split(" ")[-1]
 
 
 def functions_run(profile, program):
