@@ -13,7 +13,8 @@ ROOT=$PWD
 export PATH=/opt/swift/usr/bin:$PATH
 OUT=${FUZZ_BUILD:-$ROOT/.build/fuzz}
 # -O: the targets run several times faster than -Onone, which matters more than the
-# extra minute of compiling; bounds and overflow checks stay on (-O keeps them).
+# extra minutes of compiling for a long run; bounds and overflow checks stay on (-O keeps
+# them). make test's brief run (fuzz.sh) builds at -Onone in a folder of its own.
 OPT=${FUZZ_OPT:--O}
 mkdir -p "$OUT/include"
 

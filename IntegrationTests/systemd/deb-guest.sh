@@ -54,6 +54,38 @@ dpkg -i "$DEB" >"$VM_RESULTS/dpkg-install.log" 2>&1; rc=$?
 figure "dpkg -i (unpack, users, tmpfiles, enable, start)" "$((($(date +%s%N) - t0) / 1000000)) ms"
 check "dpkg -i installs the package (exit $rc)" test $rc -eq 0
 sed 's/^/# dpkg: /' "$VM_RESULTS/dpkg-install.log" | tail -n 5
+
+# ------------------------------------------------------------------ the container engine
+# edgecoder-sandbox.socket (opt-in): rootless podman's API service as user edgecoder-sandbox,
+# the engine code subtasks run in while the worker's own unit stays confined. Its image is
+# loaded through the socket in the background, first thing after the install (150-300 s of
+# a TCG guest beside the other VM), while the phases below run. The phase "code subtasks in
+# containers" uses it and comes late so that the suite never waits for the load; "own load"
+# comes after it, as a load still running would count as the host's other load there.
+phase "the container engine (edgecoder-sandbox.socket)"
+SANDBOX_SOCKET=/run/edgecoder-sandbox/podman.sock
+SANDBOX_URL=unix://$SANDBOX_SOCKET
+check "the engine's socket is installed, not enabled (opt-in)" \
+  test "$(systemctl is-enabled edgecoder-sandbox.socket 2>&1)" = disabled
+check "sysusers: the engine's user edgecoder-sandbox exists, without a login shell" \
+  bash -c '[[ "$(getent passwd edgecoder-sandbox | cut -d: -f7)" == */nologin ]]'
+systemctl enable --now edgecoder-sandbox.socket
+check "enabled, the socket listens, 0660 edgecoder-sandbox:edgecoder-worker (the worker's group only)" \
+  test "$(stat -c '%a %U:%G' $SANDBOX_SOCKET 2>&1)" = "660 edgecoder-sandbox:edgecoder-worker"
+as_worker_group() { setpriv --reuid edgecoder-worker --regid edgecoder-worker --clear-groups env HOME=/tmp "$@"; }
+if [[ -n "${SANDBOX_ARCHIVE:-}" ]]; then
+  ( t0=$SECONDS
+    as_worker_group podman --url $SANDBOX_URL load -i "$SANDBOX_ARCHIVE" >"$VM_RESULTS/sandbox-load.log" 2>&1
+    echo "$? $((SECONDS - t0))" >"$VM_RESULTS/sandbox-load.rc" ) &
+else
+  echo "1 0" >"$VM_RESULTS/sandbox-load.rc"
+fi
+check "another user cannot reach the engine (permission denied on the socket)" \
+  bash -c 'setpriv --reuid nobody --regid nogroup --clear-groups env HOME=/tmp podman --url "$1" version 2>&1 | grep -qi "permission denied"' _ "$SANDBOX_URL"
+
+
+# ------------------------------------------------------------------ the installed files
+phase "the installed package: unit, users, files, man page, completions"
 check "the unit is enabled" test "$(systemctl is-enabled $UNIT)" = enabled
 check "the unit is active after the install" systemctl is-active --quiet $UNIT
 echo "# $(systemctl show -p Type -p ActiveState -p SubState -p MainPID -p NRestarts -p StatusText $UNIT | tr '\n' ' ')"
@@ -87,32 +119,6 @@ if command -v zsh >/dev/null; then
 fi
 check "journalctl -u shows the daemon's lines at their priorities (notice)" \
   bash -c "journalctl -b -u $UNIT -p notice -o cat --no-pager | grep -q ."
-
-# ------------------------------------------------------------------ the container engine
-# edgecoder-sandbox.socket (opt-in): rootless podman's API service as user edgecoder-sandbox,
-# the engine code subtasks run in while the worker's own unit stays confined. Its image is
-# loaded through the socket in the background (about 40 s under TCG) while the phases below
-# run; the phase "code subtasks in containers" uses it.
-phase "the container engine (edgecoder-sandbox.socket)"
-SANDBOX_SOCKET=/run/edgecoder-sandbox/podman.sock
-SANDBOX_URL=unix://$SANDBOX_SOCKET
-check "the engine's socket is installed, not enabled (opt-in)" \
-  test "$(systemctl is-enabled edgecoder-sandbox.socket 2>&1)" = disabled
-check "sysusers: the engine's user edgecoder-sandbox exists, without a login shell" \
-  bash -c '[[ "$(getent passwd edgecoder-sandbox | cut -d: -f7)" == */nologin ]]'
-systemctl enable --now edgecoder-sandbox.socket
-check "enabled, the socket listens, 0660 edgecoder-sandbox:edgecoder-worker (the worker's group only)" \
-  test "$(stat -c '%a %U:%G' $SANDBOX_SOCKET 2>&1)" = "660 edgecoder-sandbox:edgecoder-worker"
-as_worker_group() { setpriv --reuid edgecoder-worker --regid edgecoder-worker --clear-groups env HOME=/tmp "$@"; }
-if [[ -n "${SANDBOX_ARCHIVE:-}" ]]; then
-  ( t0=$SECONDS
-    as_worker_group podman --url $SANDBOX_URL load -i "$SANDBOX_ARCHIVE" >"$VM_RESULTS/sandbox-load.log" 2>&1
-    echo "$? $((SECONDS - t0))" >"$VM_RESULTS/sandbox-load.rc" ) &
-else
-  echo "1 0" >"$VM_RESULTS/sandbox-load.rc"
-fi
-check "another user cannot reach the engine (permission denied on the socket)" \
-  bash -c 'setpriv --reuid nobody --regid nogroup --clear-groups env HOME=/tmp podman --url "$1" version 2>&1 | grep -qi "permission denied"' _ "$SANDBOX_URL"
 
 # ------------------------------------------------------------------ start -> READY
 phase "start to READY"
@@ -211,100 +217,6 @@ check "the coordinator saw the registration of $WORKER_AGENT_ID" \
   bash -c '[[ "$(curl -sf "$1/_dev/state" | jq -r "[.registrations[].agentId] | index(\"$2\")")" != null ]]' _ "$COORD" "$WORKER_AGENT_ID"
 id="$(dev -X POST -H 'content-type: application/json' -d '{"input": "def add(a, b):", "timeoutMs": 120000}' "$COORD/_dev/subtasks" | jq -r '.ids[0]')"
 check "a subtask runs on the model server and its result is posted" wait_for 120 "result of $id" delivered "$id"
-
-# ------------------------------------------------------------------ code subtasks in containers
-phase "code subtasks in containers (the worker a client of edgecoder-sandbox.socket)"
-wait_for 300 "the image loaded into the engine" test -s "$VM_RESULTS/sandbox-load.rc"
-read -r load_rc load_s <"$VM_RESULTS/sandbox-load.rc"
-sed 's/^/# podman load: /' "$VM_RESULTS/sandbox-load.log" 2>/dev/null | tail -n 3
-check "the sandbox image loads through the socket (podman --url … load, exit $load_rc, ${load_s}s)" test "$load_rc" = 0
-figure "podman load of the sandbox image through the socket (TCG guest, vfs store)" "${load_s} s"
-check "the engine runs as edgecoder-sandbox, rootless, under systemd's cgroups" \
-  test "$(as_worker_group podman --url $SANDBOX_URL info --format '{{.Host.Security.Rootless}} {{.Host.CgroupManager}} {{.Host.CgroupsVersion}}' 2>&1)" = "true systemd v2"
-check "sandbox-engine-prepare gave the engine's user subordinate ids" grep -q '^edgecoder-sandbox:' /etc/subuid
-figure "systemd-analyze security edgecoder-sandbox.service" \
-  "$(systemd-analyze security --no-pager edgecoder-sandbox.service 2>&1 | sed -n 's/.*Overall exposure level for .*: //p' | sed 's/\x1b\[[0-9;]*m//g')"
-# The coder stand-in (its programs are scripted by the subtask's text) runs in the guest.
-python3 "$REPO_ROOT/IntegrationTests/model-server/coder_model.py" --port 0 --log "$VM_RESULTS/coder-prompts.log" >"$VM_RESULTS/coder.out" 2>&1 &
-coder_pid=$!
-wait_for 30 "the coder stand-in listens" grep -q listening "$VM_RESULTS/coder.out"
-CODER="$(sed -n 's/^coder-model listening on //p' "$VM_RESULTS/coder.out")"
-cp /etc/edgecoder-worker/config.json /tmp/config.before-code
-# Under TCG with podman's vfs store a container takes about 7 s to start: a time limit of a
-# minute here, where a host's 4 s is plenty.
-jq --arg coder "$CODER" --arg url "$SANDBOX_URL" --arg image "${SANDBOX_IMAGE:-localhost/edgecoder-sandbox:1}" \
-  '.backend = {"kind": "openai", "url": $coder, "model": "coder", "timeoutMs": 120000}
-   | .execution = {"mode": "container", "engineArguments": ["--url", $url], "timeoutMs": 60000, "image": $image}' \
-  /tmp/config.before-code | cat >/etc/edgecoder-worker/config.json
-# backend.* and execution.* apply at a restart (a reload says so: needsRestart).
-check "systemctl restart with the engine's socket as execution.engineArguments" restart_unit
-answering_container() { [[ "$(stj '.execution.answering')" == '"container"' ]]; }
-if wait_for 180 "code subtasks run in a container" answering_container; then
-  ok "under the shipped unit the worker runs code in the engine's containers: $(stj '.execution.why' | cut -c1-200)"
-else
-  not_ok "under the shipped unit the worker runs code in the engine's containers: $(stj .execution | cut -c1-400)"
-fi
-# What the worker said last, in a registration or a heartbeat.
-sandbox_mode_is() {
-  [[ "$(curl -sf "$COORD/_dev/state" | jq -r --arg a "$WORKER_AGENT_ID" \
-    '[(.registrations[], .heartbeats[]) | select(.agentId == $a) | {t: .receivedAtMs, m: .body.sandboxMode}] | sort_by(.t) | last | .m')" == "$1" ]]
-}
-check "… and tells the coordinator sandboxMode docker" wait_for 30 "sandboxMode docker" sandbox_mode_is docker
-id="$(dev -X POST -H 'content-type: application/json' -d '[{"language": "python", "timeoutMs": 300000,
-  "projectMeta": {"projectId": "p", "tenantId": "acme", "resourceClass": "cpu", "priority": 50},
-  "input": "Print the sum of 1 to 10.\nfirst: print(sum(range(1, 11))\nprogram: print(sum(range(1, 11)))"}]' "$COORD/_dev/subtasks" | jq -r '.ids[0]')"
-if wait_for 300 "result of $id" delivered "$id"; then
-  result="$(dev "$COORD/_dev/results" | jq -c --arg id "$id" '[.results[] | select(.subtaskId == $id)] | last | {ok, output, error, durationMs}')"
-  check "a tenant's python subtask: the broken first program fixed by the reflection, its stdout posted ($result)" \
-    test "$(jq -c '[.ok, .output, .error]' <<<"$result")" = '[true,"55\n",null]'
-  figure "a code subtask through plan, code, run, reflection, run (TCG guest)" "$(jq -r .durationMs <<<"$result") ms"
-else
-  not_ok "a tenant's python subtask is run in the sandbox and posted: $(stj .execution | cut -c1-300)"
-fi
-check "no container is left behind" test -z "$(as_worker_group podman --url $SANDBOX_URL ps -a --format '{{.Names}}' 2>&1)"
-kill "$coder_pid" 2>/dev/null
-cat /tmp/config.before-code >/etc/edgecoder-worker/config.json
-check "systemctl restart with the config as before (the model server, no engine arguments)" restart_unit
-check "journalctl -u $UNIT EDGECODER_EVENT=mode-change finds the change to on (structured fields)" \
-  bash -c "journalctl -b -u $UNIT EDGECODER_EVENT=mode-change EDGECODER_MODE=on -o cat --no-pager | grep -q ."
-
-# ------------------------------------------------------------------ own load, processes hidden
-# Hardening #26 row 5: the unit's ProtectProc=invisible hides other users' processes, so a
-# model server running as its own user in its own unit (ollama.service as user ollama, as
-# Ollama's package installs it) cannot be found by its processes. Its load must still count
-# as the worker's own, by the unit's cgroup: with the server's unit keeping one of the two
-# CPUs busy, the heartbeats' cpuUsagePct (the other load) stays low.
-phase "own load: a model server in its own unit as its own user, hidden by ProtectProc=invisible"
-useradd -r -M -d /nonexistent -s /usr/sbin/nologin ollama 2>/dev/null
-systemd-run --quiet --unit=ollama.service -p User=ollama -p Group=ollama \
-  sh -c "python3 '$REPO_ROOT/IntegrationTests/model-server/ollama_fixture.py' --port 11434 --model tiny --loaded --upstream '$LLAMA/v1/completions' --quiet & while :; do :; done"
-cp /etc/edgecoder-worker/config.json /tmp/config.before-own-load
-jq '.backend = {"kind": "ollama", "url": "http://127.0.0.1:11434", "model": "tiny", "timeoutMs": 120000}' \
-  /tmp/config.before-own-load | cat >/etc/edgecoder-worker/config.json
-restart_unit
-restarted_ms=$(($(date +%s%N) / 1000000))
-model_ready() { [[ "$(stj '.backend.modelState')" == '"ready"' ]]; }
-check "the Ollama-shaped server in ollama.service is the worker's model server, ready" wait_for 60 "model ready" model_ready
-# Heartbeats after the restart, a few seconds in (the first CPU sample needs a second one).
-sleep 12
-host_busy_pct() {
-  local a1 a2 a3 a4 b1 b2 b3 b4
-  read -r _ a1 a2 a3 a4 _ < /proc/stat; sleep 2; read -r _ b1 b2 b3 b4 _ < /proc/stat
-  echo $(( 100 * ((b1 + b2 + b3) - (a1 + a2 + a3)) / ((b1 + b2 + b3 + b4) - (a1 + a2 + a3 + a4)) ))
-}
-busy=$(host_busy_pct)
-figure "host CPU busy with ollama.service's loop (2 vCPUs)" "$busy %"
-beats="$(curl -sf "$COORD/_dev/state" | jq -c --arg a "$WORKER_AGENT_ID" --argjson t "$restarted_ms" \
-  '[.heartbeats[] | select(.agentId == $a and .receivedAtMs > $t + 6000) | .body.powerTelemetry.cpuUsagePct] | .[-4:]')"
-check "the host is busy ($busy %), and every heartbeat's cpuUsagePct stays low: the server's unit counts as own ($beats)" \
-  bash -c '(($1 >= 35)) && jq -e "length >= 2 and all(. < 25)" <<<"$2" >/dev/null' _ "$busy" "$beats"
-doctor_hidden="$(systemd-run --quiet --wait --pipe -p User=edgecoder-worker -p Group=edgecoder-worker -p SupplementaryGroups=edgecoder \
-  -p ProtectProc=invisible edgecoder-worker doctor --json 2>/dev/null | jq -r '.power.ownProcesses // empty')"
-check "doctor, as the worker's user with processes hidden, cannot see the server's processes and measures it by ollama.service's cgroup ($doctor_hidden)" \
-  bash -c 'grep -q "cgroup.*ollama.service" <<<"$1" && grep -q "has no visible process" <<<"$1"' _ "$doctor_hidden"
-systemctl stop ollama.service
-cat /tmp/config.before-own-load >/etc/edgecoder-worker/config.json
-check "systemctl restart with the config as before (llama.cpp on the host)" restart_unit
 
 # ------------------------------------------------------------------ reload
 phase "systemctl reload: a good config, then a bad one"
@@ -509,6 +421,100 @@ fi
 check "after the restart the outbox is delivered" wait_for 90 "delivery of $id" delivered "$id"
 check "exactly once" test "$(dev "$COORD/_dev/results" | jq -r --arg id "$id" '.counts[$id]')" = 1
 check "the outbox is empty afterwards" wait_for 20 "empty outbox" bash -c "! compgen -G '$STATE/outbox-*'"
+
+# ------------------------------------------------------------------ code subtasks in containers
+phase "code subtasks in containers (the worker a client of edgecoder-sandbox.socket)"
+wait_for 300 "the image loaded into the engine" test -s "$VM_RESULTS/sandbox-load.rc"
+read -r load_rc load_s <"$VM_RESULTS/sandbox-load.rc"
+sed 's/^/# podman load: /' "$VM_RESULTS/sandbox-load.log" 2>/dev/null | tail -n 3
+check "the sandbox image loads through the socket (podman --url … load, exit $load_rc, ${load_s}s)" test "$load_rc" = 0
+figure "podman load of the sandbox image through the socket (TCG guest, vfs store)" "${load_s} s"
+check "the engine runs as edgecoder-sandbox, rootless, under systemd's cgroups" \
+  test "$(as_worker_group podman --url $SANDBOX_URL info --format '{{.Host.Security.Rootless}} {{.Host.CgroupManager}} {{.Host.CgroupsVersion}}' 2>&1)" = "true systemd v2"
+check "sandbox-engine-prepare gave the engine's user subordinate ids" grep -q '^edgecoder-sandbox:' /etc/subuid
+figure "systemd-analyze security edgecoder-sandbox.service" \
+  "$(systemd-analyze security --no-pager edgecoder-sandbox.service 2>&1 | sed -n 's/.*Overall exposure level for .*: //p' | sed 's/\x1b\[[0-9;]*m//g')"
+# The coder stand-in (its programs are scripted by the subtask's text) runs in the guest.
+python3 "$REPO_ROOT/IntegrationTests/model-server/coder_model.py" --port 0 --log "$VM_RESULTS/coder-prompts.log" >"$VM_RESULTS/coder.out" 2>&1 &
+coder_pid=$!
+wait_for 30 "the coder stand-in listens" grep -q listening "$VM_RESULTS/coder.out"
+CODER="$(sed -n 's/^coder-model listening on //p' "$VM_RESULTS/coder.out")"
+cp /etc/edgecoder-worker/config.json /tmp/config.before-code
+# Under TCG with podman's vfs store a container takes about 7 s to start: a time limit of a
+# minute here, where a host's 4 s is plenty.
+jq --arg coder "$CODER" --arg url "$SANDBOX_URL" --arg image "${SANDBOX_IMAGE:-localhost/edgecoder-sandbox:1}" \
+  '.backend = {"kind": "openai", "url": $coder, "model": "coder", "timeoutMs": 120000}
+   | .execution = {"mode": "container", "engineArguments": ["--url", $url], "timeoutMs": 60000, "image": $image}' \
+  /tmp/config.before-code | cat >/etc/edgecoder-worker/config.json
+# backend.* and execution.* apply at a restart (a reload says so: needsRestart).
+check "systemctl restart with the engine's socket as execution.engineArguments" restart_unit
+answering_container() { [[ "$(stj '.execution.answering')" == '"container"' ]]; }
+if wait_for 180 "code subtasks run in a container" answering_container; then
+  ok "under the shipped unit the worker runs code in the engine's containers: $(stj '.execution.why' | cut -c1-200)"
+else
+  not_ok "under the shipped unit the worker runs code in the engine's containers: $(stj .execution | cut -c1-400)"
+fi
+# What the worker said last, in a registration or a heartbeat.
+sandbox_mode_is() {
+  [[ "$(curl -sf "$COORD/_dev/state" | jq -r --arg a "$WORKER_AGENT_ID" \
+    '[(.registrations[], .heartbeats[]) | select(.agentId == $a) | {t: .receivedAtMs, m: .body.sandboxMode}] | sort_by(.t) | last | .m')" == "$1" ]]
+}
+check "… and tells the coordinator sandboxMode docker" wait_for 30 "sandboxMode docker" sandbox_mode_is docker
+id="$(dev -X POST -H 'content-type: application/json' -d '[{"language": "python", "timeoutMs": 300000,
+  "projectMeta": {"projectId": "p", "tenantId": "acme", "resourceClass": "cpu", "priority": 50},
+  "input": "Print the sum of 1 to 10.\nfirst: print(sum(range(1, 11))\nprogram: print(sum(range(1, 11)))"}]' "$COORD/_dev/subtasks" | jq -r '.ids[0]')"
+if wait_for 300 "result of $id" delivered "$id"; then
+  result="$(dev "$COORD/_dev/results" | jq -c --arg id "$id" '[.results[] | select(.subtaskId == $id)] | last | {ok, output, error, durationMs}')"
+  check "a tenant's python subtask: the broken first program fixed by the reflection, its stdout posted ($result)" \
+    test "$(jq -c '[.ok, .output, .error]' <<<"$result")" = '[true,"55\n",null]'
+  figure "a code subtask through plan, code, run, reflection, run (TCG guest)" "$(jq -r .durationMs <<<"$result") ms"
+else
+  not_ok "a tenant's python subtask is run in the sandbox and posted: $(stj .execution | cut -c1-300)"
+fi
+check "no container is left behind" test -z "$(as_worker_group podman --url $SANDBOX_URL ps -a --format '{{.Names}}' 2>&1)"
+kill "$coder_pid" 2>/dev/null
+cat /tmp/config.before-code >/etc/edgecoder-worker/config.json
+check "systemctl restart with the config as before (the model server, no engine arguments)" restart_unit
+check "journalctl -u $UNIT EDGECODER_EVENT=mode-change finds the change to on (structured fields)" \
+  bash -c "journalctl -b -u $UNIT EDGECODER_EVENT=mode-change EDGECODER_MODE=on -o cat --no-pager | grep -q ."
+
+# ------------------------------------------------------------------ own load, processes hidden
+# Hardening #26 row 5: the unit's ProtectProc=invisible hides other users' processes, so a
+# model server running as its own user in its own unit (ollama.service as user ollama, as
+# Ollama's package installs it) cannot be found by its processes. Its load must still count
+# as the worker's own, by the unit's cgroup: with the server's unit keeping one of the two
+# CPUs busy, the heartbeats' cpuUsagePct (the other load) stays low.
+phase "own load: a model server in its own unit as its own user, hidden by ProtectProc=invisible"
+useradd -r -M -d /nonexistent -s /usr/sbin/nologin ollama 2>/dev/null
+systemd-run --quiet --unit=ollama.service -p User=ollama -p Group=ollama \
+  sh -c "python3 '$REPO_ROOT/IntegrationTests/model-server/ollama_fixture.py' --port 11434 --model tiny --loaded --upstream '$LLAMA/v1/completions' --quiet & while :; do :; done"
+cp /etc/edgecoder-worker/config.json /tmp/config.before-own-load
+jq '.backend = {"kind": "ollama", "url": "http://127.0.0.1:11434", "model": "tiny", "timeoutMs": 120000}' \
+  /tmp/config.before-own-load | cat >/etc/edgecoder-worker/config.json
+restart_unit
+restarted_ms=$(($(date +%s%N) / 1000000))
+model_ready() { [[ "$(stj '.backend.modelState')" == '"ready"' ]]; }
+check "the Ollama-shaped server in ollama.service is the worker's model server, ready" wait_for 60 "model ready" model_ready
+# Heartbeats after the restart, a few seconds in (the first CPU sample needs a second one).
+sleep 12
+host_busy_pct() {
+  local a1 a2 a3 a4 b1 b2 b3 b4
+  read -r _ a1 a2 a3 a4 _ < /proc/stat; sleep 2; read -r _ b1 b2 b3 b4 _ < /proc/stat
+  echo $(( 100 * ((b1 + b2 + b3) - (a1 + a2 + a3)) / ((b1 + b2 + b3 + b4) - (a1 + a2 + a3 + a4)) ))
+}
+busy=$(host_busy_pct)
+figure "host CPU busy with ollama.service's loop (2 vCPUs)" "$busy %"
+beats="$(curl -sf "$COORD/_dev/state" | jq -c --arg a "$WORKER_AGENT_ID" --argjson t "$restarted_ms" \
+  '[.heartbeats[] | select(.agentId == $a and .receivedAtMs > $t + 6000) | .body.powerTelemetry.cpuUsagePct] | .[-4:]')"
+check "the host is busy ($busy %), and every heartbeat's cpuUsagePct stays low: the server's unit counts as own ($beats)" \
+  bash -c '(($1 >= 35)) && jq -e "length >= 2 and all(. < 25)" <<<"$2" >/dev/null' _ "$busy" "$beats"
+doctor_hidden="$(systemd-run --quiet --wait --pipe -p User=edgecoder-worker -p Group=edgecoder-worker -p SupplementaryGroups=edgecoder \
+  -p ProtectProc=invisible edgecoder-worker doctor --json 2>/dev/null | jq -r '.power.ownProcesses // empty')"
+check "doctor, as the worker's user with processes hidden, cannot see the server's processes and measures it by ollama.service's cgroup ($doctor_hidden)" \
+  bash -c 'grep -q "cgroup.*ollama.service" <<<"$1" && grep -q "has no visible process" <<<"$1"' _ "$doctor_hidden"
+systemctl stop ollama.service
+cat /tmp/config.before-own-load >/etc/edgecoder-worker/config.json
+check "systemctl restart with the config as before (llama.cpp on the host)" restart_unit
 
 # ------------------------------------------------------------------ bluetooth
 phase "mode bluetooth, then systemctl restart bluetooth"
