@@ -3,25 +3,24 @@
 # side, then the "alone" suites one at a time with nothing else running. Used by `make test`
 # (IntegrationTests/run lanes, which names the lanes); `make suites` runs them one by one.
 #
-#   run-suites.sh BINARY --lane "A.sh B.sh" --lane "C.sh …" [--normal-lanes K] [--nice-lane N] --alone "D.sh …"
+#   run-suites.sh BINARY --lane "A.sh B.sh" --lane "C.sh …" [--nice-lane N] --alone "D.sh …"
 #
 # Why lanes: the BlueZ VM suite is most of `make test` and spends much of its time waiting on
-# the guest, the radio's pacing and llama.cpp; the other suites fit beside it. The first K
-# lanes (default 1) keep the normal priority, the others run at `nice` N (default 10) so that
-# the long lanes are not the ones that wait. A suite that measures the host's CPU (own-load) is "alone".
+# the guest, the radio's pacing and llama.cpp; the other suites fit beside it. The first lane
+# keeps the normal priority, the others run at `nice` N (default 10) so that the long lane
+# is not the one that waits. A suite that measures the host's CPU (own-load) is "alone".
 # A suite's lines go to a log and are printed whole when it ends (lanes never interleave),
 # followed by "=== passed|FAILED|skipped SUITE (Ns)"; the last line counts them as `make
 # suites` does: "N passed, N failed, N skipped". Exit 0 only if no suite failed.
 # Logs stay in .build/suite-logs (SUITE_LOGS).
 set -u
 bin="$1"; shift
-lanes=() alone="" nice_level=10 normal_lanes=1
+lanes=() alone="" nice_level=10
 while (($#)); do
   case "$1" in
     --lane) lanes+=("$2"); shift 2 ;;
     --alone) alone="$2"; shift 2 ;;
     --nice-lane) nice_level="$2"; shift 2 ;;
-    --normal-lanes) normal_lanes="$2"; shift 2 ;;
     *) echo "run-suites.sh: unknown argument $1" >&2; exit 64 ;;
   esac
 done
@@ -66,7 +65,7 @@ read -r busy0 total0 < <(host_jiffies)
 lanes_start=$(date +%s)
 lane_pids=()
 for i in "${!lanes[@]}"; do
-  niceness=""; ((i >= normal_lanes)) && niceness=$nice_level
+  niceness=""; ((i > 0)) && niceness=$nice_level
   ( for suite in ${lanes[$i]}; do run_one "$suite" "$niceness"; done ) &
   lane_pids+=($!)
 done

@@ -46,9 +46,7 @@ log="$(mktemp)"
 deb="${EDGECODER_DEB:-}"
 if [[ -z "$deb" ]]; then
   t0=$SECONDS
-  # At nice 10: make test runs this lane at the normal priority for the guest's sake, and a
-  # release build beside the BlueZ guest would take its CPU at its busiest.
-  if nice -n 10 make --no-print-directory deb >"$log" 2>&1; then
+  if make --no-print-directory deb >"$log" 2>&1; then
     deb="$(ls -t .build/deb/edgecoder-worker_*.deb | head -n1)"
     ok "make deb builds $(basename "$deb") and lintian finds no error ($((SECONDS - t0))s)"
   else

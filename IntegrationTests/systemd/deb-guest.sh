@@ -429,6 +429,12 @@ read -r load_rc load_s <"$VM_RESULTS/sandbox-load.rc"
 sed 's/^/# podman load: /' "$VM_RESULTS/sandbox-load.log" 2>/dev/null | tail -n 3
 check "the sandbox image loads through the socket (podman --url … load, exit $load_rc, ${load_s}s)" test "$load_rc" = 0
 figure "podman load of the sandbox image through the socket (TCG guest, vfs store)" "${load_s} s"
+# The load ended long before this phase: the engine has had its idle minute. Its next start
+# must not find a pause process of the last one (podman 4.3 then failed every image lookup:
+# "runtime error: invalid memory address or nil pointer dereference").
+engine_gone() { ! systemctl is-active --quiet edgecoder-sandbox.service && ! pgrep -u edgecoder-sandbox >/dev/null; }
+check "the engine exits after its idle minute and leaves no process of its user (ExecStopPost= stops its manager)" \
+  wait_for 120 "the engine gone" engine_gone
 check "the engine runs as edgecoder-sandbox, rootless, under systemd's cgroups" \
   test "$(as_worker_group podman --url $SANDBOX_URL info --format '{{.Host.Security.Rootless}} {{.Host.CgroupManager}} {{.Host.CgroupsVersion}}' 2>&1)" = "true systemd v2"
 check "sandbox-engine-prepare gave the engine's user subordinate ids" grep -q '^edgecoder-sandbox:' /etc/subuid
@@ -453,6 +459,8 @@ if wait_for 180 "code subtasks run in a container" answering_container; then
   ok "under the shipped unit the worker runs code in the engine's containers: $(stj '.execution.why' | cut -c1-200)"
 else
   not_ok "under the shipped unit the worker runs code in the engine's containers: $(stj .execution | cut -c1-400)"
+  # podman's API service logs a handler's panic with its stack before it answers 500.
+  journalctl -b -u edgecoder-sandbox.service --no-pager -o cat | grep -v '^$' | grep -A 30 -iE 'panic|nil pointer' | head -n 60 | sed 's/^/# engine: /'
 fi
 # What the worker said last, in a registration or a heartbeat.
 sandbox_mode_is() {
@@ -543,6 +551,7 @@ central request:tag=after-bluetooth-restart,what=a-request-after-systemctl-resta
 check "the unit never left active" test "$(prop ActiveState)" = active
 figure "MemoryCurrent after every phase (MemoryMax=$(prop MemoryMax))" "$(( $(prop MemoryCurrent) / 1048576 )) MiB"
 journalctl -b -u $UNIT --no-pager >"$VM_RESULTS/journal-edgecoder-worker.log" 2>&1
+journalctl -b -u edgecoder-sandbox.service -u edgecoder-sandbox.socket --no-pager >"$VM_RESULTS/journal-edgecoder-sandbox.log" 2>&1
 
 # ------------------------------------------------------------------ upgrade
 phase "dpkg -i over the installed package (an upgrade)"
