@@ -64,9 +64,9 @@ public struct HTTPError: Error, Sendable, Equatable, CustomStringConvertible {
 }
 
 /// The one HTTP client the worker uses: plain `http://` through its own HTTP/1.1 client
-/// (`PlainHTTPTransport`, one connection a request), `https://` and what a proxy in the
-/// environment takes through libcurl (`CurlTransport`), which is loaded only then
-/// (`HTTPRoute` decides, purely).
+/// (`PlainHTTPTransport`, connections kept alive between requests), `https://` and what a
+/// proxy in the environment takes through libcurl (`CurlTransport`), which is loaded only
+/// then (`HTTPRoute` decides, purely).
 public final class HTTPClient: HTTPTransport {
     /// The process-wide client. Neither side spends a thread before its first request.
     public static let shared = HTTPClient()

@@ -31,6 +31,7 @@ public struct HTTPHeaderField: Sendable, Equatable {
 /// chunked`, `Content-Length`, or the connection's end; skips interim 1xx answers; every
 /// size is bounded. Malformed framing is a `failure` of kind `.transfer` saying what was
 /// wrong; a body over `maxBodyBytes` is `.responseTooLarge`, as on libcurl's path.
+/// Whether the connection may carry another request afterwards is `keepsConnection`.
 public struct HTTPResponseReader: Sendable {
     /// What one `feed` produced.
     public struct Progress: Sendable, Equatable {
@@ -71,11 +72,15 @@ public struct HTTPResponseReader: Sendable {
     private var line: [UInt8] = []
     private var headBytes = 0
     private var trailerBytes = 0
-    private var statusLine: (status: Int, text: String)?
+    private var statusLine: (status: Int, text: String, isHTTP11: Bool)?
     private var headers: [HTTPHeaderField] = []
     private var bodyBytes = 0
     private var sawAnyByte = false
     private var failure: HTTPError?
+    /// The final head's version and `Connection` header let the connection stay open.
+    private var headAllowsKeepAlive = false
+    /// Bytes came after the end of the answer: the connection is out of step.
+    private var sawBytesAfterEnd = false
 
     public init(maxBodyBytes: Int, isHeadRequest: Bool = false) {
         self.maxBodyBytes = maxBodyBytes
@@ -88,8 +93,16 @@ public struct HTTPResponseReader: Sendable {
         return false
     }
 
+    /// Whether the connection may carry the next request: the answer ended with its length
+    /// known (Content-Length, chunked, or no body by its status), the server let the
+    /// connection stay open (HTTP/1.1 without `Connection: close`, HTTP/1.0 only with
+    /// `Connection: keep-alive`), and nothing came after the answer.
+    public var keepsConnection: Bool {
+        isComplete && failure == nil && headAllowsKeepAlive && !sawBytesAfterEnd
+    }
+
     /// Feeds the bytes that came off the connection. Bytes after the end of the answer
-    /// are ignored (the connection is closed after each answer).
+    /// are not read (and the connection is then not kept).
     public mutating func feed(_ bytes: ArraySlice<UInt8>) -> Progress {
         var progress = Progress()
         do {
@@ -126,6 +139,7 @@ public struct HTTPResponseReader: Sendable {
         while !rest.isEmpty {
             switch state {
             case .done:
+                sawBytesAfterEnd = true
                 return
             case .head:
                 guard let end = try takeLine(from: &rest, limit: Self.maxHeadBytes - headBytes, what: .head) else { continue }
@@ -219,7 +233,8 @@ public struct HTTPResponseReader: Sendable {
     private mutating func headLine() throws(HTTPError) -> HTTPResponseHead? {
         defer { line.removeAll(keepingCapacity: true) }
         guard let status = statusLine else {
-            statusLine = try Self.parseStatusLine(line)
+            let (status, text) = try Self.parseStatusLine(line)
+            statusLine = (status, text, line[7] == 49)
             return nil
         }
         if !line.isEmpty {
@@ -237,6 +252,12 @@ public struct HTTPResponseReader: Sendable {
             return nil
         default:
             state = try framingState(of: head)
+            // A body that ends with the connection leaves nothing to keep.
+            if case .untilClose = state {
+                headAllowsKeepAlive = false
+            } else {
+                headAllowsKeepAlive = Self.allowsKeepAlive(head, isHTTP11: status.isHTTP11)
+            }
             return head
         }
     }
@@ -297,6 +318,15 @@ public struct HTTPResponseReader: Sendable {
     }
 
     // MARK: pure pieces
+
+    /// RFC 9112 section 9.3: HTTP/1.1 keeps the connection unless `Connection: close`;
+    /// HTTP/1.0 closes it unless `Connection: keep-alive`.
+    static func allowsKeepAlive(_ head: HTTPResponseHead, isHTTP11: Bool) -> Bool {
+        let options = head.values(of: "connection").flatMap { $0.split(separator: ",") }
+            .map { trimmed(Array($0.utf8)[...]).lowercased() }
+        if options.contains("close") { return false }
+        return isHTTP11 || options.contains("keep-alive")
+    }
 
     /// `HTTP/1.1 200 OK`: the version (1.0 or 1.1), a three-digit status, an optional reason.
     static func parseStatusLine(_ line: [UInt8]) throws(HTTPError) -> (status: Int, text: String) {

@@ -90,12 +90,12 @@ public struct PlainHTTPURL: Sendable, Equatable {
     }
 }
 
-/// The bytes of a request as the worker's own client sends it: one request a
-/// connection, then `Connection: close`.
+/// The bytes of a request as the worker's own client sends it. No `Connection` header of
+/// its own: HTTP/1.1 keeps the connection by default, for the next request to reuse.
 public enum PlainHTTPRequestHead {
     /// `METHOD target HTTP/1.1`, `Host`, `User-Agent`, `Accept`, the caller's headers
     /// (a caller's `Host`, `User-Agent` or `Accept` replaces ours, as with libcurl),
-    /// `Content-Length` with a body, `Connection: close`, then the body.
+    /// `Content-Length` with a body, then the body.
     public static func bytes(of request: HTTPRequest, to url: PlainHTTPURL) throws(HTTPError) -> [UInt8] {
         try checkFields(of: request)
         let given = Set(request.headers.map { $0.0.lowercased() })
@@ -105,7 +105,7 @@ public enum PlainHTTPRequestHead {
         if !given.contains("accept") { head += "Accept: */*\r\n" }
         for (name, value) in request.headers { head += "\(name): \(value)\r\n" }
         if let body = request.body { head += "Content-Length: \(body.count)\r\n" }
-        head += "Connection: close\r\n\r\n"
+        head += "\r\n"
         var bytes = Array(head.utf8)
         if let body = request.body { bytes += body }
         return bytes

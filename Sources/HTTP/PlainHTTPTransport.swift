@@ -4,19 +4,24 @@ import Glibc
 import Posix
 import Synchronization
 
-/// The worker's own HTTP/1.1 client for `http://` URLs: one connection a request
-/// (`Connection: close`; keep-alive buys nothing at a few requests a minute), framed by
-/// `HTTPResponseReader`.
+/// The worker's own HTTP/1.1 client for `http://` URLs, framed by `HTTPResponseReader`,
+/// with keep-alive: a connection whose answer ended cleanly waits in `pool` for the next
+/// request to the same host and port (a coordinator's subtasks come back to back).
 ///
-/// Each request runs on a thread of its own (`startDetachedThread`), which resolves the
-/// name, connects, sends, and waits in poll(2) on the socket and an eventfd; the thread
-/// ends with its request, so an idle worker holds no thread for HTTP (a parked one would
-/// keep its stack and malloc arena resident for the minutes between requests, and one
-/// thread for all would let one slow name lookup hold up the others). Cancelling the
-/// calling task, or a stream's reader leaving, signals the eventfd: the thread closes
-/// the connection at once, so the server sees the client leave.
+/// Each request runs on a thread of its own (`startDetachedThread`), which takes an idle
+/// connection or resolves the name and connects, sends, and waits in poll(2) on the socket
+/// and an eventfd; the thread ends with its request, so an idle worker holds no thread for
+/// HTTP (a parked one would keep its stack and malloc arena resident for the minutes
+/// between requests, and one thread for all would let one slow name lookup hold up the
+/// others). Cancelling the calling task, or a stream's reader leaving, signals the
+/// eventfd: the thread closes the connection at once, so the server sees the client
+/// leave; such a connection, like one that failed or timed out, never goes back to the pool.
 public final class PlainHTTPTransport: HTTPTransport {
-    public init() {}
+    let pool: PlainConnectionPool
+
+    public convenience init() { self.init(pool: PlainConnectionPool()) }
+
+    init(pool: PlainConnectionPool) { self.pool = pool }
 
     public func perform(_ request: HTTPRequest) async throws -> HTTPResponse {
         try await exchange(request, streaming: false) { .whole($0) }
@@ -33,7 +38,7 @@ public final class PlainHTTPTransport: HTTPTransport {
         let url = try PlainHTTPURL(request.url)
         let transfer = PlainTransfer(
             url: url, bytes: try PlainHTTPRequestHead.bytes(of: request, to: url), request: request, streaming: streaming,
-            exchange: try PlainExchange(), started: started)
+            exchange: try PlainExchange(), pool: pool, started: started)
         let exchange = transfer.exchange
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Answer, any Error>) in
@@ -154,6 +159,7 @@ struct PlainTransfer: Sendable {
     let request: HTTPRequest
     let streaming: Bool
     let exchange: PlainExchange
+    let pool: PlainConnectionPool
     /// CLOCK_MONOTONIC nanoseconds when the caller asked.
     let started: UInt64
 
@@ -161,6 +167,15 @@ struct PlainTransfer: Sendable {
     enum Stop: Error {
         case aborted
         case failed(HTTPError)
+        /// A reused connection ended before any byte of the answer: its server had closed
+        /// it, maybe just as the request went out. Worth one try on a new connection.
+        case closedBeforeAnswering(HTTPError)
+    }
+
+    /// An answer, and whether its connection may carry the next request.
+    struct Answer {
+        var response: HTTPResponse
+        var keepsConnection: Bool
     }
 
     private var peer: String { "\(url.host) port \(url.port)" }
@@ -171,23 +186,49 @@ struct PlainTransfer: Sendable {
     /// libcurl's connect timeout covers the name lookup too; the total one bounds both.
     private var connectDeadline: UInt64 { min(totalDeadline, deadline(afterMs: request.connectTimeoutMs)) }
 
+    private var peerInPool: PlainConnectionPool.Peer { .init(host: url.host, port: url.port) }
+
     func run() {
         var fd: Int32 = -1
-        let outcome: Result<HTTPResponse, Stop>
+        let outcome: Result<Answer, Stop>
         do throws(Stop) {
-            let addresses = try resolve()
-            fd = try connect(addresses)
-            outcome = .success(try exchangeBytes(fd))
+            outcome = .success(try answer(&fd))
         } catch {
             outcome = .failure(error)
         }
-        // Closed before anyone hears of the end, so the server has seen it by then.
-        if fd >= 0 { close(fd) }
-        switch outcome {
-        case .success(let response): exchange.complete(response)
-        case .failure(.aborted): break
-        case .failure(.failed(let error)): exchange.fail(error)
+        // Closed, or back in the pool, before anyone hears of the end: the server has seen
+        // the close by then, and the caller's next request finds the connection.
+        if fd >= 0 {
+            if case .success(let answer) = outcome, answer.keepsConnection, !exchange.isAborted {
+                pool.putBack(fd, for: peerInPool)
+            } else {
+                close(fd)
+            }
         }
+        switch outcome {
+        case .success(let answer): exchange.complete(answer.response)
+        case .failure(.aborted): break
+        case .failure(.failed(let error)), .failure(.closedBeforeAnswering(let error)): exchange.fail(error)
+        }
+    }
+
+    /// The answer on an idle connection from the pool if there is one, else on a new one;
+    /// `fd` is the connection in use. A reused connection that ends before any byte of the
+    /// answer is retried once on a new connection (libcurl does the same), never after a
+    /// byte arrived.
+    private func answer(_ fd: inout Int32) throws(Stop) -> Answer {
+        if let idle = pool.take(peerInPool) {
+            fd = idle
+            do throws(Stop) {
+                return try exchangeBytes(fd, isReused: true)
+            } catch .closedBeforeAnswering {
+                close(fd)
+                fd = -1
+            }
+        }
+        let addresses = try resolve()
+        fd = try connect(addresses)
+        return try exchangeBytes(fd, isReused: false)
     }
 
     /// Waits until `fd` (or nothing, with -1) is ready for `events`, or the eventfd fired.
@@ -362,8 +403,9 @@ struct PlainTransfer: Sendable {
     }
 
     /// Sends the request, then reads the answer; pieces of a stream's body go to its
-    /// reader as they come.
-    private func exchangeBytes(_ fd: Int32) throws(Stop) -> HTTPResponse {
+    /// reader as they come. On a reused connection (`isReused`), an end before any byte
+    /// of the answer is `closedBeforeAnswering`.
+    private func exchangeBytes(_ fd: Int32, isReused: Bool) throws(Stop) -> Answer {
         let timeout = { "no complete answer from \(peer) within \(request.totalTimeoutMs) ms" }
         // A server may answer and close before taking the whole body (a 413): its answer
         // then counts, and the failed send only when no answer came.
@@ -388,6 +430,7 @@ struct PlainTransfer: Sendable {
 
         var reader = HTTPResponseReader(maxBodyBytes: request.maxResponseBytes, isHeadRequest: request.method == "HEAD")
         var status: Int?
+        var receivedAny = false
         var body: [UInt8] = []
         // Sized for the pieces servers write (a model's NDJSON lines, a coordinator's
         // JSON); freed with the request.
@@ -402,9 +445,16 @@ struct PlainTransfer: Sendable {
                     continue
                 }
                 preconditionErrnoIsNotABug(code, call: "recv")
+                let failure = HTTPError(kind: .transfer, message: "reading the answer from \(peer) failed: \(String(cString: strerror(code)))")
+                if isReused, !receivedAny, code == ECONNRESET { throw .closedBeforeAnswering(sendFailure ?? failure) }
                 if status == nil, let sendFailure { throw .failed(sendFailure) }
-                throw .failed(HTTPError(kind: .transfer, message: "reading the answer from \(peer) failed: \(String(cString: strerror(code)))"))
+                throw .failed(failure)
             }
+            if isReused, !receivedAny, n == 0 {
+                throw .closedBeforeAnswering(
+                    sendFailure ?? HTTPError(kind: .transfer, message: "\(peer) closed the reused connection without answering"))
+            }
+            receivedAny = true
             let progress = n > 0 ? reader.feed(buffer[0..<n]) : reader.finish()
             if let head = progress.head {
                 status = head.status
@@ -424,6 +474,17 @@ struct PlainTransfer: Sendable {
             }
             if progress.isComplete { break }
         }
-        return HTTPResponse(status: status ?? 0, body: body, durationMicroseconds: Int64((monotonicNanoseconds() - started) / 1_000))
+        let response = HTTPResponse(status: status ?? 0, body: body, durationMicroseconds: Int64((monotonicNanoseconds() - started) / 1_000))
+        // A request that asked the server to close, or whose body the server did not take
+        // whole, leaves nothing to reuse.
+        return Answer(response: response, keepsConnection: reader.keepsConnection && sendFailure == nil && !asksToClose)
+    }
+
+    /// The caller's own `Connection: close`.
+    private var asksToClose: Bool {
+        request.headers.contains { name, value in
+            name.lowercased() == "connection"
+                && value.lowercased().split(separator: ",").contains { $0.filter { $0 != " " && $0 != "\t" } == "close" }
+        }
     }
 }

@@ -260,3 +260,47 @@ private let broken: [(wire: String, says: String)] = [
             try read([bytes("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n64\r\n" + body + "\r\n0\r\n\r\n")], maxBody: 100).body.count == 100)
     }
 }
+
+/// Whether the connection may carry the next request after the answer (keep-alive).
+@Suite struct HTTPResponseReaderSaysWhetherTheConnectionIsKept {
+    /// An answer fed whole (no EOF unless `eof`), and whether the reader keeps its connection.
+    private static let answers: [(name: String, wire: String, isHead: Bool, eof: Bool, keeps: Bool)] = [
+        ("HTTP/1.1 with a length", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", false, false, true),
+        ("HTTP/1.1 chunked, ended", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n", false, false, true),
+        ("HTTP/1.1 204", "HTTP/1.1 204 No Content\r\n\r\n", false, false, true),
+        ("HTTP/1.1 HEAD", "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n", true, false, true),
+        ("HTTP/1.1 after 100 Continue", "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", false, false, true),
+        ("HTTP/1.1 Connection: close", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok", false, false, false),
+        ("HTTP/1.1 close among options", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nconnection: Upgrade, CLOSE\r\n\r\nok", false, false, false),
+        ("HTTP/1.0 with a length", "HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok", false, false, false),
+        ("HTTP/1.0 keep-alive", "HTTP/1.0 200 OK\r\nContent-Length: 2\r\nConnection: Keep-Alive\r\n\r\nok", false, false, true),
+        ("HTTP/1.1 ended by the close", "HTTP/1.1 200 OK\r\n\r\nall of it", false, true, false),
+        ("HTTP/1.1 with bytes after the answer", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1", false, false, false),
+        ("HTTP/1.1 short of its length", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nok", false, false, false),
+        ("HTTP/1.1 chunked without its last chunk", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n", false, false, false),
+    ]
+
+    @Test(arguments: answers.map(\.name))
+    func keepsTheConnectionOnlyAfterACleanEndTheServerAllows(name: String) throws {
+        let answer = try #require(Self.answers.first { $0.name == name })
+        var reader = HTTPResponseReader(maxBodyBytes: 1_000, isHeadRequest: answer.isHead)
+        _ = reader.feed(bytes(answer.wire))
+        if answer.eof { _ = reader.finish() }
+        #expect(reader.keepsConnection == answer.keeps)
+    }
+
+    @Test func anAnswerOverTheLimitDoesNotKeepIt() {
+        var reader = HTTPResponseReader(maxBodyBytes: 1)
+        #expect(reader.feed(bytes("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")).failure?.kind == .responseTooLarge)
+        #expect(!reader.keepsConnection)
+    }
+
+    @Test func anAnswerSplitAtEveryByteKeepsItOnlyAtTheEnd() {
+        let wire = bytes("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n")
+        var reader = HTTPResponseReader(maxBodyBytes: 100)
+        for (index, byte) in wire.enumerated() {
+            _ = reader.feed([byte])
+            #expect(reader.keepsConnection == (index == wire.count - 1), "after byte \(index)")
+        }
+    }
+}

@@ -120,11 +120,11 @@ private func environment(_ variables: [String: String]) -> (String) -> String? {
 }
 
 @Suite struct PlainHTTPRequestBytes {
-    @Test func aGETCarriesHostAgentAndClose() throws {
+    @Test func aGETCarriesHostAndAgentAndNoConnectionHeader() throws {
         let url = try PlainHTTPURL("http://127.0.0.1:8080/api/tags?x=1")
         let text = String(decoding: try PlainHTTPRequestHead.bytes(of: HTTPRequest(url: "unused"), to: url), as: UTF8.self)
         #expect(
-            text == "GET /api/tags?x=1 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nUser-Agent: edgecoder-worker\r\nAccept: */*\r\nConnection: close\r\n\r\n")
+            text == "GET /api/tags?x=1 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nUser-Agent: edgecoder-worker\r\nAccept: */*\r\n\r\n")
     }
 
     @Test func aPOSTCarriesItsHeadersLengthAndBody() throws {
@@ -134,7 +134,7 @@ private func environment(_ variables: [String: String]) -> (String) -> String? {
         let text = String(decoding: try PlainHTTPRequestHead.bytes(of: request, to: url), as: UTF8.self)
         #expect(
             text
-                == "POST /pull HTTP/1.1\r\nHost: h\r\nAccept: */*\r\ncontent-type: application/json\r\nuser-agent: mine\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}"
+                == "POST /pull HTTP/1.1\r\nHost: h\r\nAccept: */*\r\ncontent-type: application/json\r\nuser-agent: mine\r\nContent-Length: 2\r\n\r\n{}"
         )
     }
 
