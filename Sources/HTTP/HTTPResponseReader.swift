@@ -234,7 +234,7 @@ public struct HTTPResponseReader: Sendable {
         defer { line.removeAll(keepingCapacity: true) }
         guard let status = statusLine else {
             let (status, text) = try Self.parseStatusLine(line)
-            statusLine = (status, text, line[7] == 49)
+            statusLine = (status, text, line[7] == UInt8(ascii: "1"))  // the minor version: HTTP/1.1
             return nil
         }
         if !line.isEmpty {

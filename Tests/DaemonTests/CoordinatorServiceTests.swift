@@ -620,8 +620,10 @@ final class MockedVanishingEngine: ProgramSandbox, Sendable {
         }
         #expect(await bed.clock.waitForSleep(480_000))
         let before = await checked()
-        bed.daemon.signals.sandboxCheckRequested.set(true)
+        // The clock moves first: a look made at once, before it moved, would be stamped with
+        // the time of the last one and never count as a new look (seen under load, run54).
         bed.clock.advance(by: 1)
+        bed.daemon.signals.sandboxCheckRequested.set(true)
         await eventually("a look at once when asked (a reload)") { await checked() > before }
         #expect(await bed.clock.waitForSleep(960_000), "asking is no success: the pause goes on growing, up to 16 minutes")
         await bed.finish()
