@@ -27,17 +27,23 @@ private final class ConnectionNumbers: Sendable {
 private let okAnswer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 
 extension ScriptedTCPServer {
-    /// A server that notes each connection (`accepted`) and answers every request on it
-    /// with `answer`, until the client closes it (`closed by the client`).
-    convenience init(answeringEachRequestWith answer: String) throws {
+    /// A server that notes each connection (`accepted`) and writes, for every request on it,
+    /// what `answer` gives for the request (nothing for nil), until the client closes it
+    /// (`closed by the client`). `answer` runs on the connection's thread.
+    convenience init(answering answer: @escaping @Sendable (_ request: String, _ notes: ScriptedTCPServer.Notes) -> String?) throws {
         try self.init { fd, server in
             server.note("accepted")
             while true {
                 let request = ScriptedTCPServer.readRequest(fd)
                 if request.isEmpty { return server.note("closed by the client") }
-                ScriptedTCPServer.write(fd, answer)
+                if let bytes = answer(request, server) { ScriptedTCPServer.write(fd, bytes) }
             }
         }
+    }
+
+    /// The same, with one answer for every request.
+    convenience init(answeringEachRequestWith answer: String) throws {
+        try self.init(answering: { _, _ in answer })
     }
 
     var acceptedCount: Int { notes.filter { $0 == "accepted" }.count }
@@ -178,18 +184,9 @@ private func transportWithItsOwnPool(_ pool: PlainConnectionPool = PlainConnecti
     }
 
     @Test func aStreamLeftEarlyDoesNotGoBackToThePool() async throws {
-        let server = try ScriptedTCPServer { fd, server in
-            server.note("accepted")
-            while true {
-                let request = ScriptedTCPServer.readRequest(fd)
-                if request.isEmpty { return server.note("closed by the client") }
-                if request.hasPrefix("GET /stream ") {
-                    ScriptedTCPServer.write(fd, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n")
-                } else {
-                    ScriptedTCPServer.write(fd, okAnswer)
-                }
-            }
-        }
+        let server = try ScriptedTCPServer(answering: { request, _ in
+            request.hasPrefix("GET /stream ") ? "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n" : okAnswer
+        })
         let transport = transportWithItsOwnPool()
         _ = try await transport.perform(HTTPRequest(url: server.base + "/"))
         for try await _ in try await transport.stream(HTTPRequest(url: server.base + "/stream", totalTimeoutMs: 20_000)).body { break }
@@ -199,14 +196,11 @@ private func transportWithItsOwnPool(_ pool: PlainConnectionPool = PlainConnecti
     }
 
     @Test func aCancelledRequestDoesNotGoBackToThePool() async throws {
-        let server = try ScriptedTCPServer { fd, server in
-            server.note("accepted")
-            while true {
-                let request = ScriptedTCPServer.readRequest(fd)
-                if request.isEmpty { return server.note("closed by the client") }
-                if request.hasPrefix("GET /slow ") { server.note("asked") } else { ScriptedTCPServer.write(fd, okAnswer) }
-            }
-        }
+        let server = try ScriptedTCPServer(answering: { request, notes in
+            guard request.hasPrefix("GET /slow ") else { return okAnswer }
+            notes.note("asked")
+            return nil
+        })
         let transport = transportWithItsOwnPool()
         let url = server.base
         _ = try await transport.perform(HTTPRequest(url: url + "/"))
@@ -222,18 +216,9 @@ private func transportWithItsOwnPool(_ pool: PlainConnectionPool = PlainConnecti
     func anAnswerCutShortDoesNotLeaveItsConnection(ending: String) async throws {
         // The server keeps the connection open after its part: only the client's rule
         // keeps it out of the pool.
-        let server = try ScriptedTCPServer { fd, server in
-            server.note("accepted")
-            while true {
-                let request = ScriptedTCPServer.readRequest(fd)
-                if request.isEmpty { return server.note("closed by the client") }
-                if request.hasPrefix("GET /cut ") {
-                    ScriptedTCPServer.write(fd, "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + String(repeating: "x", count: 10))
-                } else {
-                    ScriptedTCPServer.write(fd, okAnswer)
-                }
-            }
-        }
+        let server = try ScriptedTCPServer(answering: { request, _ in
+            request.hasPrefix("GET /cut ") ? "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + String(repeating: "x", count: 10) : okAnswer
+        })
         let transport = transportWithItsOwnPool()
         _ = try await transport.perform(HTTPRequest(url: server.base + "/"))
         let cut = HTTPRequest(
@@ -261,20 +246,14 @@ private func transportWithItsOwnPool(_ pool: PlainConnectionPool = PlainConnecti
         // Three requests at once hold three connections; the server answers only once all
         // three are in, so none can reuse another's.
         let arrived = HitCounter()
-        let server = try ScriptedTCPServer { fd, server in
-            server.note("accepted")
-            var first = true
-            while true {
-                let request = ScriptedTCPServer.readRequest(fd)
-                if request.isEmpty { return server.note("closed by the client") }
-                if first {
-                    arrived.increment()
-                    for _ in 0..<500 where arrived.count < 3 { usleep(10_000) }
-                    first = false
-                }
-                ScriptedTCPServer.write(fd, okAnswer)
+        let server = try ScriptedTCPServer(answering: { _, _ in
+            // The first three requests, one on each connection, wait until all three are in.
+            if arrived.count < 3 {
+                arrived.increment()
+                for _ in 0..<500 where arrived.count < 3 { usleep(10_000) }
             }
-        }
+            return okAnswer
+        })
         let transport = transportWithItsOwnPool()
         let url = server.base + "/"
         try await withThrowingTaskGroup(of: Void.self) { group in
