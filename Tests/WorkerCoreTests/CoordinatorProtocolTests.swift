@@ -183,6 +183,22 @@ import Testing
         #expect(RecoveryPlan.JournalEntry.from(json: try JSON.parse(original.json.serialized)) == original)
         #expect(RecoveryPlan.JournalEntry.from(json: ["pulledAtMs": 1]) == nil)
     }
+
+    /// Found by the coordinator fuzz target (make test, run58): a kind over 64 bytes was left
+    /// out of the journal, so a rerun read back "single_step", not the pulled subtask.
+    @Test func aLongKindIsCutAtTheParseAndTheJournalKeepsIt() throws {
+        let kind = "single_" + String(repeating: "$", count: 120) + "é"
+        let body = #"{"subtask":{"id":"s-1","taskId":"t-1","kind":"\#(kind)","input":"write a loop","timeoutMs":1500.5}}"#
+        guard case .work(let subtask) = CoordinatorAnswer.classify(.pull, status: 200, body: Array(body.utf8)) else {
+            Issue.record("a subtask with a long kind is work")
+            return
+        }
+        #expect(subtask.kind.utf8.count <= Subtask.maxKindBytes && kind.hasPrefix(subtask.kind) && subtask.kind.hasPrefix("single_$"))
+        let entry = RecoveryPlan.JournalEntry(subtask: subtask, pulledAtMs: 1)
+        #expect(RecoveryPlan.JournalEntry.from(json: try JSON.parse(entry.json.serialized)) == entry)
+        let cut = try Subtask.parse(["id": "s", "taskId": "t", "kind": .string(String(repeating: "é", count: 40)), "input": "x"]).get()
+        #expect(cut.kind == String(repeating: "é", count: 32))
+    }
 }
 
 @Suite struct SHA256Vectors {

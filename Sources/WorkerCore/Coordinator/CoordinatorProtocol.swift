@@ -82,6 +82,9 @@ public struct Subtask: Sendable, Equatable {
 
     /// Bounds on what we accept from a coordinator.
     public static let maxInputBytes = 1_048_576
+    /// The worker only carries `kind` (it runs every kind the same way): a longer one is cut
+    /// here, between characters, so that the journal keeps what the subtask holds.
+    public static let maxKindBytes = 64
     public static let defaultTimeoutMs: Int64 = 30_000
 
     public enum Problem: Error, Sendable, Equatable {
@@ -122,7 +125,9 @@ public struct Subtask: Sendable, Equatable {
             return .failure(.unrunnable(id: id, taskID: taskID, reason: "malformed_subtask: language is \(other.typeDescription), not a string"))
         }
         return .success(
-            Subtask(id: id, taskID: taskID, kind: value["kind"]?.stringValue ?? "single_step", input: input, timeoutMs: timeout, language: language))
+            Subtask(
+                id: id, taskID: taskID, kind: utf8Prefix(value["kind"]?.stringValue ?? "single_step", maxBytes: maxKindBytes), input: input,
+                timeoutMs: timeout, language: language))
     }
 
     /// Ids end up in file names and logs: printable ASCII without separators, bounded.
@@ -286,15 +291,15 @@ public enum RecoveryPlan {
         /// is bounded by `maxStoredBytes` whatever the coordinator adds.
         public var json: JSONValue {
             var stored = JSONObject([("id", .string(subtask.id)), ("taskId", .string(subtask.taskID))])
-            if subtask.kind.utf8.count <= JournalEntry.maxKindBytes { stored["kind"] = .string(subtask.kind) }
+            // Subtask.parse bounds it (maxKindBytes); the bound here keeps a file's size
+            // known for a Subtask made in code.
+            stored["kind"] = .string(utf8Prefix(subtask.kind, maxBytes: Subtask.maxKindBytes))
             stored["input"] = .string(subtask.input)
             stored["timeoutMs"] = .int(subtask.timeoutMs)
             if let language = subtask.language { stored["language"] = .string(language.rawValue) }
             return ["pulledAtMs": .int(pulledAtMs), "subtask": .object(stored)]
         }
 
-        /// A kind longer than this is not kept (a rerun does not need it).
-        static let maxKindBytes = 64
         /// The largest journal file `json` makes: the input escaped at worst (a control
         /// character becomes six bytes), plus ids and keys. Its reader refuses larger files.
         public static let maxStoredBytes = 6 * Subtask.maxInputBytes + 65_536
