@@ -6,8 +6,8 @@
 #
 # Environment (run-in-vm.sh --env): WORKER_BIN (the daemon binary, visible in the guest),
 # LLAMA_PORT (llama.cpp's server on the host, reached at $BLUEZ_VM_HOST_ADDR:LLAMA_PORT),
-# optional BT_PHASES (space-separated subset of: main clients neighbours bystanders badflood idle leave-mid security
-# restart smallmtu off adapter stream proxy pacing; default all, in that order; or "bench": only the
+# optional BT_PHASES (space-separated subset of: main clients neighbours bystanders badflood idle leave-mid
+# classic restart smallmtu off adapter stream proxy pacing security; default all, in that order; or "bench": only the
 # throughput of a 64 KiB answer at MTU 517); "pacing": 64 KiB answers from an echo model
 # server in the guest at each of BT_PACING_CHANNELS (bluetoothd's [GATT] Channels, "1")
 # x BT_PACING_MTUS ("517 48") x BT_PACING_SET (MS/MODE items: chunkPacingMs/bluetooth.pacing,
@@ -29,8 +29,8 @@ export WORKER_RUNDIR=$W/run
 STATE=$W/state
 export HCI3_ADDR=00:AA:01:03:00:03
 export LLAMA_URL="http://${BLUEZ_VM_HOST_ADDR:?no --host-port}:${LLAMA_PORT:?LLAMA_PORT not set}"
-PHASES="${BT_PHASES:-main clients neighbours bystanders badflood idle leave-mid security restart smallmtu off adapter stream proxy pacing classic}"
-# BT_SKIP_PHASES: phases left out of that list (another VM runs them: bluetooth-neighbours.sh).
+PHASES="${BT_PHASES:-main clients neighbours bystanders badflood idle leave-mid classic restart smallmtu off adapter stream proxy pacing security}"
+# BT_SKIP_PHASES: phases left out of that list (another VM runs them: classic, in bluetooth-classic.sh).
 for skipped in ${BT_SKIP_PHASES:-}; do PHASES=" $PHASES "; PHASES="${PHASES/ $skipped / }"; done
 mkdir -p "$W" "$STATE" "$WORKER_RUNDIR"
 DAEMON_PID=
@@ -294,63 +294,6 @@ if has_phase leave-mid; then
   check "the daemon is still running" daemon_alive
 fi
 
-# ------------------------------------------------------------------ security (protocol-bluetooth §3)
-# LE pairing needs the kernel's ECDH (P-256): guest-lib.sh's load_bt_modules loads drbg
-# first (see there). Linux (since 5.8) asks user space to confirm every LE Secure
-# Connections pairing, Just Works included, at both ends; bluetoothd refuses without an
-# agent. With pairingAgent "host" (and no desktop agent, as here) a central pairs only in the
-# window of `edgecoder-worker bluetooth pair`, answered by worker_central.py on its stdin.
-# With the default "auto" this guest counts as headless (Debian's stock default.target ->
-# graphical.target, no display manager), so the daemon registers its own Just Works agent.
-# The central's end gets its own agent (worker_central.py CentralAgent): one bluetoothd
-# serves both ends here (see agent-pair there).
-if has_phase security; then
-  phase security "bluetooth.security encrypted (the worker's Just Works agent, or the pairing window)/authenticated and allowedClients bonded"
-  write_config secenchost 1 65536 8 '"security": "encrypted", "pairingAgent": "host"'
-  # clientIdleSec 20: agent-pair-idle waits that long for a bond the worker's agent made
-  # for a device that never used the service to be removed (the other scenarios use it at once).
-  write_config secenc 1 65536 8 '"security": "encrypted", "clientIdleSec": 20'
-  write_config secauth 1 65536 8 '"security": "authenticated"'
-  write_config secbond 2 65536 8 '"allowedClients": "bonded"'
-  t_sec=$SECONDS
-  restart_with secenchost
-  check "pairingAgent host: the worker registers no agent (status)" \
-    test "$(btj '.bluetooth.pairingAgent + " " + (.bluetooth.pairingAgentRegistered|tostring)')" = '"host false"'
-  central encrypted-refused
-  central window-pair:cap=NoInputNoOutput,answer=y bonded-client
-  central window-pair:adapter=hci2,cap=NoInputNoOutput,answer=n
-  t_agent=$SECONDS
-  restart_with secenc
-  check "pairingAgent auto on this headless guest: the journal says the worker's agent is registered" \
-    grep -q "pairing agent registered (NoInputNoOutput" "$VM_RESULTS/daemon.log"
-  # By itself, with Device1.Pair, under the operator's window (which takes over as the
-  # default agent), and by itself again once the window has closed (the worker's is back).
-  # hci1 only: a second central needs hci2's padding link, and btvirt's handle reuse has
-  # crashed the guest kernel after several pairings on both (list_del BUG in hci_chan_del).
-  central agent-pair:how=write agent-pair:how=pair \
-    window-pair:cap=NoInputNoOutput,answer=y,agent=worker agent-pair:how=write agent-pair-idle:idle=20
-  # A reload to authenticated: the session starts again with the new flags, without the agent.
-  write_config secenc 1 65536 8 '"security": "authenticated"'
-  # Only this daemon's lines after the reload count: earlier phases (bystanders at
-  # encrypted) registered and unregistered agents of their own daemons.
-  reload_line=$(wc -l <"$VM_RESULTS/daemon.log")
-  kill -HUP "$DAEMON_PID"
-  central agent-gone bonded-client:expect=refused
-  check "the reload applied bluetooth.security" test "$(btj '.daemon.configReload.applied | index("bluetooth.security") != null')" = true
-  check "after the reload no pairing was accepted (journal)" \
-    test -z "$(tail -n +"$((reload_line + 1))" "$VM_RESULTS/daemon.log" | awk '/pairing agent unregistered/ {after=1; next} after && /accepted a Just Works pairing/')"
-  echo "# the worker's agent part took $((SECONDS - t_agent)) s"
-  restart_with secauth
-  central bonded-client:expect=refused window-pair:cap=KeyboardDisplay,answer=y bonded-client auth-refused
-  restart_with secbond
-  central forget:adapter=hci2 bonded-client stranger forget:adapter=hci1 forget:adapter=hci2
-  check "the daemon is still running" daemon_alive
-  # A phase after this one starts its own daemon (ensure_daemon), not this allowedClients one.
-  stop_daemon; rc=$?
-  check "the daemon stops on SIGTERM with exit 0 (exit $rc)" test $rc -eq 0
-  echo "# phase security took $((SECONDS - t_sec)) s"
-fi
-
 # ------------------------------------------------------------------ Bluetooth Classic
 # Needs BR/EDR controllers, so it has a VM of its own (IntegrationTests/suites/bluetooth-classic.sh: in
 # a dual-mode VM bleak's LE connects to the worker time out: bluetoothd takes the worker
@@ -591,6 +534,69 @@ if has_phase pacing; then
   done
   restart_bluetoothd
   _bvm_all_powered
+fi
+
+# ------------------------------------------------------------------ security (protocol-bluetooth §3): the last phase
+# LE pairing needs the kernel's ECDH (P-256): guest-lib.sh's load_bt_modules loads drbg
+# first (see there). Linux (since 5.8) asks user space to confirm every LE Secure
+# Connections pairing, Just Works included, at both ends; bluetoothd refuses without an
+# agent. With pairingAgent "host" (and no desktop agent, as here) a central pairs only in the
+# window of `edgecoder-worker bluetooth pair`, answered by worker_central.py on its stdin.
+# With the default "auto" this guest counts as headless (Debian's stock default.target ->
+# graphical.target, no display manager), so the daemon registers its own Just Works agent.
+# The central's end gets its own agent (worker_central.py CentralAgent): one bluetoothd
+# serves both ends here (see agent-pair there).
+# Last: after its pairings, Debian 12's guest kernel has crashed in hci_chan_del (list_del)
+# when bluetoothd closed its sockets later (the restart phase). Its second central (hci2)
+# needs the padding link to hci3, whose advertisement a bluetoothd restart since the start
+# (phases restart, smallmtu, off, proxy, pacing) took away: hci3 advertises again first.
+if has_phase security; then
+  phase security "bluetooth.security encrypted (the worker's Just Works agent, or the pairing window)/authenticated and allowedClients bonded"
+  [[ -n $PAD_PID ]] && { kill "$PAD_PID" 2>/dev/null; wait "$PAD_PID" 2>/dev/null; }
+  PAD_PID="$(advertise_on hci3 pad-advertisement-security.log)" || not_ok "example advertisement on hci3 again (for the second client)"
+  write_config secenchost 1 65536 8 '"security": "encrypted", "pairingAgent": "host"'
+  # clientIdleSec 20: agent-pair-idle waits that long for a bond the worker's agent made
+  # for a device that never used the service to be removed (the other scenarios use it at once).
+  write_config secenc 1 65536 8 '"security": "encrypted", "clientIdleSec": 20'
+  write_config secauth 1 65536 8 '"security": "authenticated"'
+  write_config secbond 2 65536 8 '"allowedClients": "bonded"'
+  t_sec=$SECONDS
+  restart_with secenchost
+  check "pairingAgent host: the worker registers no agent (status)" \
+    test "$(btj '.bluetooth.pairingAgent + " " + (.bluetooth.pairingAgentRegistered|tostring)')" = '"host false"'
+  central encrypted-refused
+  central window-pair:cap=NoInputNoOutput,answer=y bonded-client
+  central window-pair:adapter=hci2,cap=NoInputNoOutput,answer=n
+  t_agent=$SECONDS
+  restart_with secenc
+  check "pairingAgent auto on this headless guest: the journal says the worker's agent is registered" \
+    grep -q "pairing agent registered (NoInputNoOutput" "$VM_RESULTS/daemon.log"
+  # By itself, with Device1.Pair, under the operator's window (which takes over as the
+  # default agent), and by itself again once the window has closed (the worker's is back).
+  # hci1 only: a second central needs hci2's padding link, and btvirt's handle reuse has
+  # crashed the guest kernel after several pairings on both (list_del BUG in hci_chan_del).
+  central agent-pair:how=write agent-pair:how=pair \
+    window-pair:cap=NoInputNoOutput,answer=y,agent=worker agent-pair:how=write agent-pair-idle:idle=20
+  # A reload to authenticated: the session starts again with the new flags, without the agent.
+  write_config secenc 1 65536 8 '"security": "authenticated"'
+  # Only this daemon's lines after the reload count: earlier phases (bystanders at
+  # encrypted) registered and unregistered agents of their own daemons.
+  reload_line=$(wc -l <"$VM_RESULTS/daemon.log")
+  kill -HUP "$DAEMON_PID"
+  central agent-gone bonded-client:expect=refused
+  check "the reload applied bluetooth.security" test "$(btj '.daemon.configReload.applied | index("bluetooth.security") != null')" = true
+  check "after the reload no pairing was accepted (journal)" \
+    test -z "$(tail -n +"$((reload_line + 1))" "$VM_RESULTS/daemon.log" | awk '/pairing agent unregistered/ {after=1; next} after && /accepted a Just Works pairing/')"
+  echo "# the worker's agent part took $((SECONDS - t_agent)) s"
+  restart_with secauth
+  central bonded-client:expect=refused window-pair:cap=KeyboardDisplay,answer=y bonded-client auth-refused
+  restart_with secbond
+  central forget:adapter=hci2 bonded-client stranger forget:adapter=hci1 forget:adapter=hci2
+  check "the daemon is still running" daemon_alive
+  # A phase after this one starts its own daemon (ensure_daemon), not this allowedClients one.
+  stop_daemon; rc=$?
+  check "the daemon stops on SIGTERM with exit 0 (exit $rc)" test $rc -eq 0
+  echo "# phase security took $((SECONDS - t_sec)) s"
 fi
 
 # ------------------------------------------------------------------ the end
