@@ -105,7 +105,7 @@ ensure_daemon() { # CONFIG-NAME: start the daemon in mode bluetooth unless it ru
 daemon_alive() { [[ -n $DAEMON_PID ]] && kill -0 "$DAEMON_PID" 2>/dev/null; }
 
 central() { # central SCENARIO... : worker_central.py, its ok/not ok lines counted here
-  run_tap "worker_central.py $*" "$BLUEZ_VM_PYTHON" -u "$HERE/worker_central.py" "$@"
+  run_tap "worker_central.py $*" env PYTHONPATH="$HERE" "$BLUEZ_VM_PYTHON" -u -m worker_central "$@"
 }
 
 advertise_on() { # ADAPTER LOGNAME: BlueZ's example advertisement on ADAPTER; prints its pid
@@ -215,7 +215,7 @@ if has_phase neighbours; then
   restart_with nb
   by_state="$VM_RESULTS/bystander.state" by_stop="$VM_RESULTS/bystander.stop"
   rm -f "$by_state" "$by_stop"
-  "$BLUEZ_VM_PYTHON" -u "$HERE/worker_central.py" "bystander:file=$by_state,stop=$by_stop" >"$VM_RESULTS/bystander.log" 2>&1 &
+  PYTHONPATH="$HERE" "$BLUEZ_VM_PYTHON" -u -m worker_central "bystander:file=$by_state,stop=$by_stop" >"$VM_RESULTS/bystander.log" 2>&1 &
   BY_PID=$!
   bystander_up() { grep -q '^connected' "$by_state" 2>/dev/null && ! grep -q '^disconnected' "$by_state"; }
   check "the bystander (hci1) connects to hci0" wait_for 150 "the bystander's link" bystander_up
