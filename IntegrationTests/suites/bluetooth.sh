@@ -8,8 +8,8 @@
 #   IntegrationTests/suites/bluetooth.sh            (EDGECODER_WORKER_BIN: the binary; not built here)
 #
 # Environment: EDGECODER_WORKER_BIN (default .build/debug/edgecoder-worker),
-# EDGECODER_BT_PHASES (subset of "main clients neighbours bystanders badflood idle leave-mid security restart smallmtu off
-# adapter stream proxy pacing", or "bench"; pacing takes EDGECODER_BT_PACING_{SET,MTUS,CHANNELS,REPS,WAIT}: see
+# EDGECODER_BT_PHASES (subset of "main clients neighbours bystanders badflood idle leave-mid restart smallmtu off
+# adapter stream proxy pacing security classic", or "bench"; pacing takes EDGECODER_BT_PACING_{SET,MTUS,CHANNELS,REPS,WAIT}: see
 # IntegrationTests/bluez/worker-guest.sh), EDGECODER_BT_FLOOD_SECS (badflood floods this long, coming
 # back after each cut-off: the bench's one-minute flood), EDGECODER_BT_BYSTANDER_CONNECTS (the
 # bystanders phase's connects in a row per security level, default 50),
@@ -20,7 +20,7 @@
 # EDGECODER_BT_LLAMA_NICE (the model server's nice value, default 19; see llama_start),
 # EDGECODER_BT_STAMP_LOGS=1 (each line of daemon.log and proxy.log carries the wall clock
 # it was logged at, as stamps.log: to follow one request through), EDGECODER_BT_KEEP=1
-# (keep the results folder after a pass), EDGECODER_BT_TIMEOUT (VM seconds, default 1800),
+# (keep the results folder after a pass), EDGECODER_BT_TIMEOUT (VM seconds, default 2700),
 # EDGECODER_LLAMA_CTX (default here 20000: answers of 15000 tokens, over 64 KiB), EDGECODER_BT_RESPONSE_CAP
 # (seconds: caps every wait for a response, for a quick look at a daemon that does not
 # answer), BLUEZ_VM_* (run-in-vm.sh).
@@ -146,13 +146,14 @@ cleanup() {
 trap 'cleanup; exit 130' INT TERM
 
 # ------------------------------------------------------------------ the VM
-# Without EDGECODER_BT_PHASES, every phase but those IntegrationTests/suites/bluetooth-neighbours.sh and
-# bluetooth-classic.sh run, each in a VM of its own (EDGECODER_BT_SKIP_PHASES).
+# Without EDGECODER_BT_PHASES, every phase but classic, which IntegrationTests/suites/bluetooth-classic.sh
+# runs in a VM of its own (EDGECODER_BT_SKIP_PHASES). The neighbours, the bystander loops and
+# security had a VM of their own too, until run56: one boot fewer in make test's first lane.
 skip_phases=""
-[[ -z "${EDGECODER_BT_PHASES:-}" ]] && skip_phases="${EDGECODER_BT_SKIP_PHASES-neighbours bystanders security classic}"
+[[ -z "${EDGECODER_BT_PHASES:-}" ]] && skip_phases="${EDGECODER_BT_SKIP_PHASES-classic}"
 boot_vm() {
   BLUEZ_VM_MEM="${BLUEZ_VM_MEM:-1536}" IntegrationTests/bluez/vm/run-in-vm.sh \
-    --controllers 4 --host-port "$port" --timeout "${EDGECODER_BT_TIMEOUT:-1800}" --results "$results" "${share_bin[@]}" \
+    --controllers 4 --host-port "$port" --timeout "${EDGECODER_BT_TIMEOUT:-2700}" --results "$results" "${share_bin[@]}" \
     --env "BLUEZ_VM_BTVIRT_MODE=${EDGECODER_BT_BTVIRT_MODE:-le}" --env "WORKER_BIN=$bin" --env "LLAMA_PORT=$port" --env "BT_PHASES=${EDGECODER_BT_PHASES:-}" --env "BT_SKIP_PHASES=$skip_phases" --env "BT_PROXY_BENCH=${EDGECODER_BT_PROXY_BENCH:-0}" --env "BT_PACED_TPS=${EDGECODER_BT_PACED_TPS:-30}" \
     --env "WORKER_RESPONSE_TIMEOUT_CAP=${EDGECODER_BT_RESPONSE_CAP:-}" \
     --env "BT_PACING_SET=${EDGECODER_BT_PACING_SET:-}" --env "BT_PACING_MTUS=${EDGECODER_BT_PACING_MTUS:-}" \

@@ -232,6 +232,14 @@ if ((SYSTEMD)); then
   done
 fi
 
+# ------------------------------------------------------------ bytecode
+# The guest sees this repository read-only, so its Python cannot write the bytecode of the
+# test scripts and compiles them again at every start (worker_central.py and bvm_bleak.py:
+# about a second of a TCG guest's CPU each time, dozens of times a suite). Compiled here
+# (__pycache__ is git-ignored) by the interpreter the guest runs; the guest runs
+# worker_central as a module (python -m), the way a script's own bytecode is used.
+/usr/bin/python3 -m compileall -q "$REPO/IntegrationTests" >/dev/null 2>&1 || true
+
 # ------------------------------------------------------------ boot
 q() { printf '%s' "${1//,/,,}"; }   # qemu option values escape commas by doubling
 APPEND="console=ttyS0 panic=-1 oops=panic"
