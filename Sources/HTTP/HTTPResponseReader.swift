@@ -322,10 +322,15 @@ public struct HTTPResponseReader: Sendable {
     /// RFC 9112 section 9.3: HTTP/1.1 keeps the connection unless `Connection: close`;
     /// HTTP/1.0 closes it unless `Connection: keep-alive`.
     static func allowsKeepAlive(_ head: HTTPResponseHead, isHTTP11: Bool) -> Bool {
-        let options = head.values(of: "connection").flatMap { $0.split(separator: ",") }
-            .map { trimmed(Array($0.utf8)[...]).lowercased() }
+        let options = connectionOptions(head.values(of: "connection"))
         if options.contains("close") { return false }
         return isHTTP11 || options.contains("keep-alive")
+    }
+
+    /// RFC 9110 section 7.6.1: the options of `Connection` fields (VALUES), each a
+    /// comma-separated list, trimmed and lowercased: an answer's and a request's alike.
+    static func connectionOptions(_ values: [String]) -> [String] {
+        values.flatMap { $0.split(separator: ",") }.map { trimmed(Array($0.utf8)[...]).lowercased() }
     }
 
     /// `HTTP/1.1 200 OK`: the version (1.0 or 1.1), a three-digit status, an optional reason.

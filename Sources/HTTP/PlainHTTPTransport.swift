@@ -482,9 +482,6 @@ struct PlainTransfer: Sendable {
 
     /// The caller's own `Connection: close`.
     private var asksToClose: Bool {
-        request.headers.contains { name, value in
-            name.lowercased() == "connection"
-                && value.lowercased().split(separator: ",").contains { $0.filter { $0 != " " && $0 != "\t" } == "close" }
-        }
+        HTTPResponseReader.connectionOptions(request.headers.filter { $0.0.lowercased() == "connection" }.map(\.1)).contains("close")
     }
 }

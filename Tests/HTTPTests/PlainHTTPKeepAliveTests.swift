@@ -91,10 +91,12 @@ private func transportWithItsOwnPool(_ pool: PlainConnectionPool = PlainConnecti
         #expect(transport.pool.idleCount(for: .init(host: "127.0.0.1", port: server.port)) == 0)
     }
 
-    @Test func aRequestAskingToCloseDoesNotLeaveItsConnection() async throws {
+    /// The request's `Connection` is read as the answer's is (a list, any case).
+    @Test(arguments: ["close", "TE, Close"])
+    func aRequestAskingToCloseDoesNotLeaveItsConnection(connection: String) async throws {
         let server = try ScriptedTCPServer(answeringEachRequestWith: okAnswer)
         let transport = transportWithItsOwnPool()
-        _ = try await transport.perform(HTTPRequest(url: server.base + "/", headers: [("Connection", "close")]))
+        _ = try await transport.perform(HTTPRequest(url: server.base + "/", headers: [("connection", connection)]))
         _ = try await transport.perform(HTTPRequest(url: server.base + "/"))
         #expect(server.acceptedCount == 2, "\(server.notes)")
     }
